@@ -1,0 +1,3 @@
+from cuvee.cli.main import main
+
+raise SystemExit(main())

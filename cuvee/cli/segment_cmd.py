@@ -1,0 +1,11 @@
+"""`cuvee segment ...` commands."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser("segment", help="segment commands")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(parser))
+    commands.required = True

@@ -1,0 +1,1 @@
+"""Controller role: table configs, segment metadata, ideal state, segment completion (leader only)."""

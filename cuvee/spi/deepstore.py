@@ -1,0 +1,57 @@
+"""Deep store SPI: durable storage for committed segment files.
+
+A deep store is rooted at a URI (``file:///var/cuvee/deepstore``, later ``s3://bucket/prefix``). Callers name
+objects by a relative key (``events/events__0__3__20261121T1647Z.tar.gz``); ``uri(key)`` is the full download URI
+kept in segment metadata. Every failure raises DeepStoreError (or a subclass), whatever the implementation.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+
+from cuvee.errors import CuveeError
+
+
+class DeepStoreError(CuveeError):
+    """The deep store could not do what was asked (unreachable, unwritable, ...). Callers may retry later."""
+
+
+class ObjectNotFoundError(DeepStoreError):
+    pass
+
+
+class DeepStore(abc.ABC):
+    @property
+    @abc.abstractmethod
+    def root_uri(self) -> str: ...
+
+    @abc.abstractmethod
+    def uri(self, key: str) -> str:
+        """The full URI of ``key``."""
+
+    @abc.abstractmethod
+    def key_of(self, uri: str) -> str:
+        """The key of a full URI under this store's root. Raises DeepStoreError for a URI outside it."""
+
+    @abc.abstractmethod
+    def put(self, local_path: Path, key: str) -> str:
+        """Copy a local file to ``key`` atomically (readers never see a partial object); returns its URI."""
+
+    @abc.abstractmethod
+    def get(self, key: str, local_path: Path) -> Path:
+        """Copy ``key`` to a local file (atomically: temp then rename). Raises ObjectNotFoundError."""
+
+    @abc.abstractmethod
+    def move(self, src_key: str, dst_key: str) -> str: ...
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Deleting a missing key is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys (sorted) under ``prefix``."""
