@@ -7,13 +7,16 @@ Pinot load unchanged and ours round-trip through ``to_json``.
 
 from __future__ import annotations
 
+import copy
 import enum
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from cuvee.config.datetime_format import DateTimeFormat, TimeFormatKind, parse_datetime_format, parse_granularity
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 
 
@@ -40,6 +43,19 @@ class DataType(str, enum.Enum):
 
 
 _NUMERIC = {DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE, DataType.TIMESTAMP}
+# Pinot's metric types: numbers to aggregate, or BYTES for serialized sketches (HLL, theta).
+_METRIC_TYPES = {DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE, DataType.BYTES}
+# Which data types each date-time format kind can be stored as.
+_DATETIME_TYPES = {
+    TimeFormatKind.EPOCH: {DataType.INT, DataType.LONG, DataType.TIMESTAMP},
+    TimeFormatKind.SIMPLE_DATE_FORMAT: {DataType.STRING, DataType.INT, DataType.LONG},
+    TimeFormatKind.TIMESTAMP: {DataType.TIMESTAMP, DataType.LONG},
+}
+_INT_RANGES = {DataType.INT: (-(2**31), 2**31 - 1), DataType.LONG: (-(2**63), 2**63 - 1),
+               DataType.TIMESTAMP: (-(2**63), 2**63 - 1)}
+# Field-spec keys we interpret; others are kept in ``extra`` and written back.
+_FIELD_KEYS = {"name", "dataType", "singleValueField", "defaultNullValue", "format", "granularity"}
+_SCHEMA_KEYS = {"schemaName", "primaryKeyColumns", "dimensionFieldSpecs", "metricFieldSpecs", "dateTimeFieldSpecs"}
 
 _ARROW_TYPES: dict[DataType, pa.DataType] = {
     DataType.INT: pa.int32(),
@@ -99,6 +115,8 @@ class FieldSpec:
     # Date-time columns only: Pinot's format string (e.g. "1:MILLISECONDS:EPOCH") and granularity.
     format: str | None = None
     granularity: str | None = None
+    # Keys of the field spec we do not interpret (e.g. "maxLength"), written back by to_json.
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def null_value(self) -> Any:
@@ -108,17 +126,25 @@ class FieldSpec:
         defaults = _METRIC_DEFAULTS if self.role is FieldRole.METRIC else _DIMENSION_DEFAULTS
         return defaults[self.data_type]
 
+    @property
+    def time_format(self) -> DateTimeFormat | None:
+        """The parsed ``format`` of a date-time column (None for other columns)."""
+        if self.role is not FieldRole.DATE_TIME or self.format is None:
+            return None
+        return parse_datetime_format(self.format)
+
     def arrow_type(self) -> pa.DataType:
         base = self.data_type.arrow_type()
         return base if self.single_value else pa.list_(base)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "dataType": self.data_type.value}
+        out: dict[str, Any] = {**copy.deepcopy(self.extra), "name": self.name, "dataType": self.data_type.value}
         if not self.single_value:
             out["singleValueField"] = False
         if self.default_null_value is not None:
             value = self.default_null_value
-            out["defaultNullValue"] = value.decode("latin-1") if isinstance(value, bytes) else value
+            # Pinot writes a BYTES default as hex.
+            out["defaultNullValue"] = value.hex() if isinstance(value, bytes) else value
         if self.format is not None:
             out["format"] = self.format
         if self.granularity is not None:
@@ -133,6 +159,8 @@ class Schema:
     name: str
     fields: tuple[FieldSpec, ...]
     primary_key_columns: tuple[str, ...] = ()
+    # Top-level keys we do not interpret (e.g. "enableColumnBasedNullHandling"), written back by to_json.
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
     _by_name: dict[str, FieldSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -165,6 +193,9 @@ class Schema:
         if not isinstance(name, str) or not name:
             issues.append(ConfigIssue("$.schemaName", "required, a non-empty string"))
             name = ""
+        if "timeFieldSpec" in doc:
+            issues.append(ConfigIssue("$.timeFieldSpec", "Pinot's deprecated timeFieldSpec is not supported; "
+                                                         "declare the time column in dateTimeFieldSpecs"))
         fields: list[FieldSpec] = []
         seen: set[str] = set()
         for role in FieldRole:
@@ -187,15 +218,23 @@ class Schema:
         if not isinstance(pk, list) or not all(isinstance(c, str) for c in pk):
             issues.append(ConfigIssue("$.primaryKeyColumns", "must be a list of column names"))
             pk = []
+        by_name = {f.name: f for f in fields}
         for i, col in enumerate(pk):
-            if col not in seen and fields:
-                issues.append(ConfigIssue(f"$.primaryKeyColumns[{i}]", f"unknown column {col!r}"))
+            path = f"$.primaryKeyColumns[{i}]"
+            if col in pk[:i]:
+                issues.append(ConfigIssue(path, f"column {col!r} is listed twice"))
+            elif col not in by_name:
+                if fields:
+                    issues.append(ConfigIssue(path, f"unknown column {col!r}"))
+            elif not by_name[col].single_value:
+                issues.append(ConfigIssue(path, f"column {col!r} is multi-valued; a primary key column must not be"))
         if issues:
             raise ConfigValidationError(f"schema {name!r}" if name else "schema", issues)
-        return cls(name=name, fields=tuple(fields), primary_key_columns=tuple(pk))
+        extra = {k: copy.deepcopy(v) for k, v in doc.items() if k not in _SCHEMA_KEYS and k != "timeFieldSpec"}
+        return cls(name=name, fields=tuple(fields), primary_key_columns=tuple(pk), extra=extra)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schemaName": self.name}
+        out: dict[str, Any] = {**copy.deepcopy(self.extra), "schemaName": self.name}
         for role in FieldRole:
             specs = [f.to_json() for f in self.fields if f.role is role]
             if specs:
@@ -227,19 +266,29 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
         ok = False
     if not ok:
         return None
-    if role is FieldRole.METRIC and not (data_type.is_numeric or data_type is DataType.BYTES):
-        issues.append(ConfigIssue(f"{path}.dataType", f"a metric must be numeric, not {data_type.value}"))
+    if role is FieldRole.METRIC and data_type not in _METRIC_TYPES:
+        allowed = ", ".join(t.value for t in DataType if t in _METRIC_TYPES)
+        issues.append(ConfigIssue(f"{path}.dataType", f"a metric must be one of {allowed}, not {data_type.value}"))
         return None
-    if role is FieldRole.METRIC and not single:
-        issues.append(ConfigIssue(f"{path}.singleValueField", "a metric must be single-valued"))
+    if role in (FieldRole.METRIC, FieldRole.DATE_TIME) and not single:
+        what = "a metric" if role is FieldRole.METRIC else "a date-time column"
+        issues.append(ConfigIssue(f"{path}.singleValueField", f"{what} must be single-valued"))
+        return None
+    if "transformFunction" in spec:
+        issues.append(ConfigIssue(f"{path}.transformFunction", "field-level transforms are not supported; "
+                                  "use the table's ingestionConfig.transformConfigs"))
         return None
     default = spec.get("defaultNullValue")
     if default is not None:
         default = _coerce_default(default, data_type, f"{path}.defaultNullValue", issues)
     fmt = spec.get("format")
     gran = spec.get("granularity")
-    if role is FieldRole.DATE_TIME and fmt is None:
-        fmt = "1:MILLISECONDS:EPOCH" if data_type in (DataType.LONG, DataType.TIMESTAMP) else None
+    if role is FieldRole.DATE_TIME:
+        if fmt is None and data_type in (DataType.LONG, DataType.TIMESTAMP):
+            fmt = "1:MILLISECONDS:EPOCH"
+        if not _datetime_ok(fmt, gran, data_type, path, issues):
+            return None
+    extra = {k: copy.deepcopy(v) for k, v in spec.items() if k not in _FIELD_KEYS}
     return FieldSpec(
         name=name,
         data_type=data_type,
@@ -248,23 +297,83 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
         default_null_value=default,
         format=fmt,
         granularity=gran,
+        extra=extra,
     )
+
+
+def _datetime_ok(fmt: Any, gran: Any, data_type: DataType, path: str, issues: list[ConfigIssue]) -> bool:
+    """A date-time column needs a format that its data type can hold, and a well-formed granularity if given."""
+    ok = True
+    if fmt is None:
+        issues.append(ConfigIssue(f"{path}.format", f"required for a {data_type.value} date-time column, "
+                                                    "e.g. '1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd' or '1:SECONDS:EPOCH'"))
+        ok = False
+    else:
+        try:
+            parsed = parse_datetime_format(fmt)
+        except ValueError as e:
+            issues.append(ConfigIssue(f"{path}.format", str(e)))
+            ok = False
+        else:
+            if data_type not in _DATETIME_TYPES[parsed.kind]:
+                allowed = ", ".join(t.value for t in DataType if t in _DATETIME_TYPES[parsed.kind])
+                issues.append(ConfigIssue(f"{path}.format", f"a {parsed.kind.value} format needs dataType "
+                                                            f"{allowed}, not {data_type.value}"))
+                ok = False
+    if gran is not None:
+        try:
+            parse_granularity(gran)
+        except ValueError as e:
+            issues.append(ConfigIssue(f"{path}.granularity", str(e)))
+            ok = False
+    return ok
 
 
 def _coerce_default(value: Any, data_type: DataType, path: str, issues: list[ConfigIssue]) -> Any:
     """Pinot accepts defaultNullValue as a JSON string or number; convert it to the column's type."""
     try:
-        if data_type in (DataType.INT, DataType.LONG, DataType.TIMESTAMP):
-            return int(value)
+        if data_type in _INT_RANGES:
+            number = _to_int(value)
+            low, high = _INT_RANGES[data_type]
+            if not low <= number <= high:
+                raise ValueError("out of range")
+            return number
         if data_type in (DataType.FLOAT, DataType.DOUBLE):
+            if isinstance(value, bool):
+                raise ValueError("not a number")
             return float(value)
         if data_type is DataType.BOOLEAN:
-            if isinstance(value, str):
-                return value.strip().lower() in ("true", "1")
-            return bool(value)
+            return _to_bool(value)
         if data_type is DataType.BYTES:
-            return bytes.fromhex(value) if isinstance(value, str) else bytes(value)
-        return str(value)
+            if not isinstance(value, str):
+                raise TypeError("BYTES defaults are hex strings")
+            return bytes.fromhex(value)
+        if data_type is DataType.JSON and not isinstance(value, str):
+            return json.dumps(value, separators=(",", ":"))
+        return value if isinstance(value, str) else json.dumps(value)
     except (TypeError, ValueError):
-        issues.append(ConfigIssue(path, f"{value!r} is not a valid {data_type.value}"))
+        hint = " (a hex string)" if data_type is DataType.BYTES else ""
+        issues.append(ConfigIssue(path, f"{value!r} is not a valid {data_type.value}{hint}"))
         return None
+
+
+def _to_int(value: Any) -> int:
+    """Whole numbers only: 7, 7.0 and "7" are fine, 7.5 and true are not."""
+    if isinstance(value, bool):
+        raise ValueError("not an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("not an integer")
+        return int(value)
+    return int(value)
+
+
+def _to_bool(value: Any) -> bool:
+    """Pinot stores BOOLEAN as 0/1 and accepts true/false or 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise ValueError("not a boolean")

@@ -1,0 +1,223 @@
+"""The ``streamConfigs`` map of a realtime table: which stream to consume and when to end a consuming segment.
+
+Key names are Pinot's, so a Pinot table config works unchanged. The raw map stays available as ``properties``
+because stream implementations read their own keys from it (e.g. ``stream.kafka.consumer.prop.*``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuvee.config.errors import ConfigIssue, ConfigValidationError
+from cuvee.config.json_reader import child_path
+from cuvee.config.units import parse_duration_ms, parse_size_bytes
+
+
+class StreamKeys:
+    """Every ``streamConfigs`` key Cuvee reads, in one place."""
+
+    STREAM_TYPE = "streamType"
+    KAFKA_TOPIC = "stream.kafka.topic.name"
+    KAFKA_BROKERS = "stream.kafka.broker.list"
+    LOG_TOPIC = "stream.log.topic.name"
+    LOG_DIR = "stream.log.dir"
+    FLUSH_ROWS = "realtime.segment.flush.threshold.rows"
+    FLUSH_ROWS_LEGACY = "realtime.segment.flush.threshold.size"
+    FLUSH_TIME = "realtime.segment.flush.threshold.time"
+    FLUSH_SEGMENT_SIZE = "realtime.segment.flush.threshold.segment.size"
+    FLUSH_SEGMENT_SIZE_LEGACY = "realtime.segment.flush.desired.size"
+    AUTOTUNE_INITIAL_ROWS = "realtime.segment.flush.autotune.initialRows"
+
+    @staticmethod
+    def offset_reset(stream_type: str) -> str:
+        """``stream.<type>.consumer.prop.auto.offset.reset``: where a brand-new table starts consuming."""
+        return f"stream.{stream_type}.consumer.prop.auto.offset.reset"
+
+    @staticmethod
+    def consumer_prop_prefix(stream_type: str) -> str:
+        return f"stream.{stream_type}.consumer.prop."
+
+
+# Pinot's defaults (StreamConfig.java).
+DEFAULT_FLUSH_THRESHOLD_ROWS = 5_000_000
+DEFAULT_FLUSH_THRESHOLD_TIME_MS = 6 * 3_600_000
+DEFAULT_FLUSH_THRESHOLD_SEGMENT_SIZE_BYTES = 200 * 1024 * 1024
+DEFAULT_AUTOTUNE_INITIAL_ROWS = 100_000
+
+
+class StreamType(str, enum.Enum):
+    LOG = "log"
+    KAFKA = "kafka"
+
+
+class OffsetReset(str, enum.Enum):
+    """Where consumption of a new table starts; Pinot's "smallest"/"largest" (Kafka's earliest/latest)."""
+
+    SMALLEST = "smallest"
+    LARGEST = "largest"
+
+
+_OFFSET_RESET_ALIASES = {
+    "smallest": OffsetReset.SMALLEST,
+    "earliest": OffsetReset.SMALLEST,
+    "largest": OffsetReset.LARGEST,
+    "latest": OffsetReset.LARGEST,
+}
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """A parsed ``streamConfigs`` map. Build it with ``from_properties``; ``properties`` is the source of truth."""
+
+    stream_type: StreamType
+    topic_name: str
+    # Kafka only: "host:port,host:port".
+    broker_list: str | None
+    # Embedded log only: the directory holding the log's topics.
+    log_dir: str | None
+    offset_reset: OffsetReset
+    # 0 means "auto-tune the row count toward flush_threshold_segment_size_bytes" (DESIGN.md section 8).
+    flush_threshold_rows: int
+    flush_threshold_time_ms: int
+    flush_threshold_segment_size_bytes: int
+    flush_autotune_initial_rows: int
+    properties: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def auto_tuned(self) -> bool:
+        """True when segments end at a learned row count rather than a fixed one."""
+        return self.flush_threshold_rows == 0
+
+    def consumer_properties(self) -> dict[str, str]:
+        """``stream.<type>.consumer.prop.*`` with the prefix removed (e.g. Kafka client settings)."""
+        prefix = StreamKeys.consumer_prop_prefix(self.stream_type.value)
+        return {k[len(prefix) :]: v for k, v in self.properties.items() if k.startswith(prefix)}
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.properties)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> StreamConfig:
+        """Parse a bare ``streamConfigs`` map; raises ConfigValidationError listing every problem."""
+        issues: list[ConfigIssue] = []
+        parsed = cls.parse(doc, "$", issues)
+        if issues or parsed is None:
+            raise ConfigValidationError("stream config", issues)
+        return parsed
+
+    @classmethod
+    def parse(cls, doc: Any, path: str, issues: list[ConfigIssue]) -> StreamConfig | None:
+        """Parse the map found at ``path``, appending problems to ``issues``; None when it is unusable."""
+        if not isinstance(doc, dict):
+            issues.append(ConfigIssue(path, "must be a JSON object of stream properties"))
+            return None
+        props = {str(k): _as_text(v) for k, v in doc.items()}
+        before = len(issues)
+
+        def at(key: str) -> str:
+            return child_path(path, key)
+
+        raw_type = props.get(StreamKeys.STREAM_TYPE, StreamType.LOG.value).strip().lower()
+        try:
+            stream_type = StreamType(raw_type)
+        except ValueError:
+            allowed = ", ".join(t.value for t in StreamType)
+            issues.append(ConfigIssue(at(StreamKeys.STREAM_TYPE), f"{raw_type!r} is not one of {allowed}"))
+            stream_type = None
+
+        topic = broker_list = log_dir = None
+        if stream_type is StreamType.KAFKA:
+            topic = _required(props, StreamKeys.KAFKA_TOPIC, at, issues)
+            broker_list = _required(props, StreamKeys.KAFKA_BROKERS, at, issues)
+        elif stream_type is StreamType.LOG:
+            topic = _required(props, StreamKeys.LOG_TOPIC, at, issues)
+            log_dir = _required(props, StreamKeys.LOG_DIR, at, issues)
+
+        offset_reset = OffsetReset.LARGEST
+        if stream_type is not None:
+            reset_key = StreamKeys.offset_reset(stream_type.value)
+            if reset_key in props:
+                choice = _OFFSET_RESET_ALIASES.get(props[reset_key].strip().lower())
+                if choice is None:
+                    allowed = ", ".join(_OFFSET_RESET_ALIASES)
+                    issues.append(ConfigIssue(at(reset_key), f"{props[reset_key]!r} is not one of {allowed}"))
+                else:
+                    offset_reset = choice
+
+        rows_key = _pick_alias(props, StreamKeys.FLUSH_ROWS, StreamKeys.FLUSH_ROWS_LEGACY, at, issues)
+        rows = _parse_int(props, rows_key, DEFAULT_FLUSH_THRESHOLD_ROWS, at, issues)
+        initial_rows = _parse_int(props, StreamKeys.AUTOTUNE_INITIAL_ROWS, DEFAULT_AUTOTUNE_INITIAL_ROWS, at, issues)
+        if initial_rows == 0:
+            issues.append(ConfigIssue(at(StreamKeys.AUTOTUNE_INITIAL_ROWS), "must be a positive integer"))
+
+        time_ms = DEFAULT_FLUSH_THRESHOLD_TIME_MS
+        if StreamKeys.FLUSH_TIME in props:
+            try:
+                time_ms = parse_duration_ms(props[StreamKeys.FLUSH_TIME])
+            except ValueError as e:
+                issues.append(ConfigIssue(at(StreamKeys.FLUSH_TIME), str(e)))
+            else:
+                if time_ms == 0:
+                    issues.append(ConfigIssue(at(StreamKeys.FLUSH_TIME), "must be longer than zero"))
+
+        size_key = _pick_alias(
+            props, StreamKeys.FLUSH_SEGMENT_SIZE, StreamKeys.FLUSH_SEGMENT_SIZE_LEGACY, at, issues
+        )
+        size = DEFAULT_FLUSH_THRESHOLD_SEGMENT_SIZE_BYTES
+        if size_key in props:
+            try:
+                size = parse_size_bytes(props[size_key])
+            except ValueError as e:
+                issues.append(ConfigIssue(at(size_key), str(e)))
+            else:
+                if size == 0:
+                    issues.append(ConfigIssue(at(size_key), "must be larger than zero"))
+
+        if len(issues) > before or stream_type is None or topic is None:
+            return None
+        return cls(
+            stream_type=stream_type,
+            topic_name=topic,
+            broker_list=broker_list,
+            log_dir=log_dir,
+            offset_reset=offset_reset,
+            flush_threshold_rows=rows,
+            flush_threshold_time_ms=time_ms,
+            flush_threshold_segment_size_bytes=size,
+            flush_autotune_initial_rows=initial_rows,
+            properties=props,
+        )
+
+
+def _as_text(value: Any) -> str:
+    """Pinot's stream configs are a string map; accept JSON numbers and booleans as their usual spelling."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else str(value)
+
+
+def _required(props: dict[str, str], key: str, at: Any, issues: list[ConfigIssue]) -> str | None:
+    value = props.get(key, "").strip()
+    if not value:
+        issues.append(ConfigIssue(at(key), "required, a non-empty string"))
+        return None
+    return value
+
+
+def _pick_alias(props: dict[str, str], key: str, legacy: str, at: Any, issues: list[ConfigIssue]) -> str:
+    """The key to read: the current name, else its older alias; both given with different values is an error."""
+    if key in props and legacy in props and props[key].strip() != props[legacy].strip():
+        issues.append(ConfigIssue(at(legacy), f"conflicts with {key!r}; give only one of them"))
+    return key if key in props else legacy
+
+
+def _parse_int(props: dict[str, str], key: str, default: int, at: Any, issues: list[ConfigIssue]) -> int:
+    if key not in props:
+        return default
+    text = props[key].strip()
+    if not text.isdigit():
+        issues.append(ConfigIssue(at(key), f"{props[key]!r} must be a non-negative integer"))
+        return default
+    return int(text)
