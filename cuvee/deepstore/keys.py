@@ -5,14 +5,12 @@ Pure checks shared by every implementation, so a key that is refused locally is 
 
 from __future__ import annotations
 
-from cuvee.spi.deepstore import DeepStoreError
+from cuvee.spi.deepstore import InvalidKeyError
+
+__all__ = ["TEMP_PREFIX", "InvalidKeyError", "check_key", "check_prefix"]
 
 # Temp objects of an unfinished put/get start with this; they are never listed and cannot be named by a key.
 TEMP_PREFIX = ".cuvee-tmp-"
-
-
-class InvalidKeyError(DeepStoreError):
-    """A key that is empty, absolute, or walks out of the store (``..``). Retrying will not help."""
 
 
 def check_key(key: str) -> str:

@@ -64,7 +64,7 @@ class LocalDeepStore(DeepStore):
             raise DeepStoreError(f"{uri!r} is not under deep store {self.root_uri}")
         return check_key(path[len(root.rstrip("/")) + 1 :])
 
-    def put(self, local_path: Path, key: str) -> str:
+    def put(self, local_path: Path | str, key: str) -> str:
         target = self._path(key)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ class LocalDeepStore(DeepStore):
             raise DeepStoreError(f"cannot put {str(local_path)!r} to {where}: {e}") from e
         return self.uri(key)
 
-    def get(self, key: str, local_path: Path) -> Path:
+    def get(self, key: str, local_path: Path | str) -> Path:
         source = self._path(key)
         local_path = Path(local_path)
         try:

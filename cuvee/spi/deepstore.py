@@ -14,11 +14,16 @@ from cuvee.errors import CuveeError
 
 
 class DeepStoreError(CuveeError):
-    """The deep store could not do what was asked (unreachable, unwritable, ...). Callers may retry later."""
+    """The deep store could not do what was asked (unreachable, unwritable, ...). Callers may retry later,
+    except for InvalidKeyError, which no retry fixes."""
 
 
 class ObjectNotFoundError(DeepStoreError):
     pass
+
+
+class InvalidKeyError(DeepStoreError):
+    """A key that is empty, absolute, or walks out of the store (``..``). Retrying will not help."""
 
 
 class DeepStore(abc.ABC):
@@ -35,15 +40,17 @@ class DeepStore(abc.ABC):
         """The key of a full URI under this store's root. Raises DeepStoreError for a URI outside it."""
 
     @abc.abstractmethod
-    def put(self, local_path: Path, key: str) -> str:
+    def put(self, local_path: Path | str, key: str) -> str:
         """Copy a local file to ``key`` atomically (readers never see a partial object); returns its URI."""
 
     @abc.abstractmethod
-    def get(self, key: str, local_path: Path) -> Path:
+    def get(self, key: str, local_path: Path | str) -> Path:
         """Copy ``key`` to a local file (atomically: temp then rename). Raises ObjectNotFoundError."""
 
     @abc.abstractmethod
-    def move(self, src_key: str, dst_key: str) -> str: ...
+    def move(self, src_key: str, dst_key: str) -> str:
+        """Move an object, replacing ``dst_key`` if present; returns the new URI. Atomic on a local disk only:
+        object stores copy then delete, so a reader may briefly see both."""
 
     @abc.abstractmethod
     def exists(self, key: str) -> bool: ...

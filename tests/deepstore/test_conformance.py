@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cuvee.deepstore.keys import InvalidKeyError
+from cuvee.spi.deepstore import InvalidKeyError
 from cuvee.spi.deepstore import DeepStore, DeepStoreError, ObjectNotFoundError
 
 SEGMENT = "events/events__0__3__20261121T1647Z.tar.gz"
