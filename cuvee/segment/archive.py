@@ -1,0 +1,107 @@
+"""One-file form of a segment for moving it between machines: a deterministic ``.tar.gz``.
+
+Members are written in name order with zero mtimes, owners and fixed modes, and the gzip header carries no name
+or time, so the same segment gives the same archive bytes on every replica. Unpacking accepts regular files under
+one top-level directory only (no links, no absolute or ``..`` paths), extracts beside the destination, checks the
+CRC and only then renames the directory into place.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tarfile
+import zlib
+from pathlib import Path, PurePosixPath
+
+from cuvee.segment.errors import CorruptSegmentError
+from cuvee.segment.format import read_metadata
+from cuvee.segment.immutable import ImmutableSegment
+
+ARCHIVE_SUFFIX = ".tar.gz"
+_COMPRESS_LEVEL = 6
+
+
+def pack(segment_dir: str | Path, out_file: str | Path | None = None) -> Path:
+    """Write ``<segment_dir>.tar.gz`` (or ``out_file``) holding ``<segment_name>/...``; returns its path."""
+    source = Path(segment_dir)
+    name = read_metadata(source).segment_name
+    target = Path(out_file) if out_file is not None else source.with_name(source.name + ARCHIVE_SUFFIX)
+    tmp = target.with_name(target.name + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=_COMPRESS_LEVEL) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            tar.addfile(_member(name, tarfile.DIRTYPE, 0o755, 0))
+            for path in sorted((p for p in source.iterdir() if p.is_file()), key=lambda p: p.name):
+                with open(path, "rb") as f:
+                    tar.addfile(_member(f"{name}/{path.name}", tarfile.REGTYPE, 0o644, path.stat().st_size), f)
+    os.replace(tmp, target)
+    return target
+
+
+def _member(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.size = kind, mode, size
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    return info
+
+
+def unpack(archive: str | Path, dest_dir: str | Path, *, overwrite: bool = False) -> Path:
+    """Extract a segment archive into ``dest_dir/<segment_name>/`` after checking it is safe and intact."""
+    archive, dest = Path(archive), Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    work = dest / f".unpack-{archive.name}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        top = _extract(archive, work)
+        extracted = work / top
+        ImmutableSegment.load(extracted, verify=True)
+        final = dest / top
+        if final.exists():
+            if not overwrite:
+                raise CorruptSegmentError(f"cannot unpack {archive}: {final} already exists")
+            shutil.rmtree(final)
+        os.replace(extracted, final)
+        return final
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _extract(archive: Path, work: Path) -> str:
+    """Copy member bytes out by hand (never tarfile.extract), so no link or special file can be created."""
+    top: str | None = None
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            for member in tar:
+                parts = _safe_parts(archive, member)
+                top = top or parts[0]
+                if parts[0] != top:
+                    raise CorruptSegmentError(f"{archive} holds more than one top-level directory ({top!r}, {parts[0]!r})")
+                if member.isdir():
+                    (work / PurePosixPath(*parts)).mkdir(parents=True, exist_ok=True)
+                    continue
+                target = work / PurePosixPath(*parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                assert source is not None
+                with source, open(target, "wb") as out:
+                    shutil.copyfileobj(source, out)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) and not archive.exists():
+            raise
+        raise CorruptSegmentError(f"segment archive {archive} is damaged: {exc}") from exc
+    if top is None:
+        raise CorruptSegmentError(f"segment archive {archive} is empty")
+    return top
+
+
+def _safe_parts(archive: Path, member: tarfile.TarInfo) -> tuple[str, ...]:
+    if not (member.isfile() or member.isdir()):
+        raise CorruptSegmentError(f"{archive}: refusing member {member.name!r}: only regular files and directories")
+    path = PurePosixPath(member.name)
+    parts = tuple(p for p in path.parts if p not in ("", "."))
+    if path.is_absolute() or not parts or ".." in parts or "\\" in member.name:
+        raise CorruptSegmentError(f"{archive}: refusing unsafe member path {member.name!r}")
+    return parts
+

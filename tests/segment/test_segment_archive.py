@@ -1,0 +1,132 @@
+"""The one-file archive: deterministic bytes, round trip, and refusal of damaged or unsafe archives."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from cuvee.config.table import IndexingConfig
+from cuvee.segment.archive import pack, unpack
+from cuvee.segment.errors import CorruptSegmentError
+from cuvee.segment.immutable import ImmutableSegment
+from tests.segment.test_immutable_builder import FULL_INDEXING, build
+
+
+def _rewrite_archive(source: Path, target: Path, change) -> None:
+    """Copy an archive member by member, letting ``change(info, data)`` alter or add members."""
+    with tarfile.open(source, "r:gz") as tar_in, tarfile.open(target, "w:gz") as tar_out:
+        for member in tar_in:
+            data = tar_in.extractfile(member).read() if member.isfile() else b""
+            for info, payload in change(member, data):
+                tar_out.addfile(info, io.BytesIO(payload) if info.isfile() else None)
+
+
+def test_round_trip_and_deterministic_bytes(tmp_path: Path) -> None:
+    a = build(tmp_path / "a", creation_time_ms=5)
+    b = build(tmp_path / "b", creation_time_ms=5)
+    archive_a, archive_b = pack(a.path), pack(b.path, tmp_path / "b.tar.gz")
+    assert archive_a == a.path.with_name("events_0.tar.gz")
+    assert archive_a.read_bytes() == archive_b.read_bytes()
+    restored = ImmutableSegment.load(unpack(archive_a, tmp_path / "restored"), verify=True)
+    assert restored.path == tmp_path / "restored" / "events_0"
+    assert restored.crc == a.crc
+    assert restored.to_arrow().drop_columns(["clicks"]).equals(a.to_arrow().drop_columns(["clicks"]))
+    with pytest.raises(CorruptSegmentError, match="already exists"):
+        unpack(archive_a, tmp_path / "restored")
+    assert unpack(archive_a, tmp_path / "restored", overwrite=True) == restored.path
+    with tarfile.open(archive_a, "r:gz") as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members][0] == "events_0"
+    assert [m.name for m in members[1:]] == sorted(m.name for m in members[1:])
+    assert {(m.mtime, m.uid, m.gid, m.uname) for m in members} == {(0, 0, 0, "")}
+
+
+def test_damaged_archive_is_rejected_and_leaves_nothing(tmp_path: Path) -> None:
+    archive = pack(build(tmp_path / "a", FULL_INDEXING).path)
+    raw = bytearray(archive.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(bytes(raw))
+    dest = tmp_path / "dest"
+    with pytest.raises(CorruptSegmentError):
+        unpack(broken, dest)
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(archive.read_bytes()[: len(raw) // 3])
+    with pytest.raises(CorruptSegmentError, match="damaged"):
+        unpack(truncated, dest)
+    assert list(dest.iterdir()) == []
+
+
+def test_tampered_data_fails_crc(tmp_path: Path) -> None:
+    archive = pack(build(tmp_path / "a", IndexingConfig()).path)
+
+    def tamper(info: tarfile.TarInfo, data: bytes):
+        if info.name.endswith("country.dict.arrow"):
+            data = data.replace(b"defrus", b"defrux")
+        info.size = len(data)
+        yield info, data
+
+    tampered = tmp_path / "tampered.tar.gz"
+    _rewrite_archive(archive, tampered, tamper)
+    with pytest.raises(CorruptSegmentError, match="CRC"):
+        unpack(tampered, tmp_path / "dest")
+    assert list((tmp_path / "dest").iterdir()) == []
+
+
+@pytest.mark.parametrize("evil_name", ["../escape.txt", "/abs/escape.txt", "events_0/../../escape.txt"])
+def test_path_traversal_is_refused(tmp_path: Path, evil_name: str) -> None:
+    archive = pack(build(tmp_path / "a", IndexingConfig()).path)
+
+    def add_evil(info: tarfile.TarInfo, data: bytes):
+        yield info, data
+        if info.isdir():
+            evil = tarfile.TarInfo(evil_name)
+            evil.size = 4
+            yield evil, b"evil"
+
+    evil_archive = tmp_path / "evil.tar.gz"
+    _rewrite_archive(archive, evil_archive, add_evil)
+    with pytest.raises(CorruptSegmentError, match="unsafe member path"):
+        unpack(evil_archive, tmp_path / "dest" / "inner")
+    assert not (tmp_path / "dest" / "escape.txt").exists()
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_links_and_second_top_level_dir_are_refused(tmp_path: Path) -> None:
+    archive = pack(build(tmp_path / "a", IndexingConfig()).path)
+
+    def add_link(info: tarfile.TarInfo, data: bytes):
+        yield info, data
+        if info.isdir():
+            link = tarfile.TarInfo("events_0/passwd")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            yield link, b""
+
+    linked = tmp_path / "link.tar.gz"
+    _rewrite_archive(archive, linked, add_link)
+    with pytest.raises(CorruptSegmentError, match="only regular files"):
+        unpack(linked, tmp_path / "dest")
+
+    def add_other_dir(info: tarfile.TarInfo, data: bytes):
+        yield info, data
+        if info.isdir():
+            other = tarfile.TarInfo("other/file")
+            other.size = 1
+            yield other, b"x"
+
+    two_dirs = tmp_path / "two.tar.gz"
+    _rewrite_archive(archive, two_dirs, add_other_dir)
+    with pytest.raises(CorruptSegmentError, match="more than one top-level"):
+        unpack(two_dirs, tmp_path / "dest")
+
+
+def test_gzip_header_has_no_name_or_time(tmp_path: Path) -> None:
+    archive = pack(build(tmp_path / "a", IndexingConfig()).path)
+    header = archive.read_bytes()[:10]
+    assert header[4:8] == b"\0\0\0\0"  # MTIME
+    assert not header[3] & 0x08  # FNAME flag unset
+    assert gzip.decompress(archive.read_bytes())[:8]  # still a valid gzip stream
