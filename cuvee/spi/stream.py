@@ -3,7 +3,7 @@
 A consumer reads one partition from an offset; offsets are per partition, increasing, and a message's offset
 never changes. Consumers never rely on group management: the controller decides who reads what from where.
 Implementations: ``cuvee.stream.log`` (default) and ``cuvee.stream.kafka``; both pass the conformance suite in
-``tests/conformance/test_stream.py``.
+``tests/stream/test_conformance.py``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ class StreamConsumer(abc.ABC):
     @abc.abstractmethod
     def fetch(self, partition: int, offset: int, max_messages: int = 10_000, max_wait_ms: int = 100) -> MessageBatch:
         """Up to max_messages from ``offset``; waits up to max_wait_ms if none are there yet (then an empty batch).
-        Raises OffsetOutOfRangeError if ``offset`` is below the earliest retained offset."""
+        An offset at or beyond the latest one waits the same way (the stream may reach it). Raises
+        OffsetOutOfRangeError if ``offset`` is below the earliest retained offset."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -113,7 +114,8 @@ class StreamProducer(abc.ABC):
 
     @abc.abstractmethod
     def flush(self) -> None:
-        """Block until every produced message is durable in the stream."""
+        """Block until every produced message is acknowledged by the stream: it survives this process crashing.
+        (Surviving power loss is the implementation's setting, e.g. ``stream.log.fsync``.)"""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -135,7 +137,7 @@ class StreamAdmin(abc.ABC):
 
     @abc.abstractmethod
     def set_partition_count(self, topic: str, partitions: int) -> None:
-        """Grow a topic (never shrink). May raise UnsupportedOperationError."""
+        """Grow a topic. Shrinking is refused with a UserError; may raise UnsupportedOperationError."""
 
     @abc.abstractmethod
     def delete_topic(self, topic: str) -> None: ...

@@ -1,0 +1,68 @@
+"""StreamConsumer over the embedded log."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from cuvee.spi.stream import MessageBatch, PartitionNotFoundError, StreamConsumer, StreamMessage
+from cuvee.stream.log.frames import CorruptFrameError
+from cuvee.stream.log.partition import PartitionReader, PartitionWriter
+from cuvee.stream.log.topic import TopicStore, TopicView
+
+
+class LogConsumer(StreamConsumer):
+    """Reads a topic of the embedded log. ``poll_interval_ms`` is how often a waiting fetch looks for new data."""
+
+    def __init__(self, log_dir: str | os.PathLike[str], topic: str, poll_interval_ms: float = 2.0):
+        self.view = TopicView(TopicStore(log_dir), topic)
+        self.topic = topic
+        self.poll_interval_s = poll_interval_ms / 1000
+        self._readers: dict[int, PartitionReader] = {}
+
+    def partition_count(self) -> int:
+        return self.view.meta().partitions
+
+    def _reader(self, partition: int) -> PartitionReader:
+        reader = self._readers.get(partition)
+        if reader is None:
+            count = self.partition_count()
+            if not 0 <= partition < count:
+                raise PartitionNotFoundError(f"topic {self.topic!r} has {count} partitions; there is no partition {partition}")
+            reader = self._readers[partition] = PartitionReader(self.view.partition_dir(partition), self.topic, partition)
+        return reader
+
+    def earliest_offset(self, partition: int) -> int:
+        return self._reader(partition).earliest_offset()
+
+    def latest_offset(self, partition: int) -> int:
+        return self._reader(partition).latest_offset()
+
+    def fetch(self, partition: int, offset: int, max_messages: int = 10_000, max_wait_ms: int = 100) -> MessageBatch:
+        """Returns as soon as anything is there; an offset beyond the latest waits for the log to reach it."""
+        reader = self._reader(partition)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            messages = self._read(partition, reader, offset, max_messages)
+            remaining = deadline - time.monotonic()
+            if messages or remaining <= 0:
+                return MessageBatch(messages, messages[-1].offset + 1 if messages else offset)
+            time.sleep(min(self.poll_interval_s, remaining))
+
+    def _read(self, partition: int, reader: PartitionReader, offset: int, max_messages: int) -> list[StreamMessage]:
+        try:
+            return reader.read(offset, max_messages)
+        except CorruptFrameError:
+            # A writer that died (or a machine that lost power) can leave a damaged last frame that the next append
+            # would truncate; repair it now rather than wait. Damage anywhere else is reported.
+            PartitionWriter(reader.path, self.topic, partition).repair_tail()
+            return reader.read(offset, max_messages)
+
+    def position(self, partition: int, offset: int) -> tuple[int, int]:
+        """Where ``offset`` is stored: (segment base offset, byte position in that segment's log file)."""
+        return self._reader(partition).position(offset)
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
