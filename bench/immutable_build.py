@@ -16,49 +16,9 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from cuvee.config.schema import Schema
 from cuvee.config.table import IndexingConfig
 from cuvee.segment.builder import build_segment
-
-SCHEMA = Schema.from_json(
-    {
-        "schemaName": "events",
-        "dimensionFieldSpecs": [
-            {"name": "country", "dataType": "STRING"},
-            {"name": "device", "dataType": "STRING"},
-            {"name": "page", "dataType": "STRING"},
-            {"name": "user", "dataType": "STRING"},
-            {"name": "event_id", "dataType": "LONG"},
-        ],
-        "metricFieldSpecs": [
-            {"name": "clicks", "dataType": "INT"},
-            {"name": "views", "dataType": "LONG"},
-            {"name": "revenue", "dataType": "DOUBLE"},
-            {"name": "latency", "dataType": "FLOAT"},
-        ],
-        "dateTimeFieldSpecs": [
-            {"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH", "granularity": "1:MILLISECONDS"}
-        ],
-    }
-)
-CARDINALITIES = {"country": 10, "device": 100, "page": 1_000, "user": 10_000}
-
-
-def event_table(rows: int, seed: int = 7) -> pa.Table:
-    """Plain Arrow rows of the 10-column event."""
-    rng = np.random.default_rng(seed)
-    columns: dict[str, pa.Array] = {}
-    for name, card in CARDINALITIES.items():
-        words = np.array([f"{name}-{i:05d}" for i in rng.permutation(card)], dtype=object)
-        columns[name] = pa.array(words[rng.integers(0, card, rows)], pa.string())
-    columns["event_id"] = pa.array(np.arange(rows, dtype=np.int64) * 7 + 1_000_000_000)
-    columns["clicks"] = pa.array(rng.integers(0, 10, rows, dtype=np.int32))
-    columns["views"] = pa.array(rng.integers(0, 1_000, rows, dtype=np.int64))
-    columns["revenue"] = pa.array(rng.random(rows) * 100)
-    columns["latency"] = pa.array(rng.random(rows).astype(np.float32))
-    columns["ts"] = pa.array(1_790_000_000_000 + np.sort(rng.integers(0, 3_600_000, rows)))
-    return pa.table(columns).select(SCHEMA.column_names)
-
+from events import SCHEMA, event_table
 
 def as_mutable_snapshot(table: pa.Table) -> pa.Table:
     """Dimensions dictionary-encoded in insertion order, as MutableSegment.snapshot() hands them over."""

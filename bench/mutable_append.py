@@ -14,33 +14,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from cuvee.config.schema import Schema
 from cuvee.config.table import IndexingConfig
 from cuvee.segment.mutable import MutableSegment
+from events import DIMENSIONS, SCHEMA, event_batches
 
-SCHEMA = Schema.from_json(
-    {
-        "schemaName": "events",
-        "dimensionFieldSpecs": [
-            {"name": "country", "dataType": "STRING"},
-            {"name": "device", "dataType": "STRING"},
-            {"name": "page", "dataType": "STRING"},
-            {"name": "user", "dataType": "STRING"},
-            {"name": "event_id", "dataType": "LONG"},
-        ],
-        "metricFieldSpecs": [
-            {"name": "clicks", "dataType": "INT"},
-            {"name": "views", "dataType": "LONG"},
-            {"name": "revenue", "dataType": "DOUBLE"},
-            {"name": "latency", "dataType": "FLOAT"},
-        ],
-        "dateTimeFieldSpecs": [
-            {"name": "ts", "dataType": "TIMESTAMP", "format": "1:MILLISECONDS:EPOCH", "granularity": "1:MILLISECONDS"}
-        ],
-    }
-)
-CARDINALITIES = {"country": 10, "device": 100, "page": 1_000, "user": 10_000}
-DIMENSIONS = tuple(CARDINALITIES)
 
 # The layouts measured: Pinot's defaults; high-cardinality id and time raw (what a Pinot user would configure);
 # the same plus inverted indexes on the four string dimensions.
@@ -51,24 +28,6 @@ CONFIGS = {
         no_dictionary_columns=("event_id", "ts"), inverted_index_columns=DIMENSIONS
     ),
 }
-
-
-def event_batches(rows: int, batch_rows: int, seed: int = 7) -> list[pa.RecordBatch]:
-    """Decoded 10-column events as Arrow batches of the schema's types."""
-    rng = np.random.default_rng(seed)
-    columns: dict[str, pa.Array] = {}
-    for name, cardinality in CARDINALITIES.items():
-        words = np.array([f"{name}-{i:05d}" for i in rng.permutation(cardinality)], dtype=object)
-        columns[name] = pa.array(words[rng.integers(0, cardinality, rows)], pa.string())
-    columns["event_id"] = pa.array(np.arange(rows, dtype=np.int64) * 7 + 1_000_000_000)
-    columns["clicks"] = pa.array(rng.integers(0, 10, rows, dtype=np.int32))
-    columns["views"] = pa.array(rng.integers(0, 1_000, rows, dtype=np.int64))
-    columns["revenue"] = pa.array(rng.random(rows) * 100)
-    columns["latency"] = pa.array(rng.random(rows).astype(np.float32))
-    millis = 1_790_000_000_000 + np.sort(rng.integers(0, 3_600_000, rows))
-    columns["ts"] = pa.array(millis).cast(pa.timestamp("ms"))
-    table = pa.table(columns).select(SCHEMA.column_names).cast(SCHEMA.arrow_schema())
-    return table.combine_chunks().to_batches(max_chunksize=batch_rows)
 
 
 def time_appends(batches: list[pa.RecordBatch], indexing: IndexingConfig, repeat: int) -> tuple[float, int]:
