@@ -2,7 +2,7 @@
 
 The cluster state of DESIGN.md §3 lives behind this interface. Two implementations exist: the embedded
 single-file store (``sqlite:///PATH``) and ZooKeeper (``zk://host:port/chroot``). Both pass the conformance
-suite in ``tests/conformance/test_metastore.py``. Nothing outside ``cuvee.metastore`` may know which one runs.
+suite in ``tests/metastore/``. Nothing outside ``cuvee.metastore`` may know which one runs.
 
 Paths are absolute, ``/``-separated, without a trailing slash (``/cuvee/c1/tables/t_REALTIME``). Data is bytes.
 Every node has a version that starts at 0 on create and grows by one on each ``set``.
