@@ -15,23 +15,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from cuvee.config.stream_config import StreamKeys
 from cuvee.errors import UserError
 from cuvee.spi.stream import StreamAdmin, StreamConsumer, StreamProducer
 from cuvee.stream.log.topic import TopicSettings
 
-STREAM_TYPE = "streamType"
-LOG_TOPIC = "stream.log.topic.name"
-LOG_DIR = "stream.log.dir"
+# Keys shared with table-config validation are spelled once, in StreamKeys; the rest are the log's own settings.
+STREAM_TYPE = StreamKeys.STREAM_TYPE
+LOG_TOPIC = StreamKeys.LOG_TOPIC
+LOG_DIR = StreamKeys.LOG_DIR
 LOG_SEGMENT_BYTES = "stream.log.segment.bytes"
 LOG_RETENTION_BYTES = "stream.log.retention.bytes"
 LOG_RETENTION_MS = "stream.log.retention.ms"
 LOG_RETENTION_CHECK_MS = "stream.log.retention.check.interval.ms"
 LOG_POLL_INTERVAL_MS = "stream.log.fetch.poll.interval.ms"
 LOG_FSYNC = "stream.log.fsync"
-LOG_CONSUMER_PROP_PREFIX = "stream.log.consumer.prop."  # Pinot-style (e.g. auto.offset.reset); read by the controller
-KAFKA_TOPIC = "stream.kafka.topic.name"
-KAFKA_BROKERS = "stream.kafka.broker.list"
-KAFKA_CONSUMER_PROP_PREFIX = "stream.kafka.consumer.prop."
+LOG_CONSUMER_PROP_PREFIX = StreamKeys.consumer_prop_prefix("log")  # e.g. auto.offset.reset; read by the controller
+KAFKA_TOPIC = StreamKeys.KAFKA_TOPIC
+KAFKA_BROKERS = StreamKeys.KAFKA_BROKERS
+KAFKA_CONSUMER_PROP_PREFIX = StreamKeys.consumer_prop_prefix("kafka")
 
 _LOG_KEYS = {LOG_TOPIC, LOG_DIR, LOG_SEGMENT_BYTES, LOG_RETENTION_BYTES, LOG_RETENTION_MS, LOG_RETENTION_CHECK_MS,
              LOG_POLL_INTERVAL_MS, LOG_FSYNC}
