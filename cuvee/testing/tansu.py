@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from cuvee.errors import CuveeError
+from cuvee.testing.process import die_with_parent
 
 
 class TansuError(CuveeError):
@@ -82,6 +83,7 @@ class TansuBroker:
             [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from cuvee.errors import UserError
+from cuvee.testing.process import die_with_parent
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 """Its manifest's Class-Path names the other jars it needs (netty, jute, slf4j-api, ...) in /usr/share/java."""
@@ -98,6 +99,7 @@ class ZooKeeperServer:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
         )
         self._wait_ready()
         return self
