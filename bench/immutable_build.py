@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from cuvee.config.table import IndexingConfig
 from cuvee.segment.builder import build_segment
-from events import SCHEMA, event_table
+from _events import SCHEMA, event_table
 
 def as_mutable_snapshot(table: pa.Table) -> pa.Table:
     """Dimensions dictionary-encoded in insertion order, as MutableSegment.snapshot() hands them over."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import orjson
 
 from cuvee.decode import JsonDecoder
-from events import SCHEMA, event_batches
+from _events import SCHEMA, event_batches
 
 
 def event_messages(rows: int, batch_rows: int) -> list[list[bytes]]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cuvee.config.table import IndexingConfig
 from cuvee.segment.mutable import MutableSegment
-from events import DIMENSIONS, SCHEMA, event_batches
+from _events import DIMENSIONS, SCHEMA, event_batches
 
 
 # The layouts measured: Pinot's defaults; high-cardinality id and time raw (what a Pinot user would configure);
