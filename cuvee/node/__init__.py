@@ -1,0 +1,1 @@
+"""What every Cuvee process shares, whatever its role: config files and the HTTP service it runs."""
