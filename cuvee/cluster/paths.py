@@ -1,0 +1,93 @@
+"""Where each piece of cluster state lives in the metadata store (DESIGN.md section 3).
+
+This is the only module that spells metadata paths; every other module asks ``ClusterPaths`` for them, so the
+layout can change in one place. ``table`` always means the name with its type (``events_REALTIME``), the key Pinot
+uses, so a hybrid table's OFFLINE and REALTIME halves never share a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuvee.errors import UserError
+
+ROOT = "/cuvee"
+
+
+def check_name(kind: str, name: str) -> str:
+    """A name becomes one path segment: refuse what would change the path's shape."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\x00" in name:
+        raise UserError(f"invalid {kind} name {name!r}: it must be non-empty and contain no '/'")
+    return name
+
+
+@dataclass(frozen=True)
+class ClusterPaths:
+    """The metadata paths of one cluster, ``/cuvee/<cluster>/...``."""
+
+    cluster: str
+
+    def __post_init__(self) -> None:
+        check_name("cluster", self.cluster)
+
+    @property
+    def root(self) -> str:
+        return f"{ROOT}/{self.cluster}"
+
+    # ---- instances and liveness -----------------------------------------------------------------------------
+
+    @property
+    def instances(self) -> str:
+        return f"{self.root}/instances"
+
+    def instance(self, instance_id: str) -> str:
+        return f"{self.instances}/{check_name('instance', instance_id)}"
+
+    @property
+    def live_instances(self) -> str:
+        return f"{self.root}/live"
+
+    def live(self, instance_id: str) -> str:
+        """Ephemeral: present while the instance's session is."""
+        return f"{self.live_instances}/{check_name('instance', instance_id)}"
+
+    @property
+    def leader(self) -> str:
+        """The controller leader election node."""
+        return f"{self.root}/leader"
+
+    # ---- schemas and table configs ----------------------------------------------------------------------
+
+    @property
+    def schemas(self) -> str:
+        return f"{self.root}/schemas"
+
+    def schema(self, name: str) -> str:
+        return f"{self.schemas}/{check_name('schema', name)}"
+
+    @property
+    def tables(self) -> str:
+        return f"{self.root}/tables"
+
+    def table(self, table: str) -> str:
+        return f"{self.tables}/{check_name('table', table)}"
+
+    # ---- segments and their assignment --------------------------------------------------------------------
+
+    def segments(self, table: str) -> str:
+        return f"{self.root}/segments/{check_name('table', table)}"
+
+    def segment(self, table: str, segment: str) -> str:
+        return f"{self.segments(table)}/{check_name('segment', segment)}"
+
+    def ideal_state(self, table: str) -> str:
+        return f"{self.root}/idealstate/{check_name('table', table)}"
+
+    def current_states(self, instance_id: str) -> str:
+        return f"{self.root}/currentstate/{check_name('instance', instance_id)}"
+
+    def current_state(self, instance_id: str, table: str) -> str:
+        return f"{self.current_states(instance_id)}/{check_name('table', table)}"
+
+    def external_view(self, table: str) -> str:
+        return f"{self.root}/externalview/{check_name('table', table)}"

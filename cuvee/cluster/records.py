@@ -1,0 +1,332 @@
+"""The records of the cluster state (DESIGN.md section 3), as frozen dataclasses with a strict JSON form.
+
+Each record has ``to_json() -> dict`` / ``from_json(dict)`` (the shape REST answers reuse) and ``encode() -> bytes``
+/ ``decode(bytes)`` (what the metadata store holds). Decoding never guesses: a malformed node raises
+RecordFormatError naming the record and the field. Records are values: the ``with_*`` helpers return new records,
+which is what the compare-and-set update functions of ``cuvee.cluster.store`` need.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cuvee.cluster._json import Fields, RecordFormatError, decode, encode
+
+__all__ = [
+    "CurrentState",
+    "ExternalView",
+    "IdealState",
+    "InstanceInfo",
+    "Record",
+    "RecordFormatError",
+    "SegmentRecord",
+    "SegmentState",
+    "SegmentStatus",
+]
+
+R = TypeVar("R", bound="Record")
+
+
+class SegmentStatus(str, enum.Enum):
+    """Lifecycle of a segment's metadata: consuming, committed from a stream, or pushed by a batch job."""
+
+    IN_PROGRESS = "IN_PROGRESS"
+    DONE = "DONE"
+    UPLOADED = "UPLOADED"
+
+
+class SegmentState(str, enum.Enum):
+    """A replica's state. ERROR appears only in current states and external views, never in an ideal state."""
+
+    CONSUMING = "CONSUMING"
+    ONLINE = "ONLINE"
+    OFFLINE = "OFFLINE"
+    DROPPED = "DROPPED"
+    ERROR = "ERROR"
+
+
+class Record(abc.ABC):
+    """Shared bytes codec; subclasses provide KIND, to_json and from_json."""
+
+    KIND = "record"
+
+    @abc.abstractmethod
+    def to_json(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abc.abstractmethod
+    def from_json(cls: type[R], doc: Any) -> R: ...
+
+    def encode(self) -> bytes:
+        return encode(self.to_json())
+
+    @classmethod
+    def decode(cls: type[R], data: bytes | str) -> R:
+        return cls.from_json(decode(cls.KIND, data))
+
+
+# ---- instances ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceInfo(Record):
+    """A registered server, broker or controller: where to reach it and which tenants' work it takes."""
+
+    KIND = "instance"
+
+    instance_id: str
+    host: str
+    ports: Mapping[str, int] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+    def has_tag(self, tag: str) -> bool:
+        return tag in self.tags
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.instance_id, "host": self.host, "ports": dict(self.ports), "tags": list(self.tags)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> InstanceInfo:
+        f = Fields(cls.KIND, doc)
+        ports: dict[str, int] = {}
+        for name, port in f.object("ports").items():
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+                raise RecordFormatError(f"{cls.KIND}: port {name!r} must be an integer in 1..65535, got {port!r}")
+            ports[name] = port
+        return cls(instance_id=f.string("id"), host=f.string("host"), ports=ports, tags=f.strings("tags"))
+
+
+# ---- segment metadata -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentRecord(Record):
+    """One segment's metadata (Pinot's "segment ZK metadata"): the contract between controller and servers.
+
+    While IN_PROGRESS it tells every replica where to start consuming and when to stop; once DONE it says where
+    the segment ended and where to fetch it. ``download_uri`` is empty when only peers hold the segment.
+    """
+
+    KIND = "segment metadata"
+
+    segment_name: str
+    status: SegmentStatus
+    creation_time_ms: int
+    partition: int | None = None
+    sequence: int | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None
+    row_threshold: int | None = None
+    time_threshold_ms: int | None = None
+    total_docs: int = 0
+    size_bytes: int = 0
+    crc: int | None = None
+    time_min: int | None = None
+    time_max: int | None = None
+    download_uri: str = ""
+    commit_time_ms: int | None = None
+
+    @property
+    def is_consuming(self) -> bool:
+        return self.status is SegmentStatus.IN_PROGRESS
+
+    def committed(
+        self,
+        *,
+        end_offset: int,
+        total_docs: int,
+        size_bytes: int,
+        crc: int,
+        download_uri: str,
+        now_ms: int,
+        time_min: int | None = None,
+        time_max: int | None = None,
+    ) -> SegmentRecord:
+        """This segment marked DONE (commit step 1). ``now_ms`` becomes the commit time repair compares against."""
+        return dataclasses.replace(
+            self,
+            status=SegmentStatus.DONE,
+            end_offset=end_offset,
+            total_docs=total_docs,
+            size_bytes=size_bytes,
+            crc=crc,
+            download_uri=download_uri,
+            time_min=time_min,
+            time_max=time_max,
+            commit_time_ms=now_ms,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "segmentName": self.segment_name,
+            "status": self.status.value,
+            "creationTimeMs": self.creation_time_ms,
+            "partition": self.partition,
+            "sequence": self.sequence,
+            "startOffset": self.start_offset,
+            "endOffset": self.end_offset,
+            "rowThreshold": self.row_threshold,
+            "timeThresholdMs": self.time_threshold_ms,
+            "totalDocs": self.total_docs,
+            "sizeBytes": self.size_bytes,
+            "crc": self.crc,
+            "timeMin": self.time_min,
+            "timeMax": self.time_max,
+            "downloadUri": self.download_uri,
+            "commitTimeMs": self.commit_time_ms,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> SegmentRecord:
+        f = Fields(cls.KIND, doc)
+        return cls(
+            segment_name=f.string("segmentName"),
+            status=f.enum("status", SegmentStatus),
+            creation_time_ms=f.integer("creationTimeMs"),
+            partition=f.optional_integer("partition"),
+            sequence=f.optional_integer("sequence"),
+            start_offset=f.optional_integer("startOffset"),
+            end_offset=f.optional_integer("endOffset"),
+            row_threshold=f.optional_integer("rowThreshold"),
+            time_threshold_ms=f.optional_integer("timeThresholdMs"),
+            total_docs=f.optional_integer("totalDocs") or 0,
+            size_bytes=f.optional_integer("sizeBytes") or 0,
+            crc=f.optional_integer("crc"),
+            time_min=f.optional_integer("timeMin"),
+            time_max=f.optional_integer("timeMax"),
+            download_uri=f.string("downloadUri", ""),
+            commit_time_ms=f.optional_integer("commitTimeMs"),
+        )
+
+
+# ---- segment → instance → state maps --------------------------------------------------------------------
+
+Assignment = Mapping[str, Mapping[str, SegmentState]]
+"""``{segment: {instance: state}}``."""
+
+
+def _read_assignment(f: Fields, key: str, allow_error: bool) -> dict[str, dict[str, SegmentState]]:
+    out: dict[str, dict[str, SegmentState]] = {}
+    for segment, replicas in f.object(key).items():
+        if not isinstance(replicas, dict):
+            raise RecordFormatError(f"{f.kind}: segment {segment!r} must map instances to states, got {replicas!r}")
+        states = {inst: f.to_enum(f"{key}.{segment}.{inst}", s, SegmentState) for inst, s in replicas.items()}
+        if not allow_error and SegmentState.ERROR in states.values():
+            raise RecordFormatError(f"{f.kind}: segment {segment!r} has state ERROR, which only servers report")
+        out[segment] = states
+    return out
+
+
+def _write_assignment(segments: Assignment) -> dict[str, dict[str, str]]:
+    return {seg: {inst: state.value for inst, state in replicas.items()} for seg, replicas in segments.items()}
+
+
+@dataclass(frozen=True)
+class IdealState(Record):
+    """What the controller wants: each segment's replicas and their target states. One node per table.
+
+    ``paused`` records pauseConsumption: while set, the controller creates no new consuming segments.
+    """
+
+    KIND = "ideal state"
+
+    table: str
+    segments: Assignment = field(default_factory=dict)
+    paused: bool = False
+
+    def __post_init__(self) -> None:
+        for segment, replicas in self.segments.items():
+            if SegmentState.ERROR in replicas.values():
+                raise ValueError(f"ideal state of {self.table}: segment {segment} cannot target ERROR")
+
+    def instances_of(self, segment: str) -> tuple[str, ...]:
+        """The segment's replicas, sorted; empty if the segment is unknown."""
+        return tuple(sorted(self.segments.get(segment, {})))
+
+    def segments_in(self, state: SegmentState) -> list[str]:
+        return sorted(seg for seg, replicas in self.segments.items() if state in replicas.values())
+
+    def consuming_counts(self) -> dict[str, int]:
+        """Consuming segments per instance (instances holding none are absent)."""
+        counts: dict[str, int] = {}
+        for replicas in self.segments.values():
+            for inst, state in replicas.items():
+                if state is SegmentState.CONSUMING:
+                    counts[inst] = counts.get(inst, 0) + 1
+        return counts
+
+    def with_segment(self, segment: str, replicas: Mapping[str, SegmentState]) -> IdealState:
+        """A copy with ``segment`` set to ``replicas`` (added or replaced)."""
+        return dataclasses.replace(self, segments={**self.segments, segment: dict(replicas)})
+
+    def with_segments_in(self, segment: str, instances: Iterable[str], state: SegmentState) -> IdealState:
+        return self.with_segment(segment, {inst: state for inst in instances})
+
+    def without_segment(self, segment: str) -> IdealState:
+        return dataclasses.replace(self, segments={s: r for s, r in self.segments.items() if s != segment})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "paused": self.paused, "segments": _write_assignment(self.segments)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> IdealState:
+        f = Fields(cls.KIND, doc)
+        return cls(
+            table=f.string("table"), segments=_read_assignment(f, "segments", False), paused=f.boolean("paused", False)
+        )
+
+
+@dataclass(frozen=True)
+class CurrentState(Record):
+    """What one server actually holds for one table, written only by that server."""
+
+    KIND = "current state"
+
+    instance_id: str
+    table: str
+    segments: Mapping[str, SegmentState] = field(default_factory=dict)
+
+    def with_segment(self, segment: str, state: SegmentState) -> CurrentState:
+        return dataclasses.replace(self, segments={**self.segments, segment: state})
+
+    def without_segment(self, segment: str) -> CurrentState:
+        return dataclasses.replace(self, segments={s: st for s, st in self.segments.items() if s != segment})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance_id,
+            "table": self.table,
+            "segments": {seg: state.value for seg, state in self.segments.items()},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> CurrentState:
+        f = Fields(cls.KIND, doc)
+        segments = {seg: f.to_enum(f"segments.{seg}", s, SegmentState) for seg, s in f.object("segments").items()}
+        return cls(instance_id=f.string("instance"), table=f.string("table"), segments=segments)
+
+
+@dataclass(frozen=True)
+class ExternalView(Record):
+    """What live servers actually hold, merged by the controller; brokers route from it."""
+
+    KIND = "external view"
+
+    table: str
+    segments: Assignment = field(default_factory=dict)
+
+    def instances_in(self, segment: str, state: SegmentState) -> tuple[str, ...]:
+        return tuple(sorted(inst for inst, s in self.segments.get(segment, {}).items() if s is state))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "segments": _write_assignment(self.segments)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ExternalView:
+        f = Fields(cls.KIND, doc)
+        return cls(table=f.string("table"), segments=_read_assignment(f, "segments", True))
