@@ -1,0 +1,233 @@
+"""Pinot's SQL functions: which calls are aggregations, and how Pinot-only scalar functions map onto DuckDB.
+
+Aggregations are recognised here once so the planner can split each into a per-server partial and a broker-side
+final step (see ``rewrite.py``). Pinot names that DuckDB lacks (``DISTINCTCOUNT``, ``PERCENTILE90``,
+``TOEPOCHSECONDS``...) are translated; everything else passes through to DuckDB unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from cuvee.query.errors import QueryError, QueryErrorCode
+
+DIALECT = "duckdb"
+
+
+class AggKind(enum.Enum):
+    """How an aggregation is split into partial and final steps."""
+
+    COUNT = "count"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    AVG = "avg"
+    MIN_MAX_RANGE = "minmaxrange"
+    DISTINCT_COUNT = "distinctcount"
+    DISTINCT_COUNT_HLL = "distinctcounthll"
+    DISTINCT_SUM = "distinctsum"
+    DISTINCT_AVG = "distinctavg"
+    PERCENTILE = "percentile"
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    """One aggregation in a query: its kind, its argument (None for ``COUNT(*)``) and its percentile, if any.
+
+    ``name`` is Pinot's lower-case function name, used for the result column name (``count(*)``, ``sum(x)``).
+    """
+
+    kind: AggKind
+    name: str
+    arg: exp.Expression | None
+    percentile: float | None = None
+
+
+# Pinot aggregation names (upper case) served by one kind. The sketch-based distinct counts are answered exactly:
+# an exact count is a valid estimate, and it keeps results reproducible across replicas.
+_ANONYMOUS_AGGREGATES: dict[str, AggKind] = {
+    "DISTINCTCOUNT": AggKind.DISTINCT_COUNT,
+    "SEGMENTPARTITIONEDDISTINCTCOUNT": AggKind.DISTINCT_COUNT,
+    "DISTINCTCOUNTBITMAP": AggKind.DISTINCT_COUNT,
+    "DISTINCTCOUNTHLL": AggKind.DISTINCT_COUNT_HLL,
+    "DISTINCTCOUNTHLLPLUS": AggKind.DISTINCT_COUNT_HLL,
+    "DISTINCTCOUNTSMARTHLL": AggKind.DISTINCT_COUNT_HLL,
+    "DISTINCTCOUNTTHETASKETCH": AggKind.DISTINCT_COUNT_HLL,
+    "DISTINCTCOUNTULL": AggKind.DISTINCT_COUNT_HLL,
+    "DISTINCTSUM": AggKind.DISTINCT_SUM,
+    "DISTINCTAVG": AggKind.DISTINCT_AVG,
+    "MINMAXRANGE": AggKind.MIN_MAX_RANGE,
+    "SUM0": AggKind.SUM,
+}
+# PERCENTILE(x, p), PERCENTILEEST(x, p), PERCENTILETDIGEST(x, p), PERCENTILEKLL(x, p) and the PERCENTILE90(x) forms.
+_PERCENTILE = re.compile(r"^(PERCENTILE(?:EST|TDIGEST|KLL|SMARTTDIGEST)?)(\d+(?:\.\d+)?)?$")
+_BUILTIN_AGGREGATES: dict[type[exp.Expression], AggKind] = {
+    exp.Sum: AggKind.SUM,
+    exp.Min: AggKind.MIN,
+    exp.Max: AggKind.MAX,
+    exp.Avg: AggKind.AVG,
+}
+_DISTINCT_VARIANTS = {AggKind.SUM: AggKind.DISTINCT_SUM, AggKind.AVG: AggKind.DISTINCT_AVG}
+_UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "JSON_MATCH", "VECTOR_SIMILARITY", "LOOKUP", "GAPFILL", "IN_SUBQUERY",
+                          "IN_ID_SET", "IDSET", "JSON_EXTRACT_SCALAR", "JSONEXTRACTSCALAR", "JSON_EXTRACT_KEY"}
+
+
+def _sql_error(message: str) -> QueryError:
+    return QueryError(QueryErrorCode.SQL_PARSING, message)
+
+
+def _single_arg(node: exp.Expression, name: str) -> exp.Expression:
+    args = _call_args(node)
+    if len(args) != 1:
+        raise _sql_error(f"{name.upper()} takes exactly one argument, got {len(args)}")
+    return args[0]
+
+
+def _call_args(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Anonymous):
+        return list(node.expressions)
+    args = [node.this] if node.this is not None else []
+    return args + list(node.expressions or [])
+
+
+def _percentile_value(node: exp.Expression, name: str) -> float:
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        raise _sql_error(f"{name.upper()}: the percentile must be between 0 and 100")
+    if not isinstance(node, exp.Literal):
+        raise _sql_error(f"{name.upper()}: the percentile must be a number literal")
+    try:
+        value = float(node.this)
+    except ValueError:
+        raise _sql_error(f"{name.upper()}: the percentile must be a number, got {node.this!r}") from None
+    if not 0 <= value <= 100:
+        raise _sql_error(f"{name.upper()}: the percentile must be between 0 and 100, got {value:g}")
+    return value
+
+
+def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
+    """The aggregation ``node`` calls, or None when it is not an aggregation; unsupported aggregations raise 150."""
+    if isinstance(node, exp.Count):
+        inner = node.this
+        if isinstance(inner, exp.Distinct):
+            if len(inner.expressions) != 1:
+                raise _sql_error("COUNT(DISTINCT ...) takes exactly one expression")
+            return AggregateCall(AggKind.DISTINCT_COUNT, "distinctcount", inner.expressions[0])
+        if inner is None or isinstance(inner, exp.Star):
+            return AggregateCall(AggKind.COUNT, "count", None)
+        return AggregateCall(AggKind.COUNT, "count", inner)
+    kind = _BUILTIN_AGGREGATES.get(type(node))
+    if kind is not None:
+        arg = _single_arg(node, kind.value)
+        if isinstance(arg, exp.Distinct):  # SUM(DISTINCT x): distinct across servers, not within each
+            if len(arg.expressions) != 1:
+                raise _sql_error(f"{kind.value.upper()}(DISTINCT ...) takes exactly one expression")
+            arg = arg.expressions[0]
+            kind = _DISTINCT_VARIANTS.get(kind, kind)
+        return AggregateCall(kind, kind.value, arg)
+    if isinstance(node, exp.Anonymous):
+        upper = node.name.upper()
+        if upper in _UNSUPPORTED_FUNCTIONS:
+            raise _sql_error(f"function {upper} is not supported")
+        kind = _ANONYMOUS_AGGREGATES.get(upper)
+        if kind is not None:
+            return AggregateCall(kind, upper.lower(), _single_arg(node, upper))
+        match = _PERCENTILE.match(upper)
+        if match is not None:
+            return _percentile_call(node, match.group(1).lower(), match.group(2))
+        return None
+    if isinstance(node, exp.AggFunc):
+        raise _sql_error(f"aggregation {node.sql(dialect='duckdb')} is not supported")
+    return None
+
+
+def _percentile_call(node: exp.Anonymous, name: str, suffix: str | None) -> AggregateCall:
+    args = list(node.expressions)
+    if suffix is not None:
+        if len(args) != 1:
+            raise _sql_error(f"{node.name.upper()} takes exactly one argument")
+        return AggregateCall(AggKind.PERCENTILE, name, args[0], _percentile_value(exp.Literal.number(suffix), name))
+    if len(args) != 2:
+        raise _sql_error(f"{name.upper()} takes two arguments: a column and a percentile")
+    return AggregateCall(AggKind.PERCENTILE, name, args[0], _percentile_value(args[1], name))
+
+
+def pinot_column_name(expr: exp.Expression) -> str:
+    """Pinot's result column name for an unaliased select item: the column name, ``count(*)``, ``sum(x)``, or the
+    expression as written (Pinot would write ``plus(a,'1')`` where we write ``a + 1``)."""
+    if isinstance(expr, exp.Column):
+        return expr.name
+    plain = expr.copy()
+    for identifier in plain.find_all(exp.Identifier):
+        identifier.set("quoted", False)
+    call = classify_aggregate(plain)
+    if call is None:
+        return plain.sql(dialect=DIALECT)
+    if call.arg is None:
+        return f"{call.name}(*)"
+    if isinstance(plain, exp.Anonymous):
+        label, args = plain.name.lower(), list(plain.expressions)
+    else:
+        label, args = call.name, [call.arg]
+    return f"{label}({', '.join(a.sql(dialect=DIALECT) for a in args)})"
+
+
+# Pinot scalar functions that DuckDB lacks, as (divisor of epoch millis) or (multiplier to epoch millis).
+_TO_EPOCH = {"TOEPOCHSECONDS": 1000, "TOEPOCHMINUTES": 60_000, "TOEPOCHHOURS": 3_600_000, "TOEPOCHDAYS": 86_400_000}
+_FROM_EPOCH = {"FROMEPOCHSECONDS": 1000, "FROMEPOCHMINUTES": 60_000, "FROMEPOCHHOURS": 3_600_000,
+               "FROMEPOCHDAYS": 86_400_000}
+_OPERATORS: dict[str, type[exp.Binary]] = {
+    "PLUS": exp.Add, "ADD": exp.Add, "MINUS": exp.Sub, "SUB": exp.Sub, "TIMES": exp.Mul, "MULT": exp.Mul,
+    "DIVIDE": exp.Div, "DIV": exp.Div, "MOD": exp.Mod,
+}
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
+
+
+def _is_number(node: exp.Expression) -> bool:
+    inner = node.this if isinstance(node, exp.Neg) else node
+    return isinstance(inner, exp.Literal) and not inner.is_string
+
+
+def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = frozenset()) -> exp.Expression:
+    """``node`` with Pinot-only scalar functions (epoch conversions, PLUS/MINUS/...) replaced by DuckDB forms.
+
+    In Pinot a TIMESTAMP column is a LONG of epoch millis to functions and comparisons; DuckDB sees a TIMESTAMP.
+    So a TIMESTAMP column compared with a number, or passed to a TOEPOCH* function, is read as ``epoch_ms(col)``.
+    """
+
+    def millis(arg: exp.Expression) -> exp.Expression:
+        if isinstance(arg, exp.Column) and arg.name in timestamp_columns:
+            return exp.func("epoch_ms", arg.copy(), dialect=DIALECT)
+        return arg
+
+    def rewrite(sub: exp.Expression) -> exp.Expression:
+        if isinstance(sub, _COMPARISONS) and timestamp_columns:
+            operands = [sub.this, sub.args.get("expression"), sub.args.get("low"), sub.args.get("high"),
+                        *sub.args.get("expressions", [])]
+            others = [o for o in operands[1:] if o is not None]
+            if others and all(_is_number(o) for o in others):
+                sub.set("this", millis(sub.this))
+            return sub
+        if not isinstance(sub, exp.Anonymous):
+            return sub
+        upper = sub.name.upper()
+        args = list(sub.expressions)
+        if upper in _UNSUPPORTED_FUNCTIONS:
+            raise _sql_error(f"function {upper} is not supported")
+        if upper in _TO_EPOCH or upper in _FROM_EPOCH or upper in _OPERATORS:
+            if len(args) != (1 if upper not in _OPERATORS else 2):
+                raise _sql_error(f"{upper} takes {1 if upper not in _OPERATORS else 2} argument(s), got {len(args)}")
+        if upper in _TO_EPOCH:
+            return exp.IntDiv(this=exp.paren(millis(args[0])), expression=exp.Literal.number(_TO_EPOCH[upper]))
+        if upper in _FROM_EPOCH:
+            return exp.Mul(this=exp.paren(args[0]), expression=exp.Literal.number(_FROM_EPOCH[upper]))
+        if upper in _OPERATORS:
+            return exp.paren(_OPERATORS[upper](this=exp.paren(args[0]), expression=exp.paren(args[1])))
+        return sub
+
+    return node.transform(rewrite)

@@ -1,0 +1,236 @@
+"""Parse Pinot SQL into a validated query: one SELECT over one known table, every column resolved.
+
+Pinot's single-stage dialect is close to standard SQL, so sqlglot parses it (DuckDB dialect: double-quoted
+identifiers, single-quoted strings, DuckDB's NULL ordering, which is also what the servers execute). What Pinot's
+single-stage engine rejects we reject with Pinot's error codes:
+
+- 150 (SQLParsingError): syntax errors, several statements, anything but SELECT (DDL, DML, set operations), joins,
+  subqueries, CTEs, window functions, unsupported functions.
+- 190 (TableDoesNotExistError): the resolver does not know the table.
+- 710 (UnknownColumnError): a column the table does not have. Pinot's broker checks columns against the schema
+  before routing and answers 710 ("Unknown columnName 'x' found in the query"); we do the same.
+
+Column names resolve exactly, else case-insensitively (Pinot's broker is case-insensitive by default). Query
+options come from leading ``SET key = value;`` statements and a trailing ``OPTION(key=value, ...)`` clause.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from cuvee.config.table import raw_table_name
+from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.functions import DIALECT, pinot_column_name, translate_scalar
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the broker knows about a table: the name it routes on, its columns in schema order, and which of them
+    are TIMESTAMP (Pinot lets queries treat those as epoch millis)."""
+
+    name: str
+    columns: tuple[str, ...]
+    timestamp_columns: frozenset[str] = frozenset()
+
+
+TableResolver = Callable[[str], "TableInfo | None"]
+"""Looks a table name up as written in the query (raw, or with a _REALTIME/_OFFLINE suffix); None if unknown."""
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A validated query. ``select`` has its FROM removed and every column as a quoted, canonical identifier.
+
+    ``aliases`` are the explicit ``AS`` names of the select list, in order (None where there is none); ``names``
+    the result column names (the alias, else Pinot's name for the expression as written).
+    """
+
+    sql: str
+    table: TableInfo
+    select: exp.Select
+    aliases: tuple[str | None, ...]
+    names: tuple[str, ...]
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+_OPTION_CLAUSE = re.compile(r"\s+OPTION\s*\((?P<body>[^()]*)\)\s*;?\s*$", re.IGNORECASE)
+_ALLOWED_ARGS = {"expressions", "from", "from_", "where", "group", "having", "order", "limit", "offset", "distinct"}
+
+
+def sql_error(message: str) -> QueryError:
+    return QueryError(QueryErrorCode.SQL_PARSING, message)
+
+
+def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
+    """Parse and validate ``sql``; raises QueryError with Pinot's code on any problem."""
+    text, options = _strip_option_clause(sql)
+    statements = _parse_statements(text)
+    query: exp.Expression | None = None
+    for statement in statements:
+        if isinstance(statement, exp.Set):
+            options.update(_set_options(statement))
+        elif query is None:
+            query = statement
+        else:
+            raise sql_error("only one query per request is allowed")
+    if query is None:
+        raise sql_error("no query to run")
+    if not isinstance(query, exp.Select):
+        raise sql_error(f"only SELECT queries are supported, not {query.key.upper()}")
+    _check_shape(query)
+    table = _resolve_table(query, resolve)
+    select = query.copy()
+    select.set("from_", None)
+    select.set("from", None)
+    _expand_star(select, table)
+    aliases = tuple(item.alias if isinstance(item, exp.Alias) else None for item in select.expressions)
+    _resolve_columns(select, table, {a for a in aliases if a})
+    names = tuple(alias or pinot_column_name(item) for alias, item in zip(aliases, select.expressions))
+    select = translate_scalar(select, table.timestamp_columns)
+    assert isinstance(select, exp.Select)
+    return ParsedQuery(sql=sql, table=table, select=select, aliases=aliases, names=names, options=options)
+
+
+def parse_query_options(text: str | None) -> dict[str, str]:
+    """The ``queryOptions`` field of a ``POST /query/sql`` body: ``"k=v;k2=v2"``, empty entries allowed."""
+    options: dict[str, str] = {}
+    for entry in (text or "").split(";"):
+        if not entry.strip():
+            continue
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise sql_error(f"bad query option {entry.strip()!r}: expected key=value")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _strip_option_clause(sql: str) -> tuple[str, dict[str, str]]:
+    match = _OPTION_CLAUSE.search(sql)
+    if match is None:
+        return sql, {}
+    options: dict[str, str] = {}
+    for entry in match.group("body").split(","):
+        if not entry.strip():
+            continue
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise sql_error(f"bad OPTION entry {entry.strip()!r}: expected key=value")
+        options[key.strip()] = value.strip().strip("'\"")
+    return sql[: match.start()], options
+
+
+def _parse_statements(text: str) -> list[exp.Expression]:
+    try:
+        statements = sqlglot.parse(text, read=DIALECT)
+    except (SqlglotError, ValueError) as e:
+        raise sql_error(str(e).splitlines()[0] if str(e) else "cannot parse the query") from None
+    return [s for s in statements if s is not None]
+
+
+def _set_options(statement: exp.Set) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for item in statement.expressions:
+        assignment = item.this if isinstance(item, exp.SetItem) else item
+        if not isinstance(assignment, exp.EQ) or not isinstance(assignment.this, exp.Column):
+            raise sql_error(f"bad SET statement {statement.sql(dialect=DIALECT)!r}: expected SET key = value")
+        value = assignment.expression
+        options[assignment.this.name] = value.name if isinstance(value, (exp.Literal, exp.Column)) else value.sql()
+    return options
+
+
+def _check_shape(query: exp.Select) -> None:
+    """Reject what a single-table, single-stage query cannot contain."""
+    for key, value in query.args.items():
+        if value and key not in _ALLOWED_ARGS:
+            clause = key.rstrip("_").upper()
+            raise sql_error("joins are not supported" if clause == "JOINS" else f"{clause} is not supported")
+    if isinstance(query.args.get("distinct"), exp.Distinct) and query.args["distinct"].args.get("on"):
+        raise sql_error("DISTINCT ON is not supported")
+    for node in query.walk():
+        if node is query:
+            continue
+        if isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
+            raise sql_error("subqueries are not supported")
+        if isinstance(node, exp.Join):
+            raise sql_error("joins are not supported")
+        if isinstance(node, exp.Window):
+            raise sql_error("window functions are not supported")
+        if isinstance(node, exp.Filter):
+            raise sql_error("FILTER clauses on aggregations are not supported")
+
+
+def _resolve_table(query: exp.Select, resolve: TableResolver) -> TableInfo:
+    source = query.args.get("from_") or query.args.get("from")
+    if source is None:
+        raise sql_error("the query must read FROM a table")
+    table = source.this
+    if not isinstance(table, exp.Table) or not table.name:
+        raise sql_error("FROM must name one table")
+    if table.args.get("db") or table.args.get("catalog"):
+        raise sql_error(f"qualified table names are not supported: {table.sql(dialect=DIALECT)}")
+    info = resolve(table.name)
+    if info is None:
+        raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {table.name!r} does not exist")
+    return info
+
+
+def _expand_star(select: exp.Select, table: TableInfo) -> None:
+    """``SELECT *`` lists every column in name order, as Pinot does."""
+    items: list[exp.Expression] = []
+    for item in select.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            items.extend(exp.column(name, quoted=True) for name in sorted(table.columns))
+        else:
+            items.append(item)
+    select.set("expressions", items)
+
+
+def _resolve_columns(select: exp.Select, table: TableInfo, aliases: set[str]) -> None:
+    """Canonicalise column references; names that match no column but a select alias are left for the planner."""
+    exact = set(table.columns)
+    folded: dict[str, list[str]] = {}
+    for name in table.columns:
+        folded.setdefault(name.lower(), []).append(name)
+    qualifiers = {table.name.lower(), raw_table_name(table.name).lower()}
+    lambda_params = {p.name for lam in select.find_all(exp.Lambda) for p in lam.expressions}
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+            return node
+        if node.args.get("db") or node.args.get("catalog"):
+            raise sql_error(f"qualified column names are not supported: {node.sql(dialect=DIALECT)}")
+        qualifier = node.table
+        if qualifier and qualifier.lower() not in qualifiers and raw_table_name(qualifier).lower() not in qualifiers:
+            raise sql_error(f"column {node.sql(dialect=DIALECT)} refers to a table not in FROM")
+        name = node.name
+        if name in exact:
+            return exp.column(name, quoted=True)
+        candidates = folded.get(name.lower(), [])
+        if len(candidates) == 1:
+            return exp.column(candidates[0], quoted=True)
+        if not qualifier and (name in aliases or name in lambda_params):
+            return exp.column(name, quoted=False)
+        raise QueryError(QueryErrorCode.UNKNOWN_COLUMN, f"Unknown columnName '{name}' found in the query")
+
+    for key in ("expressions", "where", "group", "having", "order"):
+        value = select.args.get(key)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            select.set(key, [item.transform(rewrite) for item in value])
+        else:
+            select.set(key, value.transform(rewrite))
+    # Aliases may be named in GROUP BY, HAVING and ORDER BY, never in the select list itself or in WHERE.
+    scopes = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    scopes += [select.args["where"]] if select.args.get("where") else []
+    for scope in scopes:
+        for column in scope.find_all(exp.Column):
+            if not column.this.args.get("quoted") and column.name not in lambda_params:
+                raise QueryError(QueryErrorCode.UNKNOWN_COLUMN,
+                                 f"Unknown columnName '{column.name}' found in the query")

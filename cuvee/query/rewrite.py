@@ -1,0 +1,327 @@
+"""Split a parsed query into the SQL each server runs and the SQL the broker runs over their partial results.
+
+Servers run ``server_sql`` with DuckDB over ``SERVER_RELATION`` (the union of the segments they were sent). The
+broker concatenates the servers' Arrow results, binds them as ``PARTIALS_RELATION`` and runs ``final_sql``.
+
+Aggregations become mergeable partials (``_PARTIALS``) and a final step (``_FINALS``):
+
+- COUNT -> partial counts, summed. SUM/MIN/MAX -> partial SUM/MIN/MAX. AVG -> SUM and COUNT.
+- DISTINCTCOUNT, COUNT(DISTINCT x) and the sketch-based DISTINCTCOUNTHLL (and ...THETASKETCH, ...SMARTHLL) ->
+  the list of distinct values per group, merged and counted: exact, so replicas and reruns agree, at the cost of
+  shipping the distinct values (fine up to millions per group).
+- PERCENTILE / PERCENTILEEST / PERCENTILETDIGEST(x, p) and PERCENTILE90(x) forms -> the list of values, merged and
+  sorted; the answer is Pinot's exact rule: sorted[floor(n * p / 100)], the last value for p = 100.
+
+Result types follow Pinot: COUNT is LONG, SUM/AVG/PERCENTILE DOUBLE, DISTINCTCOUNT INT, DISTINCTCOUNTHLL LONG;
+MIN/MAX keep the column's type (Pinot answers DOUBLE) so that they also work on strings and timestamps. NULLs are
+ignored by every aggregation and an empty input gives NULL (Pinot's null-handling mode), COUNT gives 0.
+
+The final SQL has two levels: an inner query merges partials per group into ``__f<k>`` columns, and an outer
+query evaluates the user's select expressions, HAVING (as WHERE), ORDER BY and LIMIT/OFFSET over them. Selection
+queries: servers apply WHERE, ORDER BY and LIMIT offset+limit; the broker re-sorts and cuts. Pinot's default LIMIT
+of 10 applies to selection, GROUP BY and DISTINCT queries.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
+from cuvee.query.parse import DIALECT, ParsedQuery, TableResolver, parse_query, sql_error
+
+SERVER_RELATION = "cuvee_segments"
+PARTIALS_RELATION = "cuvee_partials"
+DEFAULT_LIMIT = 10
+
+_DISTINCT_LIST = ("list(DISTINCT {x}) FILTER (WHERE {x} IS NOT NULL)",)
+_PARTIALS: dict[AggKind, tuple[str, ...]] = {
+    AggKind.COUNT: ("count({x})",),
+    AggKind.SUM: ("sum({x})",),
+    AggKind.MIN: ("min({x})",),
+    AggKind.MAX: ("max({x})",),
+    AggKind.AVG: ("sum({x})", "count({x})"),
+    AggKind.MIN_MAX_RANGE: ("min({x})", "max({x})"),
+    AggKind.DISTINCT_COUNT: _DISTINCT_LIST,
+    AggKind.DISTINCT_COUNT_HLL: _DISTINCT_LIST,
+    AggKind.DISTINCT_SUM: _DISTINCT_LIST,
+    AggKind.DISTINCT_AVG: _DISTINCT_LIST,
+    AggKind.PERCENTILE: ("list(CAST({x} AS DOUBLE)) FILTER (WHERE {x} IS NOT NULL)",),
+}
+_MERGED = "list_distinct(flatten(list({p0})))"
+# Final steps: (aggregation over the partial columns, scalar step over its result ``{a}``). The scalar step runs
+# one level up so that a merged list is built and sorted once per group.
+_FINALS: dict[AggKind, tuple[str, str]] = {
+    AggKind.COUNT: ("CAST(coalesce(sum({p0}), 0) AS BIGINT)", "{a}"),
+    AggKind.SUM: ("CAST(sum({p0}) AS DOUBLE)", "{a}"),
+    AggKind.MIN: ("min({p0})", "{a}"),
+    AggKind.MAX: ("max({p0})", "{a}"),
+    AggKind.AVG: ("CAST(sum({p0}) AS DOUBLE) / nullif(sum({p1}), 0)", "{a}"),
+    AggKind.MIN_MAX_RANGE: ("CAST(max({p1}) AS DOUBLE) - CAST(min({p0}) AS DOUBLE)", "{a}"),
+    AggKind.DISTINCT_COUNT: (f"CAST(coalesce(len({_MERGED}), 0) AS INTEGER)", "{a}"),
+    AggKind.DISTINCT_COUNT_HLL: (f"CAST(coalesce(len({_MERGED}), 0) AS BIGINT)", "{a}"),
+    AggKind.DISTINCT_SUM: (f"CAST(list_sum({_MERGED}) AS DOUBLE)", "{a}"),
+    AggKind.DISTINCT_AVG: (f"CAST(list_avg({_MERGED}) AS DOUBLE)", "{a}"),
+    AggKind.PERCENTILE: ("list_sort(flatten(list({p0})))",
+                         "CASE WHEN coalesce(len({a}), 0) = 0 THEN NULL "
+                         "ELSE {a}[CAST(least(floor(len({a}) * {pct} / 100), len({a}) - 1) AS BIGINT) + 1] END"),
+}
+
+
+class QueryKind(enum.Enum):
+    """SELECTION returns rows; AGGREGATION one row of aggregates; GROUP_BY one row per group (also DISTINCT)."""
+
+    SELECTION = "selection"
+    AGGREGATION = "aggregation"
+    GROUP_BY = "group_by"
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What the broker sends to servers and how it merges their answers. ``column_names`` are Pinot's names.
+
+    ``docs_scanned_sql`` counts the rows that pass WHERE: a server may run it to report Pinot's numDocsScanned.
+    """
+
+    table: str
+    kind: QueryKind
+    server_sql: str
+    final_sql: str
+    docs_scanned_sql: str
+    column_names: tuple[str, ...]
+    limit: int | None
+    offset: int
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
+    """Parse, validate and plan ``sql`` (QueryError with Pinot's code on failure)."""
+    return plan_query(parse_query(sql, resolve))
+
+
+def plan_query(parsed: ParsedQuery) -> QueryPlan:
+    select = parsed.select
+    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    names = parsed.names
+    by_alias = {alias: items[i] for i, alias in enumerate(parsed.aliases) if alias}
+    limit, offset = _limit_offset(select)
+    where = select.args.get("where")
+    where_sql = where.this.sql(dialect=DIALECT) if where is not None else None
+    if where is not None and _aggregates_in(where.this):
+        raise sql_error("aggregations are not allowed in WHERE")
+    having = select.args.get("having")
+    order = list(select.args["order"].expressions) if select.args.get("order") else []
+    group = _group_expressions(select, items, by_alias)
+    has_aggregates = any(_aggregates_in(e) for e in [*items, *(o.this for o in order)]) or having is not None
+    if not group and not has_aggregates:
+        limit = DEFAULT_LIMIT if limit is None else limit
+        kind, server, final = _plan_selection(items, names, by_alias, order, where_sql, limit, offset)
+    else:
+        kind = QueryKind.GROUP_BY if group else QueryKind.AGGREGATION
+        if kind is QueryKind.GROUP_BY and limit is None:
+            limit = DEFAULT_LIMIT
+        kind, server, final = _plan_aggregation(kind, items, names, by_alias, group, having, order, where_sql,
+                                                limit, offset)
+    docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION}"
+    docs_scanned += f" WHERE {where_sql}" if where_sql else ""
+    return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
+                     docs_scanned_sql=docs_scanned, column_names=names, limit=limit, offset=offset,
+                     options=dict(parsed.options))
+
+
+def _limit_offset(select: exp.Select) -> tuple[int | None, int]:
+    def literal(key: str) -> int | None:
+        node = select.args.get(key)
+        if node is None:
+            return None
+        value = node.expression if node.expression is not None else node.this
+        if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
+            raise sql_error(f"{key.upper()} must be a non-negative integer")
+        return int(value.this)
+
+    return literal("limit"), literal("offset") or 0
+
+
+def _aggregates_in(expr: exp.Expression) -> list[tuple[exp.Expression, AggregateCall]]:
+    """The aggregation calls in ``expr`` (outermost only); nested aggregations raise 150."""
+    found: list[tuple[exp.Expression, AggregateCall]] = []
+    for node in expr.walk(prune=lambda n: classify_aggregate(n) is not None):
+        call = classify_aggregate(node)
+        if call is None:
+            continue
+        if call.arg is not None and any(classify_aggregate(n) for n in call.arg.walk()):
+            raise sql_error(f"nested aggregations are not supported: {node.sql(dialect=DIALECT)}")
+        found.append((node, call))
+    return found
+
+
+def _resolve_reference(expr: exp.Expression, items: list[exp.Expression], by_alias: dict[str, exp.Expression],
+                       clause: str) -> exp.Expression:
+    """A GROUP BY / ORDER BY item: an ordinal or alias names a select item; anything else is itself."""
+    if isinstance(expr, exp.Literal) and not expr.is_string:
+        if not expr.this.isdigit() or not 1 <= int(expr.this) <= len(items):
+            raise sql_error(f"{clause} position {expr.this} is not in the select list")
+        return items[int(expr.this) - 1]
+    return _substitute_aliases(expr, by_alias)
+
+
+def _substitute_aliases(expr: exp.Expression, by_alias: dict[str, exp.Expression]) -> exp.Expression:
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not node.this.args.get("quoted"):
+            if node.name not in by_alias:
+                raise QueryError(QueryErrorCode.UNKNOWN_COLUMN, f"Unknown columnName '{node.name}' found in the query")
+            return by_alias[node.name].copy()
+        return node
+
+    return expr.transform(swap)
+
+
+def _group_expressions(select: exp.Select, items: list[exp.Expression],
+                       by_alias: dict[str, exp.Expression]) -> list[exp.Expression]:
+    group_node = select.args.get("group")
+    distinct = select.args.get("distinct") is not None
+    group = [_resolve_reference(g, items, by_alias, "GROUP BY") for g in group_node.expressions] if group_node else []
+    if distinct:
+        if group or any(_aggregates_in(item) for item in items):
+            raise sql_error("SELECT DISTINCT cannot be combined with GROUP BY or aggregations")
+        group = list(items)
+    for expr in group:
+        if _aggregates_in(expr):
+            raise sql_error(f"aggregations are not allowed in GROUP BY: {expr.sql(dialect=DIALECT)}")
+    unique: list[exp.Expression] = []
+    for expr in group:
+        if expr not in unique:
+            unique.append(expr)
+    return unique
+
+
+def _output_alias(expr: exp.Expression, items: list[exp.Expression],
+                  by_alias: dict[str, exp.Expression]) -> int | None:
+    """The select position an ORDER BY name refers to: output aliases win over table columns, as in SQL."""
+    if isinstance(expr, exp.Column) and expr.name in by_alias:
+        return next(i for i, item in enumerate(items) if item is by_alias[expr.name])
+    return None
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _plan_selection(items: list[exp.Expression], names: tuple[str, ...], by_alias: dict[str, exp.Expression],
+                    order: list[exp.Ordered], where_sql: str | None, limit: int,
+                    offset: int) -> tuple[QueryKind, str, str]:
+    columns = [f"{item.sql(dialect=DIALECT)} AS __c{i}" for i, item in enumerate(items)]
+    order_terms: list[str] = []
+    for ordered in order:
+        position = _output_alias(ordered.this, items, by_alias)
+        if position is None:
+            target = _resolve_reference(ordered.this, items, by_alias, "ORDER BY")
+            position = items.index(target) if target in items else None
+        if position is not None:
+            ref = f"__c{position}"
+        else:
+            ref = f"__o{len(columns) - len(items)}"
+            columns.append(f"{target.sql(dialect=DIALECT)} AS {ref}")
+        order_terms.append(_ordered_sql(ordered, exp.column(ref)))
+    order_sql = f" ORDER BY {', '.join(order_terms)}" if order_terms else ""
+    server = f"SELECT {', '.join(columns)} FROM {SERVER_RELATION}"
+    server += f" WHERE {where_sql}" if where_sql else ""
+    server += f"{order_sql} LIMIT {limit + offset}"
+    outputs = ", ".join(f"__c{i} AS {_quote(name)}" for i, name in enumerate(names))
+    final = f"SELECT {outputs} FROM {PARTIALS_RELATION}{order_sql} LIMIT {limit} OFFSET {offset}"
+    return QueryKind.SELECTION, server, final
+
+
+def _ordered_sql(ordered: exp.Ordered, target: exp.Expression) -> str:
+    copy = ordered.copy()
+    copy.set("this", target)
+    return copy.sql(dialect=DIALECT)
+
+
+class _Merger:
+    """Collects the partials the servers compute and rewrites expressions over the merged columns."""
+
+    def __init__(self, group: list[exp.Expression]) -> None:
+        self.group = group
+        self.partials: list[str] = []
+        self.aggregates: list[str] = []
+        self.finals: list[tuple[int, str]] = []
+
+    def partial(self, template: str, call: AggregateCall) -> str:
+        arg = "*" if call.arg is None else call.arg.sql(dialect=DIALECT)
+        sql = template.format(x=arg)
+        if sql not in self.partials:
+            self.partials.append(sql)
+        return f"__p{self.partials.index(sql)}"
+
+    def final_column(self, call: AggregateCall) -> exp.Expression:
+        refs = {f"p{i}": self.partial(t, call) for i, t in enumerate(_PARTIALS[call.kind])}
+        pct = "" if call.percentile is None else repr(call.percentile)
+        aggregate, scalar = _FINALS[call.kind]
+        aggregate = aggregate.format(**refs)
+        if aggregate not in self.aggregates:
+            self.aggregates.append(aggregate)
+        step = (self.aggregates.index(aggregate), scalar.replace("{pct}", pct))
+        if step not in self.finals:
+            self.finals.append(step)
+        return exp.column(f"__f{self.finals.index(step)}")
+
+    def rewrite(self, expr: exp.Expression, where: str) -> exp.Expression:
+        """``expr`` over merged columns: group keys become ``__g<i>``, aggregations ``__f<k>``."""
+
+        def swap(node: exp.Expression) -> exp.Expression:
+            if node in self.group:
+                return exp.column(f"__g{self.group.index(node)}")
+            call = classify_aggregate(node)
+            if call is not None:
+                return self.final_column(call)
+            return node
+
+        _aggregates_in(expr)  # reject nested aggregations before rewriting
+        result = expr.transform(swap)
+        for column in result.find_all(exp.Column):
+            if column.this.args.get("quoted"):
+                raise sql_error(f"column '{column.name}' in {where} must be in GROUP BY or inside an aggregation")
+        return result
+
+
+def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple[str, ...],
+                      by_alias: dict[str, exp.Expression], group: list[exp.Expression], having: exp.Having | None,
+                      order: list[exp.Ordered], where_sql: str | None, limit: int | None,
+                      offset: int) -> tuple[QueryKind, str, str]:
+    merger = _Merger(group)
+    outputs = [merger.rewrite(item, "the select list") for item in items]
+    having_sql = None
+    if having is not None:
+        having_sql = merger.rewrite(_substitute_aliases(having.this, by_alias), "HAVING").sql(dialect=DIALECT)
+    order_terms = []
+    for ordered in order:
+        target = ordered.this
+        if _output_alias(target, items, by_alias) is not None:
+            order_terms.append(_ordered_sql(ordered, exp.column(target.name, quoted=True)))
+        else:
+            resolved = _resolve_reference(target, items, by_alias, "ORDER BY")
+            order_terms.append(_ordered_sql(ordered, merger.rewrite(resolved, "ORDER BY")))
+    keys = [f"{g.sql(dialect=DIALECT)} AS __g{i}" for i, g in enumerate(group)]
+    partials = [f"{p} AS __p{i}" for i, p in enumerate(merger.partials)]
+    server = f"SELECT {', '.join(keys + partials) or 'count(*) AS __rows'} FROM {SERVER_RELATION}"
+    server += f" WHERE {where_sql}" if where_sql else ""
+    server += f" GROUP BY {', '.join(str(i + 1) for i in range(len(group)))}" if group else ""
+    group_cols = [f"__g{i}" for i in range(len(group))]
+    aggregates = [f"{aggregate} AS __a{i}" for i, aggregate in enumerate(merger.aggregates)]
+    inner = f"SELECT {', '.join(group_cols + aggregates) or 'count(*) AS __rows'} FROM {PARTIALS_RELATION}"
+    inner += f" GROUP BY {', '.join(group_cols)}" if group_cols else ""
+    scalars = [f"{scalar.format(a=f'__a{a}')} AS __f{i}" for i, (a, scalar) in enumerate(merger.finals)]
+    middle = f"SELECT {', '.join(group_cols + scalars) or '1 AS __one'} FROM ({inner}) AS __aggregated"
+    select_list = ", ".join(f"{o.sql(dialect=DIALECT)} AS {_quote(n)}" for o, n in zip(outputs, names))
+    final = f"SELECT {select_list} FROM ({middle}) AS __merged"
+    final += f" WHERE {having_sql}" if having_sql else ""
+    final += f" ORDER BY {', '.join(order_terms)}" if order_terms else ""
+    final += f" LIMIT {limit}" if limit is not None else ""
+    final += f" OFFSET {offset}" if offset else ""
+    return kind, server, final
+
