@@ -1,0 +1,61 @@
+"""Shared REST plumbing: every error is JSON ``{"code": <status>, "error": "<message>"}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cuvee.cluster.errors import ClusterStateError
+from cuvee.controller.errors import ApiError, BadRequest
+from cuvee.errors import UserError
+from cuvee.spi.metastore import MetadataStoreError
+
+log = logging.getLogger(__name__)
+
+
+def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"code": status, "error": message, **extra}, status_code=status)
+
+
+def require_body(body: Any) -> Any:
+    if body is None:
+        raise BadRequest("a JSON request body is required")
+    return body
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(UserError)
+    async def _user(_: Request, exc: UserError) -> JSONResponse:
+        return error_response(400, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        return error_response(400, f"bad request: {details}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(MetadataStoreError)
+    async def _store(_: Request, exc: MetadataStoreError) -> JSONResponse:
+        log.warning("metadata store failure: %s", exc)
+        return error_response(503, f"metadata store unavailable: {exc}")
+
+    @app.exception_handler(ClusterStateError)
+    async def _cluster(_: Request, exc: ClusterStateError) -> JSONResponse:
+        return error_response(409, str(exc))
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")

@@ -1,0 +1,42 @@
+"""Consumption control of realtime tables: consumingSegmentsInfo, pause/resume, forceCommit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+
+from cuvee.controller.catalog import Catalog
+from cuvee.controller.consumption import consuming_segments_info, force_commit, pause_status, set_paused
+
+if TYPE_CHECKING:
+    from cuvee.controller.controller import Controller
+
+
+def router(ctl: Controller) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/tables/{table}/consumingSegmentsInfo")
+    def consuming_info(table: str) -> dict[str, Any]:
+        return consuming_segments_info(ctl.store, ctl.servers, Catalog(ctl.store).realtime(table))
+
+    @api.post("/tables/{table}/pauseConsumption")
+    def pause(table: str) -> dict[str, Any]:
+        ctl.require_leader()
+        return set_paused(ctl.store, Catalog(ctl.store).realtime(table), True, ctl.clock_ms)
+
+    @api.post("/tables/{table}/resumeConsumption")
+    def resume(table: str) -> dict[str, Any]:
+        ctl.require_leader()
+        return set_paused(ctl.store, Catalog(ctl.store).realtime(table), False, ctl.clock_ms)
+
+    @api.get("/tables/{table}/pauseStatus")
+    def status(table: str) -> dict[str, Any]:
+        return pause_status(ctl.store, Catalog(ctl.store).realtime(table))
+
+    @api.post("/tables/{table}/forceCommit")
+    def force(table: str) -> dict[str, Any]:
+        ctl.require_leader()
+        return force_commit(ctl.store, ctl.servers, Catalog(ctl.store).realtime(table))
+
+    return api

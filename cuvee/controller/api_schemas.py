@@ -1,0 +1,49 @@
+"""``/schemas``: Pinot schemas, validated with cuvee.config; writes are leader-only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Body
+
+from cuvee.controller.api_common import require_body
+from cuvee.controller.catalog import Catalog, parse_schema
+
+if TYPE_CHECKING:
+    from cuvee.controller.controller import Controller
+
+
+def router(ctl: Controller) -> APIRouter:
+    api = APIRouter()
+
+    def catalog() -> Catalog:
+        return Catalog(ctl.store)
+
+    @api.post("/schemas")
+    def create_schema(body: Any = Body(None)) -> dict[str, Any]:
+        ctl.require_leader()
+        schema = parse_schema(require_body(body))
+        catalog().create_schema(schema)
+        return {"status": f"{schema.name} successfully added", "unrecognizedProperties": {}}
+
+    @api.get("/schemas")
+    def list_schemas() -> list[str]:
+        return catalog().schema_names()
+
+    @api.get("/schemas/{name}")
+    def get_schema(name: str) -> dict[str, Any]:
+        return catalog().schema(name).to_json()
+
+    @api.put("/schemas/{name}")
+    def update_schema(name: str, body: Any = Body(None)) -> dict[str, Any]:
+        ctl.require_leader()
+        catalog().update_schema(name, parse_schema(require_body(body)))
+        return {"status": f"{name} successfully updated", "unrecognizedProperties": {}}
+
+    @api.delete("/schemas/{name}")
+    def delete_schema(name: str) -> dict[str, Any]:
+        ctl.require_leader()
+        catalog().delete_schema(name)
+        return {"status": f"Schema {name} deleted"}
+
+    return api

@@ -1,0 +1,64 @@
+"""``/segments``, ``/instances`` and ``/health``: read-only views any controller serves."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+
+from cuvee.cluster.paths import check_name
+from cuvee.cluster.records import InstanceInfo
+from cuvee.controller.catalog import Catalog
+from cuvee.controller.errors import BadRequest, NotFound
+from cuvee.errors import UserError
+
+if TYPE_CHECKING:
+    from cuvee.controller.controller import Controller
+
+
+def router(ctl: Controller) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "OK", "leader": ctl.is_leader, "leaderUrl": ctl.leader_url(), "instance": ctl.instance_id}
+
+    @api.get("/segments/{table}")
+    def segments(table: str) -> list[dict[str, list[str]]]:
+        out = []
+        for full in Catalog(ctl.store).resolve(table):
+            ideal = ctl.store.ideal_state(full)
+            names = set(ideal.record.segments) if ideal else set()
+            names.update(ctl.store.segment_names(full))
+            out.append({full.rsplit("_", 1)[1]: sorted(names)})
+        return out
+
+    @api.get("/segments/{table}/{segment}/metadata")
+    def segment_metadata(table: str, segment: str) -> dict[str, Any]:
+        try:
+            check_name("segment", segment)
+        except UserError as exc:
+            raise BadRequest(str(exc)) from None
+        for full in Catalog(ctl.store).resolve(table):
+            found = ctl.store.find_segment(full, segment)
+            if found is not None:
+                return {**found.record.to_json(), "table": full}
+        raise NotFound(f"segment {segment!r} of table {table!r} does not exist")
+
+    @api.get("/instances")
+    def instances() -> dict[str, list[str]]:
+        return {"instances": ctl.store.children(ctl.store.paths.instances)}
+
+    @api.get("/instances/{instance_id}")
+    def instance(instance_id: str) -> dict[str, Any]:
+        try:
+            check_name("instance", instance_id)
+        except UserError as exc:
+            raise BadRequest(str(exc)) from None
+        found = ctl.store.find(InstanceInfo, ctl.store.paths.instance(instance_id))
+        if found is None:
+            raise NotFound(f"instance {instance_id!r} does not exist")
+        live = ctl.store.metastore.exists(ctl.store.paths.live(instance_id)) is not None
+        return {**found.record.to_json(), "live": live}
+
+    return api

@@ -1,0 +1,21 @@
+"""The controller's FastAPI app: one router per concern."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from cuvee.controller import api_completion, api_consumption, api_schemas, api_segments, api_tables
+from cuvee.controller.api_common import install_error_handlers
+
+if TYPE_CHECKING:
+    from cuvee.controller.controller import Controller
+
+
+def build_app(ctl: Controller) -> FastAPI:
+    app = FastAPI(title="Cuvee controller")
+    install_error_handlers(app)
+    for module in (api_segments, api_schemas, api_tables, api_consumption, api_completion):
+        app.include_router(module.router(ctl))
+    return app

@@ -1,0 +1,162 @@
+"""The lead controller's three commit steps (DESIGN.md section 4), each a compare-and-set, each safe to re-run.
+
+(1) segment metadata IN_PROGRESS -> DONE with end offset and download URI; (2) the next segment's metadata from
+the end offset, with the next row threshold; (3) the ideal state: committed segment ONLINE, next one CONSUMING on
+the same instances. Steps 2 and 3 derive everything from the DONE record, so ``finish`` can complete a commit
+that stopped after step 1 (a crashed controller; later the repair task). Before step 3 the age of step 1 is
+checked against ``max_segment_completion_ms``: a commit that took too long is left to repair, so a slow controller
+and the repair never both place a next segment. Fault points sit between the steps for failure tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cuvee.cluster.assignment import complete_in_ideal_state, mark_done, next_segment_name, next_segment_record
+from cuvee.cluster.errors import ClusterStateError
+from cuvee.cluster.records import IdealState, SegmentRecord, SegmentStatus
+from cuvee.cluster.store import ClusterStore
+from cuvee.cluster.threshold import CommittedSegment, SizeLearner, SizePolicy
+from cuvee.config import TableConfig, TableType
+from cuvee.controller.catalog import Catalog
+from cuvee.controller.completion_types import CommitSegmentMetadata
+from cuvee.controller.faults import (
+    COMMIT_AFTER_STEP1,
+    COMMIT_AFTER_STEP2,
+    COMMIT_AFTER_STEP3,
+    COMMIT_BEFORE_STEP1,
+    FaultInjected,
+    fault,
+)
+from cuvee.controller.table_setup import next_row_threshold
+from cuvee.errors import CuveeError
+
+log = logging.getLogger(__name__)
+
+
+class CommitAbandoned(CuveeError):
+    """The commit stopped before step 3 on purpose (leadership lost, too old); repair finishes it later."""
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What a commit did: the committed record and the next segment (None when the table is paused)."""
+
+    done: SegmentRecord
+    next_segment: str | None
+
+
+def realtime_name(raw_table: str) -> str:
+    return raw_table + TableType.REALTIME.suffix
+
+
+class SegmentCommitter:
+    """Runs commit steps against one cluster. ``may_act()`` is checked before each step: a controller that lost
+    leadership stops at once. Auto-tuned tables learn their row threshold in a per-table SizeLearner."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        clock_ms: Callable[[], int],
+        max_segment_completion_ms: int,
+        may_act: Callable[[], bool] = lambda: True,
+    ):
+        self.store = store
+        self.catalog = Catalog(store)
+        self.clock_ms = clock_ms
+        self.max_segment_completion_ms = max_segment_completion_ms
+        self.may_act = may_act
+        self._learners: dict[str, SizeLearner] = {}
+        self._lock = threading.Lock()
+
+    def commit(self, action: CommitSegmentMetadata, *, forced: bool = False) -> bool:
+        """All three steps for the FSM's action; True when the segment is committed and the ideal state flipped."""
+        table = realtime_name(action.segment.table)
+        try:
+            self._check_leader()
+            fault(COMMIT_BEFORE_STEP1)
+            step1 = mark_done(
+                end_offset=action.end_offset,
+                total_docs=action.total_docs,
+                size_bytes=action.size_bytes,
+                crc=action.crc,
+                download_uri=action.location,
+                now_ms=self.clock_ms(),
+                time_min=action.time_min,
+                time_max=action.time_max,
+            )
+            done = self.store.update_segment(table, action.segment.name, step1).record
+            fault(COMMIT_AFTER_STEP1)
+            self._finish(table, done, forced=forced)
+            return True
+        except (ClusterStateError, CommitAbandoned, FaultInjected) as exc:
+            log.warning("commit of %s by %s at offset %d stopped: %s", action.segment, action.instance,
+                        action.end_offset, exc)
+            return False
+
+    def finish(self, table: str, segment: str) -> CommitOutcome:
+        """Steps 2 and 3 of a segment whose step 1 landed (re-running a finished commit changes nothing)."""
+        done = self.store.segment(table, segment).record
+        if done.status is not SegmentStatus.DONE:
+            raise CommitAbandoned(f"segment {segment} is {done.status.value}, not DONE: step 1 has not run")
+        return self._finish(table, done, forced=False, check_age=False)
+
+    def _finish(self, table: str, done: SegmentRecord, *, forced: bool, check_age: bool = True) -> CommitOutcome:
+        config = self.catalog.find_table(table)
+        if config is None or config.stream is None:
+            raise CommitAbandoned(f"table {table} is gone")
+        ideal = self.store.ideal_state(table)
+        if ideal is None:
+            raise CommitAbandoned(f"table {table} has no ideal state")
+        now = self.clock_ms()
+        next_name: str | None = None
+        if not ideal.record.paused:
+            self._check_leader()
+            next_name = next_segment_name(done, self.store.segment_names(table), now)
+            rows = self._next_rows(config, ideal.record, done, forced)
+            record = next_segment_record(done, next_name, rows, now, config.stream.flush_threshold_time_ms)
+            self.store.create_segment(table, record)
+        fault(COMMIT_AFTER_STEP2)
+        self._check_leader()
+        if check_age and done.commit_time_ms is not None:
+            age = self.clock_ms() - done.commit_time_ms
+            if age > self.max_segment_completion_ms:
+                raise CommitAbandoned(
+                    f"step 1 of {done.segment_name} is {age} ms old (> {self.max_segment_completion_ms}); "
+                    "leaving step 3 to repair"
+                )
+        self.store.update_ideal_state(table, complete_in_ideal_state(done.segment_name, next_name))
+        fault(COMMIT_AFTER_STEP3)
+        log.info("committed %s at offset %s; next %s", done.segment_name, done.end_offset, next_name or "(paused)")
+        return CommitOutcome(done, next_name)
+
+    def _next_rows(self, config: TableConfig, ideal: IdealState, done: SegmentRecord, forced: bool) -> int:
+        stream = config.stream
+        assert stream is not None
+        if not stream.auto_tuned:
+            return next_row_threshold(stream, ideal, done)
+        with self._lock:
+            learner = self._learners.get(config.name_with_type) or SizeLearner(
+                SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows)
+            )
+            committed = CommittedSegment(
+                partition=done.partition or 0,
+                rows=done.total_docs,
+                size_bytes=done.size_bytes,
+                row_threshold=done.row_threshold or stream.flush_autotune_initial_rows,
+                forced=forced,
+            )
+            learner, rows = learner.on_commit(committed)
+            self._learners[config.name_with_type] = learner
+            return rows
+
+    def learner(self, table: str) -> SizeLearner | None:
+        with self._lock:
+            return self._learners.get(table)
+
+    def _check_leader(self) -> None:
+        if not self.may_act():
+            raise CommitAbandoned("this controller is no longer the leader")

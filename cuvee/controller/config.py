@@ -1,0 +1,84 @@
+"""The controller's configuration: a frozen dataclass loaded from TOML with ``cuvee.node.config.load_config``.
+
+Every interval and timeout is seconds, so tests can make failure cases fast. Example::
+
+    cluster = "cuvee"
+    metadata = "sqlite:///var/cuvee/meta.db"
+    deep_store = "file:///var/cuvee/deepstore"
+    port = 9000
+    [completion]
+    hold_seconds = 3.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuvee.controller.completion_types import CompletionConfig
+
+
+def _positive(owner: str, **values: float) -> None:
+    for name, value in values.items():
+        if value <= 0:
+            raise ValueError(f"{owner}.{name} must be positive, got {value}")
+
+
+@dataclass(frozen=True)
+class CompletionTiming:
+    """The segment completion protocol's timing (DESIGN.md section 4), in seconds.
+
+    ``hold_seconds``: how often servers re-send segmentConsumed while told HOLD (the FSM's waits derive from it).
+    ``commit_lease_seconds``: the build lease a committer gets. ``max_commit_seconds``: no lease reaches past this.
+    ``max_segment_completion_seconds``: a commit whose step 1 is older than this when step 3 is due is abandoned
+    to the repair task (the seed's MAX_SEGMENT_COMPLETION_TIME), so a slow controller and the repair never both
+    create a next segment."""
+
+    hold_seconds: float = 3.0
+    commit_lease_seconds: float = 120.0
+    max_commit_seconds: float = 1800.0
+    max_segment_completion_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        _positive(
+            "completion",
+            hold_seconds=self.hold_seconds,
+            commit_lease_seconds=self.commit_lease_seconds,
+            max_commit_seconds=self.max_commit_seconds,
+            max_segment_completion_seconds=self.max_segment_completion_seconds,
+        )
+        self.fsm_config()  # raises ValueError for inconsistent timings
+
+    def fsm_config(self) -> CompletionConfig:
+        return CompletionConfig(
+            hold_ms=max(1, round(self.hold_seconds * 1000)),
+            commit_timeout_ms=max(1, round(self.commit_lease_seconds * 1000)),
+            max_commit_ms=max(1, round(self.max_commit_seconds * 1000)),
+        )
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """One controller process. ``metadata`` is the metadata store URI (``sqlite:///...`` or ``zk://...``);
+    ``deep_store`` the deep store URI (empty: none configured). ``port`` 0 picks a free port. ``instance_id``
+    defaults to ``Controller_<host>_<port>``."""
+
+    metadata: str
+    cluster: str = "cuvee"
+    host: str = "127.0.0.1"
+    port: int = 0
+    deep_store: str = ""
+    instance_id: str = ""
+    completion: CompletionTiming = field(default_factory=CompletionTiming)
+    external_view_interval_seconds: float = 1.0
+    server_timeout_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.metadata:
+            raise ValueError("metadata (the metadata store URI) is required")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        _positive(
+            "controller",
+            external_view_interval_seconds=self.external_view_interval_seconds,
+            server_timeout_seconds=self.server_timeout_seconds,
+        )

@@ -1,0 +1,185 @@
+"""The controller process: metadata store session, registration, leader election, and the REST service.
+
+Any number of controllers may run; the election (``metastore.election(paths.leader, identifier=<url>)``) picks
+one leader. Only the leader runs the completion protocol, commits, table writes and the external view writer;
+standbys serve reads and answer the protocol with NOT_LEADER and the leader's URL. Leadership changes reach the
+CompletionManager as LeadershipGained / LeadershipLost; a session leaving CONNECTED (SUSPENDED) stops every
+leader-only duty at once, before the election's own notification arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from cuvee.cluster.records import InstanceInfo
+from cuvee.cluster.store import ClusterStore
+from cuvee.controller.commit import SegmentCommitter
+from cuvee.controller.completion_service import CompletionService
+from cuvee.controller.config import ControllerConfig
+from cuvee.controller.errors import NotLeader
+from cuvee.controller.external_view_task import ExternalViewTask
+from cuvee.controller.server_client import ServerClient
+from cuvee.errors import CuveeError
+from cuvee.metastore import open_metastore
+from cuvee.node.http import HttpService
+from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.spi.deepstore import DeepStore
+from cuvee.spi.metastore import LeaderElection, MetadataStore, MetadataStoreError, NodeExistsError, SessionState
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_TAG = "controller"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Controller:
+    """``Controller(config).start()``; ``url``, ``is_leader``, ``leader_url()``; ``stop()``."""
+
+    def __init__(self, config: ControllerConfig, *, clock_ms: Callable[[], int] = wall_clock_ms):
+        self.config = config
+        self.clock_ms = clock_ms
+        self.metastore: MetadataStore | None = None
+        self._store: ClusterStore | None = None
+        self._http: HttpService | None = None
+        self._election: LeaderElection | None = None
+        self._completion: CompletionService | None = None
+        self._external_view: ExternalViewTask | None = None
+        self.deep_store: DeepStore | None = None
+        self.servers = ServerClient(config.server_timeout_seconds)
+        self._started = False
+        self._lock = threading.Lock()
+
+    # ---- lifecycle ----
+
+    def start(self) -> Controller:
+        from cuvee.controller.app import build_app
+
+        with self._lock:
+            if self._started:
+                raise CuveeError("controller already started")
+            self._started = True
+        if self.config.deep_store:
+            from cuvee.deepstore import open_deepstore
+
+            self.deep_store = open_deepstore(self.config.deep_store)
+        self.metastore = open_metastore(self.config.metadata)
+        try:
+            self._start_services(build_app(self))
+        except BaseException:
+            self.stop()
+            raise
+        log.info("controller %s serving at %s", self.instance_id, self.url)
+        return self
+
+    def _start_services(self, app: object) -> None:
+        assert self.metastore is not None
+        self._store = ClusterStore(self.metastore, self.config.cluster)
+        self._http = HttpService(app, self.config.host, self.config.port, name="controller")  # type: ignore[arg-type]
+        timing = self.config.completion
+        committer = SegmentCommitter(
+            self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader
+        )
+        self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms)
+        self._external_view = ExternalViewTask(
+            self._store, self.config.external_view_interval_seconds, lambda: self.is_leader
+        )
+        self._register()
+        self.metastore.add_state_listener(self._on_session_state)
+        self._http.start()
+        self._external_view.start()
+        self._election = self.metastore.election(self.store.paths.leader, self.url, self._on_leadership)
+        self._election.start()
+
+    def stop(self) -> None:
+        """Resign (so a standby takes over at once), stop serving, end the session."""
+        if self._election is not None:
+            self._election.resign()
+        if self._completion is not None:
+            self._completion.leadership_lost(None)
+        if self._external_view is not None:
+            self._external_view.stop()
+        if self._http is not None:
+            self._http.stop()
+        if self.metastore is not None:
+            self.metastore.close()
+
+    def __enter__(self) -> Controller:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- identity and leadership ----
+
+    @property
+    def url(self) -> str:
+        assert self._http is not None, "controller not started"
+        return self._http.url
+
+    @property
+    def instance_id(self) -> str:
+        if self.config.instance_id:
+            return self.config.instance_id
+        assert self._http is not None
+        return f"Controller_{self._http.host}_{self._http.port}"
+
+    @property
+    def is_leader(self) -> bool:
+        return self._election is not None and self._election.is_leader
+
+    def leader_url(self) -> str | None:
+        if self.is_leader:
+            return self.url
+        if self._election is None:
+            return None
+        try:
+            return self._election.leader_id()
+        except MetadataStoreError:
+            return None
+
+    def require_leader(self) -> None:
+        if not self.is_leader:
+            raise NotLeader(self.leader_url())
+
+    @property
+    def store(self) -> ClusterStore:
+        assert self._store is not None, "controller not started"
+        return self._store
+
+    @property
+    def completion(self) -> CompletionService:
+        assert self._completion is not None, "controller not started"
+        return self._completion
+
+    @property
+    def external_view(self) -> ExternalViewTask:
+        assert self._external_view is not None, "controller not started"
+        return self._external_view
+
+    def _register(self) -> None:
+        assert self._http is not None
+        info = InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port}, (CONTROLLER_TAG,))
+        self.store.register_instance(info)
+        try:
+            self.store.metastore.create(self.store.paths.live(self.instance_id), b"", ephemeral=True)
+        except NodeExistsError:
+            raise CuveeError(f"instance {self.instance_id} is already live (another controller with this id?)") from None
+
+    def _on_leadership(self, leader: bool) -> None:
+        if leader and self.is_leader:
+            log.info("controller %s is now the leader", self.url)
+            self.completion.leadership_gained()
+            self.external_view.poke()
+        elif not leader:
+            log.info("controller %s is no longer the leader", self.url)
+            self.completion.leadership_lost(self.leader_url())
+
+    def _on_session_state(self, state: SessionState) -> None:
+        if state is not SessionState.CONNECTED and self._completion is not None:
+            self._completion.leadership_lost(None)  # SUSPENDED: stop at once, the election catches up

@@ -1,0 +1,84 @@
+"""The controller's calls to servers: consuming-segment status and force commit (paths in completion_http).
+
+Calls to several servers run in parallel with one timeout each; a server that fails or answers garbage is
+reported per server (never raised), so one dead server cannot hide the others' answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from cuvee.cluster.records import InstanceInfo
+from cuvee.protocol.completion_http import HTTP_PORT_NAME, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
+
+
+def instance_url(info: InstanceInfo) -> str | None:
+    """``http://host:port`` of an instance (its ``http`` port, else its only port); None if it has none."""
+    port = info.ports.get(HTTP_PORT_NAME)
+    if port is None and len(info.ports) == 1:
+        port = next(iter(info.ports.values()))
+    return None if port is None else f"http://{info.host}:{port}"
+
+
+@dataclass(frozen=True)
+class ServerReply:
+    instance: str
+    body: Any | None = None
+    error: str | None = None
+
+
+class ServerClient:
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+
+    def consuming_info(self, servers: dict[str, str | None], table: str) -> list[ServerReply]:
+        """GET each server's consuming segments of ``table`` (name with type)."""
+        path = SERVER_CONSUMING_SEGMENTS_INFO.format(table=table)
+        return self._each({inst: (url, _get(path)) for inst, url in servers.items()})
+
+    def force_commit(self, servers: dict[str, tuple[str | None, list[str]]], table: str) -> list[ServerReply]:
+        """POST each server the consuming segments of ``table`` it should end with reason forceCommit."""
+        path = SERVER_FORCE_COMMIT.format(table=table)
+        return self._each({inst: (url, _post(path, {"segments": segs})) for inst, (url, segs) in servers.items()})
+
+    def _each(self, calls: dict[str, tuple[str | None, Call]]) -> list[ServerReply]:
+        if not calls:
+            return []
+        with httpx.Client(timeout=self.timeout) as client, ThreadPoolExecutor(min(8, len(calls))) as pool:
+            futures = {inst: pool.submit(_one, client, inst, url, call) for inst, (url, call) in calls.items()}
+            return [futures[inst].result() for inst in sorted(futures)]
+
+
+Call = Callable[[httpx.Client, str], httpx.Response]
+
+
+def _get(path: str) -> Call:
+    return lambda client, url: client.get(url + path)
+
+
+def _post(path: str, body: Any) -> Call:
+    return lambda client, url: client.post(url + path, json=body)
+
+
+def _one(client: httpx.Client, instance: str, url: str | None, call: Call) -> ServerReply:
+    if url is None:
+        return ServerReply(instance, error="the instance registered no HTTP port")
+    try:
+        response = call(client, url)
+    except httpx.HTTPError as exc:
+        return ServerReply(instance, error=f"{type(exc).__name__}: {exc}")
+    if response.status_code >= 400:
+        return ServerReply(instance, error=f"HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        return ServerReply(instance, body=response.json())
+    except ValueError:
+        return ServerReply(instance, error=f"not JSON: {response.text[:200]}")
+
+
+def urls_of(instances: Iterable[InstanceInfo]) -> dict[str, str | None]:
+    return {i.instance_id: instance_url(i) for i in instances}

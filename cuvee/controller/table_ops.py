@@ -1,0 +1,66 @@
+"""Create, update and delete tables: validation against the schema, then the metadata writes in a safe order."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cuvee.cluster.store import ClusterStore
+from cuvee.config import TableConfig
+from cuvee.controller.catalog import Catalog, parse_table
+from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.table_setup import delete_table_state, plan_table, read_start_offsets, write_plan
+
+log = logging.getLogger(__name__)
+
+
+def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
+    """Validate, plan (stream offsets, placement: every user error before any write), then write the config,
+    the segment records and the ideal state, in that order."""
+    catalog = Catalog(store)
+    table = parse_table(doc)
+    catalog.check_against_schema(table)
+    name = table.name_with_type
+    if catalog.find_table(name) is not None:
+        raise Conflict(f"table {name!r} already exists")
+    plan = None
+    if table.is_realtime:
+        assert table.stream is not None
+        plan = plan_table(store, table, read_start_offsets(table.stream), now_ms)
+    catalog.create_table_config(table)
+    if plan is not None:
+        write_plan(store, name, plan)
+        log.info("created %s: %d consuming segment(s)", name, len(plan.segments))
+    else:
+        store.update_ideal_state(name, lambda ideal: ideal)
+    return table
+
+
+def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
+    """Replace a table's config (same name and type; checked against its schema). New thresholds apply to the
+    segments created from now on."""
+    catalog = Catalog(store)
+    table = parse_table(doc)
+    targets = catalog.resolve(name)
+    if table.name_with_type not in targets:
+        raise BadRequest(f"tableName {table.name_with_type!r} in the body does not match {name!r} in the path")
+    old = catalog.find_table(table.name_with_type)
+    if old is not None and old.stream is not None and table.stream is not None:
+        if (old.stream.stream_type, old.stream.topic_name) != (table.stream.stream_type, table.stream.topic_name):
+            raise BadRequest(f"table {table.name_with_type!r}: the stream type and topic cannot change")
+    catalog.check_against_schema(table)
+    catalog.update_table_config(table)
+    return table
+
+
+def delete_table(store: ClusterStore, name: str) -> list[str]:
+    """Delete the table (both types if ``name`` is raw): config first, so commits and the external view writer
+    stop touching it, then the ideal state (servers drop their segments), segment metadata, external view."""
+    catalog = Catalog(store)
+    deleted = []
+    for full in catalog.resolve(name):
+        catalog.delete_table_config(full)
+        delete_table_state(store, full)
+        deleted.append(full)
+        log.info("deleted table %s", full)
+    return deleted

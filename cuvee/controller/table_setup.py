@@ -1,0 +1,147 @@
+"""Realtime table creation (issue item 2) and the segment bookkeeping around pause/resume.
+
+Creation reads the stream's partition count and start offsets (``auto.offset.reset`` smallest/largest), places one
+sequence-0 consuming segment per partition with ``cuvee.cluster.assignment`` over the live servers tagged
+``<serverTenant>_REALTIME``, and writes the segment records BEFORE the ideal state: a server told to consume must
+find its start offset. Everything that can fail for the user's reasons (stream unreadable, too few servers) is
+checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from cuvee.cluster.assignment import (
+    TablePlan,
+    complete_in_ideal_state,
+    eligible_instances,
+    next_segment_name,
+    next_segment_record,
+    plan_consuming_segments,
+    rows_per_segment,
+    server_tag,
+)
+from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
+from cuvee.cluster.store import ClusterStore
+from cuvee.config import OffsetReset, StreamConfig, TableConfig
+from cuvee.controller.errors import BadGateway, BadRequest
+from cuvee.errors import CuveeError
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.stream import open_consumer
+
+log = logging.getLogger(__name__)
+
+
+def read_start_offsets(stream: StreamConfig) -> dict[int, int]:
+    """Partition -> the offset a brand-new table starts at (earliest for ``smallest``, latest for ``largest``)."""
+    try:
+        with open_consumer(stream.properties) as consumer:
+            count = consumer.partition_count()
+            if stream.offset_reset is OffsetReset.SMALLEST:
+                return {p: consumer.earliest_offset(p) for p in range(count)}
+            return {p: consumer.latest_offset(p) for p in range(count)}
+    except CuveeError as exc:
+        raise BadRequest(f"cannot read stream topic {stream.topic_name!r}: {exc}") from None
+
+
+def latest_offsets(stream: StreamConfig, partitions: set[int]) -> dict[int, int]:
+    """Partition -> latest offset in the stream (for lag reports); a stream failure is a 502."""
+    try:
+        with open_consumer(stream.properties) as consumer:
+            return {p: consumer.latest_offset(p) for p in sorted(partitions)}
+    except CuveeError as exc:
+        raise BadGateway(f"cannot read stream topic {stream.topic_name!r}: {exc}") from None
+
+
+def plan_table(store: ClusterStore, table: TableConfig, offsets: Mapping[int, int], now_ms: int) -> TablePlan:
+    """Consuming segments for every partition, placed on the tagged live servers (400 when too few)."""
+    stream = table.stream
+    assert stream is not None
+    tag = server_tag(table.tenants.server)
+    instances = eligible_instances(store.instances(), set(store.live_instance_ids()), tag)
+    try:
+        return plan_consuming_segments(
+            table.name_with_type,
+            offsets,
+            table.replication,
+            instances,
+            now_ms,
+            flush_rows=stream.flush_threshold_rows,
+            autotuned_rows=stream.flush_autotune_initial_rows if stream.auto_tuned else None,
+            time_threshold_ms=stream.flush_threshold_time_ms,
+        )
+    except AssignmentError as exc:
+        raise BadRequest(f"table {table.name_with_type}: {exc} (servers must carry tag {tag!r})") from None
+
+
+def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
+    """Segment records first, then the ideal state; safe to re-run (existing records and segments are kept)."""
+    for record in plan.segments:
+        store.create_segment(table, record)
+
+    def merge(ideal: IdealState) -> IdealState:
+        for segment, replicas in plan.ideal_state.segments.items():
+            if segment not in ideal.segments:
+                ideal = ideal.with_segment(segment, replicas)
+        return ideal
+
+    store.update_ideal_state(table, merge)
+
+
+def delete_table_state(store: ClusterStore, table: str) -> None:
+    """Ideal state first (servers drop the segments), then segment metadata and the external view."""
+    paths = store.paths
+    store.delete(paths.ideal_state(table))
+    store.delete(paths.segments(table))
+    store.delete(paths.external_view(table))
+
+
+def next_row_threshold(stream: StreamConfig, ideal: IdealState, done: SegmentRecord) -> int:
+    """The row threshold of a partition's next segment with a fixed flush size (the seed's rule)."""
+    if stream.flush_threshold_rows > 0:
+        return rows_per_segment(stream.flush_threshold_rows, ideal)
+    return max(1, done.row_threshold or stream.flush_autotune_initial_rows)
+
+
+def latest_segments(ideal: IdealState) -> dict[int, LLCSegmentName]:
+    """Each partition's latest LLC segment in the ideal state."""
+    latest: dict[int, LLCSegmentName] = {}
+    for name in ideal.segments:
+        try:
+            llc = LLCSegmentName.parse(name)
+        except InvalidSegmentNameError:
+            continue
+        if llc.partition not in latest or llc.sequence > latest[llc.partition].sequence:
+            latest[llc.partition] = llc
+    return latest
+
+
+def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int) -> list[str]:
+    """After a resume: give every partition whose latest segment was committed while paused (so no next segment
+    was made) a new consuming segment from its end offset, on the same instances. Returns the new names."""
+    stream = table.stream
+    assert stream is not None
+    name = table.name_with_type
+    created: list[str] = []
+    found = store.ideal_state(name)
+    if found is None:
+        return created
+    for llc in latest_segments(found.record).values():
+        replicas = found.record.segments.get(llc.name, {})
+        if SegmentState.ONLINE not in replicas.values():
+            continue
+        done = store.find_segment(name, llc.name)
+        if done is None or done.record.status is not SegmentStatus.DONE:
+            continue
+        current = store.ideal_state(name)
+        assert current is not None
+        next_name = next_segment_name(done.record, store.segment_names(name), now_ms)
+        rows = next_row_threshold(stream, current.record, done.record)
+        store.create_segment(name, next_segment_record(done.record, next_name, rows, now_ms))
+        store.update_ideal_state(name, complete_in_ideal_state(llc.name, next_name))
+        created.append(next_name)
+        log.info("resumed %s: partition %d consumes %s from offset %s", name, llc.partition, next_name,
+                 done.record.end_offset)
+    return created

@@ -1,0 +1,128 @@
+"""The controller's REST API: schemas and tables (create, read, update, delete) and every error shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuvee.cluster.store import ClusterStore
+from cuvee.controller import Controller
+from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
+    _reset_faults,
+    get,
+    leader,
+    log_dir,
+    meta_uri,
+    post,
+    register_servers,
+    schema_doc,
+    side_store,
+    start_controller,
+    table_doc,
+)
+import httpx
+
+
+def _error(response: httpx.Response, status: int, fragment: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["code"] == status and fragment in body["error"], body
+    return body
+
+
+def test_schema_lifecycle_and_errors(leader: Controller) -> None:
+    url = leader.url
+    assert post(url, "/schemas", schema_doc()).status_code == 200
+    assert get(url, "/schemas").json() == ["events"]
+    assert get(url, "/schemas/events").json()["schemaName"] == "events"
+    _error(post(url, "/schemas", schema_doc()), 409, "already exists")
+    bad = {"schemaName": "", "dimensionFieldSpecs": [{"name": "a", "dataType": "NOPE"}], "metricFieldSpecs": 3}
+    body = _error(post(url, "/schemas", bad), 400, "invalid schema")
+    assert {i["path"] for i in body["issues"]} >= {"$.schemaName", "$.metricFieldSpecs"}
+    _error(post(url, "/schemas"), 400, "body is required")
+    _error(httpx.post(url + "/schemas", content=b"{not json", headers={"content-type": "application/json"}), 400, "")
+    _error(get(url, "/schemas/nope"), 404, "does not exist")
+    updated = schema_doc()
+    updated["dimensionFieldSpecs"].append({"name": "device", "dataType": "STRING"})
+    assert httpx.put(url + "/schemas/events", json=updated).status_code == 200
+    assert len(get(url, "/schemas/events").json()["dimensionFieldSpecs"]) == 3
+    _error(httpx.put(url + "/schemas/other", json=updated), 400, "does not match")
+    _error(httpx.put(url + "/schemas/other", json=schema_doc("other")), 404, "does not exist")
+    assert httpx.delete(url + "/schemas/events").status_code == 200
+    _error(httpx.delete(url + "/schemas/events"), 404, "does not exist")
+
+
+def test_table_lifecycle(leader: Controller, side_store: ClusterStore, log_dir: Path) -> None:
+    url = leader.url
+    register_servers(side_store, 3)
+    post(url, "/schemas", schema_doc())
+    created = post(url, "/tables", table_doc(log_dir))
+    assert created.status_code == 200, created.text
+    assert get(url, "/tables").json() == {"tables": ["events"]}
+    for name in ("events", "events_REALTIME"):
+        config = get(url, f"/tables/{name}").json()
+        assert list(config) == ["REALTIME"] and config["REALTIME"]["tableName"] == "events_REALTIME"
+    _error(get(url, "/tables/events_OFFLINE"), 404, "does not exist")
+    assert get(url, "/tables/events/schema").json()["schemaName"] == "events"
+
+    ideal = get(url, "/tables/events/idealstate").json()["REALTIME"]
+    assert len(ideal) == 4 and all(set(r.values()) == {"CONSUMING"} and len(r) == 2 for r in ideal.values())
+    [segments] = get(url, "/segments/events").json()
+    assert sorted(segments["REALTIME"]) == sorted(ideal)
+    first = sorted(ideal)[0]
+    meta = get(url, f"/segments/events/{first}/metadata").json()
+    assert (meta["status"], meta["startOffset"], meta["partition"]) == ("IN_PROGRESS", 0, 0)
+    _error(get(url, "/segments/events/events__9__0__20260101T0000Z/metadata"), 404, "does not exist")
+    assert get(url, "/tables/events/externalview").json() == {"REALTIME": {}}
+
+    _error(post(url, "/tables", table_doc(log_dir)), 409, "already exists")
+    _error(httpx.delete(url + "/schemas/events"), 409, "used by table")
+
+    changed = table_doc(log_dir, rows=5000)
+    assert httpx.put(url + "/tables/events", json=changed).status_code == 200
+    stored = get(url, "/tables/events").json()["REALTIME"]
+    assert stored["tableIndexConfig"]["streamConfigs"]["realtime.segment.flush.threshold.rows"] == "5000"
+    _error(httpx.put(url + "/tables/events", json=table_doc(log_dir, topic="other")), 400, "cannot change")
+    _error(httpx.put(url + "/tables/events", json=table_doc(log_dir, name="x")), 400, "does not match")
+    _error(httpx.put(url + "/tables/x", json=table_doc(log_dir, name="x")), 404, "does not exist")
+
+    assert httpx.delete(url + "/tables/events").status_code == 200
+    _error(get(url, "/tables/events"), 404, "does not exist")
+    _error(get(url, "/segments/events"), 404, "does not exist")
+    assert side_store.ideal_state("events_REALTIME") is None
+    assert side_store.segment_names("events_REALTIME") == []
+    assert get(url, "/tables").json() == {"tables": []}
+
+
+def test_table_errors(leader: Controller, side_store: ClusterStore, log_dir: Path) -> None:
+    url = leader.url
+    _error(post(url, "/tables", table_doc(log_dir)), 400, "needs schema 'events'")
+    post(url, "/schemas", schema_doc())
+    bad = table_doc(log_dir)
+    bad["segmentsConfig"]["timeColumnName"] = "nope"
+    bad["tableIndexConfig"]["invertedIndexColumns"] = ["missing"]
+    body = _error(post(url, "/tables", bad), 400, "invalid table config")
+    assert {i["path"] for i in body["issues"]} == {
+        "$.segmentsConfig.timeColumnName", "$.tableIndexConfig.invertedIndexColumns[0]"}
+    no_stream = table_doc(log_dir)
+    del no_stream["tableIndexConfig"]["streamConfigs"]
+    _error(post(url, "/tables", no_stream), 400, "required for a REALTIME table")
+    _error(post(url, "/tables", table_doc(log_dir, topic="missing")), 400, "cannot read stream topic 'missing'")
+    register_servers(side_store, 1)
+    body = _error(post(url, "/tables", table_doc(log_dir, replicas=2)), 400, "cannot place 2 replicas")
+    assert "DefaultTenant_REALTIME" in body["error"]
+    assert get(url, "/tables").json() == {"tables": []}  # nothing was written
+    assert side_store.segment_names("events_REALTIME") == []
+    _error(get(url, "/tables/a%2Fb"), 404, "")
+    _error(get(url, "/instances/nope"), 404, "does not exist")
+
+
+def test_instances_and_health(leader: Controller, side_store: ClusterStore) -> None:
+    register_servers(side_store, 2)
+    ids = get(leader.url, "/instances").json()["instances"]
+    assert set(ids) == {"Server_0", "Server_1", leader.instance_id}
+    me = get(leader.url, f"/instances/{leader.instance_id}").json()
+    assert me["live"] is True and me["tags"] == ["controller"]
+    server = get(leader.url, "/instances/Server_1").json()
+    assert server["tags"] == ["DefaultTenant_REALTIME"] and server["live"] is True
+    health = get(leader.url, "/health").json()
+    assert health["status"] == "OK" and health["leader"] is True and health["leaderUrl"] == leader.url
