@@ -1,0 +1,65 @@
+"""Settings of a server's partition consumers and of their side of the segment completion protocol.
+
+Every wait, timeout and interval is here, in seconds, so tests can shrink them; the server shell embeds this
+dataclass in its ServerConfig (a ``[consumer]`` TOML table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """How consuming segments fetch, talk to the lead controller, build and download."""
+
+    # ---- fetching from the stream ----
+    fetch_max_messages: int = 10_000
+    fetch_max_wait_seconds: float = 0.1
+    # Rows a consuming segment can hold beyond its row threshold, to CATCH_UP to a committer that is ahead
+    # (time-limited or force-committed segments); None means one fetch batch.
+    catch_up_headroom_rows: int | None = None
+    # Giving up on reaching a CATCH_UP offset (the stream may not have it): report where we are instead.
+    catch_up_timeout_seconds: float = 30.0
+    # Transient stream errors are retried this many times in a row (backoff doubling from the initial value)
+    # before the replica gives up and sends segmentStoppedConsuming.
+    stream_error_retries: int = 5
+    stream_error_backoff_seconds: float = 0.2
+    # Most recent bad records kept per segment for inspection (the count is always exact).
+    bad_records_kept: int = 100
+
+    # ---- completion protocol ----
+    hold_retry_seconds: float = 1.0  # re-send segmentConsumed this long after HOLD / FAILED
+    not_leader_retry_seconds: float = 0.2  # re-send after NOT_LEADER (leader re-resolved first)
+    controller_timeout_seconds: float = 10.0  # per HTTP request, and the total of its connection retries
+    request_retry_initial_seconds: float = 0.05  # first backoff after a connection error (doubles)
+    # The committer asks for this much more build time (extendBuildTime) when less than
+    # ``lease_margin_seconds`` of its lease is left; it checks every ``lease_check_seconds`` while building.
+    extend_build_seconds: int = 60
+    lease_margin_seconds: float = 5.0
+    lease_check_seconds: float = 1.0
+    default_lease_seconds: float = 60.0  # if a COMMIT answer carries no build time
+
+    # ---- downloads (go_online when this replica cannot use its own copy) ----
+    download_retry_initial_seconds: float = 0.2
+    download_retry_max_seconds: float = 30.0  # exponential backoff cap for deep-store/peer downloads
+
+    def __post_init__(self) -> None:
+        positive = ("fetch_max_messages", "fetch_max_wait_seconds", "hold_retry_seconds", "not_leader_retry_seconds",
+                    "controller_timeout_seconds", "request_retry_initial_seconds", "extend_build_seconds",
+                    "lease_check_seconds", "default_lease_seconds", "download_retry_initial_seconds",
+                    "download_retry_max_seconds", "catch_up_timeout_seconds", "stream_error_backoff_seconds")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"consumer.{name} must be a positive number, got {value!r}")
+        for name in ("stream_error_retries", "bad_records_kept", "lease_margin_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"consumer.{name} must be >= 0, got {value!r}")
+        if self.catch_up_headroom_rows is not None and self.catch_up_headroom_rows < 0:
+            raise ValueError(f"consumer.catch_up_headroom_rows must be >= 0, got {self.catch_up_headroom_rows}")
+
+    @property
+    def headroom_rows(self) -> int:
+        return self.fetch_max_messages if self.catch_up_headroom_rows is None else self.catch_up_headroom_rows

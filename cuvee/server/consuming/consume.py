@@ -1,0 +1,182 @@
+"""The partition consumer: fetch from the stream, decode, append to the mutable segment, track offsets.
+
+Offsets are exact so that replicas agree: a segment ending at the row limit ends one past the offset of the row
+that filled it (not at the fetch batch's end), and a catch-up ends at exactly the offset the controller named.
+Bad messages below the offset reached are counted in the segment's BadRecordLog (those beyond belong to the next
+segment, which will see them again). Data lost to retention (OffsetOutOfRangeError) is counted, logged loudly,
+and consumption continues from the earliest offset still in the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cuvee.decode import BadRecordLog, Decoder
+from cuvee.protocol.completion import StopReason
+from cuvee.segment.mutable import MutableSegment
+from cuvee.server.consuming.config import ConsumerConfig
+from cuvee.spi.stream import OffsetOutOfRangeError, StreamConsumer, StreamError
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeError(Exception):
+    """Consuming cannot go on (the stream kept failing, or appending failed): the replica gives up."""
+
+
+@dataclass
+class EndCriteria:
+    """When normal consumption stops. ``deadline`` is on the injected clock (seconds); ``force`` and ``paused``
+    are read every fetch."""
+
+    row_limit: int
+    deadline: float | None
+    force: Callable[[], bool]
+    paused: Callable[[], bool]
+
+
+class PartitionConsumer:
+    """Reads one stream partition into one mutable segment. Used by one thread at a time."""
+
+    def __init__(
+        self,
+        *,
+        open_stream: Callable[[], StreamConsumer],
+        partition: int,
+        start_offset: int,
+        decoder: Decoder,
+        segment: MutableSegment,
+        bad_records: BadRecordLog,
+        config: ConsumerConfig,
+        clock: Callable[[], float],
+        interrupted: threading.Event,
+        name: str,
+    ):
+        self._open_stream = open_stream
+        self._stream: StreamConsumer | None = None  # opened on first fetch, in the consuming thread
+        self.partition = partition
+        self.start_offset = start_offset
+        self.offset = start_offset  # the next offset to consume
+        self.effective_start = start_offset  # moves up if retention removed the first messages before we read them
+        self.decoder = decoder
+        self.segment = segment
+        self.bad_records = bad_records
+        self.config = config
+        self.clock = clock
+        self.interrupted = interrupted
+        self.name = name
+        self.messages_lost = 0
+        self.last_message_ms: int | None = None
+        self.caught_up_ms: int | None = None  # clock time of the last fetch that found nothing newer
+        self.stream_errors = 0
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    @property
+    def rows(self) -> int:
+        return self.segment.num_docs
+
+    def consume(self, end: EndCriteria) -> StopReason | None:
+        """Consume until an end criterion holds; None if interrupted first. Raises ConsumeError."""
+        while True:
+            if self.interrupted.is_set():
+                return None
+            if end.force():
+                return StopReason.FORCE_COMMIT
+            if self.rows >= end.row_limit:
+                return StopReason.ROW_LIMIT
+            if end.deadline is not None and self.clock() >= end.deadline:
+                return StopReason.TIME_LIMIT
+            if end.paused():
+                self.interrupted.wait(self.config.fetch_max_wait_seconds)
+                continue
+            self._step(row_limit=end.row_limit, target=None)
+
+    def catch_up(self, target: int, timeout: float) -> bool:
+        """Consume up to exactly ``target`` (the mutable segment's capacity allowing); True if reached.
+        ``timeout`` is in real seconds: the stream may never deliver the offset."""
+        deadline = time.monotonic() + timeout
+        while self.offset < target:
+            if self.interrupted.is_set() or time.monotonic() >= deadline or self.segment.is_full:
+                return False
+            self._step(row_limit=None, target=target)
+        return self.offset == target
+
+    # ---- one fetch ----
+
+    def _step(self, *, row_limit: int | None, target: int | None) -> None:
+        want = self.config.fetch_max_messages
+        if target is not None:
+            want = min(want, target - self.offset)
+        try:
+            if self._stream is None:
+                self._stream = self._open_stream()
+            batch = self._stream.fetch(self.partition, self.offset, want, int(self.config.fetch_max_wait_seconds * 1000))
+        except OffsetOutOfRangeError as exc:
+            self._lost(exc)
+            return
+        except StreamError as exc:
+            self._stream_error(exc)
+            return
+        self.stream_errors = 0
+        messages = batch.messages
+        next_offset = batch.next_offset
+        if target is not None and (next_offset > target or (messages and messages[-1].offset >= target)):
+            messages = [m for m in messages if m.offset < target]
+            next_offset = target
+        if not messages:
+            self.offset = max(self.offset, next_offset)
+            self.caught_up_ms = int(self.clock() * 1000)
+            return
+        result = self.decoder.decode([m.value for m in messages], [m.offset for m in messages])
+        good, offsets = result.batch, result.offsets
+        room = self.segment.capacity - self.rows
+        if row_limit is not None:
+            room = min(room, row_limit - self.rows)
+        if good.num_rows > room:
+            good, offsets = good.slice(0, room), offsets[:room]
+        try:
+            taken = self.segment.append(good, offsets) if good.num_rows else 0
+        except (ValueError, RuntimeError) as exc:
+            raise ConsumeError(f"{self.name}: cannot append rows at offset {self.offset}: {exc}") from exc
+        if taken < result.batch.num_rows:
+            # Stopped inside the batch (row limit or capacity): end right after the last row taken.
+            reached = int(offsets[taken - 1]) + 1 if taken else self.offset
+        else:
+            reached = next_offset
+            if len(messages) < len(batch.messages) or len(batch.messages) < want:
+                self.caught_up_ms = int(self.clock() * 1000)
+        bad = [b for b in result.bad if b.offset < reached]
+        if bad:
+            self.bad_records.record(bad, source=self.name)
+        consumed = [m.timestamp_ms for m in messages if m.offset < reached]
+        if consumed:
+            self.last_message_ms = max(consumed) if self.last_message_ms is None else max(self.last_message_ms,
+                                                                                          max(consumed))
+        self.offset = reached
+
+    def _lost(self, exc: OffsetOutOfRangeError) -> None:
+        lost = max(exc.earliest - self.offset, 0)
+        self.messages_lost += lost
+        log.error("%s: DATA LOSS: offsets %d..%d of %s[%d] were removed by retention before this replica read "
+                  "them (%d messages); continuing from %d", self.name, self.offset, exc.earliest - 1, exc.topic,
+                  exc.partition, lost, exc.earliest)
+        self.offset = max(self.offset, exc.earliest)
+        if self.rows == 0:
+            self.effective_start = self.offset
+
+    def _stream_error(self, exc: StreamError) -> None:
+        self.stream_errors += 1
+        if self.stream_errors > self.config.stream_error_retries:
+            raise ConsumeError(f"{self.name}: the stream failed {self.stream_errors} times in a row: {exc}") from exc
+        delay = self.config.stream_error_backoff_seconds * 2 ** (self.stream_errors - 1)
+        log.warning("%s: stream error at offset %d (attempt %d, retrying in %.2fs): %s", self.name, self.offset,
+                    self.stream_errors, delay, exc)
+        self.interrupted.wait(delay)

@@ -1,0 +1,394 @@
+"""ConsumingSegment: one consuming segment on one server, the I/O shell around the pure ConsumerFsm.
+
+One thread per segment: consume to an end criterion (PartitionConsumer), then execute the FSM's actions (HTTP to
+the lead controller, catch-up, build, upload, waits) and feed their outcomes back until the FSM finishes. Build and
+upload run in a helper thread so the consume thread can keep the committer's lease alive (Tick events ->
+extendBuildTime). ``go_online`` lets the thread finish its current step, then returns the immutable segment to
+serve: this replica's own build if it matches the committed one, else a catch-up and build, else a download.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cuvee.cluster.records import SegmentRecord
+from cuvee.config import Schema, TableConfig
+from cuvee.errors import CuveeError
+from cuvee.decode import BadRecordLog, JsonDecoder
+from cuvee.protocol.completion import Request
+from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.segment.immutable import ImmutableSegment
+from cuvee.segment.mutable import MutableSegment
+from cuvee.server.consuming import build as building
+from cuvee.server.consuming.client import CompletionUnavailable, SegmentCompletionClient
+from cuvee.server.consuming.config import ConsumerConfig
+from cuvee.server.consuming.consume import ConsumeError, EndCriteria, PartitionConsumer
+from cuvee.server.consuming.fsm import (
+    Action,
+    Build,
+    BuildFailed,
+    BuildPurpose,
+    BuildSucceeded,
+    CatchUp,
+    CaughtUp,
+    ConsumeFailed,
+    ConsumerFsm,
+    ConsumerState,
+    EndReached,
+    Event,
+    Finish,
+    RequestFailed,
+    ResolveLeader,
+    Responded,
+    RetryDue,
+    Send,
+    Stop,
+    Tick,
+    Upload,
+    UploadFailed,
+    UploadSucceeded,
+    Wait,
+)
+from cuvee.spi.deepstore import DeepStore
+from cuvee.stream import open_consumer
+
+log = logging.getLogger(__name__)
+
+_UPLOAD_SCRATCH = ".upload"
+
+
+class SegmentReleasedError(CuveeError):
+    """go_online could not finish because the segment was stopped meanwhile."""
+
+
+class ConsumingSegment:
+    """One consuming segment on this server: consume thread, completion protocol, build, upload.
+
+    ``segment_dir`` is the directory this server keeps the table's segments in: the build lands in
+    ``segment_dir/<segment name>/``. ``fetch_committed(record)`` is the shell's download (deep store, else a peer).
+    """
+
+    is_consuming = True
+
+    def __init__(
+        self,
+        *,
+        table: TableConfig,
+        schema: Schema,
+        record: SegmentRecord,
+        instance_id: str,
+        completion: SegmentCompletionClient,
+        deep_store: DeepStore,
+        segment_dir: Path,
+        fetch_committed: Callable[[SegmentRecord], ImmutableSegment],
+        config: ConsumerConfig,
+        clock: Callable[[], float] = time.time,
+    ):
+        if table.stream is None:
+            raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
+        if record.start_offset is None:
+            raise ValueError(f"segment {record.segment_name} has no start offset in its metadata")
+        self.table, self.schema, self.record = table, schema, record
+        self.name = record.segment_name
+        self.llc = LLCSegmentName.parse(self.name)
+        self.partition = record.partition if record.partition is not None else self.llc.partition
+        self.instance_id = instance_id
+        self._completion, self._deep_store, self._fetch_committed = completion, deep_store, fetch_committed
+        self._segment_dir = Path(segment_dir)
+        self._config, self._clock = config, clock
+        self._fsm = ConsumerFsm(self.llc, instance_id, config)
+        self.bad_records = BadRecordLog(keep_last=config.bad_records_kept)
+        row_limit = record.row_threshold or config.fetch_max_messages
+        self._row_limit = row_limit
+        self._mutable: MutableSegment | None = MutableSegment(
+            schema, table.indexing, row_limit + config.headroom_rows, name=self.name, time_column=table.time_column)
+        self._interrupt = threading.Event()
+        self._closing = threading.Event()  # stop() was called: a go_online download gives up
+        self._force = threading.Event()
+        self._paused = threading.Event()
+        stream_props = dict(table.stream.properties)
+        self._consumer = PartitionConsumer(
+            open_stream=lambda: open_consumer(stream_props), partition=self.partition,
+            start_offset=record.start_offset, decoder=JsonDecoder(schema, source=self.name),
+            segment=self._mutable, bad_records=self.bad_records, config=config, clock=clock,
+            interrupted=self._interrupt, name=self.name,
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards go_online / stop against each other
+        self._built: ImmutableSegment | None = None
+        self._online: ImmutableSegment | None = None
+        self._released = False  # stop() ran: the rows are gone
+        self.consume_started: float | None = None
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        """OFFLINE→CONSUMING: start the consume thread."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name=f"consume-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """CONSUMING→OFFLINE/DROPPED or shutdown: stop the thread, release the stream and the rows."""
+        self._closing.set()
+        self._interrupt.set()
+        with self._lock:
+            self._halt()
+            if self._released:
+                return
+            self._released = True
+            if not self._fsm.state.terminal:
+                self._fsm.handle(Stop(), self._clock())
+            self._consumer.close()
+            self._mutable = None
+
+    def force_commit(self) -> None:
+        """End consumption now (reason forceCommit); ignored once the segment stopped consuming."""
+        self._force.set()
+
+    def set_paused(self, paused: bool) -> None:
+        (self._paused.set if paused else self._paused.clear)()
+
+    def _halt(self) -> None:
+        self._interrupt.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    # ---- queryable view ----
+
+    @property
+    def state(self) -> ConsumerState:
+        return self._fsm.state
+
+    @property
+    def num_docs(self) -> int:
+        mutable = self._mutable
+        return 0 if mutable is None else mutable.num_docs
+
+    @property
+    def last_ingestion_ms(self) -> int | None:
+        c = self._consumer
+        if c.caught_up_ms is not None and (c.last_message_ms is None or c.caught_up_ms > c.last_message_ms):
+            return c.caught_up_ms
+        return c.last_message_ms
+
+    def snapshot(self) -> pa.Table:
+        """The rows consumed so far (a consistent prefix), in the schema's logical types."""
+        mutable = self._mutable
+        if mutable is None:
+            return self.schema.arrow_schema().empty_table()
+        return building.logical_table(mutable.snapshot(), self.schema)
+
+    def to_arrow(self) -> pa.Table:
+        return self.snapshot()
+
+    def info(self) -> dict[str, Any]:
+        recent = self.bad_records.recent()
+        return {
+            "segmentName": self.name,
+            "consumerState": self._fsm.state.value,
+            "currentOffset": self._consumer.offset,
+            "startOffset": self._consumer.effective_start,
+            "partition": self.partition,
+            "lastConsumedTimestampMs": self._consumer.last_message_ms,
+            "rowsConsumed": self.num_docs,
+            "badRecords": self.bad_records.total,
+            "recentBadRecords": [{"offset": b.offset, "reason": b.reason, "rawPrefix": b.raw_prefix} for b in recent],
+            "messagesLost": self._consumer.messages_lost,
+            "error": self._fsm.error,
+            "uploadError": self._fsm.upload_error,
+        }
+
+    def story(self) -> list[Any]:
+        return self._fsm.story()
+
+    # ---- the consume thread ----
+
+    def _run(self) -> None:
+        try:
+            self.consume_started = self._clock()
+            threshold = self.record.time_threshold_ms
+            end = EndCriteria(
+                row_limit=self._row_limit,
+                deadline=None if threshold is None else self.consume_started + threshold / 1000,
+                force=self._force.is_set,
+                paused=self._paused.is_set,
+            )
+            try:
+                reason = self._consumer.consume(end)
+            except Exception as exc:  # noqa: BLE001 - ConsumeError, or a bug: either way this replica gives up
+                if not isinstance(exc, ConsumeError):
+                    log.exception("%s: consuming failed unexpectedly", self.name)
+                log.error("%s: giving up consumption: %s", self.name, exc)
+                self._drive(self._handle(ConsumeFailed(self._consumer.offset, self._consumer.rows, str(exc))))
+                return
+            if reason is None:
+                return
+            log.info("%s: end of consumption (%s) at offset %d with %d rows", self.name, reason.value,
+                     self._consumer.offset, self._consumer.rows)
+            self._drive(self._handle(EndReached(self._consumer.offset, self._consumer.rows, reason)))
+        except Exception:
+            log.exception("%s: the consume thread failed", self.name)
+
+    def _handle(self, event: Event) -> list[Action]:
+        return self._fsm.handle(event, self._clock())
+
+    def _drive(self, actions: list[Action]) -> None:
+        """Execute actions in order, feeding each outcome back, until Finish or an interrupt."""
+        pending = deque(actions)
+        while pending:
+            action = pending.popleft()
+            if isinstance(action, Finish):
+                log.info("%s: protocol finished in state %s", self.name, action.state.value)
+                return
+            if self._interrupt.is_set():
+                return
+            event = self._execute(action)
+            if event is not None:
+                pending.extend(self._handle(event))
+        if not self._fsm.state.terminal and not self._interrupt.is_set():
+            log.error("%s: the consumer FSM left nothing to do in state %s", self.name, self._fsm.state.value)
+
+    def _execute(self, action: Action) -> Event | None:
+        match action:
+            case Send(request=request):
+                return self._send(request)
+            case Wait(seconds=seconds):
+                self._interrupt.wait(seconds)
+                return RetryDue()
+            case ResolveLeader(hint=hint):
+                self._completion.invalidate_leader(hint)
+                return None
+            case CatchUp(offset=offset):
+                try:
+                    self._consumer.catch_up(offset, self._config.catch_up_timeout_seconds)
+                except ConsumeError as exc:
+                    return ConsumeFailed(self._consumer.offset, self._consumer.rows, str(exc))
+                return CaughtUp(self._consumer.offset, self._consumer.rows)
+            case Build(offset=offset, purpose=purpose):
+                return self._while_leased(lambda: self._build(offset, purpose))
+            case Upload():
+                return self._while_leased(self._upload)
+        raise AssertionError(f"unknown action {action!r}")
+
+    def _send(self, request: Request) -> Event:
+        try:
+            return Responded(request.kind, self._completion.send(request))
+        except CompletionUnavailable as exc:
+            log.warning("%s: %s", self.name, exc)
+            return RequestFailed(request.kind, str(exc))
+
+    def _while_leased(self, work: Callable[[], Event]) -> Event:
+        """Run ``work`` in a helper thread; meanwhile Tick the FSM and send the lease extensions it asks for."""
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"build-{self.name}") as pool:
+            future = pool.submit(work)
+            while True:
+                try:
+                    return future.result(timeout=self._config.lease_check_seconds)
+                except concurrent.futures.TimeoutError:
+                    pass
+                for action in self._handle(Tick()):
+                    if isinstance(action, Send):
+                        for follow_up in self._handle(self._send(action.request)):
+                            log.debug("%s: ignoring %r after a lease extension", self.name, follow_up)
+
+    def _build(self, offset: int, purpose: BuildPurpose) -> Event:
+        mutable = self._mutable
+        if mutable is None:
+            return BuildFailed("the segment was released")
+        try:
+            segment, built = building.build_from_mutable(
+                mutable, table=self.table, schema=self.schema, record=self.record,
+                start_offset=self._consumer.effective_start, end_offset=offset, out_dir=self._segment_dir)
+        except Exception as exc:  # noqa: BLE001 - any build failure is reported to the FSM, never raised
+            log.exception("%s: building the segment (%s) failed", self.name, purpose.value)
+            return BuildFailed(f"{type(exc).__name__}: {exc}")
+        self._built = segment
+        log.info("%s: built (%s) %d docs, crc %d, end offset %d", self.name, purpose.value, built.total_docs,
+                 built.crc, offset)
+        return BuildSucceeded(built)
+
+    def _upload(self) -> Event:
+        segment = self._built
+        if segment is None:
+            return UploadFailed("nothing was built")
+        try:
+            uri = building.upload(segment, self._deep_store, self.table.name_with_type,
+                                  self._segment_dir / _UPLOAD_SCRATCH)
+        except Exception as exc:  # noqa: BLE001 - deep-store bypass: commit without a location
+            log.error("%s: upload to the deep store failed, committing without a download URI (peers will "
+                      "serve it): %s", self.name, exc)
+            return UploadFailed(f"{type(exc).__name__}: {exc}")
+        return UploadSucceeded(uri)
+
+    # ---- CONSUMING→ONLINE ----
+
+    def go_online(self, record: SegmentRecord) -> ImmutableSegment:
+        """The immutable segment to serve for committed ``record``: our own build if its end offset and CRC match,
+        else our build after catching up (if behind and the stream still has the data), else fetch_committed.
+        Blocks until ready; idempotent."""
+        with self._lock:
+            if self._online is not None:
+                return self._online
+            self._halt()  # the thread finishes its current step (an HTTP call, a build) and ends
+            self._online = self._resolve_online(record)
+            self._consumer.close()  # the rows stay queryable until the shell swaps and calls stop()
+            return self._online
+
+    def _resolve_online(self, record: SegmentRecord) -> ImmutableSegment:
+        if record.end_offset is None:
+            raise ValueError(f"go_online({record.segment_name}): the record has no end offset (not committed)")
+        if self._matches(record):
+            assert self._built is not None
+            log.info("%s: ONLINE with this replica's own copy (crc %s)", self.name, record.crc)
+            return self._built
+        mutable = self._mutable
+        if mutable is not None and self._consumer.offset <= record.end_offset:
+            if self._consumer.offset < record.end_offset and not self._closing.is_set():
+                self._interrupt.clear()  # the catch-up below runs on this thread
+                try:
+                    self._consumer.catch_up(record.end_offset, self._config.catch_up_timeout_seconds)
+                except ConsumeError as exc:
+                    log.warning("%s: catching up to %d for go_online failed: %s", self.name, record.end_offset, exc)
+                finally:
+                    self._interrupt.set()
+            if self._consumer.offset == record.end_offset:
+                event = self._build(record.end_offset, BuildPurpose.KEEP)
+                if isinstance(event, BuildSucceeded) and self._matches(record):
+                    log.info("%s: ONLINE with a copy built after catching up to %d", self.name, record.end_offset)
+                    return self._built  # type: ignore[return-value]
+        if self._built is not None:
+            log.info("%s: this replica's copy (crc %s, %d docs) differs from the committed one (crc %s); "
+                     "downloading", self.name, self._built.crc, self._built.total_docs, record.crc)
+            building.remove_build(self._built.path)
+            self._built = None
+        return self._download(record)
+
+    def _matches(self, record: SegmentRecord) -> bool:
+        built = self._built
+        return (built is not None and built.metadata.end_offset == record.end_offset
+                and (record.crc is None or built.crc == record.crc))
+
+    def _download(self, record: SegmentRecord) -> ImmutableSegment:
+        delay = self._config.download_retry_initial_seconds
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._fetch_committed(record)
+            except Exception as exc:  # noqa: BLE001 - retried with backoff until it works
+                log.warning("%s: download attempt %d failed (retrying in %.1fs): %s", self.name, attempt, delay, exc)
+            if self._closing.wait(delay):
+                raise SegmentReleasedError(f"{self.name}: stopped while downloading the committed segment")
+            delay = min(delay * 2, self._config.download_retry_max_seconds)
+

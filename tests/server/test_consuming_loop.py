@@ -1,0 +1,176 @@
+"""The consume loop of a ConsumingSegment against a real embedded-log topic: end criteria, bad messages, data
+lost to retention, pause, stream failure. The controller is scripted to answer HOLD, so the segment stays put."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cuvee.protocol.completion import RequestKind, StopReason, hold
+from cuvee.server.consuming import ConsumerConfig, ConsumerState, SegmentCompletionClient
+from cuvee.stream import open_admin
+from cuvee.stream.log import LogAdmin, TopicSettings
+from tests.server.test_consuming_support import (
+    FAST,
+    TOPIC,
+    FakeClock,
+    Replica,
+    ScriptedController,
+    event,
+    make_replica,
+    produce,
+    record,
+    schema,
+    serving,
+    stream_configs,
+    create_topic,
+    wait_until,
+)
+
+K = RequestKind
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    create_topic(tmp_path / "log")
+    return tmp_path / "log"
+
+
+@pytest.fixture
+def controller() -> Iterator[tuple[ScriptedController, SegmentCompletionClient]]:
+    fake = ScriptedController(lambda request: hold(request.offset))
+    with serving(fake) as service:
+        client = SegmentCompletionClient(FAST, leader_url=service.url)
+        yield fake, client
+        client.close()
+
+
+@pytest.fixture
+def replicas() -> Iterator[list[Replica]]:
+    made: list[Replica] = []
+    yield made
+    for replica in made:
+        replica.segment.stop()
+
+
+def first_consumed(fake: ScriptedController):  # noqa: ANN201 - a SegmentConsumed
+    return wait_until(lambda: fake.of(K.SEGMENT_CONSUMED), message="no segmentConsumed")[0]
+
+
+def test_row_threshold_ends_at_exactly_that_row(tmp_path: Path, log_dir: Path, controller, replicas) -> None:
+    fake, client = controller
+    produce(log_dir, range(250))
+    replica = make_replica(tmp_path, log_dir, record(rows=100), instance="s1", client=client)
+    replicas.append(replica)
+    replica.segment.start()
+    sent = first_consumed(fake)
+    assert (sent.offset, sent.rows, sent.reason) == (100, 100, StopReason.ROW_LIMIT)
+    assert replica.segment.state is ConsumerState.HOLDING
+    assert replica.segment.num_docs == 100
+    snap = replica.segment.snapshot()
+    assert snap.schema == schema().arrow_schema()
+    assert snap.column("id").to_pylist() == list(range(100))
+    assert snap.column("tags").to_pylist()[4] == event(4)["tags"]
+    assert snap.column("country").type == pa.string()
+    info = replica.segment.info()
+    assert (info["currentOffset"], info["rowsConsumed"], info["partition"]) == (100, 100, 0)
+    assert info["consumerState"] == "HOLDING" and info["badRecords"] == 0
+    assert replica.segment.last_ingestion_ms is not None
+
+
+def test_bad_messages_are_counted_and_inspectable_and_do_not_count_as_rows(tmp_path: Path, log_dir: Path,
+                                                                            controller, replicas) -> None:
+    fake, client = controller
+    produce(log_dir, range(130), bad_at=(5, 50, 110))
+    replica = make_replica(tmp_path, log_dir, record(rows=100), instance="s1", client=client)
+    replicas.append(replica)
+    replica.segment.start()
+    sent = first_consumed(fake)
+    # 100 good rows are offsets 0..101 without 5 and 50: the segment ends right after offset 101.
+    assert (sent.offset, sent.rows) == (102, 100)
+    info = replica.segment.info()
+    assert info["badRecords"] == 2  # the bad message at 110 belongs to the next segment
+    assert [b["offset"] for b in info["recentBadRecords"]] == [5, 50]
+    assert info["recentBadRecords"][0]["rawPrefix"] == "{not json" and info["recentBadRecords"][0]["reason"]
+    assert 5 not in replica.segment.snapshot().column("id").to_pylist()
+
+
+def test_time_threshold_with_a_fake_clock(tmp_path: Path, log_dir: Path, controller, replicas) -> None:
+    fake, client = controller
+    clock = FakeClock()
+    produce(log_dir, range(30))
+    replica = make_replica(tmp_path, log_dir, record(rows=1000, time_ms=60_000), instance="s1", client=client,
+                           clock=clock)
+    replicas.append(replica)
+    replica.segment.start()
+    wait_until(lambda: replica.segment.num_docs == 30)
+    assert fake.requests == [] and replica.segment.state is ConsumerState.CONSUMING
+    clock.advance(59)
+    produce(log_dir, range(30, 35))
+    wait_until(lambda: replica.segment.num_docs == 35)
+    assert fake.requests == []
+    clock.advance(2)
+    sent = first_consumed(fake)
+    assert (sent.offset, sent.rows, sent.reason) == (35, 35, StopReason.TIME_LIMIT)
+
+
+def test_force_commit_ends_at_the_current_offset(tmp_path: Path, log_dir: Path, controller, replicas) -> None:
+    fake, client = controller
+    produce(log_dir, range(10))
+    replica = make_replica(tmp_path, log_dir, record(rows=1000), instance="s1", client=client)
+    replicas.append(replica)
+    replica.segment.start()
+    wait_until(lambda: replica.segment.num_docs == 10)
+    replica.segment.force_commit()
+    sent = first_consumed(fake)
+    assert (sent.offset, sent.rows, sent.reason) == (10, 10, StopReason.FORCE_COMMIT)
+
+
+def test_offsets_lost_to_retention_are_counted_and_consumption_continues(tmp_path: Path, log_dir: Path,
+                                                                         controller, replicas) -> None:
+    fake, client = controller
+    admin = open_admin(stream_configs(log_dir))
+    assert isinstance(admin, LogAdmin)
+    admin.configure_topic(TOPIC, TopicSettings(segment_bytes=2000, retention_bytes=4000))
+    for start in range(0, 400, 20):
+        produce(log_dir, range(start, start + 20))
+    earliest = admin.apply_retention(TOPIC)[0]
+    assert earliest > 0
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=400 - earliest), instance="s1", client=client)
+    replicas.append(replica)
+    replica.segment.start()
+    sent = first_consumed(fake)
+    assert (sent.offset, sent.rows) == (400, 400 - earliest)
+    assert replica.segment.info()["messagesLost"] == earliest
+    assert replica.segment.snapshot().column("id").to_pylist()[0] == earliest
+    assert replica.segment.info()["startOffset"] == earliest
+
+
+def test_paused_consumer_fetches_nothing_until_resumed(tmp_path: Path, log_dir: Path, controller, replicas) -> None:
+    fake, client = controller
+    produce(log_dir, range(20))
+    replica = make_replica(tmp_path, log_dir, record(rows=20), instance="s1", client=client)
+    replicas.append(replica)
+    replica.segment.set_paused(True)
+    replica.segment.start()
+    with pytest.raises(AssertionError):
+        wait_until(lambda: replica.segment.num_docs > 0, timeout=0.3)
+    replica.segment.set_paused(False)
+    assert first_consumed(fake).offset == 20
+
+
+def test_a_stream_that_keeps_failing_makes_the_replica_give_up(tmp_path: Path, controller, replicas) -> None:
+    fake, client = controller
+    missing_topic_dir = tmp_path / "empty-log"  # the topic does not exist: every fetch fails
+    config = ConsumerConfig(**{**FAST.__dict__, "stream_error_retries": 2})
+    replica = make_replica(tmp_path, missing_topic_dir, record(rows=10), instance="s1", client=client,
+                           config=config)
+    replicas.append(replica)
+    replica.segment.start()
+    stopped = wait_until(lambda: fake.of(K.SEGMENT_STOPPED_CONSUMING))[0]
+    assert stopped.offset == 0 and "failed 3 times" in stopped.reason
+    wait_until(lambda: replica.segment.state is ConsumerState.ERROR)
+    assert "failed" in replica.segment.info()["error"]
