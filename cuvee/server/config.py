@@ -1,0 +1,70 @@
+"""The server role's configuration: a TOML file (``cuvee server --config F``) onto a frozen dataclass.
+
+Every interval is seconds, so tests shrink them. Example::
+
+    cluster = "cuvee"
+    metadata = "sqlite:///var/cuvee/meta.db"
+    deep_store = "file:///var/cuvee/deepstore"
+    data_dir = "/var/cuvee/server-1"
+    port = 8098
+
+    [consumer]
+    fetch_max_messages = 10000
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuvee.errors import UserError
+from cuvee.node.config import load_config
+from cuvee.server.consuming.config import ConsumerConfig
+
+DEFAULT_TAG = "DefaultTenant_REALTIME"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where the server finds the cluster, where it keeps segments, and how fast it reacts."""
+
+    cluster: str = "cuvee"
+    metadata: str = ""
+    deep_store: str = ""
+    data_dir: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0
+    instance_id: str = ""  # default Server_<host>_<port> (the port actually bound)
+    tags: tuple[str, ...] = (DEFAULT_TAG,)
+    ideal_state_poll_seconds: float = 5.0  # fallback when a watch event is missed
+    transition_workers: int = 4
+    download_retry_initial_seconds: float = 0.5
+    download_retry_max_seconds: float = 30.0
+    download_max_attempts: int = 8
+    download_timeout_seconds: float = 60.0  # one HTTP request to a peer
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",
+                     "download_timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.transition_workers < 1 or self.download_max_attempts < 1:
+            raise ValueError("transition_workers and download_max_attempts must be at least 1")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+
+    def check_complete(self) -> None:
+        """The keys a running server cannot do without (defaults exist only so tests can build configs piecewise)."""
+        missing = [k for k in ("metadata", "deep_store", "data_dir") if not getattr(self, k)]
+        if missing:
+            raise UserError(f"server config: missing {', '.join(missing)}")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+
+def load_server_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServerConfig:
+    return load_config(ServerConfig, path, overrides)

@@ -1,0 +1,61 @@
+"""This server's current states (one record per table), kept in memory and written through on every change.
+
+The server is the only writer of its current-state nodes, so writes use ``ClusterStore.put`` (no CAS needed).
+Failed transitions are remembered with the target that failed, which the transition planner needs.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cuvee.cluster.records import CurrentState, SegmentState
+from cuvee.cluster.store import ClusterStore
+
+
+class CurrentStates:
+    def __init__(self, store: ClusterStore, instance_id: str):
+        self._store = store
+        self._instance_id = instance_id
+        self._lock = threading.Lock()
+        self._states: dict[str, dict[str, SegmentState]] = {}
+        self._failed: dict[str, dict[str, SegmentState]] = {}
+
+    def reset(self) -> None:
+        """Forget every current state this instance wrote before (a restart holds nothing yet)."""
+        self._store.delete(self._store.paths.current_states(self._instance_id))
+        with self._lock:
+            self._states.clear()
+            self._failed.clear()
+
+    def set(self, table: str, segment: str, state: SegmentState | None, *, failed_target: SegmentState | None = None) -> None:
+        """Record ``state`` (None or DROPPED: no longer held) and write the table's record."""
+        with self._lock:
+            segments = self._states.setdefault(table, {})
+            if state is None or state is SegmentState.DROPPED:
+                segments.pop(segment, None)
+            else:
+                segments[segment] = state
+            failed = self._failed.setdefault(table, {})
+            if state is SegmentState.ERROR and failed_target is not None:
+                failed[segment] = failed_target
+            else:
+                failed.pop(segment, None)
+            record = CurrentState(self._instance_id, table, dict(segments))
+            # written under the lock so two transitions of one table cannot reorder their writes
+            self._store.put_current_state(record)
+
+    def of(self, table: str) -> dict[str, SegmentState]:
+        with self._lock:
+            return dict(self._states.get(table, {}))
+
+    def failed(self, table: str) -> dict[str, SegmentState]:
+        with self._lock:
+            return dict(self._failed.get(table, {}))
+
+    def get(self, table: str, segment: str) -> SegmentState | None:
+        with self._lock:
+            return self._states.get(table, {}).get(segment)
+
+    def tables(self) -> list[str]:
+        with self._lock:
+            return sorted(t for t, s in self._states.items() if s)

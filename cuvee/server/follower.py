@@ -1,0 +1,136 @@
+"""Following the ideal state: watch it, plan this server's transitions, run them on a small worker pool.
+
+Watches (children of the ideal-state folder, data of each table's node) wake the loop; a poll at
+``ideal_state_poll_seconds`` covers a missed event. Each wake re-reads every table and re-plans from scratch (the
+plan is a pure function of ideal and current state), so coalesced or duplicate events are harmless. One chain runs
+per segment at a time; a segment whose chain is still running is skipped and re-planned when it finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from cuvee.cluster.records import SegmentState
+from cuvee.cluster.store import ClusterStore
+from cuvee.server.current_state import CurrentStates
+from cuvee.server.handlers import SegmentTransitions
+from cuvee.server.transitions import Transition, plan_transitions
+from cuvee.spi.metastore import NodeExistsError, Subscription, WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+class IdealStateFollower:
+    def __init__(
+        self,
+        *,
+        store: ClusterStore,
+        instance_id: str,
+        states: CurrentStates,
+        transitions: SegmentTransitions,
+        workers: int,
+        poll_seconds: float,
+    ):
+        self._store = store
+        self._instance_id = instance_id
+        self._states = states
+        self._transitions = transitions
+        self._poll_seconds = poll_seconds
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{instance_id}-transition")
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._in_flight: set[tuple[str, str]] = set()
+        self._watches: dict[str, Subscription] = {}
+        self._thread: threading.Thread | None = None
+        self.reconciles = 0  # how many passes ran (inspectable, for tests and status)
+
+    @property
+    def _root(self) -> str:
+        return self._store.paths.ideal_state("x").rsplit("/", 1)[0]
+
+    def start(self) -> None:
+        try:
+            self._store.metastore.create(self._root)
+        except NodeExistsError:
+            pass
+        self._watches[""] = self._store.metastore.watch_children(self._root, self._on_event)
+        self._thread = threading.Thread(target=self._loop, name=f"{self._instance_id}-follower", daemon=True)
+        self._thread.start()
+        self.wake()
+
+    def halt(self) -> None:
+        """Stop planning and submitting; transitions already running go on (see ``join``)."""
+        self._stopping.set()
+        self._wake.set()
+        for sub in self._watches.values():
+            sub.cancel()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def join(self) -> None:
+        """Wait for running transitions (stop consumers first, so a blocked go_online returns); drop queued ones."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def stop(self) -> None:
+        self.halt()
+        self.join()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._in_flight)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self._poll_seconds)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.reconcile()
+            except Exception:  # the store may be briefly unreachable: try again at the next wake or poll
+                log.exception("%s: following the ideal state failed; will retry", self._instance_id)
+
+    def reconcile(self) -> None:
+        """One pass: for every table in the ideal state or held here, plan and submit what is not running."""
+        tables = set(self._store.children(self._root)) | set(self._states.tables())
+        for table in sorted(tables):
+            self._reconcile_table(table)
+        self.reconciles += 1
+
+    def _reconcile_table(self, table: str) -> None:
+        if table not in self._watches:
+            self._watches[table] = self._store.metastore.watch(self._store.paths.ideal_state(table), self._on_event)
+        found = self._store.ideal_state(table)
+        wanted: dict[str, SegmentState] = {}
+        if found is not None:
+            ideal = found.record
+            wanted = {seg: r[self._instance_id] for seg, r in ideal.segments.items() if self._instance_id in r}
+            self._transitions.set_paused(table, ideal.paused)
+        for chain in plan_transitions(wanted, self._states.of(table), self._states.failed(table)):
+            self._submit(table, chain)
+
+    def _submit(self, table: str, chain: list[Transition]) -> None:
+        key = (table, chain[0].segment)
+        with self._lock:
+            if key in self._in_flight or self._stopping.is_set():
+                return
+            self._in_flight.add(key)
+        log.info("%s: %s %s", self._instance_id, table, ", ".join(str(t) for t in chain))
+        self._pool.submit(self._run, table, chain)
+
+    def _run(self, table: str, chain: list[Transition]) -> None:
+        try:
+            self._transitions.run_chain(table, chain)
+        finally:
+            with self._lock:
+                self._in_flight.discard((table, chain[0].segment))
+            self._wake.set()  # re-plan: the ideal state may have moved on while this ran

@@ -1,0 +1,262 @@
+"""The I/O side of each state transition: start and stop consumers, swap in committed segments, download, drop.
+
+``run_chain`` executes one segment's chain of transitions (from ``transitions.plan_transitions``) and writes the
+current state after each step; a failing step leaves the replica in ERROR with the reason logged. Calls for one
+segment never overlap (the executor guarantees it); calls for different segments run in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+import pyarrow as pa
+
+from cuvee.cluster.records import SegmentRecord, SegmentState, SegmentStatus
+from cuvee.cluster.store import ClusterStore
+from cuvee.errors import CuveeError
+from cuvee.segment.immutable import ImmutableSegment
+from cuvee.server.current_state import CurrentStates
+from cuvee.server.download import SegmentFetcher
+from cuvee.server.local import LocalSegments
+from cuvee.server.queryable import CommittedSegment, ConsumingView
+from cuvee.server.registry import SegmentRegistry
+from cuvee.server.transitions import Transition
+
+log = logging.getLogger(__name__)
+S = SegmentState
+Key = tuple[str, str]  # (table with type, segment)
+
+
+class Consuming(Protocol):
+    """What the shell needs of a ConsumingSegment (cuvee.server.consuming)."""
+
+    name: str
+    is_consuming: bool
+
+    @property
+    def num_docs(self) -> int: ...
+    @property
+    def last_ingestion_ms(self) -> int | None: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def force_commit(self) -> None: ...
+    def set_paused(self, paused: bool) -> None: ...
+    def info(self) -> dict: ...
+    def go_online(self, record: SegmentRecord) -> ImmutableSegment: ...
+    def snapshot(self) -> pa.Table: ...
+
+
+ConsumingFactory = Callable[[str, SegmentRecord], Consuming]
+"""(table with type, segment record) → a consuming segment, not started yet."""
+
+
+class TransitionError(CuveeError):
+    """A transition cannot be made (metadata missing or in the wrong status)."""
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    lock = threading.Lock()
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        with lock:
+            if done:
+                return
+            done = True
+        fn()
+
+    return run
+
+
+class SegmentTransitions:
+    def __init__(
+        self,
+        *,
+        store: ClusterStore,
+        registry: SegmentRegistry,
+        local: LocalSegments,
+        fetcher: SegmentFetcher,
+        states: CurrentStates,
+        make_consuming: ConsumingFactory,
+    ):
+        self._store = store
+        self._registry = registry
+        self._local = local
+        self._fetcher = fetcher
+        self._states = states
+        self._make_consuming = make_consuming
+        self._lock = threading.Lock()
+        self._consuming: dict[Key, Consuming] = {}
+        self._stoppers: dict[Key, Callable[[], None]] = {}
+        self._paused: dict[str, bool] = {}
+        self._unreleased: dict[Key, int] = {}  # committed registry entries of a name not yet released
+        self._drop_pending: set[Key] = set()
+
+    # ---- queries from the HTTP app and the follower ----------------------------------------------------------
+
+    def consuming(self, table: str) -> list[Consuming]:
+        with self._lock:
+            return [c for (t, _), c in sorted(self._consuming.items()) if t == table]
+
+    def consuming_segment(self, table: str, segment: str) -> Consuming | None:
+        with self._lock:
+            return self._consuming.get((table, segment))
+
+    def set_paused(self, table: str, paused: bool) -> None:
+        with self._lock:
+            changed = self._paused.get(table, False) != paused
+            self._paused[table] = paused
+            targets = [c for (t, _), c in self._consuming.items() if t == table] if changed else []
+        for consuming in targets:
+            consuming.set_paused(paused)
+
+    # ---- startup and shutdown -------------------------------------------------------------------------------
+
+    def load_local(self) -> list[Key]:
+        """Serve the committed segments on disk whose metadata is DONE with the same CRC; delete the rest."""
+        loaded: list[Key] = []
+        for table, name in self._local.scan():
+            found = self._store.find_segment(table, name)
+            record = found.record if found else None
+            segment = None
+            if record is not None and record.status in (SegmentStatus.DONE, SegmentStatus.UPLOADED):
+                segment = self._local.load_valid(table, name, record.crc)
+            if segment is None:
+                log.info("deleting local copy of %s/%s: not a committed segment with a matching CRC", table, name)
+                self._local.delete(table, name)
+                continue
+            self._serve_committed(table, segment)
+            self._states.set(table, name, S.ONLINE)
+            loaded.append((table, name))
+        return loaded
+
+    def stop_all(self) -> None:
+        """Stop every consumer and stop serving (the files stay for the next start)."""
+        with self._lock:
+            stoppers = list(self._stoppers.values())
+            self._consuming.clear()
+            self._stoppers.clear()
+        for stop in stoppers:
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping a consumer failed")
+        self._registry.clear()
+
+    # ---- transitions ----------------------------------------------------------------------------------------
+
+    def run_chain(self, table: str, chain: list[Transition]) -> None:
+        for step in chain:
+            try:
+                self._run(table, step)
+            except Exception as exc:
+                log.error("transition %s of %s failed: %s", step, table, exc, exc_info=not isinstance(exc, CuveeError))
+                self._states.set(table, step.segment, S.ERROR, failed_target=chain[-1].to_state)
+                return
+            self._states.set(table, step.segment, step.to_state)
+
+    def _run(self, table: str, step: Transition) -> None:
+        edge = (step.from_state, step.to_state)
+        if edge == (S.OFFLINE, S.CONSUMING):
+            self._start_consuming(table, step.segment)
+        elif edge == (S.CONSUMING, S.ONLINE):
+            self._commit(table, step.segment)
+        elif edge == (S.OFFLINE, S.ONLINE):
+            self._download(table, step.segment)
+        elif step.to_state is S.OFFLINE:  # from CONSUMING, ONLINE or ERROR
+            self._release(table, step.segment)
+        elif step.to_state is S.DROPPED:
+            self._drop(table, step.segment)
+        else:
+            raise TransitionError(f"no handler for {step}")
+
+    def _record(self, table: str, segment: str) -> SegmentRecord:
+        found = self._store.find_segment(table, segment)
+        if found is None:
+            raise TransitionError(f"segment {table}/{segment} has no metadata")
+        return found.record
+
+    def _start_consuming(self, table: str, segment: str) -> None:
+        record = self._record(table, segment)
+        if record.status is not SegmentStatus.IN_PROGRESS:
+            raise TransitionError(f"cannot consume {table}/{segment}: its metadata is {record.status.value}")
+        consuming = self._make_consuming(table, record)
+        stop = _once(consuming.stop)
+        with self._lock:
+            paused = self._paused.get(table, False)
+            self._consuming[(table, segment)] = consuming
+            self._stoppers[(table, segment)] = stop
+        if paused:
+            consuming.set_paused(True)
+        self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
+        consuming.start()
+
+    def _commit(self, table: str, segment: str) -> None:
+        record = self._record(table, segment)
+        if record.status is SegmentStatus.IN_PROGRESS:
+            raise TransitionError(f"{table}/{segment} is to go ONLINE but its metadata is still IN_PROGRESS")
+        with self._lock:
+            consuming = self._consuming.get((table, segment))
+        if consuming is None:  # nothing consumed here (e.g. the consumer failed): fetch the committed copy
+            self._download(table, segment)
+            return
+        committed = consuming.go_online(record)
+        if record.crc is not None and committed.crc != record.crc:
+            raise TransitionError(f"{table}/{segment}: go_online gave CRC {committed.crc}, committed CRC is {record.crc}")
+        with self._lock:
+            self._consuming.pop((table, segment), None)
+            self._stoppers.pop((table, segment), None)
+        self._serve_committed(table, committed)  # the swap; the consuming view's release stops its consumer
+
+    def _download(self, table: str, segment: str) -> None:
+        record = self._record(table, segment)
+        if record.status is SegmentStatus.IN_PROGRESS:
+            raise TransitionError(f"cannot download {table}/{segment}: it is not committed yet")
+        committed = self._local.load_valid(table, segment, record.crc) or self._fetcher.fetch(table, record)
+        self._serve_committed(table, committed)
+
+    def _release(self, table: str, segment: str) -> None:
+        with self._lock:
+            self._consuming.pop((table, segment), None)
+            stop = self._stoppers.pop((table, segment), None)
+        self._registry.remove(table, segment)
+        if stop is not None:
+            stop()
+
+    def _drop(self, table: str, segment: str) -> None:
+        key = (table, segment)
+        with self._lock:
+            self._drop_pending.add(key)
+        self._release(table, segment)
+        with self._lock:
+            delete_now = self._unreleased.get(key, 0) == 0 and key in self._drop_pending
+            if delete_now:
+                self._drop_pending.discard(key)
+        if delete_now:
+            self._local.delete(table, segment)
+            self._local.delete_table_if_empty(table)
+
+    def _serve_committed(self, table: str, segment: ImmutableSegment) -> None:
+        key = (table, segment.name)
+        with self._lock:
+            self._unreleased[key] = self._unreleased.get(key, 0) + 1
+            self._drop_pending.discard(key)
+        self._registry.put(table, CommittedSegment(segment), on_release=_once(lambda: self._committed_released(key)))
+
+    def _committed_released(self, key: Key) -> None:
+        """A committed entry no query holds any more: delete its files now if it was dropped meanwhile."""
+        with self._lock:
+            left = self._unreleased.get(key, 1) - 1
+            if left > 0:
+                self._unreleased[key] = left
+                return
+            self._unreleased.pop(key, None)
+            delete_now = key in self._drop_pending
+            self._drop_pending.discard(key)
+        if delete_now:
+            self._local.delete(*key)
+            self._local.delete_table_if_empty(key[0])

@@ -1,0 +1,185 @@
+"""The server role: wires the metadata store, deep store, local disk, registry, follower and HTTP app together.
+
+``start()``: open the metastore; bind the HTTP port (the instance id defaults to ``Server_<host>_<port>``);
+register InstanceInfo with its tags and an ephemeral live node; clear old current states; serve the committed
+segments found on local disk (DONE metadata, same CRC; the rest is deleted and downloaded again when the ideal
+state asks); follow the ideal state; serve HTTP. ``stop()`` undoes it in reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastapi import APIRouter
+
+from cuvee.cluster.records import InstanceInfo, SegmentRecord
+from cuvee.cluster.store import ClusterStore
+from cuvee.deepstore import open_deepstore
+from cuvee.metastore import open_metastore
+from cuvee.node.http import HttpService
+from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.server.app import build_server_app
+from cuvee.server.config import ServerConfig
+from cuvee.server.current_state import CurrentStates
+from cuvee.server.download import Backoff, SegmentFetcher
+from cuvee.server.follower import IdealStateFollower
+from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransitions
+from cuvee.server.local import LocalSegments
+from cuvee.server.registry import SegmentRegistry
+from cuvee.server.tables import TableCatalog
+from cuvee.spi.deepstore import DeepStore
+from cuvee.spi.metastore import MetadataStore, NodeExistsError
+
+log = logging.getLogger(__name__)
+
+
+def _default_routers(registry: SegmentRegistry) -> list[APIRouter]:
+    """The query routes (written by the broker side); absent modules simply mean no query endpoint yet."""
+    try:
+        from cuvee.server.query_routes import query_router
+    except ImportError:
+        log.warning("cuvee.server.query_routes is not available: this server answers no queries")
+        return []
+    return [query_router(registry)]
+
+
+class Server:
+    def __init__(self, config: ServerConfig, *, extra_routers: Sequence[APIRouter] | None = None,
+                 make_consuming: ConsumingFactory | None = None):
+        config.check_complete()
+        self.config = config
+        self.registry = SegmentRegistry()
+        self.local = LocalSegments(Path(config.data_dir))
+        self._extra_routers = extra_routers
+        self._make_consuming_override = make_consuming
+        self._stopping = threading.Event()
+        self.is_serving = False
+        self.instance_id = config.instance_id
+        self.metastore: MetadataStore | None = None
+        self.deep_store: DeepStore | None = None
+        self._http: HttpService | None = None
+        self._follower: IdealStateFollower | None = None
+        self._completion: object | None = None
+        self._completion_lock = threading.Lock()
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> Server:
+        cfg = self.config
+        self.local.data_dir.mkdir(parents=True, exist_ok=True)
+        self.deep_store = open_deepstore(cfg.deep_store)
+        self.metastore = open_metastore(cfg.metadata)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        cfg = self.config
+        assert self.metastore is not None and self.deep_store is not None
+        self.store = ClusterStore(self.metastore, cfg.cluster)
+        routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry)
+        self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server")
+        self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
+        self.states = CurrentStates(self.store, self.instance_id)
+        self.catalog = TableCatalog(self.store)
+        backoff = Backoff(cfg.download_retry_initial_seconds, cfg.download_retry_max_seconds, cfg.download_max_attempts)
+        self.fetcher = SegmentFetcher(store=self.store, deep_store=self.deep_store, local=self.local,
+                                      instance_id=self.instance_id, backoff=backoff,
+                                      http_timeout_seconds=cfg.download_timeout_seconds, stopping=self._stopping)
+        self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
+                                              fetcher=self.fetcher, states=self.states,
+                                              make_consuming=self._make_consuming_override or self._make_consuming)
+        self.store.register_instance(InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port},
+                                                  tuple(cfg.tags)))
+        self.states.reset()
+        loaded = self.transitions.load_local()
+        if loaded:
+            log.info("%s: serving %d committed segment(s) from %s", self.instance_id, len(loaded), cfg.data_dir)
+        self._http.start()
+        self.is_serving = True
+        try:
+            self.metastore.create(self.store.paths.live(self.instance_id), ephemeral=True)
+        except NodeExistsError:  # our previous session's node, not yet expired: replace it with ours
+            self.metastore.delete(self.store.paths.live(self.instance_id))
+            self.metastore.create(self.store.paths.live(self.instance_id), ephemeral=True)
+        self._follower = IdealStateFollower(store=self.store, instance_id=self.instance_id, states=self.states,
+                                            transitions=self.transitions,
+                                            workers=cfg.transition_workers, poll_seconds=cfg.ideal_state_poll_seconds)
+        self._follower.start()
+        log.info("%s serving at %s", self.instance_id, self.url)
+
+    def stop(self) -> None:
+        """Leave the cluster (live node first, so brokers stop routing here), stop consumers, stop serving."""
+        self._stopping.set()
+        self.is_serving = False
+        if self.metastore is not None:
+            try:
+                self.metastore.delete(self.store.paths.live(self.instance_id))
+            except Exception:
+                pass
+        transitions = getattr(self, "transitions", None)
+        if self._follower is not None:
+            self._follower.halt()  # no new transitions ...
+        if transitions is not None:
+            transitions.stop_all()  # ... consumers stop, which unblocks a running go_online ...
+        if self._follower is not None:
+            self._follower.join()  # ... running transitions end ...
+            self._follower = None
+            if transitions is not None:
+                transitions.stop_all()  # ... and whatever they started is stopped too
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
+        close = getattr(self._completion, "close", None)
+        if close is not None:
+            close()
+        if self.metastore is not None:
+            self.metastore.close()
+            self.metastore = None
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        if self._http is None:
+            raise RuntimeError("the server is not started")
+        return self._http.url
+
+    def wake(self) -> None:
+        """Re-read the ideal state now (tests, and operators after a manual change)."""
+        if self._follower is not None:
+            self._follower.wake()
+
+    # ---- consuming segments ---------------------------------------------------------------------------------
+
+    def _make_consuming(self, table: str, record: SegmentRecord) -> Consuming:
+        from cuvee.server.consuming.client import SegmentCompletionClient
+        from cuvee.server.consuming.segment import ConsumingSegment
+
+        assert self.metastore is not None and self.deep_store is not None
+        with self._completion_lock:
+            if self._completion is None:
+                self._completion = SegmentCompletionClient.for_cluster(self.config.consumer, self.metastore,
+                                                                       self.config.cluster)
+        context = self.catalog.get(table)
+        return ConsumingSegment(
+            table=context.config,
+            schema=context.schema,
+            record=record,
+            instance_id=self.instance_id,
+            completion=self._completion,  # type: ignore[arg-type]
+            deep_store=self.deep_store,
+            segment_dir=self.local.table_dir(table),
+            fetch_committed=lambda committed: self.fetcher.fetch(table, committed),
+            config=self.config.consumer,
+        )
