@@ -39,12 +39,6 @@ class Backend:
             store.close()
 
 
-@pytest.fixture(scope="session")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer() as server:
-        yield server
-
-
 @pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":

@@ -12,12 +12,6 @@ from cuvee.testing.tansu import TansuBroker
 from tests.stream.harness import StreamUnderTest
 
 
-@pytest.fixture(scope="session")
-def tansu() -> Iterator[TansuBroker]:
-    with TansuBroker() as broker:
-        yield broker
-
-
 @pytest.fixture(params=["log", pytest.param("kafka", marks=pytest.mark.kafka)])
 def stream(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StreamUnderTest]:
     if request.param == "log":
