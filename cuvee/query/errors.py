@@ -17,7 +17,9 @@ class QueryErrorCode(enum.IntEnum):
     SQL_PARSING = 150
     TABLE_DOES_NOT_EXIST = 190
     QUERY_EXECUTION = 200
+    SERVER_SEGMENT_MISSING = 235
     SERVER_TIMEOUT = 250
+    BROKER_SEGMENT_UNAVAILABLE = 305
     BROKER_TIMEOUT = 400
     SERVER_NOT_RESPONDING = 427
     INTERNAL = 450
@@ -35,7 +37,9 @@ _TITLES = {
     QueryErrorCode.SQL_PARSING: "SQLParsingError",
     QueryErrorCode.TABLE_DOES_NOT_EXIST: "TableDoesNotExistError",
     QueryErrorCode.QUERY_EXECUTION: "QueryExecutionError",
+    QueryErrorCode.SERVER_SEGMENT_MISSING: "ServerSegmentMissingError",
     QueryErrorCode.SERVER_TIMEOUT: "ServerTimeoutError",
+    QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE: "BrokerSegmentUnavailableError",
     QueryErrorCode.BROKER_TIMEOUT: "BrokerTimeoutError",
     QueryErrorCode.SERVER_NOT_RESPONDING: "ServerNotRespondingError",
     QueryErrorCode.INTERNAL: "InternalError",

@@ -145,6 +145,12 @@ class StreamAdmin(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def __enter__(self) -> StreamAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def partition_for_key(key: bytes | None, partitions: int) -> int:
     """Key-hash partitioning shared by every producer Cuvee writes with, so a key always lands in one partition.
