@@ -1,0 +1,205 @@
+"""The broker ⇄ server query contract: one request per server per query, one Arrow answer.
+
+``POST <server>/query`` with ``ServerQueryRequest.to_dict()`` as JSON. The server answers HTTP 200 with an Arrow
+IPC stream (``application/vnd.apache.arrow.stream``): the partial result of ``sql`` over the listed segments,
+and the execution statistics as JSON in the stream's schema metadata (key ``cuvee.stats``), so one body carries
+both and no header size limit applies. A server that ran nothing (no segment held, or the query failed) sends a
+stream whose schema has no fields; its statistics say why (``exceptions``, ``missingSegments``). A malformed
+request gets HTTP 400 ``{"code": 400, "error": "..."}``.
+
+Both sides parse strictly: a missing, mistyped or unknown field raises QueryWireError naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from cuvee.errors import CuveeError
+
+SERVER_QUERY_PATH = "/query"
+ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+STATS_METADATA_KEY = b"cuvee.stats"
+
+
+class QueryWireError(CuveeError, ValueError):
+    """A query request or response does not follow this contract (the message names the field)."""
+
+
+def _require(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    if key not in doc:
+        raise QueryWireError(f"{what}: missing field {key!r}")
+    value = doc[key]
+    if isinstance(value, bool) and kind is not bool:
+        raise QueryWireError(f"{what}: field {key!r} must be {_kind_name(kind)}, got {value!r}")
+    if not isinstance(value, kind):
+        raise QueryWireError(f"{what}: field {key!r} must be {_kind_name(kind)}, got {value!r}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", str: "a string", list: "a list", bool: "a boolean", dict: "an object"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _strings(doc: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
+    items = _require(doc, key, list, what)
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not item:
+            raise QueryWireError(f"{what}: {key}[{i}] must be a non-empty string, got {item!r}")
+    return tuple(items)
+
+
+def _no_unknown(doc: Mapping[str, Any], known: set[str], what: str) -> None:
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise QueryWireError(f"{what}: unknown field(s) {', '.join(map(repr, unknown))}")
+
+
+@dataclass(frozen=True)
+class ServerQueryRequest:
+    """What the broker asks one server: run ``sql`` (the planner's server step, over ``cuvee_segments``) on these
+    segments of ``table`` (name with type) within ``timeout_ms``. ``docs_scanned_sql`` counts the rows passing
+    WHERE (Pinot's numDocsScanned); None when the query has no WHERE, so the count is the segments' total."""
+
+    request_id: str
+    table: str
+    sql: str
+    segments: tuple[str, ...]
+    timeout_ms: int
+    docs_scanned_sql: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.table or not self.sql:
+            raise QueryWireError("server query request: table and sql must be non-empty")
+        if self.timeout_ms <= 0:
+            raise QueryWireError(f"server query request: timeoutMs must be positive, got {self.timeout_ms}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requestId": self.request_id, "table": self.table, "sql": self.sql, "segments": list(self.segments),
+                "timeoutMs": self.timeout_ms, "docsScannedSql": self.docs_scanned_sql}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> ServerQueryRequest:
+        what = "server query request"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
+        _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql"}, what)
+        docs_sql = doc.get("docsScannedSql")
+        if docs_sql is not None and not isinstance(docs_sql, str):
+            raise QueryWireError(f"{what}: field 'docsScannedSql' must be a string or null, got {docs_sql!r}")
+        return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
+                   sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
+                   timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, body: bytes) -> ServerQueryRequest:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise QueryWireError(f"server query request: not JSON ({exc})") from None
+        return cls.from_dict(doc)
+
+
+@dataclass(frozen=True)
+class ServerException:
+    """One error a server reports: Pinot's numeric code and a message (without Pinot's title line)."""
+
+    error_code: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"errorCode": self.error_code, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> ServerException:
+        what = "server query exception"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be an object, got {doc!r}")
+        _no_unknown(doc, {"errorCode", "message"}, what)
+        return cls(_require(doc, "errorCode", int, what), _require(doc, "message", str, what))
+
+
+_COUNTS = ("numDocsScanned", "totalDocs", "numSegmentsQueried", "numSegmentsProcessed", "numSegmentsMatched",
+           "numConsumingSegmentsQueried", "numConsumingSegmentsProcessed", "minConsumingFreshnessTimeMs",
+           "timeUsedMs")
+
+
+@dataclass(frozen=True)
+class ServerQueryStats:
+    """Pinot's per-server execution statistics (field names are the JSON names).
+
+    ``minConsumingFreshnessTimeMs`` is the oldest "last ingested" wall time among the consuming segments queried
+    (0 when none was); ``missingSegments`` are the requested segments this server does not hold.
+    """
+
+    numDocsScanned: int = 0  # noqa: N815 - Pinot's JSON names
+    totalDocs: int = 0  # noqa: N815
+    numSegmentsQueried: int = 0  # noqa: N815
+    numSegmentsProcessed: int = 0  # noqa: N815
+    numSegmentsMatched: int = 0  # noqa: N815
+    numConsumingSegmentsQueried: int = 0  # noqa: N815
+    numConsumingSegmentsProcessed: int = 0  # noqa: N815
+    minConsumingFreshnessTimeMs: int = 0  # noqa: N815
+    timeUsedMs: int = 0  # noqa: N815
+    missingSegments: tuple[str, ...] = ()  # noqa: N815
+    exceptions: tuple[ServerException, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
+        out["missingSegments"] = list(self.missingSegments)
+        out["exceptions"] = [e.to_dict() for e in self.exceptions]
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> ServerQueryStats:
+        what = "server query stats"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
+        _no_unknown(doc, {f.name for f in fields(cls)}, what)
+        counts = {name: _require(doc, name, int, what) for name in _COUNTS}
+        raw_exceptions = _require(doc, "exceptions", list, what)
+        return cls(**counts, missingSegments=_strings(doc, "missingSegments", what),
+                   exceptions=tuple(ServerException.from_dict(e) for e in raw_exceptions))
+
+
+def encode_response(result: pa.Table | None, stats: ServerQueryStats) -> bytes:
+    """The HTTP body: ``result`` (None: no result) as an Arrow IPC stream with ``stats`` in its schema metadata."""
+    table = result if result is not None else pa.schema([]).empty_table()
+    if table.num_columns == 0 and result is not None:
+        raise QueryWireError("a server query result must have at least one column")
+    schema = table.schema.with_metadata({STATS_METADATA_KEY: orjson.dumps(stats.to_dict())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in table.to_batches():
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_response(body: bytes | pa.Buffer) -> tuple[pa.Table | None, ServerQueryStats]:
+    """The partial result (None when the server ran nothing) and the statistics of one server's answer."""
+    try:
+        reader = pa.ipc.open_stream(body)
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise QueryWireError(f"server query response: not an Arrow IPC stream ({exc})") from None
+    metadata = table.schema.metadata or {}
+    raw = metadata.get(STATS_METADATA_KEY)
+    if raw is None:
+        raise QueryWireError(f"server query response: schema metadata lacks {STATS_METADATA_KEY.decode()!r}")
+    try:
+        stats = ServerQueryStats.from_dict(orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        raise QueryWireError(f"server query response: stats are not JSON ({exc})") from None
+    if table.num_columns == 0:
+        return None, stats
+    return table.replace_schema_metadata(None), stats
+

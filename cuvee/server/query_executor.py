@@ -1,0 +1,195 @@
+"""Run the broker's server step over this server's segments with DuckDB, within the request's timeout.
+
+The segments a query names are held (``SegmentRegistry.acquire``) for the whole run, so a consuming → committed
+swap never changes or frees rows under it. Their Arrow views are concatenated without copying (chunks are
+shared) and bound as ``cuvee_segments`` on a private cursor of one process-wide DuckDB database whose file and
+network access is disabled and locked: the SQL comes over HTTP, and it must only ever read what it was given.
+
+Outcomes, all reported in the statistics and never raised: a segment this server does not hold is listed in
+``missingSegments`` (the rest still run); SQL that is not one SELECT or that DuckDB rejects is error 200; running
+past the deadline is error 250 (a timer calls ``interrupt()`` on the cursor).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats
+from cuvee.query import SERVER_RELATION, QueryErrorCode
+from cuvee.server.queryable import QueryableSegment
+from cuvee.server.registry import SegmentRegistry
+
+log = logging.getLogger(__name__)
+
+_database: duckdb.DuckDBPyConnection | None = None
+_database_lock = threading.Lock()
+
+
+def _cursor() -> duckdb.DuckDBPyConnection:
+    """A private cursor on the shared, sandboxed database (no files, no network, settings locked)."""
+    global _database
+    with _database_lock:
+        if _database is None:
+            database = duckdb.connect(config={"enable_external_access": False})
+            database.execute("SET lock_configuration = true")
+            _database = database
+        return _database.cursor()
+
+
+class _Failed(Exception):
+    def __init__(self, code: QueryErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _Counts:
+    total_docs: int = 0
+    processed: int = 0
+    consuming_queried: int = 0
+    consuming_processed: int = 0
+    non_empty: int = 0
+    freshness_ms: int | None = None
+
+
+class QueryExecutor:
+    """Executes ``ServerQueryRequest``s against a registry. Thread-safe: one cursor per query."""
+
+    def __init__(self, registry: SegmentRegistry, *, clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self.registry = registry
+        self._clock = clock
+        self._wall_ms = wall_ms
+
+    def execute(self, request: ServerQueryRequest) -> tuple[pa.Table | None, ServerQueryStats]:
+        """The partial result (None if nothing ran) and the statistics; never raises for a bad query."""
+        started = self._clock()
+        deadline = started + request.timeout_ms / 1000
+        counts = _Counts()
+        result: pa.Table | None = None
+        docs_scanned = 0
+        errors: list[ServerException] = []
+        with self.registry.acquire(request.table, request.segments) as acquired:
+            missing = list(acquired.missing)
+            try:
+                _check_select(request.sql)
+                if request.docs_scanned_sql is not None:
+                    _check_select(request.docs_scanned_sql)
+                tables = self._views(acquired.segments, counts, errors)
+                if tables:
+                    union = _union(tables)
+                    self._check_deadline(deadline, request.timeout_ms)
+                    result, docs_scanned = self._run(request, union, deadline, counts.total_docs)
+                    counts.processed = len(tables)
+                    counts.consuming_processed = counts.consuming_queried
+            except _Failed as failure:
+                errors.append(ServerException(int(failure.code), failure.message))
+                result = None
+        matched = counts.non_empty if request.docs_scanned_sql is None else (counts.processed if docs_scanned else 0)
+        stats = ServerQueryStats(
+            numDocsScanned=docs_scanned if result is not None else 0,
+            totalDocs=counts.total_docs,
+            numSegmentsQueried=len(request.segments),
+            numSegmentsProcessed=counts.processed if result is not None else 0,
+            numSegmentsMatched=matched if result is not None else 0,
+            numConsumingSegmentsQueried=counts.consuming_queried,
+            numConsumingSegmentsProcessed=counts.consuming_processed if result is not None else 0,
+            minConsumingFreshnessTimeMs=counts.freshness_ms or 0,
+            timeUsedMs=int((self._clock() - started) * 1000),
+            missingSegments=tuple(missing),
+            exceptions=tuple(errors),
+        )
+        return result, stats
+
+    def _views(self, segments: Sequence[QueryableSegment], counts: _Counts,
+               errors: list[ServerException]) -> list[pa.Table]:
+        """Each held segment's Arrow view; a segment that cannot produce one is reported, the others still run."""
+        tables: list[pa.Table] = []
+        for segment in segments:
+            try:
+                table = segment.to_arrow()
+            except Exception as exc:  # a broken segment must not take the whole server answer down
+                log.exception("segment %s cannot be read for a query", segment.name)
+                errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
+                                              f"segment {segment.name} cannot be read: {type(exc).__name__}: {exc}"))
+                continue
+            tables.append(table)
+            counts.total_docs += table.num_rows
+            counts.non_empty += 1 if table.num_rows else 0
+            if segment.is_consuming:
+                counts.consuming_queried += 1
+                fresh = segment.last_ingestion_ms
+                fresh = self._wall_ms() if fresh is None else fresh  # nothing consumed yet: nothing is stale
+                counts.freshness_ms = fresh if counts.freshness_ms is None else min(counts.freshness_ms, fresh)
+        return tables
+
+    def _check_deadline(self, deadline: float, timeout_ms: int) -> None:
+        if self._clock() >= deadline:
+            raise _Failed(QueryErrorCode.SERVER_TIMEOUT, f"query timed out: {timeout_ms} ms passed before it ran")
+
+    def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
+             total_docs: int) -> tuple[pa.Table, int]:
+        con = _cursor()
+        timer = threading.Timer(max(deadline - self._clock(), 0.0), _interrupt, args=(con,))
+        timer.daemon = True
+        timer.start()
+        try:
+            con.register(SERVER_RELATION, union)
+            result = con.sql(request.sql).to_arrow_table()
+            docs = total_docs
+            if request.docs_scanned_sql is not None:
+                rows = con.sql(request.docs_scanned_sql).fetchall()
+                docs = int(rows[0][0]) if rows and rows[0][0] is not None else 0
+            return result, docs
+        except duckdb.InterruptException:
+            raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
+                          f"query timed out after {request.timeout_ms} ms and was interrupted") from None
+        except duckdb.Error as exc:
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION, str(exc).splitlines()[0]) from None
+        finally:
+            timer.cancel()
+            con.close()
+
+
+def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.interrupt()
+    except duckdb.Error:  # the query finished and the cursor closed meanwhile
+        pass
+
+
+def _check_select(sql: str) -> None:
+    """Exactly one SELECT: the server step never writes, attaches or changes settings."""
+    con = _cursor()
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"cannot parse the server SQL: {str(exc).splitlines()[0]}") \
+            from None
+    finally:
+        con.close()
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise _Failed(QueryErrorCode.QUERY_EXECUTION, "the server SQL must be exactly one SELECT statement")
+
+
+def _union(tables: list[pa.Table]) -> pa.Table:
+    """One table over all segments, sharing their buffers; dictionary columns are decoded if types disagree."""
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.concat_tables([_decoded(t) for t in tables], promote_options="permissive")
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
+    return pa.table(columns, names=table.column_names)

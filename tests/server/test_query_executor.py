@@ -1,0 +1,165 @@
+"""The server's query executor over a registry of real committed and consuming segments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from cuvee.protocol.query import ServerQueryRequest
+from cuvee.query import QueryErrorCode, TableInfo, merge_partials, plan_sql
+from cuvee.server.query_executor import QueryExecutor, _union
+from cuvee.server.registry import SegmentRegistry
+from tests.broker.helpers import TABLE, MutableView, committed, event_rows, schema, segment_name
+
+INFO = TableInfo(TABLE, tuple(schema().column_names), frozenset({"ts"}))
+
+
+def resolve(name: str) -> TableInfo | None:
+    return INFO if name.lower() in ("events", TABLE.lower()) else None
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[SegmentRegistry, pa.Table, list[str]]:
+    work = tmp_path_factory.mktemp("segments")
+    registry = SegmentRegistry()
+    parts = [event_rows(300, 0, 1), event_rows(250, 300, 2), event_rows(120, 550, 3)]
+    names = [segment_name(0, 0), segment_name(0, 1), segment_name(0, 2)]
+    registry.put(TABLE, committed(work, names[0], parts[0]))
+    registry.put(TABLE, committed(work, names[1], parts[1]))
+    registry.put(TABLE, MutableView(names[2], parts[2], last_ingestion_ms=5_000))
+    return registry, pa.concat_tables(parts), names
+
+
+def request(sql: str, segments: list[str], timeout_ms: int = 10_000, docs_sql: str | None = None) -> ServerQueryRequest:
+    return ServerQueryRequest("1", TABLE, sql, tuple(segments), timeout_ms, docs_sql)
+
+
+def run_pinot(registry: SegmentRegistry, sql: str, segments: list[str]) -> pa.Table:
+    plan = plan_sql(sql, resolve)
+    result, stats = QueryExecutor(registry).execute(request(plan.server_sql, segments, docs_sql=plan.docs_scanned_sql))
+    assert stats.exceptions == (), stats.exceptions
+    return merge_partials(plan, [result] if result is not None else [], schema().arrow_schema())
+
+
+def reference(sql: str, rows: pa.Table) -> list[tuple]:
+    con = duckdb.connect()
+    con.register("events", rows)
+    return con.sql(sql).fetchall()
+
+
+@pytest.mark.parametrize(("sql", "ref"), [
+    ("SELECT COUNT(*), SUM(v), MIN(d), MAX(d), AVG(v) FROM events", None),
+    ("SELECT city, COUNT(*), SUM(d) FROM events GROUP BY city ORDER BY city NULLS LAST LIMIT 100",
+     "SELECT city, COUNT(*), SUM(d) FROM events GROUP BY city ORDER BY city NULLS LAST"),
+    ("SELECT DISTINCTCOUNT(city), COUNT(*) FROM events WHERE v BETWEEN -5 AND 5 AND city LIKE 'b%'",
+     "SELECT COUNT(DISTINCT city), COUNT(*) FROM events WHERE v BETWEEN -5 AND 5 AND city LIKE 'b%'"),
+    ("SELECT id, city, v FROM events WHERE v IS NULL ORDER BY id DESC LIMIT 7", None),
+])
+def test_results_over_committed_and_consuming_segments_equal_duckdb(loaded, sql: str, ref: str | None) -> None:
+    registry, rows, names = loaded
+    got = run_pinot(registry, sql, names)
+    assert [tuple(r.values()) for r in got.to_pylist()] == reference(ref or sql, rows)
+
+
+def test_stats_count_docs_segments_and_freshness(loaded) -> None:
+    registry, rows, names = loaded
+    plan = plan_sql("SELECT COUNT(*) FROM events WHERE v > 0", resolve)
+    _, stats = QueryExecutor(registry).execute(request(plan.server_sql, names, docs_sql=plan.docs_scanned_sql))
+    assert stats.totalDocs == rows.num_rows == 670
+    assert stats.numDocsScanned == reference("SELECT COUNT(*) FROM events WHERE v > 0", rows)[0][0]
+    assert stats.numSegmentsQueried == stats.numSegmentsProcessed == stats.numSegmentsMatched == 3
+    assert stats.numConsumingSegmentsQueried == stats.numConsumingSegmentsProcessed == 1
+    assert stats.minConsumingFreshnessTimeMs == 5_000
+    _, no_where = QueryExecutor(registry).execute(request("SELECT count(*) FROM cuvee_segments", names[:2]))
+    assert no_where.numDocsScanned == no_where.totalDocs == 550
+    assert no_where.numConsumingSegmentsQueried == 0 and no_where.minConsumingFreshnessTimeMs == 0
+
+
+def test_missing_segments_are_reported_and_the_rest_still_runs(loaded) -> None:
+    registry, _, names = loaded
+    result, stats = QueryExecutor(registry).execute(request("SELECT count(*) AS n FROM cuvee_segments",
+                                                            [names[0], "events__0__9__20260101T0000Z"]))
+    assert stats.missingSegments == ("events__0__9__20260101T0000Z",)
+    assert result is not None and result.column("n").to_pylist() == [300]
+    none, only_missing = QueryExecutor(registry).execute(request("SELECT 1 FROM cuvee_segments", ["nope"]))
+    assert none is None and only_missing.missingSegments == ("nope",) and only_missing.exceptions == ()
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELEC nothing", "cannot parse"),
+    ("SELECT no_such_column FROM cuvee_segments", "no_such_column"),
+    ("CREATE TABLE x AS SELECT 1", "exactly one SELECT"),
+    ("SELECT 1; SELECT 2", "exactly one SELECT"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "disabled"),
+])
+def test_bad_sql_is_error_200_not_a_crash(loaded, sql: str, message: str) -> None:
+    registry, _, names = loaded
+    result, stats = QueryExecutor(registry).execute(request(sql, names))
+    assert result is None
+    assert [e.error_code for e in stats.exceptions] == [int(QueryErrorCode.QUERY_EXECUTION)]
+    assert message in stats.exceptions[0].message
+    assert registry.ref_count(TABLE, names[0]) == 0, "the segments are released after a failed query"
+
+
+def test_a_long_query_is_interrupted_at_the_deadline(loaded) -> None:
+    registry, _, names = loaded
+    result, stats = QueryExecutor(registry).execute(
+        request("SELECT count(*) FROM cuvee_segments, range(1000000000000)", names, timeout_ms=300))
+    assert result is None
+    assert [e.error_code for e in stats.exceptions] == [250]
+    assert stats.timeUsedMs < 10_000
+
+
+def test_deadline_passed_before_running_is_a_timeout(loaded, tmp_path: Path) -> None:
+    registry, _, names = loaded
+    now = [100.0]
+
+    class SlowView:
+        """Reading it takes 2 s of (fake) time."""
+        name = "slow"
+        is_consuming = False
+        last_ingestion_ms = None
+        num_docs = 1
+
+        def to_arrow(self) -> pa.Table:
+            now[0] += 2.0
+            return event_rows(1, 0, 9)
+
+    slow_registry = SegmentRegistry()
+    slow_registry.put(TABLE, SlowView())
+    result, stats = QueryExecutor(slow_registry, clock=lambda: now[0]).execute(
+        request("SELECT count(*) FROM cuvee_segments", ["slow"], timeout_ms=1000))
+    assert result is None
+    assert [e.error_code for e in stats.exceptions] == [250]
+    assert "1000 ms passed" in stats.exceptions[0].message
+
+
+def test_a_segment_that_cannot_be_read_is_reported_and_others_answer(loaded) -> None:
+    registry, _, names = loaded
+
+    class Broken:
+        name = "broken"
+        is_consuming = False
+        last_ingestion_ms = None
+        num_docs = 0
+
+        def to_arrow(self) -> pa.Table:
+            raise OSError("disk gone")
+
+    reg = SegmentRegistry()
+    reg.put(TABLE, Broken())
+    reg.put(TABLE, registry.get(TABLE, names[1]))
+    result, stats = QueryExecutor(reg).execute(request("SELECT count(*) AS n FROM cuvee_segments",
+                                                       ["broken", names[1]]))
+    assert result is not None and result.column("n").to_pylist() == [250]
+    assert len(stats.exceptions) == 1 and "disk gone" in stats.exceptions[0].message
+
+
+def test_union_decodes_dictionaries_when_segments_disagree_on_types() -> None:
+    plain = pa.table({"c": ["a", "b"]})
+    encoded = pa.table({"c": pa.array(["b", "c"]).dictionary_encode()})
+    union = _union([plain, encoded])
+    assert union.column("c").to_pylist() == ["a", "b", "b", "c"]
