@@ -1,0 +1,69 @@
+"""Pinot's broker HTTP API: ``POST /query/sql``, ``GET /query/sql?sql=``, ``POST /query`` (alias), ``GET /health``.
+
+Query answers are always HTTP 200 with Pinot's JSON (errors in ``exceptions``), which is what pinotdb and
+Pinot's UI expect. Only a request that is not a query at all gets an HTTP error, as JSON ``{"code", "error"}``:
+a body that is not a JSON object (400) or one larger than the broker accepts (413, read no further).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+if TYPE_CHECKING:
+    from cuvee.broker.broker import Broker
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"code": status, "error": message}, status_code=status)
+
+
+def _json(doc: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+
+
+def build_broker_app(broker: Broker) -> FastAPI:
+    app = FastAPI(title=f"cuvee broker {broker.instance_id}")
+    limit = broker.config.max_body_bytes
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:
+        return _error(500, f"{type(exc).__name__}: {exc}")
+
+    async def post_query(request: Request) -> Response:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return _error(413, f"request body over {limit} bytes; the broker accepts SQL of at most "
+                                   f"{broker.config.max_sql_bytes} bytes")
+        try:
+            doc = orjson.loads(bytes(body))
+        except orjson.JSONDecodeError as exc:
+            return _error(400, f"the request body is not JSON: {exc}")
+        if not isinstance(doc, dict):
+            return _error(400, "the request body must be a JSON object like {\"sql\": \"SELECT ...\"}")
+        return _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions")))
+
+    app.add_api_route("/query/sql", post_query, methods=["POST"])
+    app.add_api_route("/query", post_query, methods=["POST"])
+
+    @app.get("/query/sql")
+    async def get_query(sql: str | None = None, queryOptions: str | None = None) -> Response:  # noqa: N803
+        return _json(await broker.handler.handle(sql, queryOptions))
+
+    @app.get("/health")
+    def health() -> Response:
+        if not broker.is_serving:
+            return PlainTextResponse("broker is not serving yet", status_code=503)
+        return PlainTextResponse("OK")
+
+    @app.get("/debug/routingTable/{table}")
+    def routing_table(table: str) -> Any:
+        """Where this broker would send a query on ``table`` now (for operators and tests)."""
+        return broker.routing_table(table)
+
+    return app

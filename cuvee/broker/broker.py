@@ -1,0 +1,108 @@
+"""The broker role: wires the metadata store, the cluster view, the query handler and the HTTP app together.
+
+``start()``: open the metastore, load the cluster view (tables, schemas, external views, servers) and start
+following it, bind the HTTP port (the instance id defaults to ``Broker_<host>_<port>``), register the broker as an
+instance (tagged ``DefaultTenant_BROKER``, so no table assignment ever picks it) with an ephemeral live node, and
+serve. ``stop()`` undoes it in reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cuvee.broker.app import build_broker_app
+from cuvee.broker.cluster_view import ClusterView
+from cuvee.broker.config import BrokerConfig
+from cuvee.broker.handler import QueryHandler
+from cuvee.broker.routing import route
+from cuvee.cluster.records import InstanceInfo
+from cuvee.cluster.store import ClusterStore
+from cuvee.metastore import open_metastore
+from cuvee.node.http import HttpService
+from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.spi.metastore import MetadataStore, MetadataStoreError, NodeExistsError
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        config.check_complete()
+        self.config = config
+        self.instance_id = config.instance_id
+        self.is_serving = False
+        self.metastore: MetadataStore | None = None
+        self.store: ClusterStore | None = None
+        self.view: ClusterView | None = None
+        self._handler: QueryHandler | None = None
+        self._http: HttpService | None = None
+
+    @property
+    def url(self) -> str:
+        if self._http is None:
+            raise RuntimeError("the broker is not started")
+        return self._http.url
+
+    @property
+    def handler(self) -> QueryHandler:
+        if self._handler is None:
+            raise RuntimeError("the broker is not started")
+        return self._handler
+
+    def start(self) -> Broker:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        cfg = self.config
+        self.metastore = open_metastore(cfg.metadata)
+        self.store = ClusterStore(self.metastore, cfg.cluster)
+        self.view = ClusterView(self.store, poll_seconds=cfg.routing_poll_seconds).start()
+        self._handler = QueryHandler(cfg, self.view)
+        self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker")
+        if not self.instance_id:
+            self.instance_id = f"Broker_{self._http.host}_{self._http.port}"
+        self.store.register_instance(InstanceInfo(self.instance_id, self._http.host,
+                                                  {HTTP_PORT_NAME: self._http.port}, tuple(cfg.tags)))
+        try:
+            self.metastore.create(self.store.paths.live(self.instance_id), b"", ephemeral=True)
+        except NodeExistsError:
+            log.warning("live node of %s exists (a previous session not expired yet)", self.instance_id)
+        self._http.start()
+        self.is_serving = True
+        log.info("broker %s serving on %s", self.instance_id, self._http.url)
+
+    def stop(self) -> None:
+        """Stop serving, then let go of the cluster (idempotent; the live node vanishes with the session)."""
+        self.is_serving = False
+        if self._handler is not None:
+            self._handler.close()
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
+        if self.view is not None:
+            self.view.stop()
+        if self.metastore is not None:
+            try:
+                self.metastore.close()
+            except MetadataStoreError:
+                log.debug("closing the metadata store failed", exc_info=True)
+            self.metastore = None
+
+    def routing_table(self, table: str) -> dict[str, Any]:
+        """Where a query on ``table`` (raw or with type) would go now; 404-style dict if unknown."""
+        if self.view is None:
+            return {"error": "broker not started"}
+        info = self.view.resolve(table)
+        entry = self.view.table(info.name) if info is not None else None
+        if entry is None:
+            return {"error": f"table {table!r} does not exist"}
+        routing = route(entry.view.segments, self.view.snapshot.available)
+        return {"table": entry.name, "servers": {k: list(v) for k, v in routing.servers.items()},
+                "consuming": sorted(routing.consuming), "unavailable": list(routing.unavailable),
+                "heldBack": list(routing.held_back)}

@@ -1,0 +1,246 @@
+"""What the broker knows about the cluster: tables with their schemas and external views, and the servers to ask.
+
+A background thread re-reads everything whenever a metadata-store watch fires (table list, table configs,
+schemas, external views, instances, live instances) and at least every ``poll_seconds`` in case a watch event is
+missed. Readers get an immutable ``ClusterSnapshot``, swapped in whole, so one query sees one consistent picture
+without locks. A query naming a table the snapshot lacks triggers a direct look-up first, so a table created a
+moment ago is not reported missing (190) while the watch is still on its way.
+
+A table's schema is the one named by ``segmentsConfig.schemaName`` if given, else the raw table name (Pinot's rule).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import orjson
+import pyarrow as pa
+
+from cuvee.cluster.records import ExternalView, InstanceInfo, RecordFormatError
+from cuvee.cluster.store import ClusterStore
+from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
+from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.query import TableInfo
+from cuvee.spi.metastore import MetadataStoreError, NoNodeError, Subscription, WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One queryable table: its planner view, its row schema, and where its segments are."""
+
+    name: str  # with type, e.g. events_REALTIME
+    info: TableInfo
+    arrow_schema: pa.Schema
+    view: ExternalView
+    config_version: int = -1
+    schema_version: int = -1
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    tables: Mapping[str, TableEntry] = field(default_factory=dict)
+    servers: Mapping[str, str] = field(default_factory=dict)  # live instance id -> base URL
+
+    @property
+    def available(self) -> frozenset[str]:
+        return frozenset(self.servers)
+
+
+def table_info(name_with_type: str, schema: Schema) -> TableInfo:
+    timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
+    return TableInfo(name_with_type, tuple(schema.column_names), timestamps)
+
+
+class ClusterView:
+    """The broker's cached, watched view of one cluster's tables and servers."""
+
+    def __init__(self, store: ClusterStore, *, poll_seconds: float):
+        self.store = store
+        self.paths = store.paths
+        self.poll_seconds = poll_seconds
+        self._snapshot = ClusterSnapshot()
+        self._refresh_lock = threading.Lock()
+        self._dirty = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watches: dict[str, Subscription] = {}
+        self._wanted: set[str] = set()  # the paths the refresh in progress watches
+        self.refreshes = 0
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> ClusterView:
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="broker-routing", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._dirty.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        for subscription in self._watches.values():
+            try:
+                subscription.cancel()
+            except MetadataStoreError:
+                pass
+        self._watches.clear()
+
+    # ---- readers --------------------------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        return self._snapshot
+
+    def resolve(self, name: str) -> TableInfo | None:
+        """The planner's TableResolver: ``events``, ``events_REALTIME`` or another casing of either."""
+        entry = self._lookup(self._snapshot, name)
+        if entry is None:
+            self._load_named(name)
+            entry = self._lookup(self._snapshot, name)
+        return entry.info if entry is not None else None
+
+    def table(self, name_with_type: str) -> TableEntry | None:
+        return self._snapshot.tables.get(name_with_type)
+
+    @staticmethod
+    def _lookup(snapshot: ClusterSnapshot, name: str) -> TableEntry | None:
+        tables = snapshot.tables
+        candidates = [name] if raw_table_name(name) != name else [name + t.suffix for t in TableType]
+        for candidate in candidates:  # REALTIME first: hybrid tables are served from their realtime half for now
+            if candidate in tables:
+                return tables[candidate]
+        folded = {c.lower() for c in candidates}
+        matches = [entry for key, entry in sorted(tables.items()) if key.lower() in folded]
+        return matches[0] if matches else None
+
+    # ---- refresh --------------------------------------------------------------------------------------------
+
+    def refresh(self) -> ClusterSnapshot:
+        """Re-read tables, schemas, external views and servers; keep unchanged entries; install the new snapshot."""
+        with self._refresh_lock:
+            self._wanted = set()
+            self._watch_children(self.paths.tables)
+            self._watch_children(self.paths.live_instances)
+            self._watch_children(self.paths.instances)
+            old = self._snapshot
+            tables: dict[str, TableEntry] = {}
+            for name in self.store.children(self.paths.tables):
+                entry = self._read_table(name, old.tables.get(name))
+                if entry is not None:
+                    tables[name] = entry
+            for path in set(self._watches) - self._wanted:  # tables deleted since: stop watching their nodes
+                self._unwatch(path)
+            self._snapshot = ClusterSnapshot(tables, self._read_servers())
+            self.refreshes += 1
+            return self._snapshot
+
+    def _load_named(self, name: str) -> None:
+        """A table the snapshot lacks: read just its candidates (cheap) and add what exists."""
+        candidates = [name] if raw_table_name(name) != name else [name + t.suffix for t in TableType]
+        with self._refresh_lock:
+            found: dict[str, TableEntry] = {}
+            for candidate in candidates:
+                try:
+                    exists = self.store.metastore.exists(self.paths.table(candidate))
+                except (MetadataStoreError, ValueError):
+                    continue
+                if exists is not None:
+                    entry = self._read_table(candidate, None)
+                    if entry is not None:
+                        found[candidate] = entry
+            if found:
+                old = self._snapshot
+                self._snapshot = ClusterSnapshot({**old.tables, **found}, old.servers)
+
+    def _read_table(self, name: str, old: TableEntry | None) -> TableEntry | None:
+        """The table's entry, or None if its config or schema is missing or invalid (logged, never raised)."""
+        try:
+            config_node = self.store.metastore.get(self.paths.table(name))
+            config = TableConfig.from_json(orjson.loads(config_node.data))
+            schema_name = str(config.segments.extra.get("schemaName") or raw_table_name(name))
+            schema_path = self.paths.schema(schema_name)
+            self._watch(schema_path)
+            self._watch(self.paths.table(name))
+            schema_node = self.store.metastore.get(schema_path)
+            ev_path = self.paths.external_view(name)
+            self._watch(ev_path)
+            view = self.store.external_view(name) or ExternalView(name)
+        except NoNodeError as exc:
+            log.debug("table %s is not complete yet: %s", name, exc)
+            return None
+        except (ConfigValidationError, RecordFormatError, orjson.JSONDecodeError, MetadataStoreError,
+                ValueError) as exc:
+            log.warning("table %s cannot be routed: %s", name, exc)
+            return None
+        if old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version:
+            return TableEntry(name, old.info, old.arrow_schema, view, old.config_version, old.schema_version)
+        try:
+            schema = Schema.from_json(orjson.loads(schema_node.data))
+        except (ConfigValidationError, orjson.JSONDecodeError) as exc:
+            log.warning("table %s: schema %s is invalid: %s", name, schema_name, exc)
+            return None
+        return TableEntry(name, table_info(name, schema), schema.arrow_schema(), view, config_node.version,
+                          schema_node.version)
+
+    def _read_servers(self) -> dict[str, str]:
+        live = set(self.store.live_instance_ids())
+        servers: dict[str, str] = {}
+        for instance_id in sorted(live):
+            try:
+                found = self.store.find(InstanceInfo, self.paths.instance(instance_id))
+            except (RecordFormatError, MetadataStoreError) as exc:
+                log.warning("instance %s cannot be read: %s", instance_id, exc)
+                continue
+            if found is None or HTTP_PORT_NAME not in found.record.ports:
+                continue
+            info = found.record
+            servers[instance_id] = f"http://{info.host}:{info.ports[HTTP_PORT_NAME]}"
+        return servers
+
+    # ---- watches --------------------------------------------------------------------------------------------
+
+    def _on_event(self, _: WatchEvent) -> None:
+        self._dirty.set()
+
+    def _watch(self, path: str) -> None:
+        self._subscribe(path, lambda: self.store.metastore.watch(path, self._on_event))
+
+    def _watch_children(self, path: str) -> None:
+        self._subscribe(path, lambda: self.store.metastore.watch_children(path, self._on_event))
+
+    def _subscribe(self, path: str, make: Callable[[], Subscription]) -> None:
+        self._wanted.add(path)
+        if path in self._watches or self._stopped.is_set():
+            return
+        try:
+            self._watches[path] = make()
+        except NoNodeError:
+            pass  # a children watch needs its node; polling covers it until the node exists
+        except MetadataStoreError as exc:
+            log.warning("cannot watch %s (polling instead): %s", path, exc)
+
+    def _unwatch(self, path: str) -> None:
+        subscription = self._watches.pop(path, None)
+        if subscription is not None:
+            try:
+                subscription.cancel()
+            except MetadataStoreError:
+                pass
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self._dirty.wait(self.poll_seconds)
+            if self._stopped.is_set():
+                return
+            self._dirty.clear()
+            try:
+                self.refresh()
+            except Exception:  # a store hiccup must not end routing updates; the next poll retries
+                log.exception("refreshing the routing view failed")

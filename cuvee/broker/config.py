@@ -1,0 +1,64 @@
+"""The broker role's configuration: a TOML file (``cuvee broker --config F``) onto a frozen dataclass.
+
+Every interval is seconds (timeouts of queries are Pinot's ``timeoutMs``). Example::
+
+    cluster = "cuvee"
+    metadata = "sqlite:///var/cuvee/meta.db"
+    port = 8099
+    timeout_ms = 10000
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cuvee.errors import UserError
+from cuvee.node.config import load_config
+
+BROKER_TAG = "DefaultTenant_BROKER"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Where the broker finds the cluster, how long queries may take, and how big they may be."""
+
+    cluster: str = "cuvee"
+    metadata: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0
+    instance_id: str = ""  # default Broker_<host>_<port> (the port actually bound)
+    tags: tuple[str, ...] = (BROKER_TAG,)
+    timeout_ms: int = 10_000  # a query's default timeoutMs
+    routing_poll_seconds: float = 5.0  # full re-read of tables and external views when a watch event is missed
+    server_grace_seconds: float = 0.5  # wait this much past timeoutMs for a server's own timeout answer (250)
+    connect_timeout_seconds: float = 2.0  # opening a connection to a server
+    max_response_rows: int = 1_000_000  # LIMIT + OFFSET above this is refused (700)
+    max_sql_bytes: int = 1_000_000  # longer SQL is refused (700); request bodies are capped a little above it
+    max_server_connections: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("routing_poll_seconds", "connect_timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.server_grace_seconds < 0:
+            raise ValueError("server_grace_seconds must not be negative")
+        for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+
+    def check_complete(self) -> None:
+        if not self.metadata:
+            raise UserError("broker config: missing metadata (the metadata store URI)")
+
+    @property
+    def max_body_bytes(self) -> int:
+        """A request body may carry the SQL plus JSON quoting and options."""
+        return 2 * self.max_sql_bytes + 64 * 1024
+
+
+def load_broker_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
+    return load_config(BrokerConfig, path, overrides)

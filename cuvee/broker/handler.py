@@ -1,0 +1,193 @@
+"""One SQL query through the broker: plan, route, scatter, gather, merge, and Pinot's response JSON.
+
+Every outcome is a response dict (Pinot answers HTTP 200 with ``exceptions``): bad SQL 150, unknown table 190,
+unknown column 710, refused query 700 (too long, LIMIT too large), servers not answering 427 with
+``partialResult``, server timeouts 250, segments no server serves 305, segments a server no longer holds 235,
+and anything unexpected 450 (logged with its traceback). CPU-heavy steps (parsing, merging) run on worker threads
+so the event loop keeps scattering other queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import pyarrow as pa
+
+from cuvee.broker.cluster_view import ClusterView, TableEntry
+from cuvee.broker.config import BrokerConfig
+from cuvee.broker.errors import query_error
+from cuvee.broker.routing import RoutingTable, route
+from cuvee.broker.scatter import ServerCall, ServerReply, scatter
+from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
+from cuvee.query import (
+    SERVER_RELATION,
+    ExecutionStats,
+    QueryError,
+    QueryErrorCode,
+    QueryPlan,
+    broker_response,
+    error_response,
+    merge_partials,
+    parse_query_options,
+    plan_sql,
+)
+
+log = logging.getLogger(__name__)
+
+_LISTED = 10  # segment names quoted in an error message
+
+
+def _no_where(plan: QueryPlan) -> bool:
+    return plan.docs_scanned_sql == f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION}"
+
+
+def _timeout_ms(options: Mapping[str, str], default: int) -> int:
+    for key, value in options.items():
+        if key.lower() == "timeoutms":
+            try:
+                timeout = int(value)
+            except ValueError:
+                raise QueryError(QueryErrorCode.SQL_PARSING, f"timeoutMs must be an integer, got {value!r}") from None
+            if timeout <= 0:
+                raise QueryError(QueryErrorCode.SQL_PARSING, f"timeoutMs must be positive, got {timeout}")
+            return timeout
+    return default
+
+
+def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
+    return ExecutionStats(
+        numDocsScanned=stats.numDocsScanned, totalDocs=stats.totalDocs,
+        numSegmentsQueried=stats.numSegmentsQueried, numSegmentsProcessed=stats.numSegmentsProcessed,
+        numSegmentsMatched=stats.numSegmentsMatched, numConsumingSegmentsQueried=stats.numConsumingSegmentsQueried,
+        minConsumingFreshnessTimeMs=stats.minConsumingFreshnessTimeMs)
+
+
+def _names(segments: tuple[str, ...] | list[str]) -> str:
+    shown = ", ".join(segments[:_LISTED])
+    return shown + (f", ... ({len(segments) - _LISTED} more)" if len(segments) > _LISTED else "")
+
+
+class QueryHandler:
+    """Answers queries for one broker. ``handle`` runs on the HTTP server's event loop."""
+
+    def __init__(self, config: BrokerConfig, view: ClusterView, *, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.view = view
+        self._clock = clock
+        self._numbers = itertools.count(1)
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            cfg = self.config
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(None, connect=cfg.connect_timeout_seconds),
+                limits=httpx.Limits(max_connections=cfg.max_server_connections,
+                                    max_keepalive_connections=cfg.max_server_connections))
+            self._loop = asyncio.get_running_loop()
+        return self._client
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the connection pool on the loop that opened it (call from any other thread)."""
+        client, loop, self._client = self._client, self._loop, None
+        if client is None or loop is None or loop.is_closed():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout)
+        except Exception:  # the loop is already stopping: the sockets close with it
+            log.debug("closing the server connection pool failed", exc_info=True)
+
+    async def handle(self, sql: Any, query_options: Any = None) -> dict[str, Any]:
+        number = next(self._numbers)
+        started = self._clock()
+        request_id = str(number)
+        try:
+            return await self._handle(number, started, sql, query_options)
+        except QueryError as exc:
+            return error_response(exc, request_id=request_id, time_used_ms=self._elapsed_ms(started))
+        except Exception as exc:  # a bug must cost one query, never the broker
+            log.exception("query %s failed unexpectedly", request_id)
+            error = QueryError(QueryErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            return error_response(error, request_id=request_id, time_used_ms=self._elapsed_ms(started))
+
+    def _elapsed_ms(self, started: float) -> int:
+        return int((self._clock() - started) * 1000)
+
+    async def _handle(self, number: int, started: float, sql: Any, query_options: Any) -> dict[str, Any]:
+        cfg = self.config
+        if not isinstance(sql, str) or not sql.strip():
+            raise QueryError(QueryErrorCode.SQL_PARSING, "the request has no SQL: send {\"sql\": \"SELECT ...\"}")
+        size = len(sql.encode())
+        if size > cfg.max_sql_bytes:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"the query is {size} bytes; this broker accepts at most {cfg.max_sql_bytes}")
+        if query_options is not None and not isinstance(query_options, str):
+            raise QueryError(QueryErrorCode.SQL_PARSING, "queryOptions must be a string like \"k=v;k2=v2\"")
+        options = parse_query_options(query_options)
+        plan = await asyncio.to_thread(plan_sql, sql, self.view.resolve)
+        options.update(plan.options)
+        timeout_ms = _timeout_ms(options, cfg.timeout_ms)
+        rows = (plan.limit or 0) + plan.offset
+        if rows > cfg.max_response_rows:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"LIMIT + OFFSET asks for {rows} rows; this broker returns at most "
+                             f"{cfg.max_response_rows}")
+        entry = self.view.table(plan.table)
+        if entry is None:
+            raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {plan.table!r} does not exist")
+        snapshot = self.view.snapshot
+        servers = dict(snapshot.servers)
+        routing = route(entry.view.segments, frozenset(servers), number)
+        deadline = started + timeout_ms / 1000
+        calls = self._calls(str(number), plan, entry, routing, servers, deadline)
+        wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
+        replies = await scatter(self._http(), calls, wait) if calls else []
+        exceptions = self._exceptions(routing, replies)
+        partials = [r.table for r in replies if r.table is not None]
+        merged: pa.Table | None
+        try:
+            merged = await asyncio.to_thread(merge_partials, plan, partials, entry.arrow_schema)
+        except QueryError as exc:
+            merged = None
+            exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
+        stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
+        return broker_response(
+            request_id=str(number), time_used_ms=self._elapsed_ms(started), table=merged,
+            column_names=plan.column_names if merged is not None else None, stats=stats,
+            num_servers_queried=len(calls), num_servers_responded=sum(1 for r in replies if r.responded),
+            exceptions=exceptions)
+
+    def _calls(self, request_id: str, plan: QueryPlan, entry: TableEntry, routing: RoutingTable,
+               servers: Mapping[str, str], deadline: float) -> list[ServerCall]:
+        remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
+        docs_sql = None if _no_where(plan) else plan.docs_scanned_sql
+        return [ServerCall(instance, servers[instance], ServerQueryRequest(
+                    request_id, entry.name, plan.server_sql, segments, remaining_ms, docs_sql))
+                for instance, segments in routing.servers.items()]
+
+    @staticmethod
+    def _exceptions(routing: RoutingTable, replies: list[ServerReply]) -> list[QueryError]:
+        errors: list[QueryError] = []
+        if routing.unavailable:
+            errors.append(QueryError(QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE, f"{len(routing.unavailable)} segment(s) have no "
+                                     f"ONLINE or CONSUMING replica: {_names(routing.unavailable)}"))
+        for reply in replies:
+            if reply.error is not None:
+                errors.append(reply.error)
+                continue
+            assert reply.stats is not None
+            for exc in reply.stats.exceptions:
+                errors.append(query_error(exc.error_code, f"{exc.message} (on server {reply.instance})"))
+            if reply.stats.missingSegments:
+                missing = list(reply.stats.missingSegments)
+                errors.append(QueryError(QueryErrorCode.SERVER_SEGMENT_MISSING,
+                                         f"server {reply.instance} does not hold {len(missing)} segment(s): "
+                                         f"{_names(missing)}"))
+        return errors

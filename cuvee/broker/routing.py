@@ -1,0 +1,104 @@
+"""Which server answers for which segment of one query: pure, from the external view alone.
+
+The rule (the seed's "prefer ONLINE, at most one CONSUMING segment per partition"), per stream partition, walking
+the partition's segments by sequence:
+
+- a segment ONLINE on some available replica is always routed, to one of its ONLINE replicas;
+- the first segment that is ONLINE nowhere is routed to one of its CONSUMING replicas; if it has none it is
+  *unavailable* (reported to the user, Pinot's error 305);
+- every later segment that is ONLINE nowhere is *held back* (normally the next consuming segment, created by a
+  commit before the previous one is ONLINE anywhere) until that first one goes ONLINE.
+
+So a query never reads a committed row twice (a segment's rows are in one replica's copy, and the consuming
+segment of a partition ends where the next one starts), and never misses a committed row (committed segments
+are routed whenever any replica serves them). Segments whose names are not LLC names (batch-pushed) stand alone.
+
+Replicas are chosen round-robin by the request number: segment ``i`` (in name order) of request ``r`` goes to
+candidate ``(r + i) % n``, which spreads each query's segments evenly over the replicas and alternates between
+queries. Only *available* instances count (live, and registered with an address).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+
+from cuvee.cluster.records import SegmentState
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+
+Assignment = Mapping[str, Mapping[str, SegmentState]]
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    """One query's routing: ``servers`` maps an instance to the segments it is asked for (sorted)."""
+
+    servers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    consuming: frozenset[str] = frozenset()  # routed segments read from a CONSUMING replica
+    unavailable: tuple[str, ...] = ()  # segments no available replica serves (ONLINE nor first CONSUMING)
+    held_back: tuple[str, ...] = ()  # segments ONLINE nowhere behind an earlier segment that is not ONLINE yet
+
+    @property
+    def num_segments(self) -> int:
+        return sum(len(s) for s in self.servers.values())
+
+    def segments_of(self, instance: str) -> tuple[str, ...]:
+        return self.servers.get(instance, ())
+
+
+@dataclass(frozen=True)
+class _Choice:
+    segment: str
+    candidates: tuple[str, ...]
+    consuming: bool
+
+
+def _partition_key(segment: str) -> tuple[str, int, int]:
+    """(group, sequence, 0): LLC segments group by table and partition; other names each form their own group."""
+    try:
+        name = LLCSegmentName.parse(segment)
+    except InvalidSegmentNameError:
+        return (f"\x00{segment}", 0, 0)
+    return (f"{name.table}\x00{name.partition}", name.sequence, 0)
+
+
+def route(view: Assignment, available: Set[str], request_number: int = 0) -> RoutingTable:
+    """Route one query over the external view ``view`` ({segment: {instance: state}})."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for segment in view:
+        group, sequence, _ = _partition_key(segment)
+        groups.setdefault(group, []).append((sequence, segment))
+    choices: list[_Choice] = []
+    unavailable: list[str] = []
+    held_back: list[str] = []
+    for members in groups.values():
+        blocked = False
+        for _, segment in sorted(members):
+            replicas = view[segment]
+            online = _replicas_in(replicas, SegmentState.ONLINE, available)
+            if online:
+                choices.append(_Choice(segment, online, consuming=False))
+                continue
+            consuming = _replicas_in(replicas, SegmentState.CONSUMING, available)
+            if blocked:
+                held_back.append(segment)
+                continue
+            blocked = True
+            if consuming:
+                choices.append(_Choice(segment, consuming, consuming=True))
+            else:
+                unavailable.append(segment)
+    servers: dict[str, list[str]] = {}
+    for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
+        instance = choice.candidates[(request_number + index) % len(choice.candidates)]
+        servers.setdefault(instance, []).append(choice.segment)
+    return RoutingTable(
+        servers={inst: tuple(sorted(segs)) for inst, segs in sorted(servers.items())},
+        consuming=frozenset(c.segment for c in choices if c.consuming),
+        unavailable=tuple(sorted(unavailable)),
+        held_back=tuple(sorted(held_back)),
+    )
+
+
+def _replicas_in(replicas: Mapping[str, SegmentState], state: SegmentState, available: Set[str]) -> tuple[str, ...]:
+    return tuple(sorted(inst for inst, s in replicas.items() if s is state and inst in available))

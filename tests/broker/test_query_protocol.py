@@ -1,0 +1,84 @@
+"""The broker ⇄ server query wire contract: round trips and strict, clear parsing."""
+
+from __future__ import annotations
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from cuvee.protocol.query import (
+    QueryWireError,
+    ServerException,
+    ServerQueryRequest,
+    ServerQueryStats,
+    decode_response,
+    encode_response,
+)
+
+REQUEST = ServerQueryRequest("7", "events_REALTIME", "SELECT count(*) FROM cuvee_segments", ("a", "b"), 500,
+                             "SELECT count(*) AS numDocsScanned FROM cuvee_segments WHERE x > 1")
+
+
+def test_request_round_trip() -> None:
+    assert ServerQueryRequest.decode(REQUEST.encode()) == REQUEST
+    plain = ServerQueryRequest("1", "t_REALTIME", "SELECT 1", (), 10)
+    assert ServerQueryRequest.from_dict(plain.to_dict()) == plain
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"timeoutMs": "5"}, "'timeoutMs' must be an integer"),
+    ({"timeoutMs": True}, "'timeoutMs' must be an integer"),
+    ({"timeoutMs": 0}, "timeoutMs must be positive"),
+    ({"segments": ["a", 3]}, r"segments\[1\] must be a non-empty string"),
+    ({"segments": "a"}, "'segments' must be a list"),
+    ({"sql": None}, "'sql' must be a string"),
+    ({"docsScannedSql": 3}, "'docsScannedSql' must be a string or null"),
+    ({"extra": 1}, "unknown field"),
+])
+def test_request_parsing_is_strict(change: dict, error: str) -> None:
+    with pytest.raises(QueryWireError, match=error):
+        ServerQueryRequest.from_dict({**REQUEST.to_dict(), **change})
+
+
+def test_request_missing_field_and_non_json_are_named() -> None:
+    doc = REQUEST.to_dict()
+    del doc["table"]
+    with pytest.raises(QueryWireError, match="missing field 'table'"):
+        ServerQueryRequest.from_dict(doc)
+    with pytest.raises(QueryWireError, match="not JSON"):
+        ServerQueryRequest.decode(b"{nope")
+    with pytest.raises(QueryWireError, match="must be a JSON object"):
+        ServerQueryRequest.decode(b"[1]")
+
+
+def test_response_round_trip_with_result_and_stats() -> None:
+    result = pa.table({"__g0": ["x", None], "__p0": pa.array([[1, 2], []], pa.list_(pa.int64()))})
+    stats = ServerQueryStats(numDocsScanned=3, totalDocs=9, numSegmentsQueried=2, numSegmentsProcessed=2,
+                             numConsumingSegmentsQueried=1, minConsumingFreshnessTimeMs=77, timeUsedMs=4,
+                             missingSegments=("gone",), exceptions=(ServerException(250, "slow"),))
+    table, got = decode_response(encode_response(result, stats))
+    assert table is not None and table.equals(result)
+    assert got == stats
+
+
+def test_response_without_result() -> None:
+    stats = ServerQueryStats(exceptions=(ServerException(200, "bad sql"),))
+    table, got = decode_response(encode_response(None, stats))
+    assert table is None
+    assert got.exceptions == (ServerException(200, "bad sql"),)
+
+
+def test_bad_responses_are_clear_errors() -> None:
+    with pytest.raises(QueryWireError, match="not an Arrow IPC stream"):
+        decode_response(b"<html>oops</html>")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pa.schema([("a", pa.int64())])) as writer:
+        writer.write_table(pa.table({"a": [1]}))
+    with pytest.raises(QueryWireError, match="lacks 'cuvee.stats'"):
+        decode_response(sink.getvalue())
+    bad = pa.schema([("a", pa.int64())], metadata={b"cuvee.stats": orjson.dumps({"totalDocs": "x"})})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, bad):
+        pass
+    with pytest.raises(QueryWireError, match="server query stats"):
+        decode_response(sink.getvalue())
