@@ -25,9 +25,9 @@ test: setup system-deps
 test-fast: setup
 	$(PY) -m pytest -q -m "not zookeeper and not kafka"
 
+# A 3-server local cluster in ./quickstart, a sample stream, example queries. Stop: .venv/bin/cuvee cluster down --dir quickstart
 quickstart: setup
-	@echo "The quickstart arrives with the cluster (controller, servers, broker)." \
-	      "For now: .venv/bin/cuvee --help"
+	$(VENV)/bin/cuvee quickstart --dir quickstart
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -1,0 +1,81 @@
+"""`cuvee cluster up|down` and the quickstart, as a user runs them: separate processes, real ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from rich.console import Console
+
+from cuvee.deploy.local import LocalClusterError, LocalClusterSpec, down, up
+from cuvee.deploy.quickstart import QuickstartOptions, run
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
+
+
+def _cuvee(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cuvee", *args], capture_output=True, text=True, timeout=120)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_cluster_up_writes_cluster_json_and_down_stops_every_process(tmp_path: Path) -> None:
+    started = _cuvee("cluster", "up", "--dir", str(tmp_path), "--servers", "2")
+    assert started.returncode == 0, started.stderr
+    info = json.loads((tmp_path / "cluster.json").read_text())
+    try:
+        assert set(info) >= {"controller", "broker", "servers", "streamDir", "deepStore", "metadata", "pids", "logs"}
+        assert len(info["servers"]) == 2
+        assert len({info["controller"], info["broker"], *info["servers"]}) == 4, "two roles share a port"
+        assert info["metadata"].startswith("sqlite:///") and info["deepStore"].startswith("file:///")
+        for url in [info["controller"], info["broker"], *info["servers"]]:
+            assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+        instances = httpx.get(f"{info['controller']}/instances", timeout=5).json()["instances"]
+        assert sum(1 for i in instances if i.startswith("Server_")) == 2
+        assert all(Path(log).is_file() for log in info["logs"].values())
+        again = _cuvee("cluster", "up", "--dir", str(tmp_path))
+        assert again.returncode != 0 and "already running" in again.stderr
+    finally:
+        stopped = _cuvee("cluster", "down", "--dir", str(tmp_path))
+    assert stopped.returncode == 0, stopped.stderr
+    assert not any(_alive(pid) for pid in info["pids"].values())
+
+
+def test_down_without_a_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    result = _cuvee("cluster", "down", "--dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "no cluster.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_role_that_cannot_start_fails_up_and_leaves_nothing_running(tmp_path: Path) -> None:
+    spec = LocalClusterSpec(dir=tmp_path, servers=1, metadata="bogus://nowhere", start_timeout_seconds=20)
+    with pytest.raises(LocalClusterError, match="controller exited"):
+        up(spec)
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_quickstart_ingests_and_answers_its_queries(tmp_path: Path) -> None:
+    console = Console(record=True, width=120)
+    try:
+        run(QuickstartOptions(dir=tmp_path, rows=8_000, rows_per_segment=3_000), console=console)
+    finally:
+        down(tmp_path)
+    text = console.export_text()
+    assert "8000" in text.replace(",", "")  # the COUNT(*) answer
+    assert "cuvee cluster down --dir" in text
+    assert "ONLINE" in text, "no segment committed during the quickstart"
