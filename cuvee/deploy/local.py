@@ -135,8 +135,12 @@ def _plan_roles(spec: LocalClusterSpec) -> list[_Role]:
         data_dir = str(spec.dir.resolve() / "data" / f"server-{i}")
         roles.append(_Role(f"server-{i}", "server", 0, {**common, "deep_store": spec.deep_store_uri, "data_dir": data_dir}))
     roles.append(_Role("broker", "broker", 0, dict(common)))
-    for role, port in zip(roles, _free_ports(spec.host, len(roles))):
-        role.port = port
+    # A restart reuses each role's port: a server's instance id (Server_<host>_<port>) is how the ideal state
+    # names it, so the same port means it takes back its segments.
+    previous = _previous_ports(spec.dir)
+    fresh = iter(_free_ports(spec.host, len(roles)))
+    for role in roles:
+        role.port = previous.get(role.name) or next(fresh)
         role.config["port"] = role.port
         for dotted, value in spec.overrides.get(role.kind, {}).items():
             target = role.config
@@ -213,6 +217,17 @@ def _cluster_info(spec: LocalClusterSpec, roles: list[_Role]) -> dict[str, Any]:
         "pids": {r.name: r.process.pid for r in roles if r.process is not None},
         "logs": {r.name: str((spec.dir / "logs" / f"{r.name}.log").resolve()) for r in roles},
     }
+
+
+def _previous_ports(directory: Path) -> dict[str, int]:
+    """Role name -> port of the last cluster started from ``directory`` (empty if none)."""
+    path = directory / CLUSTER_FILE
+    if not path.exists():
+        return {}
+    info = json.loads(path.read_text())
+    urls = {"controller": info.get("controller"), "broker": info.get("broker")}
+    urls.update({f"server-{i}": url for i, url in enumerate(info.get("servers", []))})
+    return {name: int(url.rsplit(":", 1)[1]) for name, url in urls.items() if url}
 
 
 def _free_ports(host: str, count: int) -> list[int]:

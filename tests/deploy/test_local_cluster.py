@@ -79,3 +79,47 @@ def test_quickstart_ingests_and_answers_its_queries(tmp_path: Path) -> None:
     assert "8000" in text.replace(",", "")  # the COUNT(*) answer
     assert "cuvee cluster down --dir" in text
     assert "ONLINE" in text, "no segment committed during the quickstart"
+
+
+def test_a_stopped_cluster_restarts_on_its_ports_and_serves_its_data(tmp_path: Path) -> None:
+    """Restart (issue: committed segments load from local disk; consuming ones re-consume from their start)."""
+    import orjson
+
+    from cuvee.stream import open_admin, open_producer
+    from cuvee.testing.waiting import wait_until
+
+    configs = {"streamType": "log", "stream.log.topic.name": "t", "stream.log.dir": str(tmp_path / "stream"),
+               "stream.log.consumer.prop.auto.offset.reset": "smallest",
+               "realtime.segment.flush.threshold.rows": "1000"}
+    schema = {"schemaName": "t", "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
+              "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}]}
+    table = {"tableName": "t", "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "1"},
+             "tableIndexConfig": {"streamConfigs": configs}}
+    spec = LocalClusterSpec(dir=tmp_path, servers=1)
+
+    def count(info: dict) -> int:
+        answer = httpx.post(f"{info['broker']}/query/sql", json={"sql": "SELECT COUNT(*) FROM t"}, timeout=10).json()
+        return answer["resultTable"]["rows"][0][0] if not answer.get("exceptions") else -1
+
+    info = up(spec)
+    try:
+        with open_admin(configs) as admin:
+            admin.create_topic("t", 2)
+        assert httpx.post(f"{info['controller']}/schemas", json=schema).status_code < 300
+        assert httpx.post(f"{info['controller']}/tables", json=table).status_code < 300
+        with open_producer(configs) as producer:
+            producer.produce_many((str(i).encode(), orjson.dumps({"id": i, "v": i})) for i in range(2_500))
+            producer.flush()
+        wait_until(lambda: count(info) == 2_500, 60, interval=0.1)
+    finally:
+        down(tmp_path)
+    restarted = up(spec)
+    try:
+        assert restarted["servers"] == info["servers"] and restarted["controller"] == info["controller"]
+        wait_until(lambda: count(restarted) == 2_500, 60, interval=0.1, message="data not served after restart")
+        with open_producer(configs) as producer:
+            producer.produce_many((str(i).encode(), orjson.dumps({"id": i, "v": i})) for i in range(2_500, 3_000))
+            producer.flush()
+        wait_until(lambda: count(restarted) == 3_000, 60, interval=0.1, message="ingestion did not resume")
+    finally:
+        down(tmp_path)
