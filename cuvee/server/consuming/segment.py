@@ -192,11 +192,16 @@ class ConsumingSegment:
     def to_arrow(self) -> pa.Table:
         return self.snapshot()
 
+    def _consumer_state(self) -> str:
+        """The FSM state, except that a consuming segment told to pause reports PAUSED (what operators look for)."""
+        state = self._fsm.state.value
+        return "PAUSED" if self._paused.is_set() and state == "CONSUMING" else state
+
     def info(self) -> dict[str, Any]:
         recent = self.bad_records.recent()
         return {
             "segmentName": self.name,
-            "consumerState": self._fsm.state.value,
+            "consumerState": self._consumer_state(),
             "currentOffset": self._consumer.offset,
             "startOffset": self._consumer.effective_start,
             "partition": self.partition,

@@ -1,0 +1,111 @@
+"""Operator controls on a live in-process cluster: consumingSegmentsInfo, forceCommit, pause and resume."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.waiting import wait_until
+
+TABLE = "ops"
+SCHEMA = {
+    "schemaName": TABLE,
+    "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
+    "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}],
+}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[InProcessCluster]:
+    with InProcessCluster(tmp_path, servers=2) as cluster:
+        cluster.create_topic(TABLE, 2)
+        cluster.add_schema(SCHEMA)
+        # A threshold far above what the tests produce: segments end only when told to.
+        configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "1000000"})
+        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
+                           "tableIndexConfig": {"streamConfigs": configs}})
+        cluster.configs = configs  # type: ignore[attr-defined]
+        yield cluster
+
+
+def _produce(cluster: InProcessCluster, start: int, end: int) -> None:
+    cluster.produce(cluster.configs, ({"id": i, "v": 1} for i in range(start, end)), key_field="id")  # type: ignore[attr-defined]
+
+
+def _count(cluster: InProcessCluster) -> int:
+    return int(cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}"))
+
+
+def test_consuming_segments_info_reports_offsets_and_lag(cluster: InProcessCluster) -> None:
+    _produce(cluster, 0, 400)
+    wait_until(lambda: _count(cluster) == 400, 30)
+
+    def caught_up() -> dict | None:
+        info = cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/consumingSegmentsInfo").json()
+        return info if _segments(info) and sum(_lags(info)) == 0 else None
+
+    info = wait_until(caught_up, 30, interval=0.1, message="lag never reached 0")
+    assert len(info["_segmentToConsumingInfoMap"]) == 2, info  # one consuming segment per partition
+    assert len(_segments(info)) == 4, info  # on each of its 2 replicas
+    assert _current_offsets(info) == _upstream_offsets(info)
+    assert sum(_upstream_offsets(info)) == 2 * 400  # each partition's offset, counted once per replica
+
+
+def test_force_commit_commits_the_consuming_segments_and_ingestion_goes_on(cluster: InProcessCluster) -> None:
+    _produce(cluster, 0, 300)
+    wait_until(lambda: _count(cluster) == 300, 30)
+    response = cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/forceCommit")
+    assert response.status_code < 300, response.text
+    wait_until(lambda: len(cluster.committed_segments(TABLE)) == 2, 30, message="force commit did not commit")
+    for segment in cluster.committed_segments(TABLE):
+        assert cluster.segment_metadata(TABLE, segment)["status"] == "DONE"
+    _produce(cluster, 300, 500)
+    wait_until(lambda: _count(cluster) == 500, 30, message="ingestion did not go on after the force commit")
+    assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == 500
+    cluster.check_invariants(f"{TABLE}_REALTIME", replicas=2)
+
+
+def test_pause_stops_ingestion_and_resume_continues(cluster: InProcessCluster) -> None:
+    _produce(cluster, 0, 100)
+    wait_until(lambda: _count(cluster) == 100, 30)
+    paused = cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/pauseConsumption")
+    assert paused.status_code < 300 and paused.json().get("paused") is True, paused.text
+
+    def consumers_paused() -> bool:
+        info = cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/consumingSegmentsInfo").json()
+        states = {s.get("consumerState") for s in _segments(info)}
+        return bool(states) and states <= {"PAUSED"}
+
+    wait_until(consumers_paused, 30, message="consumers never reported PAUSED")
+    _produce(cluster, 100, 200)
+    # Lag grows while paused: the rows are in the stream but not consumed (by either of the 2 replicas).
+    wait_until(lambda: sum(_lags(cluster.http.get(
+        f"{cluster.controller_url}/tables/{TABLE}/consumingSegmentsInfo").json())) == 2 * 100, 30)
+    assert _count(cluster) == 100
+    resumed = cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/resumeConsumption")
+    assert resumed.status_code < 300 and resumed.json().get("paused") is False, resumed.text
+    wait_until(lambda: _count(cluster) == 200, 30, message="ingestion did not resume")
+
+
+# consumingSegmentsInfo shape helpers: one entry per (segment, server).
+def _segments(info: dict) -> list[dict]:
+    out = []
+    for segment, servers in info.get("_segmentToConsumingInfoMap", {}).items():
+        for entry in servers:
+            out.append({"segment": segment, **entry})
+    return out
+
+
+def _lags(info: dict) -> list[int]:
+    return [int(e["recordsLag"]) for e in _segments(info)]
+
+
+def _current_offsets(info: dict) -> list[int]:
+    return [int(e["currentOffset"]) for e in _segments(info)]
+
+
+def _upstream_offsets(info: dict) -> list[int]:
+    return [int(e["latestUpstreamOffset"]) for e in _segments(info)]
