@@ -13,13 +13,16 @@ So a query never reads a committed row twice (a segment's rows are in one replic
 segment of a partition ends where the next one starts), and never misses a committed row (committed segments
 are routed whenever any replica serves them). Segments whose names are not LLC names (batch-pushed) stand alone.
 
-Replicas are chosen round-robin by the request number: segment ``i`` (in name order) of request ``r`` goes to
-candidate ``(r + i) % n``, which spreads each query's segments evenly over the replicas and alternates between
+Committed segments' replicas are chosen round-robin by the request number: segment ``i`` (in name order) of
+request ``r`` goes to candidate ``(r + i) % n``, which spreads each query's segments evenly over the replicas and
+alternates between queries. A consuming segment is always read from the same replica (a stable hash of its name),
+because replicas consume at different speeds: alternating would make fresh rows appear and vanish between
 queries. Only *available* instances count (live, and registered with an address).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
@@ -90,7 +93,11 @@ def route(view: Assignment, available: Set[str], request_number: int = 0) -> Rou
                 unavailable.append(segment)
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
-        instance = choice.candidates[(request_number + index) % len(choice.candidates)]
+        # Committed segments are identical on every replica: rotate them per request to balance load. A consuming
+        # segment's replicas differ in progress, so every query reads it from the same replica (spread across
+        # partitions by a stable hash): a client's successive queries never see fresh rows disappear.
+        turn = zlib.crc32(choice.segment.encode()) if choice.consuming else request_number + index
+        instance = choice.candidates[turn % len(choice.candidates)]
         servers.setdefault(instance, []).append(choice.segment)
     return RoutingTable(
         servers={inst: tuple(sorted(segs)) for inst, segs in sorted(servers.items())},

@@ -140,3 +140,14 @@ def test_invariants_for_any_view_of_one_partition(replicas, available, request) 
     accounted = list(chosen) + list(table.unavailable) + list(table.held_back)
     assert sorted(accounted) == sorted(names)
     assert all(inst in available for inst in table.servers)
+
+
+def test_a_consuming_segment_is_read_from_the_same_replica_by_every_query() -> None:
+    """Replicas consume at different speeds; reading one replica keeps a client's fresh rows from vanishing."""
+    from cuvee.broker.routing import route
+    from cuvee.cluster.records import SegmentState
+
+    view = {f"t__{p}__0__20261121T1647Z": {"s1": SegmentState.CONSUMING, "s2": SegmentState.CONSUMING} for p in range(8)}
+    tables = [route(view, {"s1", "s2"}, request_number=r) for r in range(6)]
+    assert all(t.servers == tables[0].servers for t in tables)
+    assert set(tables[0].servers) == {"s1", "s2"}, "consuming segments should still spread across replicas"
