@@ -8,7 +8,9 @@ import asyncio
 import socket
 import threading
 import time
+from typing import Any
 
+import orjson
 import uvicorn
 from fastapi import FastAPI
 
@@ -19,10 +21,61 @@ class HttpServiceError(CuveeError):
     pass
 
 
-class HttpService:
-    """One HTTP listener for one app. Binds the socket first, so the port is known before serving starts."""
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, name: str = "http"):
+
+class BodySizeLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered 413 (JSON) without being read further, so an
+    oversize or endless upload cannot exhaust a role's memory. Checks Content-Length first, then counts chunks."""
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send)
+            return
+        seen = 0
+        refused = False
+
+        async def counting_receive() -> dict[str, Any]:
+            # Past the limit: answer 413 now and tell the app the client left, so it stops reading.
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    refused = True
+                    await self._refuse(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not refused:  # after a 413 the app's own answer (if any) is dropped
+                await send(message)
+
+        await self.app(scope, counting_receive, guarded_send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = orjson.dumps({"code": 413, "error": f"request body over {self.max_bytes} bytes"})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class HttpService:
+    """One HTTP listener for one app. Binds the socket first, so the port is known before serving starts.
+    Every request body is capped at ``max_body_bytes`` (413 beyond)."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
         self.app = app
         self.name = name
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -34,7 +87,7 @@ class HttpService:
             self._socket.close()
             raise HttpServiceError(f"{name}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host, self.port = self._socket.getsockname()[:2]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(BodySizeLimit(app, max_body_bytes), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()

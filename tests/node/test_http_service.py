@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from cuvee.node.http import HttpService, HttpServiceError
 
@@ -31,3 +31,27 @@ def test_a_taken_port_is_a_clear_error() -> None:
             HttpService(FastAPI(), port=first.port, name="second")
     finally:
         first.stop()
+
+
+def test_oversize_bodies_are_refused_with_413_and_the_service_keeps_serving() -> None:
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"bytes": len(await request.body())}
+
+    service = HttpService(app, name="t", max_body_bytes=1000).start()
+    try:
+        assert httpx.post(f"{service.url}/echo", content=b"x" * 1000).json() == {"bytes": 1000}
+        declared = httpx.post(f"{service.url}/echo", content=b"x" * 5000)
+        assert declared.status_code == 413 and declared.json()["code"] == 413
+
+        def chunks():  # no Content-Length: the limit is enforced while reading
+            for _ in range(10):
+                yield b"y" * 500
+
+        streamed = httpx.post(f"{service.url}/echo", content=chunks())
+        assert streamed.status_code == 413
+        assert httpx.post(f"{service.url}/echo", content=b"ok").json() == {"bytes": 2}
+    finally:
+        service.stop()
