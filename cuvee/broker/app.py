@@ -7,6 +7,7 @@ a body that is not a JSON object (400) or one larger than the broker accepts (41
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -21,8 +22,13 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"code": status, "error": message}, status_code=status)
 
 
-def _json(doc: dict[str, Any]) -> Response:
-    return Response(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+def encode(doc: dict[str, Any]) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+async def _json(doc: dict[str, Any]) -> Response:
+    """Encoded on a worker thread: a large answer must not stall the event loop's other queries."""
+    return Response(await asyncio.to_thread(encode, doc), media_type="application/json")
 
 
 def build_broker_app(broker: Broker) -> FastAPI:
@@ -46,14 +52,14 @@ def build_broker_app(broker: Broker) -> FastAPI:
             return _error(400, f"the request body is not JSON: {exc}")
         if not isinstance(doc, dict):
             return _error(400, "the request body must be a JSON object like {\"sql\": \"SELECT ...\"}")
-        return _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions")))
+        return await _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions")))
 
     app.add_api_route("/query/sql", post_query, methods=["POST"])
     app.add_api_route("/query", post_query, methods=["POST"])
 
     @app.get("/query/sql")
     async def get_query(sql: str | None = None, queryOptions: str | None = None) -> Response:  # noqa: N803
-        return _json(await broker.handler.handle(sql, queryOptions))
+        return await _json(await broker.handler.handle(sql, queryOptions))
 
     @app.get("/health")
     def health() -> Response:

@@ -3,7 +3,8 @@
 ``start()``: open the metastore, load the cluster view (tables, schemas, external views, servers) and start
 following it, bind the HTTP port (the instance id defaults to ``Broker_<host>_<port>``), register the broker as an
 instance (tagged ``DefaultTenant_BROKER``, so no table assignment ever picks it) with an ephemeral live node, and
-serve. ``stop()`` undoes it in reverse order.
+serve. ``stop()`` undoes it in reverse order: the query handler stops opening connection pools (its pool closes on
+the HTTP loop once the queries using it finish), HTTP stops (in-flight queries drain), then the cluster is let go.
 """
 
 from __future__ import annotations
@@ -62,17 +63,21 @@ class Broker:
         cfg = self.config
         self.metastore = open_metastore(cfg.metadata)
         self.store = ClusterStore(self.metastore, cfg.cluster)
-        self.view = ClusterView(self.store, poll_seconds=cfg.routing_poll_seconds).start()
+        self.view = ClusterView(self.store, poll_seconds=cfg.routing_poll_seconds,
+                                stop_timeout_seconds=cfg.stop_timeout_seconds).start()
         self._handler = QueryHandler(cfg, self.view)
         self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker")
         if not self.instance_id:
             self.instance_id = f"Broker_{self._http.host}_{self._http.port}"
         self.store.register_instance(InstanceInfo(self.instance_id, self._http.host,
                                                   {HTTP_PORT_NAME: self._http.port}, tuple(cfg.tags)))
+        live = self.store.paths.live(self.instance_id)
         try:
-            self.metastore.create(self.store.paths.live(self.instance_id), b"", ephemeral=True)
-        except NodeExistsError:
-            log.warning("live node of %s exists (a previous session not expired yet)", self.instance_id)
+            self.metastore.create(live, b"", ephemeral=True)
+        except NodeExistsError:  # our previous session's node, not yet expired: replace it with ours
+            log.info("live node of %s left by a previous session: replacing it", self.instance_id)
+            self.metastore.delete(live)
+            self.metastore.create(live, b"", ephemeral=True)
         self._http.start()
         self.is_serving = True
         log.info("broker %s serving on %s", self.instance_id, self._http.url)
@@ -80,11 +85,13 @@ class Broker:
     def stop(self) -> None:
         """Stop serving, then let go of the cluster (idempotent; the live node vanishes with the session)."""
         self.is_serving = False
-        if self._handler is not None:
+        if self._handler is not None:  # before HTTP stops: the pool must close on the loop HTTP runs
             self._handler.close()
         if self._http is not None:
-            self._http.stop()
+            self._http.stop(self.config.stop_timeout_seconds)
             self._http = None
+        if self._handler is not None and self._handler.pool_open:
+            log.warning("the server connection pool was still open when HTTP stopped")
         if self.view is not None:
             self.view.stop()
         if self.metastore is not None:

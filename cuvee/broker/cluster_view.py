@@ -59,10 +59,11 @@ def table_info(name_with_type: str, schema: Schema) -> TableInfo:
 class ClusterView:
     """The broker's cached, watched view of one cluster's tables and servers."""
 
-    def __init__(self, store: ClusterStore, *, poll_seconds: float):
+    def __init__(self, store: ClusterStore, *, poll_seconds: float, stop_timeout_seconds: float = 5.0):
         self.store = store
         self.paths = store.paths
         self.poll_seconds = poll_seconds
+        self.stop_timeout_seconds = stop_timeout_seconds
         self._snapshot = ClusterSnapshot()
         self._refresh_lock = threading.Lock()
         self._dirty = threading.Event()
@@ -84,7 +85,10 @@ class ClusterView:
         self._stopped.set()
         self._dirty.set()
         if self._thread is not None:
-            self._thread.join(5.0)
+            self._thread.join(self.stop_timeout_seconds)
+            if self._thread.is_alive():
+                log.warning("the routing refresher did not stop within %.1f s (a metadata store call is stuck?)",
+                            self.stop_timeout_seconds)
         for subscription in self._watches.values():
             try:
                 subscription.cancel()

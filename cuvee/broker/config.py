@@ -37,9 +37,10 @@ class BrokerConfig:
     max_response_rows: int = 1_000_000  # LIMIT + OFFSET above this is refused (700)
     max_sql_bytes: int = 1_000_000  # longer SQL is refused (700); request bodies are capped a little above it
     max_server_connections: int = 256
+    stop_timeout_seconds: float = 5.0  # stop() waits this long for the routing thread and for the pool to close
 
     def __post_init__(self) -> None:
-        for name in ("routing_poll_seconds", "connect_timeout_seconds"):
+        for name in ("routing_poll_seconds", "connect_timeout_seconds", "stop_timeout_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.server_grace_seconds < 0:

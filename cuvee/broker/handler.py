@@ -3,8 +3,12 @@
 Every outcome is a response dict (Pinot answers HTTP 200 with ``exceptions``): bad SQL 150, unknown table 190,
 unknown column 710, refused query 700 (too long, LIMIT too large), servers not answering 427 with
 ``partialResult``, server timeouts 250, segments no server serves 305, segments a server no longer holds 235,
-and anything unexpected 450 (logged with its traceback). CPU-heavy steps (parsing, merging) run on worker threads
-so the event loop keeps scattering other queries.
+and anything unexpected 450 (logged with its traceback). CPU-heavy steps (parsing, then merging together with
+building the response) run on worker threads, so one large answer never stalls the event loop's other queries.
+
+The connection pool towards the servers lives on the HTTP server's event loop. ``close()`` refuses any new pool
+(a query still planning is answered 450 "the broker is stopping") and closes the pool on that loop once the last
+query using it has finished, so an in-flight query keeps its connections and no pool outlives the broker.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -83,31 +88,58 @@ class QueryHandler:
         self._numbers = itertools.count(1)
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # the pool and the closing flag, between the loop and close()'s thread
+        self._closing = False
+        self._in_flight = 0  # queries inside handle(); only touched on the event loop
+        self.pools_opened = 0
 
     def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            cfg = self.config
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(None, connect=cfg.connect_timeout_seconds),
-                limits=httpx.Limits(max_connections=cfg.max_server_connections,
-                                    max_keepalive_connections=cfg.max_server_connections))
-            self._loop = asyncio.get_running_loop()
-        return self._client
+        with self._lock:
+            if self._closing:
+                raise QueryError(QueryErrorCode.INTERNAL, "the broker is stopping")
+            if self._client is None:
+                cfg = self.config
+                self._client = httpx.AsyncClient(
+                    timeout=httpx.Timeout(None, connect=cfg.connect_timeout_seconds),
+                    limits=httpx.Limits(max_connections=cfg.max_server_connections,
+                                        max_keepalive_connections=cfg.max_server_connections))
+                self._loop = asyncio.get_running_loop()
+                self.pools_opened += 1
+            return self._client
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Close the connection pool on the loop that opened it (call from any other thread)."""
-        client, loop, self._client = self._client, self._loop, None
-        if client is None or loop is None or loop.is_closed():
+    @property
+    def pool_open(self) -> bool:
+        return self._client is not None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new pools, and close the pool on its loop once no query uses it (call from any other thread,
+        before that loop stops). Waits at most ``timeout`` (default ``stop_timeout_seconds``) for the loop."""
+        with self._lock:
+            self._closing = True
+            loop = self._loop if self._client is not None else None
+        if loop is None or loop.is_closed():
             return
+        wait = self.config.stop_timeout_seconds if timeout is None else timeout
         try:
-            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout)
+            asyncio.run_coroutine_threadsafe(self._close_when_idle(), loop).result(wait)
         except Exception:  # the loop is already stopping: the sockets close with it
-            log.debug("closing the server connection pool failed", exc_info=True)
+            log.warning("closing the server connection pool failed", exc_info=True)
+
+    async def _close_when_idle(self) -> None:
+        if self._in_flight == 0:  # else the last query to finish closes it
+            await self._close_pool()
+
+    async def _close_pool(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
     async def handle(self, sql: Any, query_options: Any = None) -> dict[str, Any]:
         number = next(self._numbers)
         started = self._clock()
         request_id = str(number)
+        self._in_flight += 1
         try:
             return await self._handle(number, started, sql, query_options)
         except QueryError as exc:
@@ -116,6 +148,10 @@ class QueryHandler:
             log.exception("query %s failed unexpectedly", request_id)
             error = QueryError(QueryErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
             return error_response(error, request_id=request_id, time_used_ms=self._elapsed_ms(started))
+        finally:
+            self._in_flight -= 1
+            if self._closing and self._in_flight == 0:
+                await self._close_pool()
 
     def _elapsed_ms(self, started: float) -> int:
         return int((self._clock() - started) * 1000)
@@ -149,11 +185,16 @@ class QueryHandler:
         calls = self._calls(str(number), plan, entry, routing, servers, deadline)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait) if calls else []
+        return await asyncio.to_thread(self._answer, number, started, plan, entry, routing, replies, len(calls))
+
+    def _answer(self, number: int, started: float, plan: QueryPlan, entry: TableEntry, routing: RoutingTable,
+                replies: list[ServerReply], num_calls: int) -> dict[str, Any]:
+        """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""
         exceptions = self._exceptions(routing, replies)
         partials = [r.table for r in replies if r.table is not None]
         merged: pa.Table | None
         try:
-            merged = await asyncio.to_thread(merge_partials, plan, partials, entry.arrow_schema)
+            merged = merge_partials(plan, partials, entry.arrow_schema)
         except QueryError as exc:
             merged = None
             exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
@@ -161,7 +202,7 @@ class QueryHandler:
         return broker_response(
             request_id=str(number), time_used_ms=self._elapsed_ms(started), table=merged,
             column_names=plan.column_names if merged is not None else None, stats=stats,
-            num_servers_queried=len(calls), num_servers_responded=sum(1 for r in replies if r.responded),
+            num_servers_queried=num_calls, num_servers_responded=sum(1 for r in replies if r.responded),
             exceptions=exceptions)
 
     def _calls(self, request_id: str, plan: QueryPlan, entry: TableEntry, routing: RoutingTable,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cuvee.query.errors import QueryError
 
@@ -87,6 +88,7 @@ def format_timestamp(value: dt.datetime | dt.date) -> str:
 
 
 def _json_value(value: Any, type_name: str) -> Any:
+    """One Python value as Pinot writes it (the fallback for the rare types not converted by whole column)."""
     if value is None:
         return None
     if isinstance(value, list):
@@ -107,15 +109,98 @@ def _json_value(value: Any, type_name: str) -> Any:
     return value
 
 
+def _floats(array: pa.Array, type_name: str) -> list[Any]:
+    """Floats with NaN and infinities as Jackson's strings; FLOAT rounded to its shortest float32 text."""
+    doubles = array.cast(pa.float64())
+    values = doubles
+    if type_name == "FLOAT":  # Arrow writes float32 in its shortest round-trip form, as str(np.float32(x)) does
+        values = pc.cast(array, pa.float32(), safe=False).cast(pa.string()).cast(pa.float64())
+    out = values.to_pylist()
+    raw = doubles.fill_null(0.0).to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(~np.isfinite(raw)).tolist():  # only the non-finite cells are touched one by one
+        out[i] = "NaN" if math.isnan(raw[i]) else ("Infinity" if raw[i] > 0 else "-Infinity")
+    return out
+
+
+def _timestamps(array: pa.Array) -> list[Any]:
+    """``format_timestamp`` for a whole column: UTC wall clock, microseconds, trailing zeros of the fraction dropped."""
+    if pa.types.is_date(array.type):
+        array = array.cast(pa.timestamp("s"))
+    unit = array.type.unit
+    wall = array.cast(pa.int64()).cast(pa.timestamp(unit))  # tz-aware: its UTC instant; naive: as written
+    if unit == "ns":  # Python datetimes, which this used to go through, hold microseconds
+        wall = pc.floor_temporal(wall, unit="microsecond")
+    # Arrow's text for microseconds is "YYYY-MM-DD HH:MM:SS.ffffff"; drop the fraction's trailing zeros, keep one digit
+    text = pc.utf8_rtrim(wall.cast(pa.timestamp("us")).cast(pa.string()), characters="0")
+    text = pc.if_else(pc.ends_with(text, "."), pc.binary_join_element_wise(text, "0", ""), text)
+    return text.to_pylist()
+
+
+def _hex(array: pa.Array) -> list[Any]:
+    """BYTES as lower-case hex: the whole data buffer hexed at once, offsets doubled."""
+    if pa.types.is_fixed_size_binary(array.type):
+        array = array.cast(pa.binary())
+    array = array.cast(pa.large_binary())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+    if len(offsets) == 0:
+        return []
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = array.buffers()[2]
+    digits = (data[start:end].to_pybytes() if data is not None else b"").hex().encode()
+    text = pa.LargeStringArray.from_buffers(len(array), pa.py_buffer(((offsets - start) * 2).astype(np.int64)),
+                                            pa.py_buffer(digits))
+    if array.null_count:
+        text = pc.if_else(array.is_valid(), text, pa.scalar(None, pa.large_string()))
+    return text.to_pylist()
+
+
+def _lists(array: pa.ListArray | pa.LargeListArray, type_name: str) -> list[Any]:
+    """Lists: the flattened elements converted as one column, then cut back into rows."""
+    offsets = array.offsets.to_numpy(zero_copy_only=False)
+    start = int(offsets[0]) if len(offsets) else 0
+    end = int(offsets[-1]) if len(offsets) else 0
+    elements = _values(array.values.slice(start, end - start), type_name.removesuffix("_ARRAY"))
+    bounds = (offsets - start).tolist()
+    valid = array.is_valid().to_pylist() if array.null_count else [True] * len(array)
+    return [elements[a:b] if ok else None for a, b, ok in zip(bounds, bounds[1:], valid)]
+
+
+def _values(array: pa.Array, type_name: str) -> list[Any]:
+    """One Arrow array as JSON-ready Python values, converted by whole column where the type needs it."""
+    kind = array.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _lists(array, type_name)
+    if pa.types.is_floating(kind):
+        return _floats(array, type_name)
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        return _timestamps(array)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        return _hex(array)
+    if (pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+        return array.to_pylist()  # already what JSON needs
+    return [_json_value(v, type_name) for v in array.to_pylist()]  # decimals and rarer types, cell by cell
+
+
+def _column(column: pa.ChunkedArray, type_name: str) -> list[Any]:
+    values: list[Any] = []
+    for chunk in column.chunks:
+        values.extend(_values(chunk, type_name))
+    return values
+
+
 def result_table(table: pa.Table, column_names: Sequence[str] | None = None,
                  column_types: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``resultTable`` from an Arrow table; ``column_types`` overrides types by name (e.g. JSON columns)."""
+    """``resultTable`` from an Arrow table; ``column_types`` overrides types by name (e.g. JSON columns).
+
+    CPU-bound on large answers (whole columns are converted with Arrow compute, never cell by cell): call it off
+    the event loop."""
     names = list(column_names) if column_names is not None else table.column_names
     if len(names) != table.num_columns:
         raise ValueError(f"{len(names)} column names for {table.num_columns} columns")
     overrides = column_types or {}
     types = [overrides.get(name) or pinot_type(column.type) for name, column in zip(names, table.columns)]
-    columns = [[_json_value(v, t) for v in column.to_pylist()] for column, t in zip(table.columns, types)]
+    columns = [_column(column, t) for column, t in zip(table.columns, types)]
     rows = [list(row) for row in zip(*columns)] if columns else []
     return {"dataSchema": {"columnNames": names, "columnDataTypes": types}, "rows": rows}
 
