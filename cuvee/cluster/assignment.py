@@ -220,17 +220,31 @@ def next_segment_record(
     )
 
 
+def successor_in(ideal: IdealState, segment: str) -> str | None:
+    """The segment of ``segment``'s partition with the next sequence number in ``ideal`` (any name), or None."""
+    current = LLCSegmentName.parse(segment)
+    for name in ideal.segments:
+        try:
+            other = LLCSegmentName.parse(name)
+        except InvalidSegmentNameError:
+            continue
+        if (other.table, other.partition, other.sequence) == (current.table, current.partition, current.sequence + 1):
+            return name
+    return None
+
+
 def complete_in_ideal_state(committed: str, next_segment: str | None) -> Callable[[IdealState], IdealState]:
     """Commit step 3 as an update function: ``committed`` ONLINE on its instances and ``next_segment`` CONSUMING
     on the same ones (no next segment when the table is paused). Other segments are left as they are, so commits
-    of other partitions racing on the same node merge through the retry."""
+    of other partitions racing on the same node merge through the retry. A partition never gets a second
+    successor: if one is already placed (maybe named in another minute by a racing finisher), it is kept."""
 
     def update(ideal: IdealState) -> IdealState:
         instances = ideal.instances_of(committed)
         if not instances:
             raise RequirementFailedError(f"segment {committed} is not in the ideal state of {ideal.table}")
         updated = ideal.with_segments_in(committed, instances, SegmentState.ONLINE)
-        if next_segment is not None and next_segment not in ideal.segments:
+        if next_segment is not None and successor_in(ideal, committed) is None:
             updated = updated.with_segments_in(next_segment, instances, SegmentState.CONSUMING)
         return updated
 

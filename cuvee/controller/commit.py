@@ -3,9 +3,16 @@
 (1) segment metadata IN_PROGRESS -> DONE with end offset and download URI; (2) the next segment's metadata from
 the end offset, with the next row threshold; (3) the ideal state: committed segment ONLINE, next one CONSUMING on
 the same instances. Steps 2 and 3 derive everything from the DONE record, so ``finish`` can complete a commit
-that stopped after step 1 (a crashed controller; later the repair task). Before step 3 the age of step 1 is
-checked against ``max_segment_completion_ms``: a commit that took too long is left to repair, so a slow controller
-and the repair never both place a next segment. Fault points sit between the steps for failure tests.
+that stopped after step 1 (a crashed controller, a metadata-store error; later the repair task). Before step 3 the
+age of step 1 is checked against ``max_segment_completion_ms``: a commit that took too long is left to repair, so a
+slow controller and the repair never both place a next segment. Fault points sit between the steps for failure
+tests.
+
+Pause and resume race with commits, so whether a next segment is placed is decided from the ``paused`` flag of the
+very ideal state step 3 compare-and-sets: unpaused at that moment, the next segment's metadata is created first
+(idempotent) and placed in that same update; paused, none is placed (resume does it later). Step 2's early read
+of ``paused`` is only a guess that saves a retry. Any interleaving with pause/resume thus ends with exactly one
+consuming segment per unpaused partition.
 """
 
 from __future__ import annotations
@@ -15,7 +22,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cuvee.cluster.assignment import complete_in_ideal_state, mark_done, next_segment_name, next_segment_record
+from cuvee.cluster.assignment import (
+    complete_in_ideal_state,
+    mark_done,
+    next_segment_name,
+    next_segment_record,
+    successor_in,
+)
 from cuvee.cluster.errors import ClusterStateError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentStatus
 from cuvee.cluster.store import ClusterStore
@@ -33,6 +46,7 @@ from cuvee.controller.faults import (
 )
 from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
+from cuvee.spi.metastore import MetadataStoreError
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +55,19 @@ class CommitAbandoned(CuveeError):
     """The commit stopped before step 3 on purpose (leadership lost, too old); repair finishes it later."""
 
 
+class _NextSegmentMissing(Exception):
+    """Raised from inside step 3's update function: the table is unpaused in the ideal state being updated, but
+    the next segment's metadata was not created (``paused`` was read as true earlier). Carries that ideal state."""
+
+    def __init__(self, ideal: IdealState):
+        super().__init__("the next segment's metadata is missing")
+        self.ideal = ideal
+
+
 @dataclass(frozen=True)
 class CommitOutcome:
-    """What a commit did: the committed record and the next segment (None when the table is paused)."""
+    """What a commit did: the committed record and the partition's next segment in the ideal state (None when
+    the table was paused at step 3)."""
 
     done: SegmentRecord
     next_segment: str | None
@@ -73,7 +97,8 @@ class SegmentCommitter:
         self._lock = threading.Lock()
 
     def commit(self, action: CommitSegmentMetadata, *, forced: bool = False) -> bool:
-        """All three steps for the FSM's action; True when the segment is committed and the ideal state flipped."""
+        """All three steps for the FSM's action; True when the segment is committed and the ideal state flipped.
+        False when a step failed or stopped, a metadata-store error included (step 1 may have landed)."""
         table = realtime_name(action.segment.table)
         try:
             self._check_leader()
@@ -92,7 +117,7 @@ class SegmentCommitter:
             fault(COMMIT_AFTER_STEP1)
             self._finish(table, done, forced=forced)
             return True
-        except (ClusterStateError, CommitAbandoned, FaultInjected) as exc:
+        except (ClusterStateError, MetadataStoreError, CommitAbandoned, FaultInjected) as exc:
             log.warning("commit of %s by %s at offset %d stopped: %s", action.segment, action.instance,
                         action.end_offset, exc)
             return False
@@ -113,12 +138,8 @@ class SegmentCommitter:
             raise CommitAbandoned(f"table {table} has no ideal state")
         now = self.clock_ms()
         next_name: str | None = None
-        if not ideal.record.paused:
-            self._check_leader()
-            next_name = next_segment_name(done, self.store.segment_names(table), now)
-            rows = self._next_rows(config, ideal.record, done, forced)
-            record = next_segment_record(done, next_name, rows, now, config.stream.flush_threshold_time_ms)
-            self.store.create_segment(table, record)
+        if not ideal.record.paused:  # step 2; step 3 re-checks ``paused`` in its own compare-and-set
+            next_name = self._create_next(table, config, ideal.record, done, forced, now)
         fault(COMMIT_AFTER_STEP2)
         self._check_leader()
         if check_age and done.commit_time_ms is not None:
@@ -128,10 +149,44 @@ class SegmentCommitter:
                     f"step 1 of {done.segment_name} is {age} ms old (> {self.max_segment_completion_ms}); "
                     "leaving step 3 to repair"
                 )
-        self.store.update_ideal_state(table, complete_in_ideal_state(done.segment_name, next_name))
+        placed = self._complete(table, config, done, forced, next_name, now)
         fault(COMMIT_AFTER_STEP3)
-        log.info("committed %s at offset %s; next %s", done.segment_name, done.end_offset, next_name or "(paused)")
-        return CommitOutcome(done, next_name)
+        log.info("committed %s at offset %s; next %s", done.segment_name, done.end_offset, placed or "(paused)")
+        return CommitOutcome(done, placed)
+
+    def _create_next(
+        self, table: str, config: TableConfig, ideal: IdealState, done: SegmentRecord, forced: bool, now: int
+    ) -> str:
+        """Step 2: the next segment's metadata (create-if-absent, so the name of an earlier attempt is reused)."""
+        stream = config.stream
+        assert stream is not None
+        self._check_leader()
+        next_name = next_segment_name(done, self.store.segment_names(table), now)
+        rows = self._next_rows(config, ideal, done, forced)
+        record = next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms)
+        self.store.create_segment(table, record)
+        return next_name
+
+    def _complete(
+        self, table: str, config: TableConfig, done: SegmentRecord, forced: bool, next_name: str | None, now: int
+    ) -> str | None:
+        """Step 3, deciding from the ``paused`` flag of the ideal state it updates. Returns the placed successor."""
+        committed = done.segment_name
+
+        def update(ideal: IdealState) -> IdealState:
+            missing = next_name is None and successor_in(ideal, committed) is None
+            if not ideal.paused and missing and ideal.instances_of(committed):
+                raise _NextSegmentMissing(ideal)
+            return complete_in_ideal_state(committed, None if ideal.paused else next_name)(ideal)
+
+        while True:
+            try:
+                stored = self.store.update_ideal_state(table, update)
+            except _NextSegmentMissing as missing:  # resumed since step 2 read ``paused``: create it, try again
+                next_name = self._create_next(table, config, missing.ideal, done, forced, now)
+                self._check_leader()
+                continue
+            return successor_in(stored.record, committed)
 
     def _next_rows(self, config: TableConfig, ideal: IdealState, done: SegmentRecord, forced: bool) -> int:
         stream = config.stream

@@ -3,7 +3,16 @@
 Per request: read the segment's metadata and ideal state when the manager needs them, feed the request, execute
 the actions (MarkReplicaOffline -> CAS the ideal state; CommitSegmentMetadata -> the three commit steps, run
 OUTSIDE the lock so other replicas' messages are answered meanwhile), and for an accepted commitEnd hold the
-reply until the commit finished, then answer what the manager says (COMMIT_SUCCESS or FAILED).
+reply until the commit finished, then answer what the manager says (COMMIT_SUCCESS or FAILED). The manager always
+hears CommitFinished, whatever the commit raised, so no FSM is left COMMITTING.
+
+A commit that failed after its step 1 landed (a metadata-store error, a fault) leaves the segment DONE but not
+ONLINE. The next request about it creates a fresh FSM that answers KEEP/DISCARD from the DONE metadata; the
+service then runs steps 2 and 3 itself (``SegmentCommitter.finish``, idempotent, one at a time per segment), so
+the replicas' retries complete the commit.
+
+The replicas' stop reasons (a forced commit teaches the size learner nothing) are kept per segment only while the
+segment has an FSM: they are dropped with it (committed, aborted, leadership lost).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from cuvee.controller.completion_types import (
     LeadershipLost,
     MarkReplicaOffline,
 )
+from cuvee.errors import CuveeError
 from cuvee.protocol.completion import Request, Response, SegmentConsumed, StopReason, failed
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.spi.metastore import MetadataStoreError
@@ -45,7 +55,8 @@ class CompletionService:
         self.clock_ms = clock_ms
         self.manager = CompletionManager(config, leader=False)
         self._lock = threading.Lock()
-        self._reasons: dict[tuple[LLCSegmentName, str], StopReason] = {}
+        self._reasons: dict[LLCSegmentName, dict[str, StopReason]] = {}  # segment -> instance -> reason
+        self._finishing: set[LLCSegmentName] = set()  # segments whose steps 2-3 this service is completing
         self.errors = 0  # metadata-store failures while serving the protocol (inspectable, also logged)
 
     # ---- leadership ----
@@ -70,38 +81,69 @@ class CompletionService:
             return failed()
 
     def _handle(self, request: Request) -> Response:
+        segment = request.segment
+        unfinished = False
         with self._lock:
-            info = self._segment_info(request.segment) if self.manager.needs_info(request.segment) else None
+            info = None
+            if self.manager.needs_info(segment):
+                info, unfinished = self._segment_info(segment)
             response, actions = self.manager.handle(request, self.clock_ms(), info)
-            if isinstance(request, SegmentConsumed):
-                self._reasons[(request.segment, request.instance)] = request.reason
+            if isinstance(request, SegmentConsumed) and self.manager.fsm(segment) is not None:
+                self._reasons.setdefault(segment, {})[request.instance] = request.reason
             commits = [a for a in actions if isinstance(a, CommitSegmentMetadata)]
+            forced = [self._reasons.get(c.segment, {}).get(c.instance) is StopReason.FORCE_COMMIT for c in commits]
+            self._prune(segment)
             for action in actions:
                 if isinstance(action, MarkReplicaOffline):
                     self._mark_offline(action)
-        for commit in commits:
-            forced = self._reasons.get((commit.segment, commit.instance)) is StopReason.FORCE_COMMIT
-            success = self.committer.commit(commit, forced=forced)
-            with self._lock:
-                answer, _ = self.manager.handle(CommitFinished(commit, success), self.clock_ms())
-                if success:
-                    for key in [k for k in self._reasons if k[0] == commit.segment]:
-                        del self._reasons[key]
+            unfinished = unfinished and segment not in self._finishing
+            if unfinished:
+                self._finishing.add(segment)
+        if unfinished:
+            self._finish(segment)
+        for commit, force in zip(commits, forced):
+            success = False
+            try:
+                success = self.committer.commit(commit, forced=force)
+            finally:  # whatever happened, the FSM must hear it, or it would answer HOLD forever
+                with self._lock:
+                    answer, _ = self.manager.handle(CommitFinished(commit, success), self.clock_ms())
+                    self._prune(commit.segment)
             if response is None:
                 response = answer
         return response if response is not None else failed()
 
-    def _segment_info(self, segment: LLCSegmentName) -> SegmentInfo | None:
+    def _prune(self, segment: LLCSegmentName) -> None:
+        """Forget the stop reasons of a segment that has no FSM (any more). Call with the lock held."""
+        if self.manager.fsm(segment) is None:
+            self._reasons.pop(segment, None)
+
+    def _finish(self, segment: LLCSegmentName) -> None:
+        """Steps 2 and 3 of a segment whose step 1 landed but whose commit did not complete."""
+        try:
+            outcome = self.committer.finish(realtime_name(segment.table), segment.name)
+            log.info("completed the interrupted commit of %s; next %s", segment, outcome.next_segment or "(paused)")
+        except CuveeError as exc:  # a metadata-store error too: left for the next request (or repair)
+            self.errors += 1
+            log.warning("could not complete the interrupted commit of %s: %s", segment, exc)
+        finally:
+            with self._lock:
+                self._finishing.discard(segment)
+
+    def _segment_info(self, segment: LLCSegmentName) -> tuple[SegmentInfo | None, bool]:
+        """What the manager needs to create the segment's FSM, and whether its commit stopped after step 1 (the
+        metadata says DONE while the ideal state still has no replica ONLINE)."""
         table = realtime_name(segment.table)
         found = self.store.find_segment(table, segment.name)
         if found is None:
-            return None
+            return None, False
         ideal = self.store.ideal_state(table)
         replicas = ideal.record.segments.get(segment.name, {}) if ideal is not None else {}
         consuming = frozenset(i for i, s in replicas.items() if s is SegmentState.CONSUMING)
         record = found.record
         committed = record.end_offset if record.status is SegmentStatus.DONE else None
-        return SegmentInfo(consuming, committed)
+        unfinished = committed is not None and bool(replicas) and SegmentState.ONLINE not in replicas.values()
+        return SegmentInfo(consuming, committed), unfinished
 
     def _mark_offline(self, action: MarkReplicaOffline) -> None:
         table = realtime_name(action.segment.table)

@@ -70,6 +70,7 @@ class ControllerConfig:
     instance_id: str = ""
     completion: CompletionTiming = field(default_factory=CompletionTiming)
     external_view_interval_seconds: float = 1.0
+    external_view_stop_seconds: float = 5.0
     server_timeout_seconds: float = 5.0
 
     def __post_init__(self) -> None:
@@ -80,5 +81,6 @@ class ControllerConfig:
         _positive(
             "controller",
             external_view_interval_seconds=self.external_view_interval_seconds,
+            external_view_stop_seconds=self.external_view_stop_seconds,
             server_timeout_seconds=self.server_timeout_seconds,
         )

@@ -87,7 +87,10 @@ class Controller:
         )
         self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms)
         self._external_view = ExternalViewTask(
-            self._store, self.config.external_view_interval_seconds, lambda: self.is_leader
+            self._store,
+            self.config.external_view_interval_seconds,
+            lambda: self.is_leader,
+            stop_timeout=self.config.external_view_stop_seconds,
         )
         self._register()
         self.metastore.add_state_listener(self._on_session_state)

@@ -3,6 +3,8 @@
 Woken by metadata-store watches (live instances, each instance's current-state nodes, the table list) with a
 polling fallback every ``interval`` seconds, since watches may coalesce or be missed across reconnections.
 Runs only while ``should_run()`` (leader and connected); it stops writing at once when that turns false.
+``stop()`` waits at most ``stop_timeout`` seconds for a pass in progress (a hung metadata store must not hang the
+controller's shutdown; the thread is a daemon).
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ log = logging.getLogger(__name__)
 
 
 class ExternalViewTask:
-    def __init__(self, store: ClusterStore, interval: float, should_run: Callable[[], bool]):
+    def __init__(
+        self, store: ClusterStore, interval: float, should_run: Callable[[], bool], *, stop_timeout: float = 5.0
+    ):
         self.store = store
         self.interval = interval
+        self.stop_timeout = stop_timeout
         self.should_run = should_run
         self.refreshes = 0
         self.writes = 0
@@ -39,7 +44,7 @@ class ExternalViewTask:
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(10)
+            self._thread.join(self.stop_timeout)
         self._cancel_watches()
 
     def poke(self) -> None:

@@ -1,18 +1,22 @@
 """Named fault points, so failure tests can stop the controller between commit steps.
 
 A test adds a name to ``FAULTS``; the next ``fault(name)`` call raises FaultInjected (once per add: the name is
-removed when it fires, unless it is in ``STICKY``). Production code never adds names, so a fault point costs one
-set lookup.
+removed when it fires, unless it is in ``STICKY``). To interleave instead of fail, a test puts a callable in
+``HOOKS``: the next ``fault(name)`` pops and runs it (before any armed fault), so another operation can run at
+exactly that point of a commit. Production code never adds names or hooks, so a fault point costs two emptiness
+checks.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from cuvee.errors import CuveeError
 
 FAULTS: set[str] = set()
 STICKY: set[str] = set()
+HOOKS: dict[str, Callable[[], None]] = {}
 FIRED: list[str] = []
 _lock = threading.Lock()
 
@@ -28,7 +32,14 @@ class FaultInjected(CuveeError):
 
 
 def fault(name: str) -> None:
-    """Raise FaultInjected if a test armed ``name``."""
+    """Run the hook a test put at ``name`` (once); raise FaultInjected if a test armed ``name``."""
+    if HOOKS:
+        with _lock:
+            hook = HOOKS.pop(name, None)
+            if hook is not None:
+                FIRED.append(name)
+        if hook is not None:
+            hook()
     if not FAULTS:
         return
     with _lock:
@@ -44,4 +55,5 @@ def reset() -> None:
     with _lock:
         FAULTS.clear()
         STICKY.clear()
+        HOOKS.clear()
         FIRED.clear()
