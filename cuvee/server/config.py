@@ -43,11 +43,15 @@ class ServerConfig:
     download_retry_max_seconds: float = 30.0
     download_max_attempts: int = 8
     download_timeout_seconds: float = 60.0  # one HTTP request to a peer
+    error_retry_initial_seconds: float = 5.0  # an ERROR replica is retried this long after its first failure ...
+    error_retry_max_seconds: float = 300.0  # ... doubling per failure in a row, capped here
+    follower_join_timeout_seconds: float = 10.0  # stop() waits this long for the follower's planning thread
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
 
     def __post_init__(self) -> None:
         for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",
-                     "download_timeout_seconds"):
+                     "download_timeout_seconds", "error_retry_initial_seconds", "error_retry_max_seconds",
+                     "follower_join_timeout_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.transition_workers < 1 or self.download_max_attempts < 1:

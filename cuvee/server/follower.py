@@ -4,19 +4,26 @@ Watches (children of the ideal-state folder, data of each table's node) wake the
 ``ideal_state_poll_seconds`` covers a missed event. Each wake re-reads every table and re-plans from scratch (the
 plan is a pure function of ideal and current state), so coalesced or duplicate events are harmless. One chain runs
 per segment at a time; a segment whose chain is still running is skipped and re-planned when it finishes.
+
+A chain that ends in ERROR is retried with exponential backoff (``ErrorBackoff``, on the injected clock): the
+follower keeps each segment's failures in a row and next due time, hands them to the planner with ``now``, and
+wakes when the earliest retry is due. Every pass also writes again the current states whose last write failed.
+An exception escaping a chain (a bug) is logged and counted (``run_errors``), never lost in a future.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.server.current_state import CurrentStates
 from cuvee.server.handlers import SegmentTransitions
-from cuvee.server.transitions import Transition, plan_transitions
+from cuvee.server.transitions import NO_FAILURES, ErrorBackoff, RetryState, Transition, plan_transitions
 from cuvee.spi.metastore import NodeExistsError, Subscription, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -32,20 +39,28 @@ class IdealStateFollower:
         transitions: SegmentTransitions,
         workers: int,
         poll_seconds: float,
+        error_backoff: ErrorBackoff = ErrorBackoff(5.0, 300.0),
+        join_timeout_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._store = store
         self._instance_id = instance_id
         self._states = states
         self._transitions = transitions
         self._poll_seconds = poll_seconds
+        self._error_backoff = error_backoff
+        self._join_timeout = join_timeout_seconds
+        self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{instance_id}-transition")
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, str]] = set()
+        self._retries: dict[tuple[str, str], RetryState] = {}  # segments whose last chain failed
         self._watches: dict[str, Subscription] = {}
         self._thread: threading.Thread | None = None
         self.reconciles = 0  # how many passes ran (inspectable, for tests and status)
+        self.run_errors = 0  # chains that raised instead of ending in a state (a bug; logged)
 
     @property
     def _root(self) -> str:
@@ -68,7 +83,7 @@ class IdealStateFollower:
         for sub in self._watches.values():
             sub.cancel()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(10)
+            self._thread.join(self._join_timeout)
 
     def join(self) -> None:
         """Wait for running transitions (stop consumers first, so a blocked go_online returns); drop queued ones."""
@@ -88,9 +103,21 @@ class IdealStateFollower:
     def _on_event(self, event: WatchEvent) -> None:
         self._wake.set()
 
+    def retry_state(self, table: str, segment: str) -> RetryState | None:
+        """The segment's failures in a row and next retry time, if its last chain failed."""
+        with self._lock:
+            return self._retries.get((table, segment))
+
+    def _next_wait(self) -> float:
+        """Until the next poll, or the earliest retry that is not due yet, whichever comes first."""
+        now = self._clock()
+        with self._lock:
+            waits = [r.due - now for r in self._retries.values() if r.due > now]
+        return min([self._poll_seconds, *waits])
+
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self._poll_seconds)
+            self._wake.wait(self._next_wait())
             self._wake.clear()
             if self._stopping.is_set():
                 return
@@ -101,6 +128,7 @@ class IdealStateFollower:
 
     def reconcile(self) -> None:
         """One pass: for every table in the ideal state or held here, plan and submit what is not running."""
+        self._states.flush()  # current states whose last write failed
         tables = set(self._store.children(self._root)) | set(self._states.tables())
         for table in sorted(tables):
             self._reconcile_table(table)
@@ -115,7 +143,11 @@ class IdealStateFollower:
             ideal = found.record
             wanted = {seg: r[self._instance_id] for seg, r in ideal.segments.items() if self._instance_id in r}
             self._transitions.set_paused(table, ideal.paused)
-        for chain in plan_transitions(wanted, self._states.of(table), self._states.failed(table)):
+        with self._lock:
+            due = {seg: r.due for (t, seg), r in self._retries.items() if t == table}
+        plan = plan_transitions(wanted, self._states.of(table), self._states.failed(table), now=self._clock(),
+                                retry_due=due)
+        for chain in plan:
             self._submit(table, chain)
 
     def _submit(self, table: str, chain: list[Transition]) -> None:
@@ -125,12 +157,30 @@ class IdealStateFollower:
                 return
             self._in_flight.add(key)
         log.info("%s: %s %s", self._instance_id, table, ", ".join(str(t) for t in chain))
-        self._pool.submit(self._run, table, chain)
+        try:
+            self._pool.submit(self._run, table, chain)
+        except RuntimeError:  # the pool shut down meanwhile (stopping)
+            with self._lock:
+                self._in_flight.discard(key)
 
     def _run(self, table: str, chain: list[Transition]) -> None:
+        key = (table, chain[0].segment)
+        completed = False
         try:
-            self._transitions.run_chain(table, chain)
+            completed = self._transitions.run_chain(table, chain)
+        except Exception:
+            with self._lock:
+                self.run_errors += 1
+            log.exception("%s: the transitions %s of %s raised", self._instance_id,
+                          ", ".join(str(t) for t in chain), table)
         finally:
             with self._lock:
-                self._in_flight.discard((table, chain[0].segment))
+                if completed:
+                    self._retries.pop(key, None)
+                else:
+                    retry = self._retries.get(key, NO_FAILURES).after_failure(self._clock(), self._error_backoff)
+                    self._retries[key] = retry
+                    log.info("%s: %s/%s failed %d time(s) in a row; retrying in %.1fs", self._instance_id, table,
+                             key[1], retry.failures, self._error_backoff.delay(retry.failures))
+                self._in_flight.discard(key)
             self._wake.set()  # re-plan: the ideal state may have moved on while this ran

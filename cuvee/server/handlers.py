@@ -1,7 +1,8 @@
 """The I/O side of each state transition: start and stop consumers, swap in committed segments, download, drop.
 
 ``run_chain`` executes one segment's chain of transitions (from ``transitions.plan_transitions``) and writes the
-current state after each step; a failing step leaves the replica in ERROR with the reason logged. Calls for one
+current state after each step; a failing step leaves the replica in ERROR with the reason logged (the follower
+retries it with backoff). Calls for one
 segment never overlap (the executor guarantees it); calls for different segments run in parallel.
 """
 
@@ -149,15 +150,18 @@ class SegmentTransitions:
 
     # ---- transitions ----------------------------------------------------------------------------------------
 
-    def run_chain(self, table: str, chain: list[Transition]) -> None:
+    def run_chain(self, table: str, chain: list[Transition]) -> bool:
+        """Run the steps in order; True if all were made, False if one failed (the replica is then in ERROR).
+        Recording a state never raises for a store error (``CurrentStates`` writes it again later)."""
         for step in chain:
             try:
                 self._run(table, step)
             except Exception as exc:
                 log.error("transition %s of %s failed: %s", step, table, exc, exc_info=not isinstance(exc, CuveeError))
                 self._states.set(table, step.segment, S.ERROR, failed_target=chain[-1].to_state)
-                return
+                return False
             self._states.set(table, step.segment, step.to_state)
+        return True
 
     def _run(self, table: str, step: Transition) -> None:
         edge = (step.from_state, step.to_state)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fastapi import APIRouter
@@ -30,6 +31,7 @@ from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransition
 from cuvee.server.local import LocalSegments
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableCatalog
+from cuvee.server.transitions import ErrorBackoff
 from cuvee.spi.deepstore import DeepStore
 from cuvee.spi.metastore import MetadataStore, NodeExistsError
 
@@ -48,13 +50,14 @@ def _default_routers(registry: SegmentRegistry) -> list[APIRouter]:
 
 class Server:
     def __init__(self, config: ServerConfig, *, extra_routers: Sequence[APIRouter] | None = None,
-                 make_consuming: ConsumingFactory | None = None):
+                 make_consuming: ConsumingFactory | None = None, clock: Callable[[], float] = time.monotonic):
         config.check_complete()
         self.config = config
         self.registry = SegmentRegistry()
         self.local = LocalSegments(Path(config.data_dir))
         self._extra_routers = extra_routers
         self._make_consuming_override = make_consuming
+        self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         self._stopping = threading.Event()
         self.is_serving = False
         self.instance_id = config.instance_id
@@ -110,7 +113,11 @@ class Server:
             self.metastore.create(self.store.paths.live(self.instance_id), ephemeral=True)
         self._follower = IdealStateFollower(store=self.store, instance_id=self.instance_id, states=self.states,
                                             transitions=self.transitions,
-                                            workers=cfg.transition_workers, poll_seconds=cfg.ideal_state_poll_seconds)
+                                            workers=cfg.transition_workers, poll_seconds=cfg.ideal_state_poll_seconds,
+                                            error_backoff=ErrorBackoff(cfg.error_retry_initial_seconds,
+                                                                       cfg.error_retry_max_seconds),
+                                            join_timeout_seconds=cfg.follower_join_timeout_seconds,
+                                            clock=self._clock)
         self._follower.start()
         log.info("%s serving at %s", self.instance_id, self.url)
 

@@ -130,14 +130,14 @@ def test_download_fails_into_error_then_drop_cleans_up(
     tmp_path: Path, store: ClusterStore, servers: list[Server]
 ) -> None:
     commit_segment(store, None, tmp_path / "work", SEG, 10, upload=False)
-    server = start(servers, tmp_path, "s1", download_max_attempts=2)
+    server = start(servers, tmp_path, "s1", download_max_attempts=2, error_retry_initial_seconds=600.0)
     set_ideal(store, {SEG: {"s1": S.ONLINE}})
     wait_until(lambda: state_of(store, "s1", SEG) is S.ERROR)
     assert server.registry.get(TABLE, SEG) is None
     reconciles = server._follower.reconciles  # type: ignore[union-attr]
     server.wake()
     wait_until(lambda: server._follower.reconciles > reconciles + 1)  # type: ignore[union-attr]
-    assert state_of(store, "s1", SEG) is S.ERROR  # no hot retry while the target that failed stands
+    assert state_of(store, "s1", SEG) is S.ERROR  # no hot retry: the next one waits for the backoff
     set_ideal(store, {})
     wait_until(lambda: state_of(store, "s1", SEG) is None)
 

@@ -3,9 +3,10 @@
 The leader is found the way every role finds it: the metadata store's election node (``ClusterPaths.leader``),
 whose identifier is either the controller's URL or its instance id (then its InstanceInfo gives host and port).
 A NOT_LEADER answer may name the leader (``leader_url``); ``invalidate_leader`` makes the next call use that hint
-or re-read the election. Connection errors are retried with doubling backoff within ``controller_timeout_seconds``,
-re-resolving the leader each time (it may have just changed); after that ``CompletionUnavailable`` is raised and
-the consumer FSM treats it like FAILED (wait, ask again).
+or re-read the election. Connection errors are retried with doubling backoff (capped at
+``request_retry_max_seconds``) within ``controller_timeout_seconds``, re-resolving the leader each time (it may
+have just changed); after that ``CompletionUnavailable`` is raised and the consumer FSM treats it like FAILED
+(wait, ask again).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class SegmentCompletionClient:
             if remaining <= 0:
                 raise CompletionUnavailable(f"{request.kind.value} for {request.segment}: {last_error}")
             time.sleep(min(backoff, remaining))
-            backoff = min(backoff * 2, 1.0)
+            backoff = min(backoff * 2, self._config.request_retry_max_seconds)
 
     def close(self) -> None:
         self._http.close()

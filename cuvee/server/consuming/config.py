@@ -32,7 +32,8 @@ class ConsumerConfig:
     hold_retry_seconds: float = 1.0  # re-send segmentConsumed this long after HOLD / FAILED
     not_leader_retry_seconds: float = 0.2  # re-send after NOT_LEADER (leader re-resolved first)
     controller_timeout_seconds: float = 10.0  # per HTTP request, and the total of its connection retries
-    request_retry_initial_seconds: float = 0.05  # first backoff after a connection error (doubles)
+    request_retry_initial_seconds: float = 0.05  # first backoff after a connection error (doubles) ...
+    request_retry_max_seconds: float = 1.0  # ... up to this cap
     # The committer asks for this much more build time (extendBuildTime) when less than
     # ``lease_margin_seconds`` of its lease is left; it checks every ``lease_check_seconds`` while building.
     extend_build_seconds: int = 60
@@ -43,10 +44,14 @@ class ConsumerConfig:
     # ---- downloads (go_online when this replica cannot use its own copy) ----
     download_retry_initial_seconds: float = 0.2
     download_retry_max_seconds: float = 30.0  # exponential backoff cap for deep-store/peer downloads
+    # go_online gives up after this many download attempts (each one is the server's own retrying fetch): the
+    # transition fails into ERROR and the server retries it later, instead of holding a transition worker.
+    download_max_attempts: int = 3
 
     def __post_init__(self) -> None:
         positive = ("fetch_max_messages", "fetch_max_wait_seconds", "hold_retry_seconds", "not_leader_retry_seconds",
-                    "controller_timeout_seconds", "request_retry_initial_seconds", "extend_build_seconds",
+                    "controller_timeout_seconds", "request_retry_initial_seconds", "request_retry_max_seconds",
+                    "extend_build_seconds",
                     "lease_check_seconds", "default_lease_seconds", "download_retry_initial_seconds",
                     "download_retry_max_seconds", "catch_up_timeout_seconds", "stream_error_backoff_seconds")
         for name in positive:
@@ -57,6 +62,9 @@ class ConsumerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"consumer.{name} must be >= 0, got {value!r}")
+        attempts = self.download_max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"consumer.download_max_attempts must be an integer >= 1, got {attempts!r}")
         if self.catch_up_headroom_rows is not None and self.catch_up_headroom_rows < 0:
             raise ValueError(f"consumer.catch_up_headroom_rows must be >= 0, got {self.catch_up_headroom_rows}")
 

@@ -70,6 +70,10 @@ class SegmentReleasedError(CuveeError):
     """go_online could not finish because the segment was stopped meanwhile."""
 
 
+class CommittedCopyUnavailable(CuveeError):
+    """go_online needed the committed copy and could not download it within ``download_max_attempts``."""
+
+
 class ConsumingSegment:
     """One consuming segment on this server: consume thread, completion protocol, build, upload.
 
@@ -362,7 +366,10 @@ class ConsumingSegment:
             if self._consumer.offset < record.end_offset and not self._closing.is_set():
                 self._interrupt.clear()  # the catch-up below runs on this thread
                 try:
-                    self._consumer.catch_up(record.end_offset, self._config.catch_up_timeout_seconds)
+                    # stop() sets _closing, then _interrupt: had it run between the check above and the clear,
+                    # its interrupt would be lost and it would wait out a whole catch-up; seen here, it is not
+                    if not self._closing.is_set():
+                        self._consumer.catch_up(record.end_offset, self._config.catch_up_timeout_seconds)
                 except ConsumeError as exc:
                     log.warning("%s: catching up to %d for go_online failed: %s", self.name, record.end_offset, exc)
                 finally:
@@ -385,15 +392,24 @@ class ConsumingSegment:
                 and (record.crc is None or built.crc == record.crc))
 
     def _download(self, record: SegmentRecord) -> ImmutableSegment:
+        """fetch_committed, retried with backoff up to ``download_max_attempts``; then CommittedCopyUnavailable
+        (the transition fails into ERROR, and the follower retries it later), so no transition worker is held."""
         delay = self._config.download_retry_initial_seconds
-        attempt = 0
-        while True:
-            attempt += 1
+        attempts = self._config.download_max_attempts
+        for attempt in range(1, attempts + 1):
+            if self._closing.is_set():
+                raise SegmentReleasedError(f"{self.name}: stopped while downloading the committed segment")
             try:
                 return self._fetch_committed(record)
-            except Exception as exc:  # noqa: BLE001 - retried with backoff until it works
-                log.warning("%s: download attempt %d failed (retrying in %.1fs): %s", self.name, attempt, delay, exc)
+            except Exception as exc:  # noqa: BLE001 - retried with backoff, up to the configured attempts
+                if attempt == attempts:
+                    raise CommittedCopyUnavailable(
+                        f"{self.name}: could not download the committed segment in {attempts} attempt(s): {exc}"
+                    ) from exc
+                log.warning("%s: download attempt %d/%d failed (retrying in %.1fs): %s", self.name, attempt,
+                            attempts, delay, exc)
             if self._closing.wait(delay):
                 raise SegmentReleasedError(f"{self.name}: stopped while downloading the committed segment")
             delay = min(delay * 2, self._config.download_retry_max_seconds)
+        raise AssertionError("unreachable: download_max_attempts is at least 1")
 
