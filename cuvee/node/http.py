@@ -78,7 +78,9 @@ class HttpService:
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
         self.app = app
         self.name = name
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio enables TCP_NODELAY on accepted connections only for sockets whose proto
+        # says TCP; without it every keep-alive response waits ~40 ms on Nagle + delayed ACK.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._socket.bind((host, port))

@@ -20,7 +20,9 @@ from cuvee.segment.format import read_metadata
 from cuvee.segment.immutable import ImmutableSegment
 
 ARCHIVE_SUFFIX = ".tar.gz"
-_COMPRESS_LEVEL = 6
+# Level 1: packing sits on the commit path (a partition waits for it); level 6 cost ~2 s per 500k-row segment for
+# a few percent less size.
+_COMPRESS_LEVEL = 1
 
 
 def pack(segment_dir: str | Path, out_file: str | Path | None = None) -> Path:
