@@ -1,9 +1,10 @@
 """Run the broker's server step over this server's segments with DuckDB, within the request's timeout.
 
 The segments a query names are held (``SegmentRegistry.acquire``) for the whole run, so a consuming → committed
-swap never changes or frees rows under it. Their Arrow views are concatenated without copying (chunks are
-shared) and bound as ``cuvee_segments`` on a private cursor of one process-wide DuckDB database whose file and
-network access is disabled and locked: the SQL comes over HTTP, and it must only ever read what it was given.
+swap never changes or frees rows under it. Their Arrow views (``queryable.query_table``: dictionary columns stay
+encoded) are concatenated without copying (chunks are shared) and bound as ``cuvee_segments`` on a private cursor
+of one process-wide DuckDB database whose file and network access is disabled and locked: the SQL comes over
+HTTP, and it must only ever read what it was given.
 
 Outcomes, all reported in the statistics and never raised: a segment this server does not hold is listed in
 ``missingSegments`` (the rest still run); SQL that is not one SELECT or that DuckDB rejects is error 200; running
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.server.queryable import QueryableSegment
+from cuvee.server.queryable import QueryableSegment, query_table
 from cuvee.server.registry import SegmentRegistry
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class QueryExecutor:
         tables: list[pa.Table] = []
         for segment in segments:
             try:
-                table = segment.to_arrow()
+                table = query_table(segment)
             except Exception as exc:  # a broken segment must not take the whole server answer down
                 log.exception("segment %s cannot be read for a query", segment.name)
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
@@ -181,15 +182,23 @@ def _check_select(sql: str) -> None:
 
 
 def _union(tables: list[pa.Table]) -> pa.Table:
-    """One table over all segments, sharing their buffers; dictionary columns are decoded if types disagree."""
+    """One table over all segments, sharing their buffers. A column that is dictionary-encoded in some segments and
+    plain in others is decoded where it is encoded; every other column stays as it is."""
     if len(tables) == 1:
         return tables[0]
     try:
         return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.concat_tables([_decoded(t) for t in tables], promote_options="permissive")
+        pass
+    mixed: set[str] = set()
+    for name in tables[0].column_names:
+        kinds = {str(t.schema.field(name).type) for t in tables if name in t.column_names}
+        if len(kinds) > 1:
+            mixed.add(name)
+    return pa.concat_tables([_decoded(t, mixed) for t in tables], promote_options="permissive")
 
 
-def _decoded(table: pa.Table) -> pa.Table:
-    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
+def _decoded(table: pa.Table, names: set[str]) -> pa.Table:
+    columns = [c.cast(c.type.value_type) if n in names and pa.types.is_dictionary(c.type) else c
+               for n, c in zip(table.column_names, table.columns)]
     return pa.table(columns, names=table.column_names)

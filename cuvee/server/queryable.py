@@ -3,6 +3,12 @@
 The query executor (``query_executor.py``) sees only ``QueryableSegment``; it never needs to know whether the rows
 come from a MutableSegment's published prefix or from a committed segment's mapped files. The two adapters here
 wrap the real objects for the registry.
+
+Queries read segments through ``query_table`` rather than ``to_arrow``: the same rows and logical types, but
+single-value dictionary columns stay ``pa.DictionaryArray`` (ids over the segment's dictionary). DuckDB scans those
+as their values, so a query no longer decodes every dictionary column of every segment it touches (that decode
+was most of a server's time per query, and it grows with the rows held). A committed segment's query table is
+built once (zero-copy over its mapped files) and reused.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from cuvee.segment.encoding import combine
 from cuvee.segment.immutable import ImmutableSegment
 
 if TYPE_CHECKING:  # the consuming package imports nothing from here; keep the dependency one-way at runtime
@@ -44,6 +51,7 @@ class CommittedSegment:
     def __init__(self, segment: ImmutableSegment):
         self.segment = segment
         self.name = segment.name
+        self._query_table: pa.Table | None = None
 
     @property
     def num_docs(self) -> int:
@@ -55,6 +63,13 @@ class CommittedSegment:
 
     def to_arrow(self) -> pa.Table:
         return self.segment.to_arrow()
+
+    def query_table(self) -> pa.Table:
+        """The rows for queries: dictionary columns as ids over the mapped dictionary, built on first use."""
+        table = self._query_table
+        if table is None:  # two first queries may both build it: the same zero-copy table, no harm
+            table = self._query_table = self.segment.to_arrow(decode=False)
+        return table
 
     def __repr__(self) -> str:
         return f"CommittedSegment({self.name!r}, docs={self.num_docs})"
@@ -80,5 +95,49 @@ class ConsumingView:
     def to_arrow(self) -> pa.Table:
         return self.consuming.snapshot()
 
+    def query_table(self) -> pa.Table:
+        """The published prefix for queries, single-value dictionary columns left encoded (see the module doc)."""
+        # ConsumingSegment.snapshot() decodes every dictionary column; its MutableSegment gives the encoded prefix.
+        # Reading the private attribute is a stopgap until ConsumingSegment offers an encoded snapshot itself.
+        mutable = getattr(self.consuming, "_mutable", None)
+        if mutable is None:
+            return self.consuming.snapshot()
+        return encoded_logical_table(mutable.snapshot(), self.consuming.schema.arrow_schema())
+
     def __repr__(self) -> str:
         return f"ConsumingView({self.name!r}, docs={self.num_docs})"
+
+
+def query_table(segment: QueryableSegment) -> pa.Table:
+    """What a query reads of ``segment``: its encoded query table when it offers one, else ``to_arrow()``."""
+    encoded = getattr(segment, "query_table", None)
+    return encoded() if callable(encoded) else segment.to_arrow()
+
+
+def encoded_logical_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``'s logical types, keeping single-value dictionary columns encoded (a dictionary of
+    another value type is cast, which costs only its distinct values); multi-value dictionary columns are decoded."""
+    arrays: list[pa.Array] = []
+    fields: list[pa.Field] = []
+    for field in schema:
+        arr = combine(table.column(field.name))
+        if pa.types.is_dictionary(arr.type) and not pa.types.is_list(field.type):
+            if arr.type.value_type != field.type:
+                arr = pa.DictionaryArray.from_arrays(arr.indices, arr.dictionary.cast(field.type))
+            fields.append(pa.field(field.name, arr.type))
+        else:
+            arr = _decoded(arr)
+            arr = arr if arr.type == field.type else arr.cast(field.type)
+            fields.append(field)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _decoded(arr: pa.Array) -> pa.Array:
+    if pa.types.is_dictionary(arr.type):
+        return arr.dictionary.take(arr.indices)
+    if pa.types.is_list(arr.type) and pa.types.is_dictionary(arr.type.value_type):
+        child = arr.values
+        values = child.dictionary.take(child.indices)
+        return pa.ListArray.from_arrays(arr.offsets, values, mask=arr.is_null() if arr.null_count else None)
+    return arr
