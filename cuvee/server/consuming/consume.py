@@ -68,6 +68,9 @@ class PartitionConsumer:
         self.config = config
         self.clock = clock
         self.interrupted = interrupted
+        # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
+        # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
+        self.parked = False
         self.name = name
         self.messages_lost = 0
         self.last_message_ms: int | None = None
@@ -86,6 +89,7 @@ class PartitionConsumer:
     def consume(self, end: EndCriteria) -> StopReason | None:
         """Consume until an end criterion holds; None if interrupted first. Raises ConsumeError."""
         while True:
+            self.parked = False
             if self.interrupted.is_set():
                 return None
             if end.force():
@@ -95,6 +99,7 @@ class PartitionConsumer:
             if end.deadline is not None and self.clock() >= end.deadline:
                 return StopReason.TIME_LIMIT
             if end.paused():
+                self.parked = True
                 self.interrupted.wait(self.config.fetch_max_wait_seconds)
                 continue
             self._step(row_limit=end.row_limit, target=None)

@@ -197,9 +197,9 @@ class ConsumingSegment:
         return self.snapshot()
 
     def _consumer_state(self) -> str:
-        """The FSM state, except that a consuming segment told to pause reports PAUSED (what operators look for)."""
+        """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
         state = self._fsm.state.value
-        return "PAUSED" if self._paused.is_set() and state == "CONSUMING" else state
+        return "PAUSED" if self._consumer.parked and state == "CONSUMING" else state
 
     def info(self) -> dict[str, Any]:
         recent = self.bad_records.recent()
