@@ -43,12 +43,12 @@ def test_config_mistakes_are_reported_by_key_path(tmp_path: Path) -> None:
 
 
 def test_register_adds_the_broker_command() -> None:
-    from cuvee.cli import broker_cmd
+    from cuvee.cli import role_cmd
 
     parser = argparse.ArgumentParser()
-    broker_cmd.register(parser.add_subparsers())
+    role_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["broker", "--config", "b.toml", "--port", "0"])
-    assert args.config == "b.toml" and args.port == 0 and args.func is broker_cmd.run
+    assert args.config == "b.toml" and args.port == 0 and args.func is role_cmd.run and args.role.name == "broker"
 
 
 def test_broker_registers_itself_and_unregisters_its_live_node(tmp_path: Path) -> None:
@@ -76,9 +76,7 @@ def test_foreground_broker_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -
         cluster = "{CLUSTER}"
         metadata = "sqlite://{tmp_path}/meta.db?{FAST_META}"
     """))
-    code = ("import argparse, sys; from cuvee.cli import broker_cmd; p = argparse.ArgumentParser(); "
-            "broker_cmd.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-    proc = subprocess.Popen([sys.executable, "-c", code, "broker", "--config", str(config), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "cuvee", "broker", "--config", str(config), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent())
     try:
         assert proc.stdout is not None

@@ -140,11 +140,8 @@ def test_config_file_and_every_mistake(tmp_path: Path) -> None:
 def test_cli_runs_in_the_foreground_until_sigterm(tmp_path: Path, meta_uri: str) -> None:
     config = tmp_path / "c.toml"
     config.write_text(f'metadata = "{meta_uri}"\ncluster = "cli"\n')
-    script = ("import argparse, sys; from cuvee.cli import controller_cmd; p = argparse.ArgumentParser(); "
-              "g = p.add_subparsers(); controller_cmd.register(g); a = p.parse_args(sys.argv[1:]); "
-              "sys.exit(a.func(a))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([sys.executable, "-c", script, "controller", "--config", str(config), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "cuvee", "controller", "--config", str(config), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None

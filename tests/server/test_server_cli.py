@@ -46,12 +46,12 @@ def test_config_mistakes_are_reported_by_key_path(tmp_path: Path) -> None:
 
 
 def test_register_adds_the_server_command() -> None:
-    from cuvee.cli import server_cmd
+    from cuvee.cli import role_cmd
 
     parser = argparse.ArgumentParser()
-    server_cmd.register(parser.add_subparsers())
+    role_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["server", "--config", "x.toml", "--port", "0"])
-    assert args.config == "x.toml" and args.port == 0 and args.func is server_cmd.run
+    assert args.config == "x.toml" and args.port == 0 and args.func is role_cmd.run and args.role.name == "server"
 
 
 def test_foreground_server_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -62,9 +62,7 @@ def test_foreground_server_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -
         deep_store = "file://{tmp_path}/deep"
         data_dir = "{tmp_path}/data"
     """))
-    code = ("import argparse, sys; from cuvee.cli import server_cmd; p = argparse.ArgumentParser(); "
-            "server_cmd.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-    proc = subprocess.Popen([sys.executable, "-c", code, "server", "--config", str(config), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "cuvee", "server", "--config", str(config), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
