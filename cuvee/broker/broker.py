@@ -5,6 +5,10 @@ following it, bind the HTTP port (the instance id defaults to ``Broker_<host>_<p
 instance (tagged ``DefaultTenant_BROKER``, so no table assignment ever picks it) with an ephemeral live node, and
 serve. ``stop()`` undoes it in reverse order: the query handler stops opening connection pools (its pool closes on
 the HTTP loop once the queries using it finish), HTTP stops (in-flight queries drain), then the cluster is let go.
+
+The session is a ``SessionHolder``: when it expires (LOST) a new one is opened in the background and the broker
+registers again with a new live node; the cluster view's watches move to the new session and fire, so routing is
+re-read from it. Queries keep being answered from the last snapshot meanwhile.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ from cuvee.broker.handler import QueryHandler
 from cuvee.broker.routing import route
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
-from cuvee.metastore import open_metastore
 from cuvee.node.http import HttpService
+from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
-from cuvee.spi.metastore import MetadataStore, MetadataStoreError, NodeExistsError
+from cuvee.spi.metastore import MetadataStoreError, NodeExistsError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,7 @@ class Broker:
         self.config = config
         self.instance_id = config.instance_id
         self.is_serving = False
-        self.metastore: MetadataStore | None = None
+        self.metastore: SessionHolder | None = None
         self.store: ClusterStore | None = None
         self.view: ClusterView | None = None
         self._handler: QueryHandler | None = None
@@ -61,7 +65,8 @@ class Broker:
 
     def _start(self) -> None:
         cfg = self.config
-        self.metastore = open_metastore(cfg.metadata)
+        self.metastore = SessionHolder(cfg.metadata, retry_initial_seconds=cfg.session_retry_initial_seconds,
+                                       retry_max_seconds=cfg.session_retry_max_seconds, name="broker")
         self.store = ClusterStore(self.metastore, cfg.cluster)
         self.view = ClusterView(self.store, poll_seconds=cfg.routing_poll_seconds,
                                 stop_timeout_seconds=cfg.stop_timeout_seconds).start()
@@ -69,8 +74,17 @@ class Broker:
         self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker")
         if not self.instance_id:
             self.instance_id = f"Broker_{self._http.host}_{self._http.port}"
+        self._register()
+        self.metastore.on_renewal(self._register)
+        self._http.start()
+        self.is_serving = True
+        log.info("broker %s serving on %s", self.instance_id, self._http.url)
+
+    def _register(self) -> None:
+        """At start and again on each new metadata-store session: the instance record and the live node."""
+        assert self.store is not None and self.metastore is not None and self._http is not None
         self.store.register_instance(InstanceInfo(self.instance_id, self._http.host,
-                                                  {HTTP_PORT_NAME: self._http.port}, tuple(cfg.tags)))
+                                                  {HTTP_PORT_NAME: self._http.port}, tuple(self.config.tags)))
         live = self.store.paths.live(self.instance_id)
         try:
             self.metastore.create(live, b"", ephemeral=True)
@@ -78,9 +92,6 @@ class Broker:
             log.info("live node of %s left by a previous session: replacing it", self.instance_id)
             self.metastore.delete(live)
             self.metastore.create(live, b"", ephemeral=True)
-        self._http.start()
-        self.is_serving = True
-        log.info("broker %s serving on %s", self.instance_id, self._http.url)
 
     def stop(self) -> None:
         """Stop serving, then let go of the cluster (idempotent; the live node vanishes with the session)."""

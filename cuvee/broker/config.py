@@ -38,11 +38,16 @@ class BrokerConfig:
     max_sql_bytes: int = 1_000_000  # longer SQL is refused (700); request bodies are capped a little above it
     max_server_connections: int = 256
     stop_timeout_seconds: float = 5.0  # stop() waits this long for the routing thread and for the pool to close
+    session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
+    session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
 
     def __post_init__(self) -> None:
-        for name in ("routing_poll_seconds", "connect_timeout_seconds", "stop_timeout_seconds"):
+        for name in ("routing_poll_seconds", "connect_timeout_seconds", "stop_timeout_seconds",
+                     "session_retry_initial_seconds", "session_retry_max_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.session_retry_max_seconds < self.session_retry_initial_seconds:
+            raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.server_grace_seconds < 0:
             raise ValueError("server_grace_seconds must not be negative")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections"):

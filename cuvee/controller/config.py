@@ -72,6 +72,8 @@ class ControllerConfig:
     external_view_interval_seconds: float = 1.0
     external_view_stop_seconds: float = 5.0
     server_timeout_seconds: float = 5.0
+    session_retry_initial_seconds: float = 0.5
+    session_retry_max_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.metadata:
@@ -83,4 +85,8 @@ class ControllerConfig:
             external_view_interval_seconds=self.external_view_interval_seconds,
             external_view_stop_seconds=self.external_view_stop_seconds,
             server_timeout_seconds=self.server_timeout_seconds,
+            session_retry_initial_seconds=self.session_retry_initial_seconds,
+            session_retry_max_seconds=self.session_retry_max_seconds,
         )
+        if self.session_retry_max_seconds < self.session_retry_initial_seconds:
+            raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")

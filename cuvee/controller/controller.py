@@ -5,6 +5,9 @@ one leader. Only the leader runs the completion protocol, commits, table writes 
 standbys serve reads and answer the protocol with NOT_LEADER and the leader's URL. Leadership changes reach the
 CompletionManager as LeadershipGained / LeadershipLost; a session leaving CONNECTED (SUSPENDED) stops every
 leader-only duty at once, before the election's own notification arrives.
+
+The session is a ``SessionHolder``: when it expires (LOST) a new one is opened in the background and the
+controller registers again (instance record, ephemeral live node) and campaigns again; the HTTP service stays up.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from cuvee.controller.errors import NotLeader
 from cuvee.controller.external_view_task import ExternalViewTask
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
-from cuvee.metastore import open_metastore
 from cuvee.node.http import HttpService
+from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.spi.deepstore import DeepStore
-from cuvee.spi.metastore import LeaderElection, MetadataStore, MetadataStoreError, NodeExistsError, SessionState
+from cuvee.spi.metastore import LeaderElection, MetadataStoreError, NodeExistsError, SessionState
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ class Controller:
     def __init__(self, config: ControllerConfig, *, clock_ms: Callable[[], int] = wall_clock_ms):
         self.config = config
         self.clock_ms = clock_ms
-        self.metastore: MetadataStore | None = None
+        self.metastore: SessionHolder | None = None
         self._store: ClusterStore | None = None
         self._http: HttpService | None = None
         self._election: LeaderElection | None = None
@@ -68,7 +71,8 @@ class Controller:
             from cuvee.deepstore import open_deepstore
 
             self.deep_store = open_deepstore(self.config.deep_store)
-        self.metastore = open_metastore(self.config.metadata)
+        self.metastore = SessionHolder(self.config.metadata, retry_initial_seconds=self.config.session_retry_initial_seconds,
+                                       retry_max_seconds=self.config.session_retry_max_seconds, name="controller")
         try:
             self._start_services(build_app(self))
         except BaseException:
@@ -93,6 +97,7 @@ class Controller:
             stop_timeout=self.config.external_view_stop_seconds,
         )
         self._register()
+        self.metastore.on_renewal(lambda: self._register(renewal=True))
         self.metastore.add_state_listener(self._on_session_state)
         self._http.start()
         self._external_view.start()
@@ -165,14 +170,20 @@ class Controller:
         assert self._external_view is not None, "controller not started"
         return self._external_view
 
-    def _register(self) -> None:
+    def _register(self, *, renewal: bool = False) -> None:
+        """At start, and again on each new session (``renewal``: a live node left by our expired session is
+        replaced; it is deleted with that session anyway)."""
         assert self._http is not None
         info = InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port}, (CONTROLLER_TAG,))
         self.store.register_instance(info)
+        live = self.store.paths.live(self.instance_id)
         try:
-            self.store.metastore.create(self.store.paths.live(self.instance_id), b"", ephemeral=True)
+            self.store.metastore.create(live, b"", ephemeral=True)
         except NodeExistsError:
-            raise CuveeError(f"instance {self.instance_id} is already live (another controller with this id?)") from None
+            if not renewal:
+                raise CuveeError(f"instance {self.instance_id} is already live (another controller with this id?)") from None
+            self.store.metastore.delete(live)
+            self.store.metastore.create(live, b"", ephemeral=True)
 
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.is_leader:

@@ -46,14 +46,18 @@ class ServerConfig:
     error_retry_initial_seconds: float = 5.0  # an ERROR replica is retried this long after its first failure ...
     error_retry_max_seconds: float = 300.0  # ... doubling per failure in a row, capped here
     follower_join_timeout_seconds: float = 10.0  # stop() waits this long for the follower's planning thread
+    session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
+    session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
 
     def __post_init__(self) -> None:
         for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",
                      "download_timeout_seconds", "error_retry_initial_seconds", "error_retry_max_seconds",
-                     "follower_join_timeout_seconds"):
+                     "follower_join_timeout_seconds", "session_retry_initial_seconds", "session_retry_max_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.session_retry_max_seconds < self.session_retry_initial_seconds:
+            raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.transition_workers < 1 or self.download_max_attempts < 1:
             raise ValueError("transition_workers and download_max_attempts must be at least 1")
         if not 0 <= self.port < 65536:

@@ -15,6 +15,7 @@ import threading
 
 from cuvee.cluster.records import CurrentState, SegmentState
 from cuvee.cluster.store import ClusterStore
+from cuvee.spi.metastore import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,16 @@ class CurrentStates:
                 failed.pop(segment, None)
             # written under the lock so two transitions of one table cannot reorder their writes
             self._write(table)
+
+    def rewrite(self) -> None:
+        """Write every table's record again from memory (a new session: the store must show what is held now).
+        Raises the store's error if a write fails (the tables stay dirty for ``flush``)."""
+        with self._lock:
+            self._dirty.update(self._states)
+            for table in sorted(self._dirty):
+                self._write(table)
+            if self._dirty:
+                raise StoreUnavailableError(f"{self._instance_id}: current states of {sorted(self._dirty)} not written")
 
     def flush(self) -> bool:
         """Write again every table whose last write failed; True when nothing is left dirty."""

@@ -80,10 +80,10 @@ class IdealStateFollower:
         """Stop planning and submitting; transitions already running go on (see ``join``)."""
         self._stopping.set()
         self._wake.set()
-        for sub in self._watches.values():
-            sub.cancel()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._join_timeout)
+        for sub in list(self._watches.values()):  # after the join: a pass in progress may still add watches
+            sub.cancel()
 
     def join(self) -> None:
         """Wait for running transitions (stop consumers first, so a blocked go_online returns); drop queued ones."""

@@ -4,6 +4,11 @@
 register InstanceInfo with its tags and an ephemeral live node; clear old current states; serve the committed
 segments found on local disk (DONE metadata, same CRC; the rest is deleted and downloaded again when the ideal
 state asks); follow the ideal state; serve HTTP. ``stop()`` undoes it in reverse order.
+
+The session is a ``SessionHolder``: when it expires (LOST) a new one is opened in the background, the server
+registers again, re-creates its live node and rewrites its current states from what it holds; the follower's
+watches move to the new session and fire, so it re-reads the ideal state. Served segments, consuming ones
+included, and the HTTP service are untouched throughout.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from fastapi import APIRouter
 from cuvee.cluster.records import InstanceInfo, SegmentRecord
 from cuvee.cluster.store import ClusterStore
 from cuvee.deepstore import open_deepstore
-from cuvee.metastore import open_metastore
 from cuvee.node.http import HttpService
+from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.server.app import build_server_app
 from cuvee.server.config import ServerConfig
@@ -33,7 +38,7 @@ from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableCatalog
 from cuvee.server.transitions import ErrorBackoff
 from cuvee.spi.deepstore import DeepStore
-from cuvee.spi.metastore import MetadataStore, NodeExistsError
+from cuvee.spi.metastore import NodeExistsError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ class Server:
         self._stopping = threading.Event()
         self.is_serving = False
         self.instance_id = config.instance_id
-        self.metastore: MetadataStore | None = None
+        self.metastore: SessionHolder | None = None
         self.deep_store: DeepStore | None = None
         self._http: HttpService | None = None
         self._follower: IdealStateFollower | None = None
@@ -74,7 +79,8 @@ class Server:
         cfg = self.config
         self.local.data_dir.mkdir(parents=True, exist_ok=True)
         self.deep_store = open_deepstore(cfg.deep_store)
-        self.metastore = open_metastore(cfg.metadata)
+        self.metastore = SessionHolder(cfg.metadata, retry_initial_seconds=cfg.session_retry_initial_seconds,
+                                       retry_max_seconds=cfg.session_retry_max_seconds, name="server")
         try:
             self._start()
         except BaseException:
@@ -98,19 +104,15 @@ class Server:
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming)
-        self.store.register_instance(InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port},
-                                                  tuple(cfg.tags)))
+        self._register_instance()
         self.states.reset()
         loaded = self.transitions.load_local()
         if loaded:
             log.info("%s: serving %d committed segment(s) from %s", self.instance_id, len(loaded), cfg.data_dir)
         self._http.start()
         self.is_serving = True
-        try:
-            self.metastore.create(self.store.paths.live(self.instance_id), ephemeral=True)
-        except NodeExistsError:  # our previous session's node, not yet expired: replace it with ours
-            self.metastore.delete(self.store.paths.live(self.instance_id))
-            self.metastore.create(self.store.paths.live(self.instance_id), ephemeral=True)
+        self._go_live()
+        self.metastore.on_renewal(self._on_session_renewed)
         self._follower = IdealStateFollower(store=self.store, instance_id=self.instance_id, states=self.states,
                                             transitions=self.transitions,
                                             workers=cfg.transition_workers, poll_seconds=cfg.ideal_state_poll_seconds,
@@ -120,6 +122,30 @@ class Server:
                                             clock=self._clock)
         self._follower.start()
         log.info("%s serving at %s", self.instance_id, self.url)
+
+    def _register_instance(self) -> None:
+        assert self._http is not None
+        self.store.register_instance(InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port},
+                                                  tuple(self.config.tags)))
+
+    def _go_live(self) -> None:
+        assert self.metastore is not None
+        live = self.store.paths.live(self.instance_id)
+        try:
+            self.metastore.create(live, ephemeral=True)
+        except NodeExistsError:  # our previous session's node, not yet expired: replace it with ours
+            self.metastore.delete(live)
+            self.metastore.create(live, ephemeral=True)
+
+    def _on_session_renewed(self) -> None:
+        """A new metadata-store session (the last one expired): redo what ``start`` did with the store. Current
+        states first, so the external view built once we are live again is what this server really holds."""
+        if self._stopping.is_set():
+            return
+        self._register_instance()
+        self.states.rewrite()
+        self._go_live()
+        log.info("%s: live again on a new metadata store session", self.instance_id)
 
     def stop(self) -> None:
         """Leave the cluster (live node first, so brokers stop routing here), stop consumers, stop serving."""
