@@ -60,7 +60,9 @@ class CompletionTiming:
 class ControllerConfig:
     """One controller process. ``metadata`` is the metadata store URI (``sqlite:///...`` or ``zk://...``);
     ``deep_store`` the deep store URI (empty: none configured). ``port`` 0 picks a free port. ``instance_id``
-    defaults to ``Controller_<host>_<port>``."""
+    defaults to ``Controller_<host>_<port>``. ``repair_interval_seconds``: how often the leader's repair task
+    (``cuvee.controller.repair``) walks the realtime tables; ``repair_stop_seconds`` bounds waiting for a pass in
+    progress at shutdown."""
 
     metadata: str
     cluster: str = "cuvee"
@@ -71,6 +73,8 @@ class ControllerConfig:
     completion: CompletionTiming = field(default_factory=CompletionTiming)
     external_view_interval_seconds: float = 1.0
     external_view_stop_seconds: float = 5.0
+    repair_interval_seconds: float = 60.0
+    repair_stop_seconds: float = 5.0
     server_timeout_seconds: float = 5.0
     session_retry_initial_seconds: float = 0.5
     session_retry_max_seconds: float = 10.0
@@ -84,6 +88,8 @@ class ControllerConfig:
             "controller",
             external_view_interval_seconds=self.external_view_interval_seconds,
             external_view_stop_seconds=self.external_view_stop_seconds,
+            repair_interval_seconds=self.repair_interval_seconds,
+            repair_stop_seconds=self.repair_stop_seconds,
             server_timeout_seconds=self.server_timeout_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,

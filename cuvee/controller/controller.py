@@ -24,6 +24,7 @@ from cuvee.controller.completion_service import CompletionService
 from cuvee.controller.config import ControllerConfig
 from cuvee.controller.errors import NotLeader
 from cuvee.controller.external_view_task import ExternalViewTask
+from cuvee.controller.repair import RepairTask
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
 from cuvee.node.http import HttpService
@@ -53,6 +54,7 @@ class Controller:
         self._election: LeaderElection | None = None
         self._completion: CompletionService | None = None
         self._external_view: ExternalViewTask | None = None
+        self._repair: RepairTask | None = None
         self.deep_store: DeepStore | None = None
         self.servers = ServerClient(config.server_timeout_seconds)
         self._started = False
@@ -74,7 +76,8 @@ class Controller:
         self.metastore = SessionHolder(self.config.metadata, retry_initial_seconds=self.config.session_retry_initial_seconds,
                                        retry_max_seconds=self.config.session_retry_max_seconds, name="controller")
         try:
-            self._start_services(build_app(self))
+            app = build_app(self)
+            self._start_services(app)
         except BaseException:
             self.stop()
             raise
@@ -90,6 +93,15 @@ class Controller:
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader
         )
         self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms)
+        self._repair = RepairTask(
+            self._store,
+            committer,
+            self.clock_ms,
+            round(timing.max_segment_completion_seconds * 1000),
+            self.config.repair_interval_seconds,
+            lambda: self.is_leader and self._session_connected(),
+            stop_timeout=self.config.repair_stop_seconds,
+        )
         self._external_view = ExternalViewTask(
             self._store,
             self.config.external_view_interval_seconds,
@@ -101,6 +113,7 @@ class Controller:
         self.metastore.add_state_listener(self._on_session_state)
         self._http.start()
         self._external_view.start()
+        self._repair.start()
         self._election = self.metastore.election(self.store.paths.leader, self.url, self._on_leadership)
         self._election.start()
 
@@ -112,6 +125,8 @@ class Controller:
             self._completion.leadership_lost(None)
         if self._external_view is not None:
             self._external_view.stop()
+        if self._repair is not None:
+            self._repair.stop()
         if self._http is not None:
             self._http.stop()
         if self.metastore is not None:
@@ -151,6 +166,9 @@ class Controller:
         except MetadataStoreError:
             return None
 
+    def _session_connected(self) -> bool:
+        return self.metastore is not None and self.metastore.state is SessionState.CONNECTED
+
     def require_leader(self) -> None:
         if not self.is_leader:
             raise NotLeader(self.leader_url())
@@ -169,6 +187,11 @@ class Controller:
     def external_view(self) -> ExternalViewTask:
         assert self._external_view is not None, "controller not started"
         return self._external_view
+
+    @property
+    def repair(self) -> RepairTask:
+        assert self._repair is not None, "controller not started"
+        return self._repair
 
     def _register(self, *, renewal: bool = False) -> None:
         """At start, and again on each new session (``renewal``: a live node left by our expired session is
@@ -190,6 +213,7 @@ class Controller:
             log.info("controller %s is now the leader", self.url)
             self.completion.leadership_gained()
             self.external_view.poke()
+            self.repair.poke()
         elif not leader:
             log.info("controller %s is no longer the leader", self.url)
             self.completion.leadership_lost(self.leader_url())

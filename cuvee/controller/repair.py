@@ -1,0 +1,345 @@
+"""The leader's periodic repair task (DESIGN.md section 5; Pinot's RealtimeSegmentValidationManager), first duties.
+
+Shaped like Pinot's ControllerPeriodicTask: every ``interval`` seconds, while this controller leads, each realtime
+table is planned by the pure ``plan_repairs`` (ideal state + segment metadata + ``now`` -> repairs) and the shell
+carries the repairs out:
+
+* ``FinishCommit``: a segment whose metadata is DONE but which no replica holds ONLINE in the ideal state (commit
+  step 1 landed, step 2 or 3 did not), once its commit is older than ``max_segment_completion_seconds`` (younger,
+  the committing controller may still finish it: both would place a next segment). Runs the committer's
+  idempotent ``finish``.
+* ``RecreateConsuming``: the partition's latest segment is IN_PROGRESS and every replica is OFFLINE (all consumers
+  gave up). A new segment (next sequence) consumes from the same start offset, or from the stream's earliest offset
+  when retention removed it: a warning, and the lost offsets are counted (``GET /tables/{t}/repairStatus``).
+* ``CreateSuccessor``: the latest segment is DONE and ONLINE with no successor (a commit while paused and a resume
+  that did not finish): a new segment from its end offset.
+
+New segments go on the live tagged servers (``cuvee.cluster.assignment``), metadata before ideal state; the ideal
+state update re-checks the plan's premise (not paused, still the latest, still all OFFLINE) inside its
+compare-and-set, so a run racing a commit or a pause changes nothing. Nothing is planned for a paused table
+except finishing commits (``finish`` itself places no next segment while paused). A second run finds nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+
+from cuvee.cluster.assignment import (
+    assign_partition,
+    eligible_instances,
+    new_segment_record,
+    next_segment_name,
+    server_tag,
+)
+from cuvee.cluster.errors import AssignmentError, ClusterStateError
+from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
+from cuvee.cluster.store import ClusterStore
+from cuvee.config import TableConfig
+from cuvee.controller.catalog import Catalog
+from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
+from cuvee.controller.faults import FaultInjected
+from cuvee.controller.table_setup import latest_segments, next_row_threshold
+from cuvee.errors import CuveeError
+from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.spi.metastore import MetadataStoreError
+from cuvee.stream import open_consumer
+
+if TYPE_CHECKING:
+    from cuvee.controller.controller import Controller
+
+log = logging.getLogger(__name__)
+
+
+# ---- the pure plan ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinishCommit:
+    segment: str
+
+
+@dataclass(frozen=True)
+class RecreateConsuming:
+    """``latest`` (IN_PROGRESS, all replicas OFFLINE) gets a successor consuming from ``start_offset``."""
+
+    partition: int
+    latest: str
+    start_offset: int
+
+
+@dataclass(frozen=True)
+class CreateSuccessor:
+    """``latest`` (DONE, ONLINE) has no successor: one consuming from its end offset."""
+
+    partition: int
+    latest: str
+    start_offset: int
+
+
+Repair = FinishCommit | RecreateConsuming | CreateSuccessor
+
+
+def plan_repairs(
+    ideal: IdealState, records: Mapping[str, SegmentRecord], now_ms: int, max_completion_ms: int
+) -> list[Repair]:
+    """What one table needs. ``records``: the table's segment metadata by name (segments of the ideal state
+    without metadata are left alone: nothing safe can be derived for them)."""
+    repairs: list[Repair] = []
+    for name in sorted(ideal.segments):
+        record = records.get(name)
+        if record is None or record.status is not SegmentStatus.DONE:
+            continue
+        if SegmentState.ONLINE in ideal.segments[name].values():
+            continue
+        committed_at = record.commit_time_ms if record.commit_time_ms is not None else record.creation_time_ms
+        if now_ms - committed_at > max_completion_ms:
+            repairs.append(FinishCommit(name))
+    if ideal.paused:
+        return repairs
+    for partition, llc in sorted(latest_segments(ideal).items()):
+        record = records.get(llc.name)
+        replicas = ideal.segments[llc.name]
+        if record is None or not replicas:
+            continue
+        states = set(replicas.values())
+        if record.status is SegmentStatus.IN_PROGRESS and states == {SegmentState.OFFLINE}:
+            repairs.append(RecreateConsuming(partition, llc.name, record.start_offset or 0))
+        elif record.status is SegmentStatus.DONE and SegmentState.ONLINE in states and record.end_offset is not None:
+            repairs.append(CreateSuccessor(partition, llc.name, record.end_offset))
+    return repairs
+
+
+def place_successor(latest: str, successor: str, instances: tuple[str, ...], *, all_offline: bool
+                    ) -> Callable[[IdealState], IdealState]:
+    """The ideal state update of a new segment: unchanged unless the plan's premise still holds in the very
+    ideal state being updated (not paused, ``latest`` still its partition's latest, and, when ``all_offline``,
+    all its replicas OFFLINE)."""
+
+    def update(ideal: IdealState) -> IdealState:
+        if ideal.paused or latest not in ideal.segments:
+            return ideal
+        partition = LLCSegmentName.parse(latest).partition
+        current = latest_segments(ideal).get(partition)
+        if current is None or current.name != latest:
+            return ideal
+        if all_offline and set(ideal.segments[latest].values()) != {SegmentState.OFFLINE}:
+            return ideal
+        return ideal.with_segments_in(successor, instances, SegmentState.CONSUMING)
+
+    return update
+
+
+# ---- the shell ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TableRepairStats:
+    """Counters per table since this controller started (inspectable through ``repairStatus``)."""
+
+    runs: int = 0
+    commits_finished: int = 0
+    segments_recreated: int = 0
+    successors_created: int = 0
+    data_loss_events: int = 0
+    offsets_lost: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+class RepairTask:
+    """``start()`` / ``stop()`` the periodic thread; ``run_once()`` one pass over every realtime table (tests
+    and the thread). ``should_run()`` (leader and connected) is checked before each table and each repair, and
+    the committer checks its own ``may_act`` before each step, so leadership loss stops it at once."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        committer: SegmentCommitter,
+        clock_ms: Callable[[], int],
+        max_completion_ms: int,
+        interval: float,
+        should_run: Callable[[], bool],
+        *,
+        stop_timeout: float = 5.0,
+    ):
+        self.store = store
+        self.committer = committer
+        self.clock_ms = clock_ms
+        self.max_completion_ms = max_completion_ms
+        self.interval = interval
+        self.should_run = should_run
+        self.stop_timeout = stop_timeout
+        self.stats: dict[str, TableRepairStats] = {}
+        self.passes = 0
+        self.failed_passes = 0
+        self._run_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="repair", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.stop_timeout)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            if self.should_run():
+                try:
+                    self.run_once()
+                except Exception:  # noqa: BLE001  (the thread must survive anything; the next pass retries)
+                    self.failed_passes += 1
+                    log.exception("repair pass failed")
+
+    def run_once(self) -> list[Repair]:
+        """One pass; returns the repairs carried out."""
+        done: list[Repair] = []
+        with self._run_lock:
+            catalog = Catalog(self.store)
+            for name in catalog.table_names():
+                if not self.should_run():
+                    break
+                config = catalog.find_table(name)
+                if config is None or not config.is_realtime or config.stream is None:
+                    continue
+                done.extend(self._repair_table(config))
+            self.passes += 1
+        return done
+
+    def _repair_table(self, config: TableConfig) -> list[Repair]:
+        table = config.name_with_type
+        stats = self.stats.setdefault(table, TableRepairStats())
+        stats.runs += 1
+        found = self.store.ideal_state(table)
+        if found is None:
+            return []
+        records = {}
+        for segment in found.record.segments:
+            versioned = self.store.find_segment(table, segment)
+            if versioned is not None:
+                records[segment] = versioned.record
+        done = []
+        for repair in plan_repairs(found.record, records, self.clock_ms(), self.max_completion_ms):
+            if not self.should_run():
+                break
+            try:
+                if self._apply(config, repair, records, stats):
+                    done.append(repair)
+            except (CommitAbandoned, FaultInjected, ClusterStateError, MetadataStoreError, CuveeError) as exc:
+                stats.failures += 1
+                stats.last_error = f"{repair}: {exc}"
+                log.warning("repair of %s failed (%s): %s", table, repair, exc)
+        return done
+
+    def _apply(self, config: TableConfig, repair: Repair, records: Mapping[str, SegmentRecord],
+               stats: TableRepairStats) -> bool:
+        table = config.name_with_type
+        if isinstance(repair, FinishCommit):
+            outcome = self.committer.finish(table, repair.segment)
+            stats.commits_finished += 1
+            log.warning("repair finished the half-done commit of %s (next %s)", repair.segment,
+                        outcome.next_segment or "none: paused")
+            return True
+        start = repair.start_offset
+        if isinstance(repair, RecreateConsuming):
+            start = self._available_offset(config, repair, stats)
+        placed = self._create(config, repair.latest, records[repair.latest], start, all_offline=isinstance(
+            repair, RecreateConsuming))
+        if placed and isinstance(repair, RecreateConsuming):
+            stats.segments_recreated += 1
+        elif placed:
+            stats.successors_created += 1
+        return placed
+
+    def _available_offset(self, config: TableConfig, repair: RecreateConsuming, stats: TableRepairStats) -> int:
+        """The start offset if the stream still has it, else its earliest offset (the gap is lost data)."""
+        assert config.stream is not None
+        with open_consumer(config.stream.properties) as consumer:
+            earliest = consumer.earliest_offset(repair.partition)
+        if earliest <= repair.start_offset:
+            return repair.start_offset
+        stats.data_loss_events += 1
+        stats.offsets_lost += earliest - repair.start_offset
+        log.warning(
+            "DATA LOSS: %s partition %d: offsets %d..%d are gone from the stream (retention); the new consuming "
+            "segment after %s starts at %d", config.name_with_type, repair.partition, repair.start_offset,
+            earliest - 1, repair.latest, earliest)
+        return earliest
+
+    def _create(self, config: TableConfig, latest: str, record: SegmentRecord, start: int, *, all_offline: bool
+                ) -> bool:
+        """Metadata, then the ideal state (which re-checks the premise). True when the new segment was placed."""
+        stream = config.stream
+        assert stream is not None
+        table = config.name_with_type
+        partition = LLCSegmentName.parse(latest).partition
+        tag = server_tag(config.tenants.server)
+        live = eligible_instances(self.store.instances(), set(self.store.live_instance_ids()), tag)
+        try:
+            instances = assign_partition(partition, config.replication, live)
+        except AssignmentError as exc:
+            raise CuveeError(f"cannot place a consuming segment for partition {partition}: {exc}") from None
+        ideal = self.store.ideal_state(table)
+        assert ideal is not None
+        now = self.clock_ms()
+        successor = next_segment_name(record, self.store.segment_names(table), now)
+        rows = next_row_threshold(stream, ideal.record, record)
+        llc = LLCSegmentName.parse(successor)
+        new = new_segment_record(successor, partition, llc.sequence, start, rows, stream.flush_threshold_time_ms, now)
+        if not self.should_run():
+            return False
+        _, created = self.store.create_segment(table, new)
+        stored = None
+        if self.should_run():
+            stored = self.store.update_ideal_state(table, place_successor(latest, successor, instances,
+                                                                          all_offline=all_offline))
+        placed = stored is not None and successor in stored.record.segments
+        if not placed and created:  # the premise failed: no orphan metadata a later commit could pick up
+            self.store.delete(self.store.paths.segment(table, successor))
+        if placed:
+            log.warning("repair: %s partition %d consumes %s from offset %d on %s", table, partition, successor,
+                        start, ", ".join(instances))
+        return placed
+
+    def status(self, table: str) -> dict[str, Any]:
+        stats = self.stats.get(table, TableRepairStats())
+        return {"table": table, "passes": self.passes, "failedPasses": self.failed_passes, **_camel(asdict(stats))}
+
+
+def _camel(values: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in values.items():
+        head, *rest = key.split("_")
+        out[head + "".join(part.title() for part in rest)] = value
+    return out
+
+
+def router(ctl: Controller) -> APIRouter:
+    """``GET /tables/{table}/repairStatus``: this controller's repair counters for the REALTIME table."""
+    api = APIRouter()
+
+    @api.get("/tables/{table}/repairStatus")
+    def repair_status(table: str) -> dict[str, Any]:
+        config = Catalog(ctl.store).realtime(table)  # 404 when there is none
+        return {**ctl.repair.status(config.name_with_type), "leader": ctl.is_leader,
+                "intervalSeconds": ctl.config.repair_interval_seconds}
+
+    return api
