@@ -101,6 +101,8 @@ class Controller:
             self.config.repair_interval_seconds,
             lambda: self.is_leader and self._session_connected(),
             stop_timeout=self.config.repair_stop_seconds,
+            deep_store=self.deep_store,
+            download_timeout=self.config.server_timeout_seconds,
         )
         self._external_view = ExternalViewTask(
             self._store,

@@ -13,6 +13,10 @@ carries the repairs out:
   when retention removed it: a warning, and the lost offsets are counted (``GET /tables/{t}/repairStatus``).
 * ``CreateSuccessor``: the latest segment is DONE and ONLINE with no successor (a commit while paused and a resume
   that did not finish): a new segment from its end offset.
+* ``NewPartition`` (``repair_partitions``): the stream has more partitions than the ideal state has segments for:
+  each new one gets its first consuming segment from the table's ``auto.offset.reset`` offset.
+* ``UploadPeerOnly`` (``repair_upload``, only with a deep store): a DONE segment with an empty download URI that a
+  live server holds ONLINE is fetched from it, CRC-checked, put into the deep store and its URI set.
 
 New segments go on the live tagged servers (``cuvee.cluster.assignment``), metadata before ideal state; the ideal
 state update re-checks the plan's premise (not paused, still the latest, still all OFFLINE) inside its
@@ -44,9 +48,12 @@ from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
 from cuvee.controller.faults import FaultInjected
+from cuvee.controller.repair_partitions import NewPartition, add_partitions
+from cuvee.controller.repair_upload import PeerUploader, UploadError, UploadPeerOnly, plan_uploads
 from cuvee.controller.table_setup import latest_segments, next_row_threshold
 from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.spi.deepstore import DeepStore
 from cuvee.spi.metastore import MetadataStoreError
 from cuvee.stream import open_consumer
 
@@ -83,6 +90,7 @@ class CreateSuccessor:
 
 
 Repair = FinishCommit | RecreateConsuming | CreateSuccessor
+Done = Repair | NewPartition | UploadPeerOnly  # what a pass reports it carried out
 
 
 def plan_repairs(
@@ -148,6 +156,9 @@ class TableRepairStats:
     successors_created: int = 0
     data_loss_events: int = 0
     offsets_lost: int = 0
+    partitions_added: int = 0
+    segments_uploaded: int = 0
+    upload_failures: int = 0
     failures: int = 0
     last_error: str = ""
 
@@ -167,6 +178,8 @@ class RepairTask:
         should_run: Callable[[], bool],
         *,
         stop_timeout: float = 5.0,
+        deep_store: DeepStore | None = None,
+        download_timeout: float = 30.0,
     ):
         self.store = store
         self.committer = committer
@@ -175,6 +188,8 @@ class RepairTask:
         self.interval = interval
         self.should_run = should_run
         self.stop_timeout = stop_timeout
+        self.deep_store = deep_store  # None: no deep store configured, peer-only segments stay peer-only
+        self.download_timeout = download_timeout
         self.stats: dict[str, TableRepairStats] = {}
         self.passes = 0
         self.failed_passes = 0
@@ -209,9 +224,9 @@ class RepairTask:
                     self.failed_passes += 1
                     log.exception("repair pass failed")
 
-    def run_once(self) -> list[Repair]:
+    def run_once(self) -> list[Done]:
         """One pass; returns the repairs carried out."""
-        done: list[Repair] = []
+        done: list[Done] = []
         with self._run_lock:
             catalog = Catalog(self.store)
             for name in catalog.table_names():
@@ -224,7 +239,7 @@ class RepairTask:
             self.passes += 1
         return done
 
-    def _repair_table(self, config: TableConfig) -> list[Repair]:
+    def _repair_table(self, config: TableConfig) -> list[Done]:
         table = config.name_with_type
         stats = self.stats.setdefault(table, TableRepairStats())
         stats.runs += 1
@@ -236,7 +251,7 @@ class RepairTask:
             versioned = self.store.find_segment(table, segment)
             if versioned is not None:
                 records[segment] = versioned.record
-        done = []
+        done: list[Done] = []
         for repair in plan_repairs(found.record, records, self.clock_ms(), self.max_completion_ms):
             if not self.should_run():
                 break
@@ -247,6 +262,43 @@ class RepairTask:
                 stats.failures += 1
                 stats.last_error = f"{repair}: {exc}"
                 log.warning("repair of %s failed (%s): %s", table, repair, exc)
+        if self.should_run():
+            done.extend(self._add_partitions(config, stats))
+        if self.should_run() and self.deep_store is not None:
+            done.extend(self._upload_peer_only(config, found.record, records, stats))
+        return done
+
+    def _add_partitions(self, config: TableConfig, stats: TableRepairStats) -> list[Done]:
+        try:
+            added = add_partitions(self.store, config, self.clock_ms(), self.should_run)
+        except (ClusterStateError, MetadataStoreError, CuveeError) as exc:
+            stats.failures += 1
+            stats.last_error = f"new partitions: {exc}"
+            log.warning("repair of %s: adding new stream partitions failed: %s", config.name_with_type, exc)
+            return []
+        stats.partitions_added += len(added)
+        return [NewPartition(p) for p in added]
+
+    def _upload_peer_only(self, config: TableConfig, ideal: IdealState, records: Mapping[str, SegmentRecord],
+                          stats: TableRepairStats) -> list[Done]:
+        assert self.deep_store is not None
+        table = config.name_with_type
+        live = set(self.store.live_instance_ids())
+        uploader = PeerUploader(self.store, self.deep_store, self.download_timeout)
+        done: list[Done] = []
+        for item in plan_uploads(ideal, self.store.external_view(table), records, live):
+            if not self.should_run():
+                break
+            try:
+                uploader.upload(table, item, records[item.segment])
+            except (UploadError, ClusterStateError, MetadataStoreError, CuveeError) as exc:
+                stats.failures += 1
+                stats.upload_failures += 1
+                stats.last_error = f"{item}: {exc}"
+                log.warning("repair of %s: peer-only upload failed (next pass retries): %s", table, exc)
+                continue
+            stats.segments_uploaded += 1
+            done.append(item)
         return done
 
     def _apply(self, config: TableConfig, repair: Repair, records: Mapping[str, SegmentRecord],

@@ -33,6 +33,9 @@ SERVER_FORCE_COMMIT = "/tables/{table}/forceCommit"
 # The port name under which servers register their HTTP port in InstanceInfo.ports.
 HTTP_PORT_NAME = "http"
 
+# Server: a committed segment's archive, for peers (deep-store bypass) and the controller's repair upload.
+SEGMENT_DOWNLOAD_PATH = "/tables/{table}/segments/{segment}"
+
 
 def completion_path(kind: RequestKind) -> str:
     """The path a request of ``kind`` is POSTed to."""

@@ -15,8 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from cuvee.protocol.completion_http import SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
-from cuvee.server.download import SEGMENT_DOWNLOAD_PATH
+from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
 from cuvee.server.queryable import CommittedSegment
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import httpx
 from cuvee.cluster.records import InstanceInfo, SegmentRecord, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.errors import CuveeError
-from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.protocol.completion_http import HTTP_PORT_NAME, SEGMENT_DOWNLOAD_PATH
 from cuvee.segment.archive import unpack
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
@@ -26,7 +26,6 @@ from cuvee.spi.deepstore import DeepStore, DeepStoreError
 
 log = logging.getLogger(__name__)
 
-SEGMENT_DOWNLOAD_PATH = "/tables/{table}/segments/{segment}"
 """GET on a server: the committed segment's archive bytes (404 when the server does not hold it)."""
 
 
