@@ -206,7 +206,8 @@ def _show_segments(console: Console, http: httpx.Client, controller: str) -> Non
 
 def _show_query(console: Console, http: httpx.Client, broker: str, title: str, sql: str) -> None:
     answer = _query(http, broker, sql)
-    table = Table(title=f"[bold]{title}", title_justify="left", caption=sql, caption_justify="left")
+    console.print(f"\n[bold]{title}[/]\n[dim]{sql}[/]")
+    table = Table()
     result = answer.get("resultTable", {})
     for name in result.get("dataSchema", {}).get("columnNames", []):
         table.add_column(name)
