@@ -11,31 +11,22 @@ import sys
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.stream import open_admin, open_producer
 from cuvee.testing.process import die_with_parent
 from cuvee.testing.waiting import wait_until
+from tests.e2e.support import FAST, counts, create_id_table, fast_sqlite, log_stream, produce_ids
 
 TABLE = "takeover"
-FAST = {
-    "controller": {"external_view_interval_seconds": 0.2, "completion.hold_seconds": 0.3},
-    "server": {"ideal_state_poll_seconds": 0.5, "consumer.hold_retry_seconds": 0.1},
-    "broker": {"routing_poll_seconds": 0.5},
-}
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_standby_controller_takes_over_and_nothing_is_lost(tmp_path: Path) -> None:
-    metadata = f"sqlite:///{tmp_path / 'metadata.db'}?session_timeout=2&heartbeat_interval=0.2"
-    info = up(LocalClusterSpec(dir=tmp_path, servers=2, metadata=metadata, overrides=FAST))
+    info = up(LocalClusterSpec(dir=tmp_path, servers=2, metadata=fast_sqlite(tmp_path), overrides=FAST))
     http = httpx.Client(timeout=30)
-    configs = {"streamType": "log", "stream.log.topic.name": TABLE, "stream.log.dir": str(tmp_path / "stream"),
-               "stream.log.consumer.prop.auto.offset.reset": "smallest",
-               "realtime.segment.flush.threshold.rows": "4000"}
+    configs = log_stream(tmp_path, TABLE, flush_rows=4000)
     # A standby controller on the leader's config, another port.
     standby_conf = tmp_path / "conf" / "standby.toml"
     standby_conf.write_text(re.sub(r"(?m)^port = \d+$", "port = 0", (tmp_path / "conf" / "controller.toml").read_text()))
@@ -44,27 +35,16 @@ def test_a_standby_controller_takes_over_and_nothing_is_lost(tmp_path: Path) -> 
                                preexec_fn=die_with_parent())
 
     def produce(start: int, end: int) -> None:
-        with open_producer(configs) as producer:
-            producer.produce_many((str(i).encode(), orjson.dumps({"id": i, "v": 1})) for i in range(start, end))
-            producer.flush()
+        produce_ids(configs, start, end)
 
     def count() -> tuple[int, int]:
-        answer = http.post(f"{info['broker']}/query/sql",
-                           json={"sql": f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}"}).json()
-        return tuple(answer["resultTable"]["rows"][0]) if not answer.get("exceptions") else (-1, -1)
+        return counts(http, info["broker"], TABLE)
 
     try:
         assert standby.stdout is not None
         standby_url = standby.stdout.readline().strip()
         assert standby_url.startswith("http://")
-        with open_admin(configs) as admin:
-            admin.create_topic(TABLE, 2)
-        assert http.post(f"{info['controller']}/schemas", json={
-            "schemaName": TABLE, "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
-            "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}]}).status_code < 300
-        assert http.post(f"{info['controller']}/tables", json={
-            "tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
-            "tableIndexConfig": {"streamConfigs": configs}}).status_code < 300
+        create_id_table(http, info["controller"], TABLE, configs)
         assert http.get(f"{standby_url}/health").json()["leader"] is False
 
         produce(0, 6_000)

@@ -7,38 +7,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.stream import open_admin, open_producer
 from cuvee.testing.waiting import wait_until
+from tests.e2e.support import FAST, counts, create_id_table, log_stream, produce_ids
 
 TABLE = "bypass"
-FAST = {
-    "controller": {"external_view_interval_seconds": 0.2, "completion.hold_seconds": 0.3,
-                   "repair_interval_seconds": 0.5},
-    "server": {"ideal_state_poll_seconds": 0.5, "consumer.hold_retry_seconds": 0.1},
-    "broker": {"routing_poll_seconds": 0.5},
-}
+FAST_WITH_REPAIR = {**FAST, "controller": {**FAST["controller"], "repair_interval_seconds": 0.5}}
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_commits_go_on_without_the_deep_store_and_repair_uploads_later(tmp_path: Path) -> None:
-    info = up(LocalClusterSpec(dir=tmp_path, servers=2, overrides=FAST))
+    info = up(LocalClusterSpec(dir=tmp_path, servers=2, overrides=FAST_WITH_REPAIR))
     http = httpx.Client(timeout=30)
-    configs = {"streamType": "log", "stream.log.topic.name": TABLE, "stream.log.dir": str(tmp_path / "stream"),
-               "stream.log.consumer.prop.auto.offset.reset": "smallest",
-               "realtime.segment.flush.threshold.rows": "4000"}
+    configs = log_stream(tmp_path, TABLE, flush_rows=4000)
     # A file where the table's deep-store directory should be: every upload under it fails.
     blocker = tmp_path / "deepstore" / f"{TABLE}_REALTIME"
     blocker.write_text("not a directory")
 
     def count() -> tuple[int, int]:
-        answer = http.post(f"{info['broker']}/query/sql",
-                           json={"sql": f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}"}).json()
-        return tuple(answer["resultTable"]["rows"][0]) if not answer.get("exceptions") else (-1, -1)
+        return counts(http, info["broker"], TABLE)
 
     def committed() -> list[dict]:
         segments = http.get(f"{info['controller']}/segments/{TABLE}").json()[0]["REALTIME"]
@@ -46,17 +36,8 @@ def test_commits_go_on_without_the_deep_store_and_repair_uploads_later(tmp_path:
         return [m for m in metas if m["status"] == "DONE"]
 
     try:
-        with open_admin(configs) as admin:
-            admin.create_topic(TABLE, 2)
-        assert http.post(f"{info['controller']}/schemas", json={
-            "schemaName": TABLE, "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
-            "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}]}).status_code < 300
-        assert http.post(f"{info['controller']}/tables", json={
-            "tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
-            "tableIndexConfig": {"streamConfigs": configs}}).status_code < 300
-        with open_producer(configs) as producer:
-            producer.produce_many((str(i).encode(), orjson.dumps({"id": i, "v": 1})) for i in range(10_000))
-            producer.flush()
+        create_id_table(http, info["controller"], TABLE, configs)
+        produce_ids(configs, 0, 10_000)
         wait_until(lambda: count() == (10_000, 10_000), 120, interval=0.2, message=lambda: f"count {count()}")
         done = wait_until(lambda: (c := committed()) and len(c) >= 4 and c, 120, interval=0.2,
                           message="segments did not commit while the deep store was down")

@@ -4,61 +4,39 @@ with the committed CRCs."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.stream import open_admin, open_producer
 from cuvee.testing.process import die_with_parent
 from cuvee.testing.waiting import wait_until
+from tests.e2e.support import FAST, counts, create_id_table, fast_sqlite, log_stream, produce_ids
 
 TABLE = "failover"
-FAST = {
-    "controller": {"external_view_interval_seconds": 0.2, "completion.hold_seconds": 0.3},
-    "server": {"ideal_state_poll_seconds": 0.5, "consumer.hold_retry_seconds": 0.1},
-    "broker": {"routing_poll_seconds": 0.5},
-}
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_killed_server_loses_nothing_and_serves_again_after_restart(tmp_path: Path) -> None:
-    metadata = f"sqlite:///{tmp_path / 'metadata.db'}?session_timeout=2&heartbeat_interval=0.2"
-    info = up(LocalClusterSpec(dir=tmp_path, servers=3, metadata=metadata, overrides=FAST))
+    info = up(LocalClusterSpec(dir=tmp_path, servers=3, metadata=fast_sqlite(tmp_path), overrides=FAST))
     http = httpx.Client(timeout=30)
     restarted: subprocess.Popen[bytes] | None = None
-    configs = {"streamType": "log", "stream.log.topic.name": TABLE, "stream.log.dir": str(tmp_path / "stream"),
-               "stream.log.consumer.prop.auto.offset.reset": "smallest",
-               "realtime.segment.flush.threshold.rows": "8000"}
+    configs = log_stream(tmp_path, TABLE, flush_rows=8000)
 
     def produce(start: int, end: int) -> None:
-        with open_producer(configs) as producer:
-            producer.produce_many((str(i).encode(), orjson.dumps({"id": i, "v": i % 7})) for i in range(start, end))
-            producer.flush()
+        produce_ids(configs, start, end)
 
     def count() -> tuple[int, int]:
-        answer = http.post(f"{info['broker']}/query/sql",
-                           json={"sql": f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}"}).json()
-        return tuple(answer["resultTable"]["rows"][0]) if not answer.get("exceptions") else (-1, -1)
+        return counts(http, info["broker"], TABLE)
 
     try:
-        with open_admin(configs) as admin:
-            admin.create_topic(TABLE, 2)
-        assert http.post(f"{info['controller']}/schemas", json={
-            "schemaName": TABLE, "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
-            "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}]}).status_code < 300
-        assert http.post(f"{info['controller']}/tables", json={
-            "tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
-            "tableIndexConfig": {"streamConfigs": configs}}).status_code < 300
+        create_id_table(http, info["controller"], TABLE, configs)
         produce(0, 10_000)
         wait_until(lambda: count() == (10_000, 10_000), 60, interval=0.1)
 
