@@ -37,7 +37,6 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
