@@ -97,12 +97,7 @@ class ConsumingView:
 
     def query_table(self) -> pa.Table:
         """The published prefix for queries, single-value dictionary columns left encoded (see the module doc)."""
-        # ConsumingSegment.snapshot() decodes every dictionary column; its MutableSegment gives the encoded prefix.
-        # Reading the private attribute is a stopgap until ConsumingSegment offers an encoded snapshot itself.
-        mutable = getattr(self.consuming, "_mutable", None)
-        if mutable is None:
-            return self.consuming.snapshot()
-        return encoded_logical_table(mutable.snapshot(), self.consuming.schema.arrow_schema())
+        return self.consuming.encoded_snapshot()
 
     def __repr__(self) -> str:
         return f"ConsumingView({self.name!r}, docs={self.num_docs})"

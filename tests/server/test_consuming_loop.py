@@ -174,3 +174,21 @@ def test_a_stream_that_keeps_failing_makes_the_replica_give_up(tmp_path: Path, c
     assert stopped.offset == 0 and "failed 3 times" in stopped.reason
     wait_until(lambda: replica.segment.state is ConsumerState.ERROR)
     assert "failed" in replica.segment.info()["error"]
+
+
+def test_the_encoded_snapshot_holds_the_same_rows_as_the_decoded_one(tmp_path: Path, log_dir: Path, controller,
+                                                                    replicas) -> None:
+    """Queries read the encoded snapshot (dictionary columns left encoded); it must mean the same rows."""
+    import pyarrow as pa
+
+    _, client = controller
+    produce(log_dir, range(40))
+    replica = make_replica(tmp_path, log_dir, record(rows=1000), instance="s1", client=client, clock=FakeClock())
+    replicas.append(replica)
+    replica.segment.start()
+    wait_until(lambda: replica.segment.num_docs == 40)
+    encoded = replica.segment.encoded_snapshot()
+    decoded = replica.segment.snapshot()
+    assert encoded.num_rows == decoded.num_rows == 40
+    assert any(pa.types.is_dictionary(f.type) for f in encoded.schema), "nothing was left encoded"
+    assert encoded.cast(decoded.schema).equals(decoded)

@@ -58,6 +58,7 @@ from cuvee.server.consuming.fsm import (
     UploadSucceeded,
     Wait,
 )
+from cuvee.server.queryable import encoded_logical_table
 from cuvee.spi.deepstore import DeepStore
 from cuvee.stream import open_consumer
 
@@ -195,6 +196,14 @@ class ConsumingSegment:
 
     def to_arrow(self) -> pa.Table:
         return self.snapshot()
+
+    def encoded_snapshot(self) -> pa.Table:
+        """The same prefix with single-value dictionary columns left encoded: what queries read (DuckDB reads them
+        as plain values, and decoding per query was the main cost of a query)."""
+        mutable = self._mutable
+        if mutable is None:
+            return self.schema.arrow_schema().empty_table()
+        return encoded_logical_table(mutable.snapshot(), self.schema.arrow_schema())
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
