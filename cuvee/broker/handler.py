@@ -31,7 +31,6 @@ from cuvee.broker.routing import RoutingTable, route
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
-    SERVER_RELATION,
     ExecutionStats,
     QueryError,
     QueryErrorCode,
@@ -46,10 +45,6 @@ from cuvee.query import (
 log = logging.getLogger(__name__)
 
 _LISTED = 10  # segment names quoted in an error message
-
-
-def _no_where(plan: QueryPlan) -> bool:
-    return plan.docs_scanned_sql == f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION}"
 
 
 def _timeout_ms(options: Mapping[str, str], default: int) -> int:
@@ -208,9 +203,9 @@ class QueryHandler:
     def _calls(self, request_id: str, plan: QueryPlan, entry: TableEntry, routing: RoutingTable,
                servers: Mapping[str, str], deadline: float) -> list[ServerCall]:
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
-        docs_sql = None if _no_where(plan) else plan.docs_scanned_sql
         return [ServerCall(instance, servers[instance], ServerQueryRequest(
-                    request_id, entry.name, plan.server_sql, segments, remaining_ms, docs_sql))
+                    request_id, entry.name, plan.server_sql, segments, remaining_ms, plan.docs_scanned_sql,
+                    plan.docs_column))
                 for instance, segments in routing.servers.items()]
 
     @staticmethod

@@ -55,6 +55,13 @@ def _strings(doc: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _optional_string(doc: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = doc.get(key)
+    if value is not None and not isinstance(value, str):
+        raise QueryWireError(f"{what}: field {key!r} must be a string or null, got {value!r}")
+    return value
+
+
 def _no_unknown(doc: Mapping[str, Any], known: set[str], what: str) -> None:
     unknown = sorted(set(doc) - known)
     if unknown:
@@ -64,8 +71,9 @@ def _no_unknown(doc: Mapping[str, Any], known: set[str], what: str) -> None:
 @dataclass(frozen=True)
 class ServerQueryRequest:
     """What the broker asks one server: run ``sql`` (the planner's server step, over ``cuvee_segments``) on these
-    segments of ``table`` (name with type) within ``timeout_ms``. ``docs_scanned_sql`` counts the rows passing
-    WHERE (Pinot's numDocsScanned); None when the query has no WHERE, so the count is the segments' total."""
+    segments of ``table`` (name with type) within ``timeout_ms``. Pinot's numDocsScanned (rows passing WHERE) is
+    the sum of ``sql``'s column ``docs_column``, which the server drops from its answer, or else the count a second
+    query ``docs_scanned_sql`` returns; with neither (no WHERE) it is the segments' total."""
 
     request_id: str
     table: str
@@ -73,6 +81,7 @@ class ServerQueryRequest:
     segments: tuple[str, ...]
     timeout_ms: int
     docs_scanned_sql: str | None = None
+    docs_column: str | None = None
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -82,20 +91,21 @@ class ServerQueryRequest:
 
     def to_dict(self) -> dict[str, Any]:
         return {"requestId": self.request_id, "table": self.table, "sql": self.sql, "segments": list(self.segments),
-                "timeoutMs": self.timeout_ms, "docsScannedSql": self.docs_scanned_sql}
+                "timeoutMs": self.timeout_ms, "docsScannedSql": self.docs_scanned_sql,
+                "docsColumn": self.docs_column}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
         what = "server query request"
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
-        _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql"}, what)
-        docs_sql = doc.get("docsScannedSql")
-        if docs_sql is not None and not isinstance(docs_sql, str):
-            raise QueryWireError(f"{what}: field 'docsScannedSql' must be a string or null, got {docs_sql!r}")
+        _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn"}, what)
+        docs_sql = _optional_string(doc, "docsScannedSql", what)
+        docs_column = _optional_string(doc, "docsColumn", what)
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
-                   timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql)
+                   timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
+                   docs_column=docs_column)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

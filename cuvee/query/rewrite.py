@@ -37,6 +37,7 @@ from cuvee.query.parse import DIALECT, ParsedQuery, TableResolver, parse_query, 
 SERVER_RELATION = "cuvee_segments"
 PARTIALS_RELATION = "cuvee_partials"
 DEFAULT_LIMIT = 10
+DOCS_COLUMN = "__docs"  # an aggregation's per-group count of rows passing WHERE (numDocsScanned), never merged
 
 _DISTINCT_LIST = ("list(DISTINCT {x}) FILTER (WHERE {x} IS NOT NULL)",)
 _PARTIALS: dict[AggKind, tuple[str, ...]] = {
@@ -84,14 +85,18 @@ class QueryKind(enum.Enum):
 class QueryPlan:
     """What the broker sends to servers and how it merges their answers. ``column_names`` are Pinot's names.
 
-    ``docs_scanned_sql`` counts the rows that pass WHERE: a server may run it to report Pinot's numDocsScanned.
+    Pinot's numDocsScanned (rows passing WHERE) comes from the same scan where it can: an aggregation with a WHERE
+    adds ``count(*) AS <docs_column>`` to its server step, which the server sums and drops. A selection with a
+    WHERE cannot count in the same query (its LIMIT stops early), so ``docs_scanned_sql`` counts in a second one.
+    Both are None without a WHERE: the count is then every row of the segments.
     """
 
     table: str
     kind: QueryKind
     server_sql: str
     final_sql: str
-    docs_scanned_sql: str
+    docs_scanned_sql: str | None
+    docs_column: str | None
     column_names: tuple[str, ...]
     limit: int | None
     offset: int
@@ -126,10 +131,13 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
             limit = DEFAULT_LIMIT
         kind, server, final = _plan_aggregation(kind, items, names, by_alias, group, having, order, where_sql,
                                                 limit, offset)
-    docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION}"
-    docs_scanned += f" WHERE {where_sql}" if where_sql else ""
+    docs_scanned = docs_column = None
+    if where_sql and kind is QueryKind.SELECTION:
+        docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}"
+    elif where_sql:
+        docs_column = DOCS_COLUMN
     return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
-                     docs_scanned_sql=docs_scanned, column_names=names, limit=limit, offset=offset,
+                     docs_scanned_sql=docs_scanned, docs_column=docs_column, column_names=names, limit=limit, offset=offset,
                      options=dict(parsed.options))
 
 
@@ -308,7 +316,8 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
             order_terms.append(_ordered_sql(ordered, merger.rewrite(resolved, "ORDER BY")))
     keys = [f"{g.sql(dialect=DIALECT)} AS __g{i}" for i, g in enumerate(group)]
     partials = [f"{p} AS __p{i}" for i, p in enumerate(merger.partials)]
-    server = f"SELECT {', '.join(keys + partials) or 'count(*) AS __rows'} FROM {SERVER_RELATION}"
+    docs = [f"count(*) AS {DOCS_COLUMN}"] if where_sql else []  # numDocsScanned from this scan (see QueryPlan)
+    server = f"SELECT {', '.join(keys + partials + docs) or 'count(*) AS __rows'} FROM {SERVER_RELATION}"
     server += f" WHERE {where_sql}" if where_sql else ""
     server += f" GROUP BY {', '.join(str(i + 1) for i in range(len(group)))}" if group else ""
     group_cols = [f"__g{i}" for i in range(len(group))]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats
 from cuvee.query import SERVER_RELATION, QueryErrorCode
@@ -94,7 +95,8 @@ class QueryExecutor:
             except _Failed as failure:
                 errors.append(ServerException(int(failure.code), failure.message))
                 result = None
-        matched = counts.non_empty if request.docs_scanned_sql is None else (counts.processed if docs_scanned else 0)
+        filtered = request.docs_scanned_sql is not None or request.docs_column is not None
+        matched = (counts.processed if docs_scanned else 0) if filtered else counts.non_empty
         stats = ServerQueryStats(
             numDocsScanned=docs_scanned if result is not None else 0,
             totalDocs=counts.total_docs,
@@ -146,7 +148,9 @@ class QueryExecutor:
             con.register(SERVER_RELATION, union)
             result = con.sql(request.sql).to_arrow_table()
             docs = total_docs
-            if request.docs_scanned_sql is not None:
+            if request.docs_column is not None:
+                result, docs = _take_docs_column(result, request.docs_column)
+            elif request.docs_scanned_sql is not None:
                 rows = con.sql(request.docs_scanned_sql).fetchall()
                 docs = int(rows[0][0]) if rows and rows[0][0] is not None else 0
             return result, docs
@@ -158,6 +162,14 @@ class QueryExecutor:
         finally:
             timer.cancel()
             con.close()
+
+
+def _take_docs_column(result: pa.Table, name: str) -> tuple[pa.Table, int]:
+    """The rows that passed WHERE, counted by the query itself in ``name``, and the result without that column."""
+    if name not in result.column_names:
+        raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"the server SQL has no column {name!r} to count scanned rows")
+    docs = pc.sum(result.column(name)).as_py() or 0
+    return result.drop_columns([name]), int(docs)
 
 
 def _interrupt(con: duckdb.DuckDBPyConnection) -> None:

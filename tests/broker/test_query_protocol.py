@@ -23,6 +23,9 @@ def test_request_round_trip() -> None:
     assert ServerQueryRequest.decode(REQUEST.encode()) == REQUEST
     plain = ServerQueryRequest("1", "t_REALTIME", "SELECT 1", (), 10)
     assert ServerQueryRequest.from_dict(plain.to_dict()) == plain
+    counted = ServerQueryRequest("2", "t_REALTIME", "SELECT count(*) AS __docs FROM cuvee_segments", (), 10,
+                                 docs_column="__docs")
+    assert ServerQueryRequest.decode(counted.encode()) == counted
 
 
 @pytest.mark.parametrize(("change", "error"), [
@@ -33,6 +36,7 @@ def test_request_round_trip() -> None:
     ({"segments": "a"}, "'segments' must be a list"),
     ({"sql": None}, "'sql' must be a string"),
     ({"docsScannedSql": 3}, "'docsScannedSql' must be a string or null"),
+    ({"docsColumn": ["x"]}, "'docsColumn' must be a string or null"),
     ({"extra": 1}, "unknown field"),
 ])
 def test_request_parsing_is_strict(change: dict, error: str) -> None:

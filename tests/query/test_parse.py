@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cuvee.query import QueryError, QueryErrorCode, QueryKind, parse_query_options, plan_sql
+from cuvee.query.rewrite import DOCS_COLUMN
 from tests.query.helpers import resolve
 
 SQL_PARSING = [
@@ -139,9 +140,15 @@ def test_servers_never_see_the_users_table_name_and_partials_are_shared() -> Non
     assert plan.server_sql == 'SELECT sum("v") AS __p0, count("v") AS __p1 FROM cuvee_segments'
 
 
-def test_docs_scanned_counts_rows_passing_the_filter() -> None:
+def test_docs_scanned_rides_along_an_aggregation_and_is_a_second_query_for_a_selection() -> None:
     plan = plan_sql("SELECT city, COUNT(*) FROM events WHERE v > 1 GROUP BY city", resolve)
+    assert plan.docs_scanned_sql is None and plan.docs_column == DOCS_COLUMN
+    assert f"count(*) AS {DOCS_COLUMN} FROM cuvee_segments WHERE" in plan.server_sql
+    plan = plan_sql("SELECT city FROM events WHERE v > 1 LIMIT 3", resolve)
+    assert plan.docs_column is None
     assert plan.docs_scanned_sql == 'SELECT count(*) AS numDocsScanned FROM cuvee_segments WHERE "v" > 1'
+    plan = plan_sql("SELECT COUNT(*) FROM events", resolve)
+    assert plan.docs_column is None and plan.docs_scanned_sql is None and DOCS_COLUMN not in plan.server_sql
 
 
 def test_timestamp_columns_compare_as_epoch_millis() -> None:

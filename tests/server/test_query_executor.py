@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from cuvee.protocol.query import ServerQueryRequest
-from cuvee.query import QueryErrorCode, TableInfo, merge_partials, plan_sql
+from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
+from cuvee.query.rewrite import DOCS_COLUMN
 from cuvee.server.query_executor import QueryExecutor, _union
 from cuvee.server.registry import SegmentRegistry
 from tests.broker.helpers import TABLE, MutableView, committed, event_rows, schema, segment_name
@@ -33,13 +34,19 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[SegmentRegistry, p
     return registry, pa.concat_tables(parts), names
 
 
-def request(sql: str, segments: list[str], timeout_ms: int = 10_000, docs_sql: str | None = None) -> ServerQueryRequest:
-    return ServerQueryRequest("1", TABLE, sql, tuple(segments), timeout_ms, docs_sql)
+def request(sql: str, segments: list[str], timeout_ms: int = 10_000, docs_sql: str | None = None,
+            docs_column: str | None = None) -> ServerQueryRequest:
+    return ServerQueryRequest("1", TABLE, sql, tuple(segments), timeout_ms, docs_sql, docs_column)
+
+
+def plan_request(sql: str, segments: list[str]) -> tuple[QueryPlan, ServerQueryRequest]:
+    plan = plan_sql(sql, resolve)
+    return plan, request(plan.server_sql, segments, docs_sql=plan.docs_scanned_sql, docs_column=plan.docs_column)
 
 
 def run_pinot(registry: SegmentRegistry, sql: str, segments: list[str]) -> pa.Table:
-    plan = plan_sql(sql, resolve)
-    result, stats = QueryExecutor(registry).execute(request(plan.server_sql, segments, docs_sql=plan.docs_scanned_sql))
+    plan, server_request = plan_request(sql, segments)
+    result, stats = QueryExecutor(registry).execute(server_request)
     assert stats.exceptions == (), stats.exceptions
     return merge_partials(plan, [result] if result is not None else [], schema().arrow_schema())
 
@@ -66,13 +73,31 @@ def test_results_over_committed_and_consuming_segments_equal_duckdb(loaded, sql:
 
 def test_stats_count_docs_segments_and_freshness(loaded) -> None:
     registry, rows, names = loaded
-    plan = plan_sql("SELECT COUNT(*) FROM events WHERE v > 0", resolve)
-    _, stats = QueryExecutor(registry).execute(request(plan.server_sql, names, docs_sql=plan.docs_scanned_sql))
+    _, server_request = plan_request("SELECT COUNT(*) FROM events WHERE v > 0", names)
+    _, stats = QueryExecutor(registry).execute(server_request)
     assert stats.totalDocs == rows.num_rows == 670
     assert stats.numDocsScanned == reference("SELECT COUNT(*) FROM events WHERE v > 0", rows)[0][0]
     assert stats.numSegmentsQueried == stats.numSegmentsProcessed == stats.numSegmentsMatched == 3
     assert stats.numConsumingSegmentsQueried == stats.numConsumingSegmentsProcessed == 1
     assert stats.minConsumingFreshnessTimeMs == 5_000
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT SUM(d) FROM events WHERE v > 0",                                    # one scan: the count rides along
+    "SELECT city, MAX(d) FROM events WHERE v > 0 GROUP BY city LIMIT 3",        # summed over the groups
+    "SELECT id FROM events WHERE v > 0 ORDER BY id LIMIT 2",                     # selection: a second count query
+    "SELECT COUNT(*) FROM events WHERE v > 1000",                                # nothing passes
+])
+def test_docs_scanned_is_the_rows_passing_where_for_every_plan_kind(loaded, sql: str) -> None:
+    registry, rows, names = loaded
+    plan, server_request = plan_request(sql, names)
+    result, stats = QueryExecutor(registry).execute(server_request)
+    assert stats.exceptions == ()
+    where = sql.split(" WHERE ")[1].split(" GROUP")[0].split(" ORDER")[0]
+    expected = reference(f"SELECT COUNT(*) FROM events WHERE {where}", rows)[0][0]
+    assert stats.numDocsScanned == expected
+    assert stats.numSegmentsMatched == (3 if expected else 0)
+    assert result is not None and DOCS_COLUMN not in result.column_names  # the count never reaches the broker
     _, no_where = QueryExecutor(registry).execute(request("SELECT count(*) FROM cuvee_segments", names[:2]))
     assert no_where.numDocsScanned == no_where.totalDocs == 550
     assert no_where.numConsumingSegmentsQueried == 0 and no_where.minConsumingFreshnessTimeMs == 0
