@@ -57,9 +57,9 @@ def main() -> None:
                 offset = 0
                 while True:
                     batch = consumer.fetch(partition, offset, max_messages=args.fetch_size, max_wait_ms=0)
-                    if not batch.messages:
+                    if not len(batch):
                         break
-                    total += len(batch.messages)
+                    total += len(batch)
                     offset = batch.next_offset
             fetch_s = time.perf_counter() - started
         assert total == args.messages, (total, args.messages)

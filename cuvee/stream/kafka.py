@@ -160,7 +160,7 @@ class KafkaConsumer(StreamConsumer):
             client.position = offset
         first = client.consumer.poll(max(0.0, deadline - time.monotonic()))
         if first is None:
-            return MessageBatch([], offset)
+            return MessageBatch.empty(offset)
         raw = [first]
         while len(raw) < max_messages and (queued := client.consumer.consume(max_messages - len(raw), timeout=0)):
             raw.extend(queued)  # take what librdkafka already holds, without waiting for more
@@ -171,7 +171,7 @@ class KafkaConsumer(StreamConsumer):
             raise
         messages = [m for m in converted if m is not None and m.offset >= offset]
         client.position = messages[-1].offset + 1 if messages else offset
-        return MessageBatch(messages, client.position)
+        return MessageBatch.of(messages, client.position)
 
     def _to_message(self, message: Message, partition: int, requested: int) -> StreamMessage | None:
         error = message.error()

@@ -18,10 +18,9 @@ records = st.lists(
 def test_encode_decode_round_trip(batch: list[frames.Record], first_offset: int) -> None:
     chunk = frames.encode_frames(first_offset, batch)
     starts = np.asarray(chunk.relative_positions, dtype=np.int64)
-    messages = frames.decode_frames(chunk.data, starts, first_offset, "test")
-    assert [(m.offset, m.key, m.value, m.timestamp_ms) for m in messages] == [
-        (first_offset + i, key, value, ts) for i, (key, value, ts) in enumerate(batch)
-    ]
+    decoded = frames.decode_frames(chunk.data, starts, first_offset, "test")
+    assert decoded.first_offset == first_offset
+    assert list(zip(decoded.keys, decoded.values, decoded.timestamps_ms)) == batch
     assert frames.scan_valid_frames(chunk.data, 0, first_offset) == chunk.relative_positions
 
 

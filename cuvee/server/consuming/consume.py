@@ -9,6 +9,7 @@ and consumption continues from the earliest offset still in the stream.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -131,16 +132,15 @@ class PartitionConsumer:
             self._stream_error(exc)
             return
         self.stream_errors = 0
-        messages = batch.messages
+        fetched = len(batch)
+        if target is not None:
+            batch = batch.below(target)
         next_offset = batch.next_offset
-        if target is not None and (next_offset > target or (messages and messages[-1].offset >= target)):
-            messages = [m for m in messages if m.offset < target]
-            next_offset = target
-        if not messages:
+        if not len(batch):
             self.offset = max(self.offset, next_offset)
             self.caught_up_ms = int(self.clock() * 1000)
             return
-        result = self.decoder.decode([m.value for m in messages], [m.offset for m in messages])
+        result = self.decoder.decode(batch.values, batch.offsets)
         good, offsets = result.batch, result.offsets
         room = self.segment.capacity - self.rows
         if row_limit is not None:
@@ -156,15 +156,15 @@ class PartitionConsumer:
             reached = int(offsets[taken - 1]) + 1 if taken else self.offset
         else:
             reached = next_offset
-            if len(messages) < len(batch.messages) or len(batch.messages) < want:
+            if len(batch) < fetched or fetched < want:
                 self.caught_up_ms = int(self.clock() * 1000)
         bad = [b for b in result.bad if b.offset < reached]
         if bad:
             self.bad_records.record(bad, source=self.name)
-        consumed = [m.timestamp_ms for m in messages if m.offset < reached]
+        consumed = bisect.bisect_left(batch.offsets, reached)
         if consumed:
-            self.last_message_ms = max(consumed) if self.last_message_ms is None else max(self.last_message_ms,
-                                                                                          max(consumed))
+            newest = max(batch.timestamps_ms[:consumed])
+            self.last_message_ms = newest if self.last_message_ms is None else max(self.last_message_ms, newest)
         self.offset = reached
 
     def _lost(self, exc: OffsetOutOfRangeError) -> None:

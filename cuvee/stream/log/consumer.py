@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from cuvee.spi.stream import MessageBatch, PartitionNotFoundError, StreamConsumer, StreamMessage
-from cuvee.stream.log.frames import CorruptFrameError
+from cuvee.spi.stream import MessageBatch, PartitionNotFoundError, StreamConsumer
+from cuvee.stream.log.frames import CorruptFrameError, DecodedFrames
 from cuvee.stream.log.partition import PartitionReader, PartitionWriter
 from cuvee.stream.log.topic import TopicStore, TopicView
 
@@ -43,13 +43,14 @@ class LogConsumer(StreamConsumer):
         reader = self._reader(partition)
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
-            messages = self._read(partition, reader, offset, max_messages)
+            read = self._read(partition, reader, offset, max_messages)
             remaining = deadline - time.monotonic()
-            if messages or remaining <= 0:
-                return MessageBatch(messages, messages[-1].offset + 1 if messages else offset)
+            if len(read) or remaining <= 0:
+                offsets = list(range(read.first_offset, read.first_offset + len(read)))
+                return MessageBatch(offsets, read.keys, read.values, read.timestamps_ms, offset + len(read))
             time.sleep(min(self.poll_interval_s, remaining))
 
-    def _read(self, partition: int, reader: PartitionReader, offset: int, max_messages: int) -> list[StreamMessage]:
+    def _read(self, partition: int, reader: PartitionReader, offset: int, max_messages: int) -> DecodedFrames:
         try:
             return reader.read(offset, max_messages)
         except CorruptFrameError:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvee.spi.stream import OffsetOutOfRangeError, StreamMessage, TopicNotFoundError
+from cuvee.spi.stream import OffsetOutOfRangeError, TopicNotFoundError
 from cuvee.stream.log import frames
 from cuvee.stream.log.frames import CorruptFrameError, Record
 
@@ -299,12 +299,12 @@ class PartitionReader:
             raise KeyError(f"offset {offset} is not stored in {self.topic}[{self.partition}]")
         return base, int(np.frombuffer(entry, INDEX_DTYPE)[0])
 
-    def read(self, offset: int, max_messages: int) -> list[StreamMessage]:
+    def read(self, offset: int, max_messages: int) -> frames.DecodedFrames:
         """Up to ``max_messages`` stored messages from ``offset`` (none if it is not written yet); never waits."""
         for _attempt in range(3):
             bases = self.bases()
             if not bases:
-                return []
+                return frames.DecodedFrames(offset, [], [], [])
             if offset < bases[0]:
                 raise OffsetOutOfRangeError(self.topic, self.partition, offset, bases[0])
             try:
@@ -313,8 +313,8 @@ class PartitionReader:
                 continue  # retention removed a segment between listing and opening it: list again
         raise OffsetOutOfRangeError(self.topic, self.partition, offset, self.earliest_offset())
 
-    def _read_from(self, bases: list[int], offset: int, max_messages: int) -> list[StreamMessage]:
-        messages: list[StreamMessage] = []
+    def _read_from(self, bases: list[int], offset: int, max_messages: int) -> frames.DecodedFrames:
+        messages = frames.DecodedFrames(offset, [], [], [])
         i = bisect.bisect_right(bases, offset) - 1
         while i < len(bases) and len(messages) < max_messages:
             base = bases[i]
@@ -326,12 +326,12 @@ class PartitionReader:
             i += 1
         return messages
 
-    def _read_segment(self, base: int, offset: int, limit: int) -> tuple[list[StreamMessage], int]:
+    def _read_segment(self, base: int, offset: int, limit: int) -> tuple[frames.DecodedFrames, int]:
         log_fd, index_fd = self._fds(base)
         count = os.fstat(index_fd).st_size // INDEX_ENTRY_SIZE
         relative = offset - base
         if relative >= count or limit <= 0:
-            return [], base + count
+            return frames.DecodedFrames(offset, [], [], []), base + count
         take = min(limit, count - relative)
         with_next = 1 if relative + take < count else 0
         raw = _pread_exact(index_fd, (take + with_next) * INDEX_ENTRY_SIZE, relative * INDEX_ENTRY_SIZE)
