@@ -4,7 +4,7 @@ Starts a controller, ``--servers`` servers and a broker with ``cuvee.deploy.loca
 over the embedded log (the bench workload of ``_events.py``: 4 string dimensions, a LONG id, 4 metrics, a
 timestamp), then:
 
-- a separate producer process writes ``--rows`` JSON events as fast as it can; ingest rate = rows queryable per
+- a separate producer process writes ``--rows`` JSON events as fast as it can (or at ``--produce-rate``); ingest rate = rows queryable per
   second from its first produce to the moment the broker answers COUNT(*) = N (and per server: the rows it holds
   over the same time, and over the CPU seconds it spent);
 - meanwhile a marker thread produces one marker row every ``--marker-interval`` s carrying its produce time, and a
@@ -112,17 +112,29 @@ _TO_JSON = ("SELECT to_json(struct_pack(country, device, page, \"user\", event_i
             "ts := epoch_ms(ts))) AS j FROM chunk")
 
 
-def produce_all(stream_configs: dict[str, str], rows: int, chunk_rows: int, seed: int, out: Any) -> None:
-    """The producer process: JSON-encode chunk by chunk (DuckDB's to_json) and produce round-robin."""
+def produce_all(stream_configs: dict[str, str], rows: int, chunk_rows: int, seed: int, rate: float,
+                out: Any) -> None:
+    """The producer process: JSON-encode chunk by chunk (DuckDB's to_json) and produce round-robin, as fast as it
+    can, or paced to ``rate`` rows/s (0: unpaced) in slices of 1/50 s, flushed as they go."""
     con = duckdb.connect()
     first_ms = None
+    sent = 0
     with open_producer(stream_configs) as producer:
         for index in range(math.ceil(rows / chunk_rows)):
             chunk = chunk_table(index, chunk_rows, rows, seed)  # noqa: F841 (DuckDB reads it by name)
             values = con.sql(_TO_JSON).to_arrow_table().column("j").cast(pa.binary()).to_pylist()
             if first_ms is None:
                 first_ms = time.time() * 1000
-            producer.produce_many((None, v) for v in values)
+            step = max(int(rate / 50), 1) if rate else len(values)
+            for start in range(0, len(values), step):
+                if rate:
+                    ahead = first_ms / 1000 + sent / rate - time.time()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                producer.produce_many((None, v) for v in values[start:start + step])
+                sent += len(values[start:start + step])
+                if rate:
+                    producer.flush()
         producer.flush()
     out.put({"first_ms": first_ms, "done_ms": time.time() * 1000})
 
@@ -351,6 +363,9 @@ def main() -> int:
     parser.add_argument("--segment-rows", type=int, default=0,
                         help="rows per committed segment (default: about 3 commits per partition)")
     parser.add_argument("--chunk-rows", type=int, default=100_000, help="rows the producer encodes at a time")
+    parser.add_argument("--produce-rate", type=float, default=0,
+                        help="rows/s the producer keeps to (0: as fast as it can). Below the cluster's ingest rate, "
+                             "the freshness while ingesting shows the commit pauses instead of a growing backlog")
     parser.add_argument("--marker-interval", type=float, default=0.1)
     parser.add_argument("--quiet-seconds", type=float, default=10,
                         help="markers alone after ingest, for freshness at rest")
@@ -401,7 +416,8 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
     cpu_before = {name: cpu_seconds(pid) for name, pid in server_pids.items()}
     results: Any = mp.get_context("spawn").Queue()
     producer = mp.get_context("spawn").Process(
-        target=produce_all, args=(stream_configs, args.rows, args.chunk_rows, args.seed, results), daemon=True)
+        target=produce_all, args=(stream_configs, args.rows, args.chunk_rows, args.seed, args.produce_rate, results),
+        daemon=True)
     producer.start()
     probe = MarkerProbe(stream_configs, args.partitions, broker, args.marker_interval).start()
     fresh = probe.fresh
