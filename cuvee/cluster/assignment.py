@@ -53,12 +53,24 @@ def assign_partition(partition: int, replicas: int, instances: Sequence[str]) ->
 
 
 def rows_per_segment(flush_rows: int, ideal: IdealState) -> int:
-    """``flush_rows`` divided by the consuming segments on the busiest instance of ``ideal`` (at least 1 row)."""
+    """``flush_rows`` divided by the partitions consuming on the busiest instance of ``ideal`` (at least 1 row).
+    Partitions, not segments: while a pauseless commit is in flight a partition has two CONSUMING segments, and
+    counting both would halve the next threshold."""
     if flush_rows <= 0:
         raise ValueError(
             f"flush_rows must be positive (0 means auto-tuned: use cuvee.cluster.threshold), got {flush_rows}"
         )
-    busiest = max(ideal.consuming_counts().values(), default=1)
+    partitions: dict[str, set[str]] = {}
+    for segment, replicas in ideal.segments.items():
+        try:
+            name = LLCSegmentName.parse(segment)
+            key = f"{name.table}\x00{name.partition}"
+        except InvalidSegmentNameError:
+            key = segment
+        for inst, state in replicas.items():
+            if state is SegmentState.CONSUMING:
+                partitions.setdefault(inst, set()).add(key)
+    busiest = max((len(keys) for keys in partitions.values()), default=1)
     return max(1, flush_rows // busiest)
 
 
@@ -161,7 +173,8 @@ def mark_done(
     time_min: int | None = None,
     time_max: int | None = None,
 ) -> Callable[[SegmentRecord], SegmentRecord]:
-    """Commit step 1 as an update function: IN_PROGRESS -> DONE with the end offset and where to download."""
+    """Commit step 1 as an update function: IN_PROGRESS (or COMMITTING at the same end offset) -> DONE with the end
+    offset and where to download."""
 
     def update(record: SegmentRecord) -> SegmentRecord:
         if record.status is SegmentStatus.DONE:
@@ -170,12 +183,7 @@ def mark_done(
             raise RequirementFailedError(
                 f"segment {record.segment_name} is already DONE at end offset {record.end_offset}, not {end_offset}"
             )
-        if record.status is not SegmentStatus.IN_PROGRESS:
-            raise RequirementFailedError(f"segment {record.segment_name} is {record.status.value}, not IN_PROGRESS")
-        if record.start_offset is not None and end_offset < record.start_offset:
-            raise RequirementFailedError(
-                f"segment {record.segment_name}: end offset {end_offset} is before start offset {record.start_offset}"
-            )
+        _check_committable(record, end_offset)
         return record.committed(
             end_offset=end_offset,
             total_docs=total_docs,
@@ -188,6 +196,38 @@ def mark_done(
         )
 
     return update
+
+
+def mark_committing(end_offset: int, now_ms: int) -> Callable[[SegmentRecord], SegmentRecord]:
+    """Pauseless commit start as an update function: IN_PROGRESS -> COMMITTING with the end offset fixed (the next
+    segment will start there). Re-running it, or running it on a segment already DONE at that offset, changes
+    nothing; any other end offset is refused."""
+
+    def update(record: SegmentRecord) -> SegmentRecord:
+        if record.status is SegmentStatus.DONE and record.end_offset == end_offset:
+            return record
+        _check_committable(record, end_offset)
+        if record.status is SegmentStatus.COMMITTING:
+            return record
+        return record.committing(end_offset=end_offset, now_ms=now_ms)
+
+    return update
+
+
+def _check_committable(record: SegmentRecord, end_offset: int) -> None:
+    """A segment may end at ``end_offset``: it is IN_PROGRESS, or COMMITTING at exactly that offset."""
+    if record.status is SegmentStatus.COMMITTING:
+        if record.end_offset != end_offset:
+            raise RequirementFailedError(
+                f"segment {record.segment_name} is COMMITTING at end offset {record.end_offset}, not {end_offset} "
+                "(its next segment already starts there)"
+            )
+    elif record.status is not SegmentStatus.IN_PROGRESS:
+        raise RequirementFailedError(f"segment {record.segment_name} is {record.status.value}, not IN_PROGRESS")
+    if record.start_offset is not None and end_offset < record.start_offset:
+        raise RequirementFailedError(
+            f"segment {record.segment_name}: end offset {end_offset} is before start offset {record.start_offset}"
+        )
 
 
 def next_segment_name(done: SegmentRecord, existing_names: Iterable[str], now_ms: int) -> str:
@@ -207,9 +247,11 @@ def next_segment_name(done: SegmentRecord, existing_names: Iterable[str], now_ms
 def next_segment_record(
     done: SegmentRecord, next_name: str, row_threshold: int, now_ms: int, time_threshold_ms: int | None = None
 ) -> SegmentRecord:
-    """Commit step 2: the next segment of the partition, consuming from where ``done`` ended."""
-    if done.status is not SegmentStatus.DONE or done.end_offset is None:
-        raise RequirementFailedError(f"segment {done.segment_name} is not DONE with an end offset; no next segment")
+    """Commit step 2: the next segment of the partition, consuming from where ``done`` ended (DONE, or COMMITTING:
+    its end offset is fixed)."""
+    if done.status not in (SegmentStatus.DONE, SegmentStatus.COMMITTING) or done.end_offset is None:
+        raise RequirementFailedError(
+            f"segment {done.segment_name} is not DONE or COMMITTING with an end offset; no next segment")
     name = LLCSegmentName.parse(next_name)
     previous = LLCSegmentName.parse(done.segment_name)
     if (name.table, name.partition, name.sequence) != (previous.table, previous.partition, previous.sequence + 1):
@@ -247,5 +289,21 @@ def complete_in_ideal_state(committed: str, next_segment: str | None) -> Callabl
         if next_segment is not None and successor_in(ideal, committed) is None:
             updated = updated.with_segments_in(next_segment, instances, SegmentState.CONSUMING)
         return updated
+
+    return update
+
+
+def start_successor_in_ideal_state(committing: str, next_segment: str) -> Callable[[IdealState], IdealState]:
+    """Pauseless commit start as an update function: ``next_segment`` CONSUMING on the instances of
+    ``committing``, which stays as it is (CONSUMING until its commit ends). As in ``complete_in_ideal_state``, a
+    partition never gets a second successor."""
+
+    def update(ideal: IdealState) -> IdealState:
+        instances = ideal.instances_of(committing)
+        if not instances:
+            raise RequirementFailedError(f"segment {committing} is not in the ideal state of {ideal.table}")
+        if successor_in(ideal, committing) is not None:
+            return ideal
+        return ideal.with_segments_in(next_segment, instances, SegmentState.CONSUMING)
 
     return update

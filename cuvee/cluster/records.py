@@ -33,9 +33,11 @@ R = TypeVar("R", bound="Record")
 
 
 class SegmentStatus(str, enum.Enum):
-    """Lifecycle of a segment's metadata: consuming, committed from a stream, or pushed by a batch job."""
+    """Lifecycle of a segment's metadata: consuming, committing (pauseless tables: the end offset is fixed and the
+    next segment already consumes from it), committed from a stream, or pushed by a batch job."""
 
     IN_PROGRESS = "IN_PROGRESS"
+    COMMITTING = "COMMITTING"
     DONE = "DONE"
     UPLOADED = "UPLOADED"
 
@@ -133,7 +135,14 @@ class SegmentRecord(Record):
 
     @property
     def is_consuming(self) -> bool:
-        return self.status is SegmentStatus.IN_PROGRESS
+        """Replicas hold it CONSUMING: not committed yet (IN_PROGRESS, or COMMITTING with a fixed end offset)."""
+        return self.status in (SegmentStatus.IN_PROGRESS, SegmentStatus.COMMITTING)
+
+    def committing(self, *, end_offset: int, now_ms: int) -> SegmentRecord:
+        """This segment's end offset fixed before its commit ends (pauseless: the next segment starts there).
+        ``now_ms`` becomes the commit time repair measures a stuck commit from (step 1 overwrites it)."""
+        return dataclasses.replace(self, status=SegmentStatus.COMMITTING, end_offset=end_offset,
+                                   commit_time_ms=now_ms)
 
     def committed(
         self,

@@ -74,6 +74,14 @@ class SizeLearner:
             return self.policy.initial_rows
         return self._clamp(self.policy.desired_size_bytes / self.bytes_per_row)
 
+    def threshold_before_size(self, current_rows: int) -> int:
+        """The next segment's threshold while the finishing one's size is not known yet (a pauseless commit
+        creates the next segment at commit start): desiredSize / R once R is known, else ``current_rows``. The
+        finishing segment is learned from when its commit ends, for the segments after."""
+        if self.bytes_per_row is None:
+            return max(1, current_rows)
+        return self._clamp(self.policy.desired_size_bytes / self.bytes_per_row)
+
     def learn(self, segment: CommittedSegment) -> SizeLearner:
         """R updated from ``segment`` if it belongs to the learning partition and has a size; else unchanged."""
         if segment.partition != self.policy.learning_partition or not _measurable(segment):

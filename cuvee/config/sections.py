@@ -292,10 +292,13 @@ class TransformConfig:
 
 @dataclass(frozen=True)
 class IngestionConfig:
-    """``ingestionConfig``: per-row transforms and a filter that drops rows (true means drop, as in Pinot)."""
+    """``ingestionConfig``: per-row transforms and a filter that drops rows (true means drop, as in Pinot), and
+    ``streamIngestionConfig.pauselessConsumptionEnabled`` (Pinot's key): a partition's next segment starts
+    consuming when the committer starts its commit, not when the commit ends (docs/server.md, "Pauseless")."""
 
     transform_configs: tuple[TransformConfig, ...] = ()
     filter_function: str | None = None
+    pauseless_consumption: bool = False
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
@@ -312,7 +315,12 @@ class IngestionConfig:
                 transforms.append(TransformConfig(column, function))
         filter_obj = obj.child("filterConfig")
         filter_function = filter_obj.string("filterFunction")
-        return cls(transform_configs=tuple(transforms), filter_function=filter_function, extra=obj.extras())
+        # Read through a separate view: streamIngestionConfig stays in ``extra`` (with its streamConfigMaps) and
+        # is written back as it came.
+        stream_obj = JsonObject.of(obj.doc.get("streamIngestionConfig"), obj.at("streamIngestionConfig"), obj.issues)
+        pauseless = stream_obj.boolean("pauselessConsumptionEnabled") or False
+        return cls(transform_configs=tuple(transforms), filter_function=filter_function,
+                   pauseless_consumption=pauseless, extra=obj.extras())
 
     def to_json(self) -> dict[str, Any]:
         out = copy.deepcopy(self.extra)

@@ -8,6 +8,13 @@ age of step 1 is checked against ``max_segment_completion_ms``: a commit that to
 slow controller and the repair never both place a next segment. Fault points sit between the steps for failure
 tests.
 
+Pauseless tables (``ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled``) run a commit start
+first, when the committer's segmentCommitStart is accepted (``start_next``): the segment's end offset is fixed in
+its metadata (IN_PROGRESS -> COMMITTING), the next segment's metadata is created from it (step 2) and placed
+CONSUMING on the same instances, the committing segment staying CONSUMING. The steps above then run at commitEnd
+as for any table (step 1 takes COMMITTING at the same end offset to DONE; steps 2 and 3 find the next segment in
+place). The commit start is best effort: whatever of it did not land, commitEnd does.
+
 Pause and resume race with commits, so whether a next segment is placed is decided from the ``paused`` flag of the
 very ideal state step 3 compare-and-sets: unpaused at that moment, the next segment's metadata is created first
 (idempotent) and placed in that same update; paused, none is placed (resume does it later). Step 2's early read
@@ -24,9 +31,11 @@ from dataclasses import dataclass
 
 from cuvee.cluster.assignment import (
     complete_in_ideal_state,
+    mark_committing,
     mark_done,
     next_segment_name,
     next_segment_record,
+    start_successor_in_ideal_state,
     successor_in,
 )
 from cuvee.cluster.errors import ClusterStateError
@@ -35,12 +44,14 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.threshold import CommittedSegment, SizeLearner, SizePolicy
 from cuvee.config import TableConfig, TableType
 from cuvee.controller.catalog import Catalog
-from cuvee.controller.completion_types import CommitSegmentMetadata
+from cuvee.controller.completion_types import CommitSegmentMetadata, CommitStarted
 from cuvee.controller.faults import (
     COMMIT_AFTER_STEP1,
     COMMIT_AFTER_STEP2,
     COMMIT_AFTER_STEP3,
     COMMIT_BEFORE_STEP1,
+    COMMIT_START_AFTER_NEXT,
+    COMMIT_START_AFTER_PIN,
     FaultInjected,
     fault,
 )
@@ -122,6 +133,42 @@ class SegmentCommitter:
                         action.end_offset, exc)
             return False
 
+    def start_next(self, action: CommitStarted) -> str | None:
+        """A pauseless table's commit start (see the module docstring); the placed next segment, or None when the
+        table is not pauseless, is paused, or a step failed (logged: commitEnd's steps do it again)."""
+        table = realtime_name(action.segment.table)
+        name = action.segment.name
+        try:
+            config = self.catalog.find_table(table)
+            if config is None or config.stream is None or not config.ingestion.pauseless_consumption:
+                return None
+            self._check_leader()
+            record = self.store.update_segment(table, name, mark_committing(action.end_offset, self.clock_ms())).record
+            fault(COMMIT_START_AFTER_PIN)
+            if record.status is not SegmentStatus.COMMITTING:
+                return None  # already DONE: the commit itself placed the next segment
+            ideal = self.store.ideal_state(table)
+            if ideal is None:
+                raise CommitAbandoned(f"table {table} has no ideal state")
+            if ideal.record.paused:
+                return None  # resume, or the commit's step 3, places it
+            next_name = self._create_next(table, config, ideal.record, record, False, self.clock_ms())
+            self._check_leader()
+
+            def update(current: IdealState) -> IdealState:
+                return current if current.paused else start_successor_in_ideal_state(name, next_name)(current)
+
+            stored = self.store.update_ideal_state(table, update)
+            fault(COMMIT_START_AFTER_NEXT)
+            placed = successor_in(stored.record, name)
+            log.info("commit of %s started at offset %d; %s consumes meanwhile", name, action.end_offset,
+                     placed or "(paused) nothing")
+            return placed
+        except (ClusterStateError, MetadataStoreError, CommitAbandoned, FaultInjected) as exc:
+            log.warning("commit start of %s by %s at offset %d stopped (commitEnd will finish it): %s", name,
+                        action.instance, action.end_offset, exc)
+            return None
+
     def finish(self, table: str, segment: str) -> CommitOutcome:
         """Steps 2 and 3 of a segment whose step 1 landed (re-running a finished commit changes nothing)."""
         done = self.store.segment(table, segment).record
@@ -197,6 +244,8 @@ class SegmentCommitter:
             learner = self._learners.get(config.name_with_type) or SizeLearner(
                 SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows)
             )
+            if done.status is SegmentStatus.COMMITTING:  # its size is not known yet: learned from at commitEnd
+                return learner.threshold_before_size(done.row_threshold or stream.flush_autotune_initial_rows)
             committed = CommittedSegment(
                 partition=done.partition or 0,
                 rows=done.total_docs,

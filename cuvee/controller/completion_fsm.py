@@ -21,6 +21,12 @@ Deliberate differences from Pinot (each closes a hole found while testing the sa
 - a replica that stopped consuming is never picked as committer, and if the committer stops, the FSM aborts;
 - an FSM whose first lease already ran out aborts instead of picking a committer (it could only grant a dead lease);
 - a replica stopping after the commit is not marked OFFLINE (it would lose a replica of the committed segment).
+
+Pauseless tables: an accepted commitStart also returns a CommitStarted action (the shell fixes the end offset in
+the metadata, COMMITTING, and starts the next segment from it). From then on the end offset cannot change: an
+FSM created for a COMMITTING segment (``pinned_offset``: after a failover, or when the first FSM aborted) picks
+as committer only a replica at exactly that offset, tells replicas behind it to CATCH_UP to it, and holds
+replicas past it (they get DISCARD once it is committed).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from cuvee.controller.completion_types import (
     Action,
     CommitFinished,
     CommitSegmentMetadata,
+    CommitStarted,
     CompletionConfig,
     FsmState,
     MarkReplicaOffline,
@@ -60,7 +67,8 @@ _STORY_LENGTH = 256
 
 class CompletionFsm:
     """One completing segment. Create it on the first message about the segment (``committed_offset`` set if its
-    metadata already says DONE), then feed it every message about that segment through ``handle``."""
+    metadata already says DONE, ``pinned_offset`` if it says COMMITTING), then feed it every message about that
+    segment through ``handle``."""
 
     def __init__(
         self,
@@ -72,6 +80,7 @@ class CompletionFsm:
         generation: int = 0,
         learned_commit_ms: int | None = None,
         committed_offset: int | None = None,
+        pinned_offset: int | None = None,
     ) -> None:
         self.segment = segment
         self.replicas = frozenset(replicas)
@@ -87,6 +96,7 @@ class CompletionFsm:
         self.excluded: set[str] = set()
         self.winner: str | None = None
         self.winning_offset: int | None = committed_offset
+        self.pinned_offset = pinned_offset if committed_offset is None else None
         self.state = S.HOLDING if committed_offset is None else S.COMMITTED
         self.observed_commit_ms: int | None = None  # time from start to commitStart, for the manager to learn
         self._story: deque[StoryEntry] = deque(maxlen=_STORY_LENGTH)
@@ -205,6 +215,8 @@ class CompletionFsm:
     def _holding_consumed(self, req: SegmentConsumed, now: int) -> Step:
         if self._too_late(now):
             return self._abort_hold(req.offset)  # a stale FSM could only grant a lease that already ran out
+        if self.pinned_offset is not None:
+            return self._pinned_consumed(req, now)
         if not self._pick_winner(req, now):
             return hold(req.offset), []
         if self.winner == req.instance:
@@ -212,6 +224,18 @@ class CompletionFsm:
             return self._commit(now)
         self.state = S.COMMITTER_DECIDED
         return self._relative(req.offset)
+
+    def _pinned_consumed(self, req: SegmentConsumed, now: int) -> Step:
+        """The end offset is fixed (the next segment starts there): the first replica at it commits."""
+        pinned = self.pinned_offset
+        assert pinned is not None
+        if req.offset < pinned:
+            return Response(ResponseStatus.CATCH_UP, pinned), []
+        if req.offset > pinned:
+            return hold(req.offset), []  # it can never commit; once someone did, it gets DISCARD
+        self.winner, self.winning_offset = req.instance, pinned
+        self.state = S.COMMITTER_NOTIFIED
+        return self._commit(now)
 
     def _pick_winner(self, req: SegmentConsumed, now: int) -> bool:
         """Pick the committer if we may: at once when the first report stopped at a limit every replica stops at;
@@ -260,7 +284,7 @@ class CompletionFsm:
                     return self._abort_hold(offset)
                 self.state = S.COMMITTER_UPLOADING
                 self.observed_commit_ms = now - self.start_ms
-                return Response(ResponseStatus.COMMIT_CONTINUE, offset), []
+                return Response(ResponseStatus.COMMIT_CONTINUE, offset), [CommitStarted(self.segment, inst, offset)]
             case S.COMMITTER_UPLOADING:
                 if self._too_late(now):
                     return self._abort_hold(offset)

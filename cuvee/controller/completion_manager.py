@@ -34,10 +34,12 @@ class SegmentInfo:
     """What the shell read about a segment when its FSM is created. ``replicas``: the instances holding it
     CONSUMING in the ideal state (replicas marked OFFLINE are left out, so nobody waits for them).
     ``committed_end_offset``: the end offset if the metadata already says DONE (late replicas then get
-    KEEP/DISCARD), else None."""
+    KEEP/DISCARD), else None. ``pinned_end_offset``: the end offset if the metadata says COMMITTING (a pauseless
+    commit started: the segment must end exactly there), else None."""
 
     replicas: frozenset[str]
     committed_end_offset: int | None = None
+    pinned_end_offset: int | None = None
 
 
 class CompletionManager:
@@ -117,6 +119,7 @@ class CompletionManager:
             generation=self._generation,
             learned_commit_ms=self._commit_ms.get(segment.table),
             committed_offset=info.committed_end_offset,
+            pinned_offset=info.pinned_end_offset,
         )
         self._fsms[segment] = fsm
         return fsm

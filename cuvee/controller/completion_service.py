@@ -1,8 +1,9 @@
 """The I/O shell of the segment completion protocol: one CompletionManager behind one lock.
 
 Per request: read the segment's metadata and ideal state when the manager needs them, feed the request, execute
-the actions (MarkReplicaOffline -> CAS the ideal state; CommitSegmentMetadata -> the three commit steps, run
-OUTSIDE the lock so other replicas' messages are answered meanwhile), and for an accepted commitEnd hold the
+the actions (MarkReplicaOffline -> CAS the ideal state; CommitStarted -> a pauseless table's commit start, before
+answering commitStart; CommitSegmentMetadata -> the three commit steps; both run OUTSIDE the lock so other
+replicas' messages are answered meanwhile), and for an accepted commitEnd hold the
 reply until the commit finished, then answer what the manager says (COMMIT_SUCCESS or FAILED). The manager always
 hears CommitFinished, whatever the commit raised, so no FSM is left COMMITTING.
 
@@ -29,6 +30,7 @@ from cuvee.controller.completion_manager import CompletionManager, SegmentInfo
 from cuvee.controller.completion_types import (
     CommitFinished,
     CommitSegmentMetadata,
+    CommitStarted,
     CompletionConfig,
     LeadershipGained,
     LeadershipLost,
@@ -90,6 +92,7 @@ class CompletionService:
             response, actions = self.manager.handle(request, self.clock_ms(), info)
             if isinstance(request, SegmentConsumed) and self.manager.fsm(segment) is not None:
                 self._reasons.setdefault(segment, {})[request.instance] = request.reason
+            starts = [a for a in actions if isinstance(a, CommitStarted)]
             commits = [a for a in actions if isinstance(a, CommitSegmentMetadata)]
             forced = [self._reasons.get(c.segment, {}).get(c.instance) is StopReason.FORCE_COMMIT for c in commits]
             self._prune(segment)
@@ -101,6 +104,8 @@ class CompletionService:
                 self._finishing.add(segment)
         if unfinished:
             self._finish(segment)
+        for start in starts:
+            self.committer.start_next(start)  # never raises: what fails here, commitEnd does
         for commit, force in zip(commits, forced):
             success = False
             try:
@@ -142,8 +147,9 @@ class CompletionService:
         consuming = frozenset(i for i, s in replicas.items() if s is SegmentState.CONSUMING)
         record = found.record
         committed = record.end_offset if record.status is SegmentStatus.DONE else None
+        pinned = record.end_offset if record.status is SegmentStatus.COMMITTING else None
         unfinished = committed is not None and bool(replicas) and SegmentState.ONLINE not in replicas.values()
-        return SegmentInfo(consuming, committed), unfinished
+        return SegmentInfo(consuming, committed, pinned), unfinished
 
     def _mark_offline(self, action: MarkReplicaOffline) -> None:
         table = realtime_name(action.segment.table)

@@ -98,7 +98,19 @@ class MarkReplicaOffline:
     reason: str
 
 
-Action = CommitSegmentMetadata | MarkReplicaOffline
+@dataclass(frozen=True, slots=True)
+class CommitStarted:
+    """The committer's segmentCommitStart was accepted at ``end_offset``. For a pauseless table the shell, before
+    answering, fixes the end offset in the metadata (COMMITTING), creates the next segment from it and places it
+    CONSUMING, so the partition is consumed while the segment is built and uploaded. Best effort: whatever of it
+    fails, commitEnd's steps 2 and 3 do (they are idempotent). Other tables: nothing to do."""
+
+    segment: LLCSegmentName
+    instance: str
+    end_offset: int
+
+
+Action = CommitSegmentMetadata | MarkReplicaOffline | CommitStarted
 
 
 # ---- events besides server requests ----

@@ -24,7 +24,11 @@ COMMIT_BEFORE_STEP1 = "commit.before_step1"
 COMMIT_AFTER_STEP1 = "commit.after_step1"
 COMMIT_AFTER_STEP2 = "commit.after_step2"
 COMMIT_AFTER_STEP3 = "commit.after_step3"
-POINTS = (COMMIT_BEFORE_STEP1, COMMIT_AFTER_STEP1, COMMIT_AFTER_STEP2, COMMIT_AFTER_STEP3)
+# Pauseless commit start: after the end offset is fixed (COMMITTING), after the next segment is placed.
+COMMIT_START_AFTER_PIN = "commit_start.after_pin"
+COMMIT_START_AFTER_NEXT = "commit_start.after_next"
+POINTS = (COMMIT_BEFORE_STEP1, COMMIT_AFTER_STEP1, COMMIT_AFTER_STEP2, COMMIT_AFTER_STEP3, COMMIT_START_AFTER_PIN,
+          COMMIT_START_AFTER_NEXT)
 
 
 class FaultInjected(CuveeError):

@@ -11,6 +11,10 @@ carries the repairs out:
 * ``RecreateConsuming``: the partition's latest segment is IN_PROGRESS and every replica is OFFLINE (all consumers
   gave up). A new segment (next sequence) consumes from the same start offset, or from the stream's earliest offset
   when retention removed it: a warning, and the lost offsets are counted (``GET /tables/{t}/repairStatus``).
+* ``RestartCommitting``: a segment is COMMITTING (a pauseless commit started; its successor consumes from its end
+  offset) but every replica gave up (all OFFLINE), and its commit start is older than
+  ``max_segment_completion_seconds``. It goes CONSUMING again on the live tagged servers, which consume exactly
+  its offsets and commit it (a successor cannot be made instead: the next sequence exists).
 * ``CreateSuccessor``: the latest segment is DONE and ONLINE with no successor (a commit while paused and a resume
   that did not finish): a new segment from its end offset.
 * ``NewPartition`` (``repair_partitions``): the stream has more partitions than the ideal state has segments for:
@@ -49,8 +53,17 @@ from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
 from cuvee.controller.faults import FaultInjected
 from cuvee.controller.repair_partitions import NewPartition, add_partitions
+from cuvee.controller.repair_plan import (
+    CreateSuccessor,
+    FinishCommit,
+    RecreateConsuming,
+    Repair,
+    RestartCommitting,
+    place_successor,
+    plan_repairs,
+)
 from cuvee.controller.repair_upload import PeerUploader, UploadError, UploadPeerOnly, plan_uploads
-from cuvee.controller.table_setup import latest_segments, next_row_threshold
+from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.spi.deepstore import DeepStore
@@ -62,85 +75,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-# ---- the pure plan ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FinishCommit:
-    segment: str
+__all__ = ["CreateSuccessor", "Done", "FinishCommit", "RecreateConsuming", "RepairTask", "RestartCommitting",
+           "plan_repairs", "router"]
 
 
-@dataclass(frozen=True)
-class RecreateConsuming:
-    """``latest`` (IN_PROGRESS, all replicas OFFLINE) gets a successor consuming from ``start_offset``."""
-
-    partition: int
-    latest: str
-    start_offset: int
-
-
-@dataclass(frozen=True)
-class CreateSuccessor:
-    """``latest`` (DONE, ONLINE) has no successor: one consuming from its end offset."""
-
-    partition: int
-    latest: str
-    start_offset: int
-
-
-Repair = FinishCommit | RecreateConsuming | CreateSuccessor
 Done = Repair | NewPartition | UploadPeerOnly  # what a pass reports it carried out
-
-
-def plan_repairs(
-    ideal: IdealState, records: Mapping[str, SegmentRecord], now_ms: int, max_completion_ms: int
-) -> list[Repair]:
-    """What one table needs. ``records``: the table's segment metadata by name (segments of the ideal state
-    without metadata are left alone: nothing safe can be derived for them)."""
-    repairs: list[Repair] = []
-    for name in sorted(ideal.segments):
-        record = records.get(name)
-        if record is None or record.status is not SegmentStatus.DONE:
-            continue
-        if SegmentState.ONLINE in ideal.segments[name].values():
-            continue
-        committed_at = record.commit_time_ms if record.commit_time_ms is not None else record.creation_time_ms
-        if now_ms - committed_at > max_completion_ms:
-            repairs.append(FinishCommit(name))
-    if ideal.paused:
-        return repairs
-    for partition, llc in sorted(latest_segments(ideal).items()):
-        record = records.get(llc.name)
-        replicas = ideal.segments[llc.name]
-        if record is None or not replicas:
-            continue
-        states = set(replicas.values())
-        if record.status is SegmentStatus.IN_PROGRESS and states == {SegmentState.OFFLINE}:
-            repairs.append(RecreateConsuming(partition, llc.name, record.start_offset or 0))
-        elif record.status is SegmentStatus.DONE and SegmentState.ONLINE in states and record.end_offset is not None:
-            repairs.append(CreateSuccessor(partition, llc.name, record.end_offset))
-    return repairs
-
-
-def place_successor(latest: str, successor: str, instances: tuple[str, ...], *, all_offline: bool
-                    ) -> Callable[[IdealState], IdealState]:
-    """The ideal state update of a new segment: unchanged unless the plan's premise still holds in the very
-    ideal state being updated (not paused, ``latest`` still its partition's latest, and, when ``all_offline``,
-    all its replicas OFFLINE)."""
-
-    def update(ideal: IdealState) -> IdealState:
-        if ideal.paused or latest not in ideal.segments:
-            return ideal
-        partition = LLCSegmentName.parse(latest).partition
-        current = latest_segments(ideal).get(partition)
-        if current is None or current.name != latest:
-            return ideal
-        if all_offline and set(ideal.segments[latest].values()) != {SegmentState.OFFLINE}:
-            return ideal
-        return ideal.with_segments_in(successor, instances, SegmentState.CONSUMING)
-
-    return update
 
 
 # ---- the shell ----------------------------------------------------------------------------------------------
@@ -153,6 +92,7 @@ class TableRepairStats:
     runs: int = 0
     commits_finished: int = 0
     segments_recreated: int = 0
+    commits_restarted: int = 0
     successors_created: int = 0
     data_loss_events: int = 0
     offsets_lost: int = 0
@@ -310,6 +250,10 @@ class RepairTask:
             log.warning("repair finished the half-done commit of %s (next %s)", repair.segment,
                         outcome.next_segment or "none: paused")
             return True
+        if isinstance(repair, RestartCommitting):
+            restarted = self._restart_committing(config, repair)
+            stats.commits_restarted += 1 if restarted else 0
+            return restarted
         start = repair.start_offset
         if isinstance(repair, RecreateConsuming):
             start = self._available_offset(config, repair, stats)
@@ -320,6 +264,38 @@ class RepairTask:
         elif placed:
             stats.successors_created += 1
         return placed
+
+    def _restart_committing(self, config: TableConfig, repair: RestartCommitting) -> bool:
+        """The segment CONSUMING on live tagged servers, if the ideal state still has every replica OFFLINE."""
+        table = config.name_with_type
+        record = self.store.segment(table, repair.segment).record
+        if record.status is not SegmentStatus.COMMITTING:
+            return False
+        instances = self._instances_for(config, repair.partition)
+
+        def update(ideal: IdealState) -> IdealState:
+            replicas = ideal.segments.get(repair.segment)
+            if ideal.paused or not replicas or set(replicas.values()) != {SegmentState.OFFLINE}:
+                return ideal
+            return ideal.with_segments_in(repair.segment, instances, SegmentState.CONSUMING)
+
+        if not self.should_run():
+            return False
+        stored = self.store.update_ideal_state(table, update)
+        restarted = SegmentState.CONSUMING in stored.record.segments.get(repair.segment, {}).values()
+        if restarted:
+            log.warning("repair: %s's commit stalled with every replica OFFLINE; %s consumes offsets %s..%s again "
+                        "on %s to commit it", table, repair.segment, record.start_offset, record.end_offset,
+                        ", ".join(instances))
+        return restarted
+
+    def _instances_for(self, config: TableConfig, partition: int) -> tuple[str, ...]:
+        tag = server_tag(config.tenants.server)
+        live = eligible_instances(self.store.instances(), set(self.store.live_instance_ids()), tag)
+        try:
+            return assign_partition(partition, config.replication, live)
+        except AssignmentError as exc:
+            raise CuveeError(f"cannot place a consuming segment for partition {partition}: {exc}") from None
 
     def _available_offset(self, config: TableConfig, repair: RecreateConsuming, stats: TableRepairStats) -> int:
         """The start offset if the stream still has it, else its earliest offset (the gap is lost data)."""
@@ -343,12 +319,7 @@ class RepairTask:
         assert stream is not None
         table = config.name_with_type
         partition = LLCSegmentName.parse(latest).partition
-        tag = server_tag(config.tenants.server)
-        live = eligible_instances(self.store.instances(), set(self.store.live_instance_ids()), tag)
-        try:
-            instances = assign_partition(partition, config.replication, live)
-        except AssignmentError as exc:
-            raise CuveeError(f"cannot place a consuming segment for partition {partition}: {exc}") from None
+        instances = self._instances_for(config, partition)
         ideal = self.store.ideal_state(table)
         assert ideal is not None
         now = self.clock_ms()

@@ -10,12 +10,14 @@ from cuvee.cluster.assignment import (
     assign_partition,
     complete_in_ideal_state,
     eligible_instances,
+    mark_committing,
     mark_done,
     next_segment_name,
     next_segment_record,
     plan_consuming_segments,
     rows_per_segment,
     server_tag,
+    start_successor_in_ideal_state,
 )
 from cuvee.cluster.errors import AssignmentError, RequirementFailedError
 from cuvee.cluster.records import IdealState, InstanceInfo, SegmentState, SegmentStatus
@@ -167,3 +169,48 @@ def test_ideal_state_after_commit_moves_the_partition_on_the_same_instances() ->
     assert complete_in_ideal_state(seg.name, None)(ideal).segments.keys() == ideal.segments.keys()
     with pytest.raises(RequirementFailedError, match="not in the ideal state"):
         complete_in_ideal_state("events__7__0__20261121T1647Z", nxt)(ideal)
+
+
+def test_rows_per_segment_counts_a_partition_with_two_consuming_segments_once() -> None:
+    # partition 0 mid pauseless commit (sequences 3 and 4 both CONSUMING), partition 1 consuming
+    ideal = IdealState(T, {"events__0__3__20261121T1647Z": {"s0": C}, "events__0__4__20261121T1650Z": {"s0": C},
+                           "events__1__2__20261121T1647Z": {"s0": C}})
+    assert rows_per_segment(1000, ideal) == 500
+
+
+def test_mark_committing_fixes_the_end_offset_once() -> None:
+    consuming = plan_consuming_segments(T, {0: 100}, 1, ["s0"], NOW, flush_rows=1000).segments[0]
+    committing = mark_committing(150, NOW + 5)(consuming)
+    assert (committing.status, committing.end_offset, committing.commit_time_ms) == (SegmentStatus.COMMITTING, 150,
+                                                                                      NOW + 5)
+    assert committing.is_consuming  # replicas still hold it CONSUMING
+    assert mark_committing(150, NOW + 9)(committing) is committing
+    with pytest.raises(RequirementFailedError, match="COMMITTING at end offset 150, not 160"):
+        mark_committing(160, NOW)(committing)
+    with pytest.raises(RequirementFailedError, match="before start offset 100"):
+        mark_committing(99, NOW)(consuming)
+    # step 1 takes it to DONE at that offset only, and a late commit start changes nothing any more
+    other = mark_done(end_offset=160, total_docs=60, size_bytes=1, crc=1, download_uri="", now_ms=NOW)
+    with pytest.raises(RequirementFailedError, match="not 160"):
+        other(committing)
+    done = mark_done(end_offset=150, total_docs=50, size_bytes=1, crc=1, download_uri="", now_ms=NOW + 7)(committing)
+    assert done.status is SegmentStatus.DONE and done.commit_time_ms == NOW + 7
+    assert mark_committing(150, NOW + 9)(done) is done
+    with pytest.raises(RequirementFailedError, match="DONE, not IN_PROGRESS"):
+        mark_committing(151, NOW + 9)(done)
+    # the next segment can be made from the COMMITTING record
+    name = next_segment_name(committing, [committing.segment_name], NOW)
+    assert next_segment_record(committing, name, 10, NOW).start_offset == 150
+
+
+def test_commit_start_places_the_successor_and_leaves_the_committing_segment_consuming() -> None:
+    ideal, seg = _consuming()
+    nxt = seg.next(NOW + 60_000).name
+    started = start_successor_in_ideal_state(seg.name, nxt)(ideal)
+    assert started.segments[seg.name] == {"s0": C, "s1": C}
+    assert started.segments[nxt] == {"s0": C, "s1": C}
+    assert start_successor_in_ideal_state(seg.name, seg.next(NOW + 120_000).name)(started) is started  # no second
+    after = complete_in_ideal_state(seg.name, nxt)(started)  # commitEnd's step 3 then only flips it ONLINE
+    assert after.segments[seg.name] == {"s0": O, "s1": O} and after.segments[nxt] == started.segments[nxt]
+    with pytest.raises(RequirementFailedError, match="not in the ideal state"):
+        start_successor_in_ideal_state("events__7__0__20261121T1647Z", nxt)(ideal)

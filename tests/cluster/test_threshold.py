@@ -78,3 +78,9 @@ def test_alpha_must_weigh_the_past_more(alpha: float) -> None:
         SizePolicy(desired_size_bytes=1, alpha=alpha)
     with pytest.raises(ValueError, match="desired"):
         SizePolicy(desired_size_bytes=0)
+
+
+def test_before_the_size_is_known_the_learned_ratio_or_the_current_threshold_is_used() -> None:
+    assert SizeLearner(POLICY).threshold_before_size(70_000) == 70_000
+    learner, _ = SizeLearner(POLICY).on_commit(CommittedSegment(0, 100_000, 50 * MB, 100_000))
+    assert learner.threshold_before_size(70_000) == 200_000  # 100 MB / 500 B

@@ -1,7 +1,8 @@
 """A fake controller shell for ladder tests: a CompletionManager, a fake clock and a one-segment metadata store.
 
 It plays the shell's part: supplies SegmentInfo from its fake metadata when the manager asks, and runs
-CommitSegmentMetadata actions (step 1 as a compare-and-set) when the test says so.
+CommitSegmentMetadata actions (step 1 as a compare-and-set) when the test says so. With ``pauseless=True`` it also
+plays a pauseless table's commit start: a CommitStarted action fixes the end offset (COMMITTING) in its metadata.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from cuvee.controller.completion_types import (
     Action,
     CommitFinished,
     CommitSegmentMetadata,
+    CommitStarted,
     CompletionConfig,
     LeadershipGained,
     LeadershipLost,
@@ -39,10 +41,13 @@ SEGMENT = LLCSegmentName.create("someTable", 23, 12, START_MS)
 class Ladder:
     """Drive one segment's completion through the manager, second by second."""
 
-    def __init__(self, replicas: tuple[str, ...] = (S1, S2, S3), config: CompletionConfig | None = None) -> None:
+    def __init__(self, replicas: tuple[str, ...] = (S1, S2, S3), config: CompletionConfig | None = None,
+                 *, pauseless: bool = False) -> None:
         self.now = START_MS + 5_000
         self.replicas = set(replicas)
+        self.pauseless = pauseless
         self.committed_offset: int | None = None
+        self.pinned_offset: int | None = None  # COMMITTING at this end offset (pauseless commit start)
         self.commits: list[CommitSegmentMetadata] = []  # commit actions whose step 1 landed
         self.offline: list[tuple[str, str]] = []
         self.manager = CompletionManager(config or CompletionConfig(hold_ms=HOLD_MS), leader=True)
@@ -57,10 +62,15 @@ class Ladder:
     def send(self, request: Request) -> tuple[Response | None, list[Action]]:
         info = None
         if self.manager.needs_info(request.segment):
-            info = SegmentInfo(frozenset(self.replicas), self.committed_offset)
+            info = SegmentInfo(frozenset(self.replicas), self.committed_offset,
+                               None if self.committed_offset is not None else self.pinned_offset)
         response, actions = self.manager.handle(request, self.now, info)
         for action in actions:
-            if not isinstance(action, CommitSegmentMetadata):
+            if isinstance(action, CommitStarted):
+                if self.pauseless and self.committed_offset is None:
+                    assert self.pinned_offset in (None, action.end_offset), "the pinned end offset moved"
+                    self.pinned_offset = action.end_offset
+            elif not isinstance(action, CommitSegmentMetadata):
                 self.offline.append((action.instance, action.reason))
                 self.replicas.discard(action.instance)
         return response, actions
@@ -98,6 +108,8 @@ class Ladder:
         """Run the commit steps for ``action`` (step 1 is a CAS on the fake metadata), report the outcome."""
         assert isinstance(action, CommitSegmentMetadata)
         landed = success and self.committed_offset is None
+        if landed and self.pinned_offset is not None:
+            landed = action.end_offset == self.pinned_offset  # step 1 refuses another end offset
         if landed:
             self.committed_offset = action.end_offset
             self.commits.append(action)

@@ -13,6 +13,7 @@ from cuvee.controller.completion_manager import SegmentInfo
 from cuvee.controller.completion_types import (
     CommitFinished,
     CommitSegmentMetadata,
+    CommitStarted,
     CompletionConfig,
     FsmState,
     MarkReplicaOffline,
@@ -543,3 +544,42 @@ def test_fsm_refuses_unknown_events() -> None:
     fsm = CompletionFsm(SEGMENT, [S1], 0)
     with pytest.raises(TypeError, match="not a completion event"):
         fsm.handle("segmentConsumed", 0)  # type: ignore[arg-type]
+
+
+# ---- pauseless: the end offset fixed at commit start ----
+
+
+def test_commit_start_tells_the_shell_where_the_segment_ends() -> None:
+    ladder = Ladder(pauseless=True)
+    three_reported(ladder)
+    assert ladder.consumed(S2, O2).status is R.COMMIT
+    response, actions = ladder.send(SegmentCommitStart(SEGMENT, S2, O2))
+    assert response is not None and response.status is R.COMMIT_CONTINUE
+    assert actions == [CommitStarted(SEGMENT, S2, O2)]
+    assert ladder.pinned_offset == O2
+    response, actions = ladder.send(SegmentCommitStart(SEGMENT, S2, O2))  # a retry: same answer, nothing new
+    assert response is not None and response.status is R.COMMIT_CONTINUE and actions == []
+
+
+def test_a_pinned_fsm_commits_only_at_the_fixed_offset() -> None:
+    """The committer's lease ran out after commit start: the next FSM reads COMMITTING at 40. A replica past it
+    (50) is never picked, one behind catches up, the first at 40 commits, and afterwards 50 is discarded."""
+    ladder = Ladder(pauseless=True)
+    three_reported(ladder)
+    assert ladder.consumed(S2, O2).status is R.COMMIT
+    assert ladder.commit_start(S2, O2).status is R.COMMIT_CONTINUE
+    ladder.tick(200)  # past the lease: the FSM aborts on the next message and a pinned one takes over
+    assert ladder.consumed(S3, 50).status is R.HOLD
+    fsm = ladder.fsm
+    assert fsm is None or fsm.state is FsmState.ABORTED
+    assert ladder.consumed(S3, 50).status is R.HOLD
+    assert ladder.fsm is not None and ladder.fsm.pinned_offset == O2
+    behind = ladder.consumed(S1, O1)
+    assert (behind.status, behind.offset) == (R.CATCH_UP, O2)
+    ladder.tick(10)  # the pick window has passed: still nobody past 40 is picked
+    assert ladder.consumed(S3, 50).status is R.HOLD
+    assert ladder.consumed(S1, O2).status is R.COMMIT
+    assert ladder.commit(S1, O2).status is R.COMMIT_SUCCESS
+    assert ladder.consumed(S3, 50).status is R.DISCARD
+    assert ladder.consumed(S2, O2).status is R.KEEP
+    assert [c.end_offset for c in ladder.commits] == [O2]

@@ -6,12 +6,17 @@ advances, commit outcomes, leadership changes and controller failovers:
 - the metadata commit lands at most once (a CAS), and every COMMIT_SUCCESS names that replica and offset;
 - KEEP only for the committed offset, DISCARD only for another offset, and both only after the commit landed;
 - after any such history, well-behaved replicas still get the segment committed (liveness).
+
+The same runs again for a pauseless table: an accepted commitStart fixes the end offset in the metadata (a CAS:
+the first one wins, the next segment starts there), FSMs created afterwards are pinned to it, and step 1 refuses
+any other end offset; the segment must still get committed, at the pinned offset.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +24,7 @@ from cuvee.controller.completion_manager import CompletionManager, SegmentInfo
 from cuvee.controller.completion_types import (
     CommitFinished,
     CommitSegmentMetadata,
+    CommitStarted,
     CompletionConfig,
     LeadershipGained,
     LeadershipLost,
@@ -47,6 +53,8 @@ class Cluster:
     """The shell and the metadata store, checking every answer against the invariants."""
 
     manager: CompletionManager = field(default_factory=lambda: CompletionManager(CONFIG, leader=True))
+    pauseless: bool = False
+    pinned: int | None = None  # the end offset a pauseless commit start fixed (COMMITTING metadata)
     now: int = START_MS
     replicas: set[str] = field(default_factory=lambda: set(REPLICAS))
     committed: tuple[str, int] | None = None  # (committer, end offset) once step 1 landed
@@ -60,10 +68,16 @@ class Cluster:
     def send(self, request: Request) -> Response | None:
         info = None
         if self.manager.needs_info(SEGMENT):
-            info = SegmentInfo(frozenset(self.replicas), self.committed[1] if self.committed else None)
+            info = SegmentInfo(frozenset(self.replicas), self.committed[1] if self.committed else None,
+                               None if self.committed else self.pinned)
         response, actions = self.manager.handle(request, self.now, info)
         for action in actions:
-            if isinstance(action, CommitSegmentMetadata):
+            if isinstance(action, CommitStarted):
+                key = (id(self.manager), self.manager.fsm(SEGMENT).generation)  # type: ignore[union-attr]
+                assert self.grants.get(key) == (action.instance, action.end_offset), "commit start by a non-committer"
+                if self.pauseless and self.committed is None and self.pinned is None:
+                    self.pinned = action.end_offset  # the CAS IN_PROGRESS -> COMMITTING; later ones are refused
+            elif isinstance(action, CommitSegmentMetadata):
                 key = (id(self.manager), action.generation)
                 assert self.grants.get(key) == (action.instance, action.end_offset), "commit by a non-committer"
                 self.pending.append((self.manager, action))
@@ -101,6 +115,7 @@ class Cluster:
     def finish(self, index: int, ok: bool) -> Response | None:
         manager, action = self.pending.pop(index % len(self.pending))
         landed = ok and self.committed is None  # step 1 is a compare-and-set from IN_PROGRESS
+        landed = landed and self.pinned in (None, action.end_offset)  # ... or from COMMITTING at the same offset
         if landed:
             self.committed = (action.instance, action.end_offset)
         response, actions = manager.handle(CommitFinished(action, landed), self.now)
@@ -209,12 +224,15 @@ def drive_to_commit(cluster: Cluster) -> None:
         cluster.now += 1_000
     assert done == offsets.keys(), f"not all replicas finished: {done} of {sorted(offsets)}"
     assert cluster.committed is not None or not offsets
+    if cluster.pinned is not None and cluster.committed is not None:
+        assert cluster.committed[1] == cluster.pinned, "committed away from where the next segment starts"
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op(), min_size=10, max_size=100))
-def test_at_most_one_committer_and_one_committed_offset(steps: list[tuple]) -> None:  # type: ignore[type-arg]
-    cluster = Cluster()
+@pytest.mark.parametrize("pauseless", [False, True], ids=["classic", "pauseless"])
+def test_at_most_one_committer_and_one_committed_offset(pauseless: bool, steps: list[tuple]) -> None:  # type: ignore[type-arg]
+    cluster = Cluster(pauseless=pauseless)
     for step in steps:
         apply(cluster, step)
     drive_to_commit(cluster)

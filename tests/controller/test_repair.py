@@ -18,6 +18,7 @@ from cuvee.controller.repair import (
     CreateSuccessor,
     FinishCommit,
     RecreateConsuming,
+    RestartCommitting,
     plan_repairs,
 )
 from cuvee.protocol.completion import ResponseStatus
@@ -84,6 +85,23 @@ def test_plan_recreates_all_offline_and_adds_missing_successors() -> None:
                _seg(3, 0): _rec(_seg(3, 0), SegmentStatus.DONE, end=9, commit_ms=5)}
     assert plan_repairs(ideal, records, 10, MAX_MS) == [RecreateConsuming(0, p0, 40), CreateSuccessor(2, p2, 70)]
     assert plan_repairs(dataclasses.replace(ideal, paused=True), records, 10, MAX_MS) == []
+
+
+def test_plan_restarts_a_stalled_committing_segment_whose_replicas_all_gave_up() -> None:
+    old, nxt, young, alive = _seg(0, 3), _seg(0, 4), _seg(1, 2), _seg(2, 2)
+    ideal = IdealState(T, {
+        old: {"a": OFF, "b": OFF}, nxt: {"a": CONS, "b": CONS},  # pauseless: the successor consumes meanwhile
+        young: {"a": OFF}, _seg(1, 3): {"a": CONS},
+        alive: {"a": OFF, "b": CONS}, _seg(2, 3): {"b": CONS},
+    })
+    records = {old: _rec(old, SegmentStatus.COMMITTING, start=10, end=60, commit_ms=1_000),
+               nxt: _rec(nxt, SegmentStatus.IN_PROGRESS, start=60),
+               young: _rec(young, SegmentStatus.COMMITTING, end=5, commit_ms=1_000 + MAX_MS),
+               _seg(1, 3): _rec(_seg(1, 3), SegmentStatus.IN_PROGRESS, start=5),
+               alive: _rec(alive, SegmentStatus.COMMITTING, end=7, commit_ms=1_000),
+               _seg(2, 3): _rec(_seg(2, 3), SegmentStatus.IN_PROGRESS, start=7)}
+    assert plan_repairs(ideal, records, 1_001 + MAX_MS, MAX_MS) == [RestartCommitting(0, old)]
+    assert plan_repairs(dataclasses.replace(ideal, paused=True), records, 1_001 + MAX_MS, MAX_MS) == []
 
 
 # ---- against a real controller ----
@@ -261,3 +279,43 @@ def test_periodic_task_runs_on_the_leader_only(make_controller: Callable[..., Co
     assert standby.repair.stats.get(T) is None
     assert get(standby.url, "/tables/events/repairStatus").json()["leader"] is False
     assert get(leader.url, "/tables/nope/repairStatus").status_code == 404
+
+
+def test_a_stalled_pauseless_commit_is_restarted_on_live_servers(
+    leader: Controller, side_store: ClusterStore, log_dir: Path, clock: Clock
+) -> None:
+    register_servers(side_store, 3)
+    post(leader.url, "/schemas", schema_doc())
+    doc = table_doc(log_dir, replicas=2, rows=200)
+    doc["ingestionConfig"] = {"streamIngestionConfig": {"pauselessConsumptionEnabled": True}}
+    assert post(leader.url, "/tables", doc).status_code == 200
+    segment = min(_ideal(side_store).segments)
+    replicas = sorted(_ideal(side_store).segments[segment])
+    a, b = Replica(replicas[0], segment, leader.url), Replica(replicas[1], segment, leader.url)
+    assert a.consumed(100).status is ResponseStatus.COMMIT
+    assert a.commit_start(100).status is ResponseStatus.COMMIT_CONTINUE
+    assert a.stopped(100).status is ResponseStatus.PROCESSED  # the committer gives up ...
+    assert b.stopped(90).status is ResponseStatus.PROCESSED  # ... and so does the other replica
+    assert set(_ideal(side_store).segments[segment].values()) == {OFF}
+    [nxt] = _next_of(side_store, segment)
+    assert set(_ideal(side_store).segments[nxt].values()) == {CONS}  # the partition is consumed meanwhile
+
+    assert leader.repair.run_once() == []  # younger than max_segment_completion_seconds
+    clock.skew_ms = MAX_MS + 1_000
+    assert leader.repair.run_once() == [RestartCommitting(0, segment)]
+    restarted = _ideal(side_store).segments[segment]
+    assert set(restarted.values()) == {CONS} and len(restarted) == 2
+    record = side_store.segment(T, segment).record
+    assert (record.status, record.end_offset) == (SegmentStatus.COMMITTING, 100)
+    assert _next_of(side_store, segment) == [nxt]  # no second successor
+    assert leader.repair.run_once() == []
+    assert get(leader.url, "/tables/events/repairStatus").json()["commitsRestarted"] == 1
+
+    # The restarted replicas consume to 100 and commit there, through a pinned FSM.
+    c, d = (Replica(r, segment, leader.url) for r in sorted(restarted))
+    if c.consumed(100).status is ResponseStatus.HOLD:  # the FSM the give-ups left is stale: it aborts first
+        assert c.consumed(100).status is ResponseStatus.COMMIT
+    assert c.commit_start(100).status is ResponseStatus.COMMIT_CONTINUE
+    assert c.commit_end(100).status is ResponseStatus.COMMIT_SUCCESS
+    assert d.consumed(100).status is ResponseStatus.KEEP
+    assert set(_ideal(side_store).segments[segment].values()) == {ON}
