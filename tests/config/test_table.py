@@ -356,3 +356,15 @@ def test_many_problems_are_reported_at_once() -> None:
     assert message.startswith("invalid table config: ")
     assert "$.segmentsConfig.replicasPerPartition: must be a positive integer" in message
     assert info.value.to_json()[0] == {"path": info.value.issues[0].path, "message": info.value.issues[0].message}
+
+
+def test_pauseless_consumption_is_off_by_default_and_read_from_pinots_key() -> None:
+    assert TableConfig.from_json(realtime()).ingestion.pauseless_consumption is False
+    doc = realtime(ingestionConfig={"streamIngestionConfig": {"pauselessConsumptionEnabled": "true",
+                                                              "columnMajorSegmentBuilderEnabled": True}})
+    table = TableConfig.from_json(doc)
+    assert table.ingestion.pauseless_consumption is True
+    # the whole streamIngestionConfig is written back as it came, unknown keys included
+    assert table.to_json()["ingestionConfig"] == doc["ingestionConfig"]
+    assert errors(realtime(ingestionConfig={"streamIngestionConfig": {"pauselessConsumptionEnabled": 1}})) == {
+        "$.ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled": "must be true or false"}
