@@ -20,7 +20,6 @@ from cuvee.broker.app import build_broker_app
 from cuvee.broker.cluster_view import ClusterView
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
-from cuvee.broker.routing import route
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 from cuvee.node.http import HttpService
@@ -120,7 +119,7 @@ class Broker:
         entry = self.view.table(info.name) if info is not None else None
         if entry is None:
             return {"error": f"table {table!r} does not exist"}
-        routing = route(entry.view.segments, self.view.snapshot.available)
+        routing = entry.route(self.view.snapshot.available)
         return {"table": entry.name, "servers": {k: list(v) for k, v in routing.servers.items()},
                 "consuming": sorted(routing.consuming), "unavailable": list(routing.unavailable),
                 "heldBack": list(routing.held_back)}

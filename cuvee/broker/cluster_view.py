@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 
 import orjson
 import pyarrow as pa
 
+from cuvee.broker.routing import RoutingTable, route
 from cuvee.cluster.records import ExternalView, InstanceInfo, RecordFormatError
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TableEntry:
-    """One queryable table: its planner view, its row schema, and where its segments are."""
+    """One queryable table: its planner view, its row schema, where its segments are, and how to route them."""
 
     name: str  # with type, e.g. events_REALTIME
     info: TableInfo
@@ -39,6 +40,16 @@ class TableEntry:
     view: ExternalView
     config_version: int = -1
     schema_version: int = -1
+    pauseless: bool = False  # ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled
+
+    @property
+    def hold_back(self) -> bool:
+        """Routing's ``hold_back``: a pauseless table reads both consuming segments of a partition mid-commit."""
+        return not self.pauseless
+
+    def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
+        """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule)."""
+        return route(self.view.segments, available, request_number, hold_back=self.hold_back)
 
 
 @dataclass(frozen=True)
@@ -183,15 +194,17 @@ class ClusterView:
                 ValueError) as exc:
             log.warning("table %s cannot be routed: %s", name, exc)
             return None
+        pauseless = config.ingestion.pauseless_consumption
         if old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version:
-            return TableEntry(name, old.info, old.arrow_schema, view, old.config_version, old.schema_version)
+            return TableEntry(name, old.info, old.arrow_schema, view, old.config_version, old.schema_version,
+                              pauseless)
         try:
             schema = Schema.from_json(orjson.loads(schema_node.data))
         except (ConfigValidationError, orjson.JSONDecodeError) as exc:
             log.warning("table %s: schema %s is invalid: %s", name, schema_name, exc)
             return None
         return TableEntry(name, table_info(name, schema), schema.arrow_schema(), view, config_node.version,
-                          schema_node.version)
+                          schema_node.version, pauseless)
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

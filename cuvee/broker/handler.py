@@ -27,7 +27,7 @@ import pyarrow as pa
 from cuvee.broker.cluster_view import ClusterView, TableEntry
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.errors import query_error
-from cuvee.broker.routing import RoutingTable, route
+from cuvee.broker.routing import RoutingTable
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
@@ -175,7 +175,7 @@ class QueryHandler:
             raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {plan.table!r} does not exist")
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
-        routing = route(entry.view.segments, frozenset(servers), number)
+        routing = entry.route(frozenset(servers), number)
         deadline = started + timeout_ms / 1000
         calls = self._calls(str(number), plan, entry, routing, servers, deadline)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds

@@ -13,6 +13,15 @@ So a query never reads a committed row twice (a segment's rows are in one replic
 segment of a partition ends where the next one starts), and never misses a committed row (committed segments
 are routed whenever any replica serves them). Segments whose names are not LLC names (batch-pushed) stand alone.
 
+Pauseless tables (``hold_back=False``) start segment N+1 consuming when N's commit *starts*, so a partition has two
+CONSUMING segments for the whole commit. Holding N+1 back would hide its fresh rows for that long, so there every
+segment ONLINE nowhere is routed to one of its CONSUMING replicas. That double-counts nothing: N's end offset is
+fixed before N+1 exists and N+1 starts there, so their offset ranges are disjoint. The cost, with replicas > 1:
+the replica read for N may still be catching up to N's end offset, so a query can briefly miss some of N's
+not-yet-committed rows while it sees N+1's (never a committed row, never a row twice). A later segment ONLINE
+nowhere with no CONSUMING replica either is still held back, not unavailable (a next segment whose consumers are
+not up yet must not turn into a 305); only the first such segment of a partition is unavailable, as above.
+
 Committed segments' replicas are chosen round-robin by the request number: segment ``i`` (in name order) of
 request ``r`` goes to candidate ``(r + i) % n``, which spreads each query's segments evenly over the replicas and
 alternates between queries. A consuming segment is always read from the same replica (a stable hash of its name),
@@ -38,8 +47,8 @@ class RoutingTable:
 
     servers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     consuming: frozenset[str] = frozenset()  # routed segments read from a CONSUMING replica
-    unavailable: tuple[str, ...] = ()  # segments no available replica serves (ONLINE nor first CONSUMING)
-    held_back: tuple[str, ...] = ()  # segments ONLINE nowhere behind an earlier segment that is not ONLINE yet
+    unavailable: tuple[str, ...] = ()  # a partition's first segment ONLINE nowhere, if no CONSUMING replica either
+    held_back: tuple[str, ...] = ()  # later segments ONLINE nowhere (pauseless: only those not CONSUMING either)
 
     @property
     def num_segments(self) -> int:
@@ -65,8 +74,9 @@ def _partition_key(segment: str) -> tuple[str, int, int]:
     return (f"{name.table}\x00{name.partition}", name.sequence, 0)
 
 
-def route(view: Assignment, available: Set[str], request_number: int = 0) -> RoutingTable:
-    """Route one query over the external view ``view`` ({segment: {instance: state}})."""
+def route(view: Assignment, available: Set[str], request_number: int = 0, *, hold_back: bool = True) -> RoutingTable:
+    """Route one query over the external view ``view`` ({segment: {instance: state}}). ``hold_back=False`` for
+    pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for segment in view:
         group, sequence, _ = _partition_key(segment)
@@ -75,7 +85,7 @@ def route(view: Assignment, available: Set[str], request_number: int = 0) -> Rou
     unavailable: list[str] = []
     held_back: list[str] = []
     for members in groups.values():
-        blocked = False
+        blocked = False  # an earlier segment of this partition is ONLINE nowhere
         for _, segment in sorted(members):
             replicas = view[segment]
             online = _replicas_in(replicas, SegmentState.ONLINE, available)
@@ -83,14 +93,13 @@ def route(view: Assignment, available: Set[str], request_number: int = 0) -> Rou
                 choices.append(_Choice(segment, online, consuming=False))
                 continue
             consuming = _replicas_in(replicas, SegmentState.CONSUMING, available)
-            if blocked:
-                held_back.append(segment)
-                continue
-            blocked = True
-            if consuming:
+            if consuming and not (blocked and hold_back):
                 choices.append(_Choice(segment, consuming, consuming=True))
+            elif blocked:
+                held_back.append(segment)
             else:
                 unavailable.append(segment)
+            blocked = True
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
         # Committed segments are identical on every replica: rotate them per request to balance load. A consuming

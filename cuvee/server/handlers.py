@@ -186,7 +186,7 @@ class SegmentTransitions:
 
     def _start_consuming(self, table: str, segment: str) -> None:
         record = self._record(table, segment)
-        if record.status is not SegmentStatus.IN_PROGRESS:
+        if not record.is_consuming:  # IN_PROGRESS, or COMMITTING (pauseless): consumed up to its fixed end offset
             raise TransitionError(f"cannot consume {table}/{segment}: its metadata is {record.status.value}")
         consuming = self._make_consuming(table, record)
         stop = _once(consuming.stop)
@@ -201,8 +201,8 @@ class SegmentTransitions:
 
     def _commit(self, table: str, segment: str) -> None:
         record = self._record(table, segment)
-        if record.status is SegmentStatus.IN_PROGRESS:
-            raise TransitionError(f"{table}/{segment} is to go ONLINE but its metadata is still IN_PROGRESS")
+        if record.is_consuming:  # COMMITTING too: no CRC or download URI until the commit ends
+            raise TransitionError(f"{table}/{segment} is to go ONLINE but its metadata is still {record.status.value}")
         with self._lock:
             consuming = self._consuming.get((table, segment))
         if consuming is None:  # nothing consumed here (e.g. the consumer failed): fetch the committed copy
@@ -218,8 +218,9 @@ class SegmentTransitions:
 
     def _download(self, table: str, segment: str) -> None:
         record = self._record(table, segment)
-        if record.status is SegmentStatus.IN_PROGRESS:
-            raise TransitionError(f"cannot download {table}/{segment}: it is not committed yet")
+        if record.is_consuming:
+            raise TransitionError(f"cannot download {table}/{segment}: it is not committed yet "
+                                  f"({record.status.value})")
         committed = self._local.load_valid(table, segment, record.crc) or self._fetcher.fetch(table, record)
         self._serve_committed(table, committed)
 

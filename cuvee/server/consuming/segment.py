@@ -5,6 +5,10 @@ the lead controller, catch-up, build, upload, waits) and feed their outcomes bac
 upload run in a helper thread so the consume thread can keep the committer's lease alive (Tick events ->
 extendBuildTime). ``go_online`` lets the thread finish its current step, then returns the immutable segment to
 serve: this replica's own build if it matches the committed one, else a catch-up and build, else a download.
+
+A segment whose metadata is COMMITTING (pauseless tables: its end offset is fixed and the next segment already
+consumes from there) is consumed to exactly that end offset instead of the row/time criteria, which happens when a
+server restarts mid-commit or repair moves the segment: going past it would double rows the next segment holds.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from cuvee.cluster.records import SegmentRecord
+from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.config import Schema, TableConfig
 from cuvee.errors import CuveeError
 from cuvee.decode import BadRecordLog, JsonDecoder
-from cuvee.protocol.completion import Request
+from cuvee.protocol.completion import Request, StopReason
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
@@ -102,6 +106,12 @@ class ConsumingSegment:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
         if record.start_offset is None:
             raise ValueError(f"segment {record.segment_name} has no start offset in its metadata")
+        committing = record.status is SegmentStatus.COMMITTING
+        if committing and (record.end_offset is None or record.end_offset < record.start_offset):
+            raise ValueError(f"segment {record.segment_name} is COMMITTING without a valid end offset "
+                             f"({record.end_offset})")
+        # COMMITTING: consume to exactly here, whatever the row and time thresholds say (see the module docstring)
+        self._fixed_end: int | None = record.end_offset if committing else None
         self.table, self.schema, self.record = table, schema, record
         self.name = record.segment_name
         self.llc = LLCSegmentName.parse(self.name)
@@ -234,16 +244,9 @@ class ConsumingSegment:
 
     def _run(self) -> None:
         try:
-            self.consume_started = self._clock()
-            threshold = self.record.time_threshold_ms
-            end = EndCriteria(
-                row_limit=self._row_limit,
-                deadline=None if threshold is None else self.consume_started + threshold / 1000,
-                force=self._force.is_set,
-                paused=self._paused.is_set,
-            )
+            started = self.consume_started = self._clock()
             try:
-                reason = self._consumer.consume(end)
+                reason = self._consume_to_end(started)
             except Exception as exc:  # noqa: BLE001 - ConsumeError, or a bug: either way this replica gives up
                 if not isinstance(exc, ConsumeError):
                     log.exception("%s: consuming failed unexpectedly", self.name)
@@ -257,6 +260,35 @@ class ConsumingSegment:
             self._drive(self._handle(EndReached(self._consumer.offset, self._consumer.rows, reason)))
         except Exception:
             log.exception("%s: the consume thread failed", self.name)
+
+    def _consume_to_end(self, started: float) -> StopReason | None:
+        """Consume until this segment's end: its fixed end offset if COMMITTING, else the end criteria.
+        None if interrupted; raises ConsumeError."""
+        if self._fixed_end is not None:
+            return self._consume_to_fixed_end(self._fixed_end)
+        threshold = self.record.time_threshold_ms
+        return self._consumer.consume(EndCriteria(
+            row_limit=self._row_limit,
+            deadline=None if threshold is None else started + threshold / 1000,
+            force=self._force.is_set,
+            paused=self._paused.is_set,
+        ))
+
+    def _consume_to_fixed_end(self, target: int) -> StopReason | None:
+        """Catch up to exactly ``target`` (pause and force commit do not apply: the end is already fixed). Short of
+        it when the catch-up times out, this reports where it got to: the controller answers CATCH_UP and the FSM's
+        CatchUp goes on from there."""
+        reached = self._consumer.catch_up(target, self._config.catch_up_timeout_seconds)
+        if self._interrupt.is_set():
+            return None
+        offset = self._consumer.offset
+        if offset > target:  # retention removed the offsets up to past the end: this replica cannot rebuild it
+            raise ConsumeError(f"{self.name}: the stream no longer holds offsets up to {target} (next is {offset})")
+        if not reached:
+            log.warning("%s: catching up to the fixed end offset %d stopped at %d after %.1fs; reporting that "
+                        "offset (the controller answers CATCH_UP)", self.name, target, offset,
+                        self._config.catch_up_timeout_seconds)
+        return StopReason.ROW_LIMIT
 
     def _handle(self, event: Event) -> list[Action]:
         return self._fsm.handle(event, self._clock())
