@@ -66,10 +66,12 @@ class Variant:
     name: str
     metadata: str  # "sqlite" or "zk"
     stream: str  # "log" or "kafka"
+    pauseless: bool = False  # the next segment consumes while the previous one commits
 
 
 VARIANTS = [
     Variant("sqlite-log", "sqlite", "log"),
+    Variant("sqlite-log-pauseless", "sqlite", "log", pauseless=True),
     pytest.param(Variant("zookeeper-log", "zk", "log"), marks=pytest.mark.zookeeper),
     pytest.param(Variant("sqlite-kafka", "sqlite", "kafka"), marks=pytest.mark.kafka),
 ]
@@ -107,11 +109,14 @@ def test_ingest_commit_and_query_as_separate_processes(
         with open_admin(configs) as admin:
             admin.create_topic(TABLE, PARTITIONS)
         _ok(http.post(f"{info['controller']}/schemas", json=SCHEMA))
-        _ok(http.post(f"{info['controller']}/tables", json={
+        table: dict[str, Any] = {
             "tableName": TABLE, "tableType": "REALTIME",
             "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": str(REPLICAS)},
             "tableIndexConfig": {"invertedIndexColumns": ["country"], "streamConfigs": configs},
-        }))
+        }
+        if variant.pauseless:
+            table["ingestionConfig"] = {"streamIngestionConfig": {"pauselessConsumptionEnabled": True}}
+        _ok(http.post(f"{info['controller']}/tables", json=table))
 
         # (committed rows the broker routes to ONLINE replicas, just before the query; COUNT(*); COUNT(DISTINCT id))
         observed: list[tuple[int, int, int]] = []
