@@ -12,7 +12,9 @@ changes the replica is retried from OFFLINE at once (e.g. a failed consumer whos
 downloaded); it is cleaned up when the target becomes OFFLINE or DROPPED.
 
 Order: releases first (they free memory and stop consumers), then commits (CONSUMING→ONLINE), then downloads, then
-new consumers; within a kind, by partition and sequence, so a partition's segment N goes ONLINE before N+1 starts.
+new consumers; within a kind, by partition and sequence, so a partition's segment N is submitted for ONLINE before
+N+1 is submitted to start (submission order only: the chains run in a pool, and nothing waits for N to be ONLINE;
+a pauseless table's N+1 starts while N is still CONSUMING, mid-commit).
 """
 
 from __future__ import annotations
