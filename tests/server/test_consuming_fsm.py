@@ -368,3 +368,39 @@ def test_story_records_each_step(clock: Clock) -> None:
     story = fsm.story()
     assert [entry.state for entry in story] == [S.HOLDING, S.BUILDING, S.COMMITTING]
     assert "EndReached" in story[0].event and "SegmentConsumed" in story[0].actions[0]
+
+
+# ---- pauseless: commitStart before the build ----
+
+
+def test_pauseless_committer_sends_commit_start_before_building(clock: Clock) -> None:
+    fsm = ConsumerFsm(SEG, ME, CONFIG, commit_start_first=True)
+    assert fsm.handle(EndReached(100, 90, StopReason.ROW_LIMIT), clock.now) == [consumed(100)]
+    assert fsm.handle(answer(K.SEGMENT_CONSUMED, R.COMMIT, 100, build_time_seconds=20), clock.now) == [
+        Send(SegmentCommitStart(SEG, ME, 100))]  # the controller starts the next segment on this
+    assert fsm.state is S.COMMITTING
+    assert fsm.handle(answer(K.SEGMENT_COMMIT_START, R.COMMIT_CONTINUE, 100), clock.now) == [
+        Build(100, BuildPurpose.COMMIT)]
+    assert fsm.state is S.BUILDING
+    clock.now += 16  # within 5 s of the 20 s lease: the build keeps it alive
+    [extend] = fsm.handle(Tick(), clock.now)
+    assert extend == Send(ExtendBuildTime(SEG, ME, 100, 30))
+    assert fsm.handle(BuildSucceeded(BUILT), clock.now) == [Upload()]  # no second commitStart
+    assert fsm.state is S.UPLOADING
+    [end] = fsm.handle(UploadSucceeded("file:///deep/seg"), clock.now)
+    assert isinstance(end, Send) and isinstance(end.request, SegmentCommitEnd) and end.request.crc == BUILT.crc
+    assert fsm.handle(answer(K.SEGMENT_COMMIT_END, R.COMMIT_SUCCESS, 100), clock.now) == [Finish(S.COMMITTED)]
+
+
+def test_pauseless_commit_start_refused_goes_back_to_holding_and_a_new_commit_starts_over(clock: Clock) -> None:
+    fsm = ConsumerFsm(SEG, ME, CONFIG, commit_start_first=True)
+    fsm.handle(EndReached(100, 90, StopReason.ROW_LIMIT), clock.now)
+    fsm.handle(answer(K.SEGMENT_CONSUMED, R.COMMIT, 100), clock.now)
+    assert fsm.handle(answer(K.SEGMENT_COMMIT_START, R.HOLD, 100), clock.now) == [Wait(2.0)]
+    assert fsm.state is S.HOLDING and not fsm.commit_started
+    assert fsm.handle(RetryDue(), clock.now) == [consumed(100)]
+    assert fsm.handle(answer(K.SEGMENT_CONSUMED, R.COMMIT, 100), clock.now) == [Send(SegmentCommitStart(SEG, ME, 100))]
+    assert fsm.handle(answer(K.SEGMENT_COMMIT_START, R.COMMIT_CONTINUE, 100), clock.now) == [
+        Build(100, BuildPurpose.COMMIT)]
+    assert fsm.handle(BuildFailed("disk full"), clock.now) == [
+        Send(SegmentStoppedConsuming(SEG, ME, 100, "segment build failed: disk full")), Finish(S.ERROR)]

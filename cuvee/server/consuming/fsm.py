@@ -12,6 +12,10 @@ a local copy (RETAINING, then RETAINED); DISCARD stops (DISCARDED: the shell dow
 re-resolves the leader and asks again. While building or uploading, ``Tick`` events let the committer extend its
 lease with extendBuildTime. A segment this replica built stays known (``built``), so if it is made committer
 again for the same offset it commits that copy instead of building again.
+
+Pauseless tables (``commit_start_first``): COMMIT is answered with segmentCommitStart at once, and the build
+follows COMMIT_CONTINUE. The controller places the partition's next segment when it accepts commitStart, so
+sending it before building is what lets the partition be consumed during the build, not only during the upload.
 """
 
 from __future__ import annotations
@@ -67,10 +71,13 @@ __all__ = ["ConsumerFsm", "Action", "Build", "BuildFailed", "BuildPurpose", "Bui
 class ConsumerFsm:
     """One consuming segment's protocol state on one replica. See the module docstring."""
 
-    def __init__(self, segment: LLCSegmentName, instance: str, config: ConsumerConfig):
+    def __init__(self, segment: LLCSegmentName, instance: str, config: ConsumerConfig, *,
+                 commit_start_first: bool = False):
         self.segment = segment
         self.instance = instance
         self.config = config
+        self.commit_start_first = commit_start_first
+        self.commit_started = False  # COMMIT_CONTINUE received for the current offset (build, then upload)
         self.state = ConsumerState.CONSUMING
         self.offset: int | None = None  # where consumption stopped (the end offset if we commit now)
         self.rows = 0
@@ -157,8 +164,8 @@ class ConsumerFsm:
             case ResponseStatus.COMMIT if target in (None, self.offset):
                 lease = response.build_time_seconds or self.config.default_lease_seconds
                 self.lease_deadline, self.lease_lost, self.extend_in_flight = now + lease, False, False
-                if self.built is not None and self.built.end_offset == self.offset:
-                    return self._commit_start()  # reuse the copy built for this very offset
+                if self.commit_start_first or (self.built is not None and self.built.end_offset == self.offset):
+                    return self._commit_start()  # pauseless, or reusing the copy built for this very offset
                 self.state = ConsumerState.BUILDING
                 return [Build(self.offset, BuildPurpose.COMMIT)]
             case ResponseStatus.KEEP | ResponseStatus.DISCARD:
@@ -185,6 +192,9 @@ class ConsumerFsm:
                 self.built = built
                 if self.state is ConsumerState.RETAINING:
                     return self._finish(ConsumerState.RETAINED)
+                if self.commit_started:  # pauseless: commitStart was accepted before the build
+                    self.state = ConsumerState.UPLOADING
+                    return [Upload()]
                 return self._commit_start()
             case BuildFailed(reason=reason):
                 if self.state is ConsumerState.RETAINING:
@@ -222,6 +232,11 @@ class ConsumerFsm:
     def _answer_to_commit_start(self, response: Response) -> list[Action]:
         match response.status:
             case ResponseStatus.COMMIT_CONTINUE:
+                self.commit_started = True
+                if self.built is None or self.built.end_offset != self.offset:
+                    self.state = ConsumerState.BUILDING  # pauseless: the build comes after commitStart
+                    assert self.offset is not None
+                    return [Build(self.offset, BuildPurpose.COMMIT)]
                 self.state = ConsumerState.UPLOADING
                 return [Upload()]
             case ResponseStatus.KEEP | ResponseStatus.DISCARD:
@@ -276,7 +291,7 @@ class ConsumerFsm:
 
     def _commit_start(self) -> list[Action]:
         assert self.offset is not None
-        self.state, self.location = ConsumerState.COMMITTING, None
+        self.state, self.location, self.commit_started = ConsumerState.COMMITTING, None, False
         return [Send(SegmentCommitStart(self.segment, self.instance, self.offset))]
 
     def _commit_end_request(self) -> Send:
@@ -292,7 +307,7 @@ class ConsumerFsm:
         return Wait(self.config.hold_retry_seconds)
 
     def _back_to_holding(self) -> list[Action]:
-        self.state, self.location = ConsumerState.HOLDING, None
+        self.state, self.location, self.commit_started = ConsumerState.HOLDING, None, False
         return [self._hold_wait()]
 
     def _not_leader(self, response: Response) -> list[Action]:

@@ -120,7 +120,8 @@ class ConsumingSegment:
         self._completion, self._deep_store, self._fetch_committed = completion, deep_store, fetch_committed
         self._segment_dir = Path(segment_dir)
         self._config, self._clock = config, clock
-        self._fsm = ConsumerFsm(self.llc, instance_id, config)
+        self._fsm = ConsumerFsm(self.llc, instance_id, config,
+                                commit_start_first=table.ingestion.pauseless_consumption)
         self.bad_records = BadRecordLog(keep_last=config.bad_records_kept)
         row_limit = record.row_threshold or config.fetch_max_messages
         self._row_limit = row_limit
