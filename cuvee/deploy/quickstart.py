@@ -90,6 +90,8 @@ def table_config(stream_dir: Path, rows_per_segment: int) -> dict[str, Any]:
             },
         },
         "tenants": {"broker": "DefaultTenant", "server": "DefaultTenant"},
+        # Partitions keep being consumed while a segment commits (docs/server.md, "Pauseless consumption").
+        "ingestionConfig": {"streamIngestionConfig": {"pauselessConsumptionEnabled": True}},
     }
 
 
