@@ -24,6 +24,15 @@ Full run (10M rows: 3-5 minutes on a 2-core box; needs ~5 GiB free memory and ~6
 
     .venv/bin/python bench/e2e.py --rows 10000000 --dir /tmp/cuvee-bench --keep
 
+``--pauseless`` makes the table consume pauselessly (docs/server.md); ``--produce-rate R`` paces the producer, so
+freshness while ingesting shows what commits cost at a rate the cluster sustains rather than a growing backlog
+(flat out, the producer outruns the servers on a 2-core box and "while ingesting" measures the queue). Per server
+process capacity is best measured with ``--servers 1`` flat out. The figures for the targets (2-core box)::
+
+    .venv/bin/python bench/e2e.py --rows 10000000 --pauseless                       # queries, memory
+    .venv/bin/python bench/e2e.py --rows 5000000 --servers 1 --partitions 2 --pauseless   # one server's ingest
+    .venv/bin/python bench/e2e.py --rows 10000000 --pauseless --produce-rate 100000  # freshness under load
+
 Replicas default to 1: on a small box every replica consumes and decodes every row again, so 2 replicas halve the
 rows/s a CPU can ingest without telling anything new about the query path; ``--replicas 2`` measures that case.
 """
@@ -142,9 +151,11 @@ def produce_all(stream_configs: dict[str, str], rows: int, chunk_rows: int, seed
 # ---- cluster set-up ----------------------------------------------------------------------------------------
 
 
-def table_config(stream_dir: str, partitions: int, replicas: int, servers: int, segment_rows: int) -> dict[str, Any]:
+def table_config(stream_dir: str, partitions: int, replicas: int, servers: int, segment_rows: int,
+                 pauseless: bool = False) -> dict[str, Any]:
     busiest = math.ceil(partitions * replicas / servers)  # consuming segments on the busiest server
     return {
+        "ingestionConfig": {"streamIngestionConfig": {"pauselessConsumptionEnabled": pauseless}},
         "tableName": TABLE,
         "tableType": "REALTIME",
         "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": str(replicas)},
@@ -196,6 +207,21 @@ def query(http: httpx.Client, broker: str, sql: str) -> dict[str, Any]:
     if answer.get("exceptions"):
         raise RuntimeError(f"{sql}: {answer['exceptions']}")
     return answer
+
+
+def wait_for_commits(http: httpx.Client, controller: str, timeout: float) -> None:
+    """Until every consuming replica is just consuming (no segment holding, building or uploading) and each
+    partition has one consuming segment: the rows counted include consuming segments, so commits of the last full
+    segments may still be running when COUNT(*) reaches N, and at-rest freshness must not measure them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = http.get(f"{controller}/tables/{TABLE}/consumingSegmentsInfo").json()["_segmentToConsumingInfoMap"]
+        partitions = [replica["partition"] for replicas in info.values() for replica in replicas[:1]]
+        states = {replica["consumerState"] for replicas in info.values() for replica in replicas}
+        if states <= {"CONSUMING"} and len(partitions) == len(set(partitions)):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("commits still running after the ingest timeout")
 
 
 def count_rows(http: httpx.Client, broker: str) -> int:
@@ -363,6 +389,8 @@ def main() -> int:
     parser.add_argument("--segment-rows", type=int, default=0,
                         help="rows per committed segment (default: about 3 commits per partition)")
     parser.add_argument("--chunk-rows", type=int, default=100_000, help="rows the producer encodes at a time")
+    parser.add_argument("--pauseless", action="store_true",
+                        help="pauseless consumption: a partition's next segment consumes while the previous commits")
     parser.add_argument("--produce-rate", type=float, default=0,
                         help="rows/s the producer keeps to (0: as fast as it can). Below the cluster's ingest rate, "
                              "the freshness while ingesting shows the commit pauses instead of a growing backlog")
@@ -401,7 +429,7 @@ def main() -> int:
 def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segment_rows: int) -> dict[str, Any]:
     broker, controller = info["broker"], info["controller"]
     server_pids = {name: pid for name, pid in info["pids"].items() if name.startswith("server-")}
-    config = table_config(info["streamDir"], args.partitions, args.replicas, args.servers, segment_rows)
+    config = table_config(info["streamDir"], args.partitions, args.replicas, args.servers, segment_rows, args.pauseless)
     stream_configs = config["tableIndexConfig"]["streamConfigs"]
     with open_admin(stream_configs) as admin:
         admin.create_topic(TABLE, args.partitions)
@@ -409,7 +437,8 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
     http.post(f"{controller}/schemas", json=SCHEMA.to_json()).raise_for_status()
     http.post(f"{controller}/tables", json=config).raise_for_status()
     console.print(f"Table {TABLE}: {args.partitions} partitions, {args.replicas} replica(s), "
-                  f"~{segment_rows:,} rows per segment; producing {args.rows:,} rows ...")
+                  f"~{segment_rows:,} rows per segment{', pauseless' if args.pauseless else ''}; "
+                  f"producing {args.rows:,} rows ...")
 
     # ---- ingest, with freshness markers ----
     load_at_start = os.getloadavg()[0]  # other work on the machine skews every figure; say how much there was
@@ -454,7 +483,9 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
                            "committed": sum(1 for s in held if not s["isConsuming"]),
                            "rows_per_s": docs / ingest_s, "cpu_s": cpu, "rows_per_cpu_s": docs / cpu if cpu else 0})
     # ---- freshness at rest: markers only, no backlog and no commits in flight ----
-    console.print(f"Ingested in {ingest_s:.1f} s. Markers alone for {args.quiet_seconds:.0f} s ...")
+    console.print(f"Ingested in {ingest_s:.1f} s. Waiting for the last commits to end ...")
+    wait_for_commits(http, controller, args.ingest_timeout)
+    console.print(f"Markers alone for {args.quiet_seconds:.0f} s ...")
     quiet_probe = MarkerProbe(stream_configs, args.partitions, broker, args.marker_interval,
                               first_number=len(fresh.produced) + 1).start()
     time.sleep(args.quiet_seconds)  # the probe runs for this long
@@ -462,6 +493,7 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
     figures: dict[str, Any] = {
         "load_average_at_start": load_at_start, "rows": args.rows, "servers": args.servers,
         "partitions": args.partitions, "replicas": args.replicas, "segment_rows": segment_rows,
+        "pauseless": args.pauseless, "produce_rate": args.produce_rate,
         "ingest": {"seconds": ingest_s, "rows_per_s": total / ingest_s,
                    "producer_rows_per_s": args.rows / ((produced["done_ms"] - produced["first_ms"]) / 1000),
                    "per_server": per_server},
@@ -507,7 +539,8 @@ def show(console: Console, f: dict[str, Any]) -> None:
     ingest, fresh = f["ingest"], f["freshness"]
     summary = Table(title=f"Cuvee end to end: {f['rows']:,} rows, {f['servers']} servers, "
                           f"{f['partitions']} partitions, "
-                          f"{f['replicas']} replica(s), ~{f['segment_rows']:,} rows/segment", title_justify="left")
+                          f"{f['replicas']} replica(s), ~{f['segment_rows']:,} rows/segment"
+                          f"{', pauseless' if f.get('pauseless') else ''}", title_justify="left")
     summary.add_column("figure")
     summary.add_column("value", justify="right")
     summary.add_column("target", justify="right")
