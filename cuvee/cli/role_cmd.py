@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if args.metadata is not None:
         overrides["metadata"] = args.metadata
     config = load_config(getattr(module, role.config_class), args.config, overrides)
+    if role.name == "controller":  # failure tests drop a controller process at a commit step (CUVEE_FAULTS)
+        from cuvee.controller.faults import arm_from_environment
+
+        arm_from_environment()
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     instance = getattr(module, role.role_class)(config)

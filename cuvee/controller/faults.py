@@ -5,12 +5,19 @@ removed when it fires, unless it is in ``STICKY``). To interleave instead of fai
 ``HOOKS``: the next ``fault(name)`` pops and runs it (before any armed fault), so another operation can run at
 exactly that point of a commit. Production code never adds names or hooks, so a fault point costs two emptiness
 checks.
+
+Multi-process tests arm a whole controller process through the environment (``arm_from_environment``, called by
+``cuvee controller``): ``CUVEE_FAULTS="commit.after_step1=kill"`` SIGKILLs the process at that point (a controller
+dropped between commit steps), ``=fail`` makes the point fail once. Several entries are comma-separated.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from cuvee.errors import CuveeError
 
@@ -29,6 +36,10 @@ COMMIT_START_AFTER_PIN = "commit_start.after_pin"
 COMMIT_START_AFTER_NEXT = "commit_start.after_next"
 POINTS = (COMMIT_BEFORE_STEP1, COMMIT_AFTER_STEP1, COMMIT_AFTER_STEP2, COMMIT_AFTER_STEP3, COMMIT_START_AFTER_PIN,
           COMMIT_START_AFTER_NEXT)
+
+
+ENVIRONMENT = "CUVEE_FAULTS"
+log = logging.getLogger(__name__)
 
 
 class FaultInjected(CuveeError):
@@ -61,3 +72,32 @@ def reset() -> None:
         STICKY.clear()
         HOOKS.clear()
         FIRED.clear()
+
+
+def _kill_self() -> None:
+    log.warning("fault point reached: SIGKILLing this process (%s)", ENVIRONMENT)
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm_from_environment(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Arm the faults ``CUVEE_FAULTS`` names (``point=kill|fail``, comma-separated); returns the armed points.
+    Unknown points or actions raise ValueError: a test that arms nothing must not pass by accident."""
+    spec = environ.get(ENVIRONMENT, "").strip()
+    armed: list[str] = []
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        point, _, action = entry.partition("=")
+        if point not in POINTS:
+            raise ValueError(f"{ENVIRONMENT}: unknown fault point {point!r} (known: {', '.join(POINTS)})")
+        if action == "kill":
+            with _lock:
+                HOOKS[point] = _kill_self
+        elif action == "fail":
+            with _lock:
+                FAULTS.add(point)
+        else:
+            raise ValueError(f"{ENVIRONMENT}: action for {point!r} must be 'kill' or 'fail', got {action!r}")
+        armed.append(point)
+    if armed:
+        log.warning("%s armed fault points %s: for failure tests only", ENVIRONMENT, ", ".join(armed))
+    return armed

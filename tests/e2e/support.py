@@ -3,6 +3,9 @@ exactness probe (COUNT(*) with COUNT(DISTINCT id): a lost row lowers the first, 
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import httpx
 import orjson
 
 from cuvee.stream import open_admin, open_producer
+from cuvee.testing.process import die_with_parent
 
 FAST = {
     "controller": {"external_view_interval_seconds": 0.2, "completion.hold_seconds": 0.3},
@@ -29,8 +33,22 @@ def log_stream(root: Path, table: str, flush_rows: int) -> dict[str, str]:
             "realtime.segment.flush.threshold.rows": str(flush_rows)}
 
 
+def start_standby_controller(root: Path) -> tuple[subprocess.Popen[str], str]:
+    """A second controller process on the ``cuvee cluster up`` controller's config (another port): it campaigns
+    for leadership and answers NOT_LEADER meanwhile. Returns the process and its URL; terminate it when done."""
+    conf = root / "conf" / "standby.toml"
+    conf.write_text(re.sub(r"(?m)^port = \d+$", "port = 0", (root / "conf" / "controller.toml").read_text()))
+    process = subprocess.Popen([sys.executable, "-m", "cuvee", "controller", "--config", str(conf)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               preexec_fn=die_with_parent())
+    assert process.stdout is not None
+    url = process.stdout.readline().strip()
+    assert url.startswith("http://"), f"the standby controller printed {url!r}"
+    return process, url
+
+
 def create_id_table(http: httpx.Client, controller: str, table: str, configs: dict[str, str],
-                    partitions: int = 2, replicas: int = 2) -> None:
+                    partitions: int = 2, replicas: int = 2, *, pauseless: bool = False) -> None:
     """A topic and a realtime table of rows {id: LONG, v: LONG}."""
     with open_admin(configs) as admin:
         admin.create_topic(table, partitions)
@@ -39,7 +57,8 @@ def create_id_table(http: httpx.Client, controller: str, table: str, configs: di
     assert http.post(f"{controller}/schemas", json=schema).status_code < 300
     assert http.post(f"{controller}/tables", json={
         "tableName": table, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": str(replicas)},
-        "tableIndexConfig": {"streamConfigs": configs}}).status_code < 300
+        "tableIndexConfig": {"streamConfigs": configs},
+        "ingestionConfig": {"streamIngestionConfig": {"pauselessConsumptionEnabled": pauseless}}}).status_code < 300
 
 
 def produce_ids(configs: dict[str, str], start: int, end: int) -> None:

@@ -4,19 +4,23 @@ completion protocol, ingestion and commits go on, and no row is lost or doubled.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.testing.process import die_with_parent
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, counts, create_id_table, fast_sqlite, log_stream, produce_ids
+from tests.e2e.support import (
+    FAST,
+    counts,
+    create_id_table,
+    fast_sqlite,
+    log_stream,
+    produce_ids,
+    start_standby_controller,
+)
 
 TABLE = "takeover"
 
@@ -27,12 +31,7 @@ def test_a_standby_controller_takes_over_and_nothing_is_lost(tmp_path: Path) -> 
     info = up(LocalClusterSpec(dir=tmp_path, servers=2, metadata=fast_sqlite(tmp_path), overrides=FAST))
     http = httpx.Client(timeout=30)
     configs = log_stream(tmp_path, TABLE, flush_rows=4000)
-    # A standby controller on the leader's config, another port.
-    standby_conf = tmp_path / "conf" / "standby.toml"
-    standby_conf.write_text(re.sub(r"(?m)^port = \d+$", "port = 0", (tmp_path / "conf" / "controller.toml").read_text()))
-    standby = subprocess.Popen([sys.executable, "-m", "cuvee", "controller", "--config", str(standby_conf)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                               preexec_fn=die_with_parent())
+    standby, standby_url = start_standby_controller(tmp_path)
 
     def produce(start: int, end: int) -> None:
         produce_ids(configs, start, end)
@@ -41,9 +40,6 @@ def test_a_standby_controller_takes_over_and_nothing_is_lost(tmp_path: Path) -> 
         return counts(http, info["broker"], TABLE)
 
     try:
-        assert standby.stdout is not None
-        standby_url = standby.stdout.readline().strip()
-        assert standby_url.startswith("http://")
         create_id_table(http, info["controller"], TABLE, configs)
         assert http.get(f"{standby_url}/health").json()["leader"] is False
 
