@@ -26,6 +26,7 @@ from tests.server.test_consuming_support import (
     schema,
     serving,
     stream_configs,
+    table,
     create_topic,
     wait_until,
 )
@@ -129,9 +130,8 @@ def test_force_commit_ends_at_the_current_offset(tmp_path: Path, log_dir: Path, 
     assert (sent.offset, sent.rows, sent.reason) == (10, 10, StopReason.FORCE_COMMIT)
 
 
-def test_offsets_lost_to_retention_are_counted_and_consumption_continues(tmp_path: Path, log_dir: Path,
-                                                                         controller, replicas) -> None:
-    fake, client = controller
+def _expire(log_dir: Path) -> int:
+    """400 messages, of which retention removes the first ones; returns the earliest offset left."""
     admin = open_admin(stream_configs(log_dir))
     assert isinstance(admin, LogAdmin)
     admin.configure_topic(TOPIC, TopicSettings(segment_bytes=2000, retention_bytes=4000))
@@ -139,7 +139,15 @@ def test_offsets_lost_to_retention_are_counted_and_consumption_continues(tmp_pat
         produce(log_dir, range(start, start + 20))
     earliest = admin.apply_retention(TOPIC)[0]
     assert earliest > 0
-    replica = make_replica(tmp_path, log_dir, record(start=0, rows=400 - earliest), instance="s1", client=client)
+    return earliest
+
+
+def test_a_lone_replica_counts_offsets_lost_to_retention_and_goes_on(tmp_path: Path, log_dir: Path,
+                                                                     controller, replicas) -> None:
+    fake, client = controller
+    earliest = _expire(log_dir)
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=400 - earliest), instance="s1", client=client,
+                           table_config=table(log_dir, replicas=1))
     replicas.append(replica)
     replica.segment.start()
     sent = first_consumed(fake)
@@ -147,6 +155,22 @@ def test_offsets_lost_to_retention_are_counted_and_consumption_continues(tmp_pat
     assert replica.segment.info()["messagesLost"] == earliest
     assert replica.segment.snapshot().column("id").to_pylist()[0] == earliest
     assert replica.segment.info()["startOffset"] == earliest
+
+
+def test_a_replica_that_lost_offsets_to_retention_gives_up_for_a_complete_one(tmp_path: Path, log_dir: Path,
+                                                                              controller, replicas) -> None:
+    """Going on from the earliest offset, it would reach the row limit past the complete replicas' offset and could
+    be picked to commit a copy without the lost rows: it stops consuming instead (and downloads later)."""
+    fake, client = controller
+    earliest = _expire(log_dir)
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=400), instance="s1", client=client)
+    replicas.append(replica)
+    replica.segment.start()
+    wait_until(lambda: replica.segment.state is ConsumerState.ERROR)
+    [stopped] = [r for r in fake.requests if r.kind is RequestKind.SEGMENT_STOPPED_CONSUMING]
+    assert stopped.offset == 0 and "lost to retention" in stopped.reason
+    assert not [r for r in fake.requests if r.kind is RequestKind.SEGMENT_CONSUMED]  # never offered its copy
+    assert replica.segment.info()["messagesLost"] == earliest and replica.segment.num_docs == 0
 
 
 def test_paused_consumer_fetches_nothing_until_resumed(tmp_path: Path, log_dir: Path, controller, replicas) -> None:

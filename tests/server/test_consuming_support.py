@@ -65,10 +65,10 @@ def stream_configs(log_dir: Path, **extra: str) -> dict[str, str]:
             "realtime.segment.flush.threshold.rows": "1000", **extra}
 
 
-def table(log_dir: Path, **extra: str) -> TableConfig:
+def table(log_dir: Path, replicas: int = 2, **extra: str) -> TableConfig:
     return TableConfig.from_json({
         "tableName": TABLE, "tableType": "REALTIME",
-        "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": "2"},
+        "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": str(replicas)},
         "tableIndexConfig": {"invertedIndexColumns": ["country"], "streamConfigs": stream_configs(log_dir, **extra)},
     })
 

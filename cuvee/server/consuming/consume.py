@@ -3,8 +3,12 @@
 Offsets are exact so that replicas agree: a segment ending at the row limit ends one past the offset of the row
 that filled it (not at the fetch batch's end), and a catch-up ends at exactly the offset the controller named.
 Bad messages below the offset reached are counted in the segment's BadRecordLog (those beyond belong to the next
-segment, which will see them again). Data lost to retention (OffsetOutOfRangeError) is counted, logged loudly,
-and consumption continues from the earliest offset still in the stream.
+segment, which will see them again). Data lost to retention (OffsetOutOfRangeError) is counted and logged loudly;
+then, with ``give_up_on_loss`` (the table has other replicas), consumption stops with ConsumeError: the replica
+tells the controller it stopped consuming, so a replica that still holds those rows commits, and this one
+downloads the committed copy. Were it to go on from the earliest offset, it would reach the row limit at a larger
+offset than the complete replicas, and the controller (which picks the largest offset) could commit its copy, with
+the lost rows missing for good. Alone (one replica), it goes on from the earliest offset still in the stream.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class PartitionConsumer:
         clock: Callable[[], float],
         interrupted: threading.Event,
         name: str,
+        give_up_on_loss: bool = False,
     ):
         self._open_stream = open_stream
         self._stream: StreamConsumer | None = None  # opened on first fetch, in the consuming thread
@@ -69,6 +74,7 @@ class PartitionConsumer:
         self.config = config
         self.clock = clock
         self.interrupted = interrupted
+        self.give_up_on_loss = give_up_on_loss
         # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
         # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
         self.parked = False
@@ -170,6 +176,12 @@ class PartitionConsumer:
     def _lost(self, exc: OffsetOutOfRangeError) -> None:
         lost = max(exc.earliest - self.offset, 0)
         self.messages_lost += lost
+        if self.give_up_on_loss:
+            log.error("%s: offsets %d..%d of %s[%d] were removed by retention before this replica read them (%d "
+                      "messages): giving up this copy, a replica that has them commits", self.name, self.offset,
+                      exc.earliest - 1, exc.topic, exc.partition, lost)
+            raise ConsumeError(f"{self.name}: {lost} messages (offsets {self.offset}..{exc.earliest - 1}) were lost "
+                               "to retention before this replica read them; a complete replica must commit")
         log.error("%s: DATA LOSS: offsets %d..%d of %s[%d] were removed by retention before this replica read "
                   "them (%d messages); continuing from %d", self.name, self.offset, exc.earliest - 1, exc.topic,
                   exc.partition, lost, exc.earliest)

@@ -136,7 +136,7 @@ class ConsumingSegment:
             open_stream=lambda: open_consumer(stream_props), partition=self.partition,
             start_offset=record.start_offset, decoder=JsonDecoder(schema, source=self.name),
             segment=self._mutable, bad_records=self.bad_records, config=config, clock=clock,
-            interrupted=self._interrupt, name=self.name,
+            interrupted=self._interrupt, name=self.name, give_up_on_loss=table.replication > 1,
         )
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards go_online / stop against each other
