@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +19,7 @@ from cuvee.config.schema import Schema
 from cuvee.errors import UserError
 
 if TYPE_CHECKING:
+    from cuvee.decode.transform import RowTransformer
     from cuvee.segment.immutable import ImmutableSegment
 
 JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
@@ -71,8 +73,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     from cuvee.segment.builder import build_segment
     from cuvee.segment.naming import offline_segment_name
 
+    from cuvee.decode.transform import compile_ingestion, decode_schema
+
     schema, table = load_table(args.schema, args.table)
-    rows = read_input(Path(args.input), schema)
+    transformer = compile_ingestion(schema, table.ingestion)
+    rows = read_input(Path(args.input), decode_schema(schema, transformer))
+    filtered = apply_ingestion(rows, transformer)
     if rows.bad_count:
         print(f"{rows.bad_count} bad row(s) in {args.input} were skipped:", file=sys.stderr)
         for line, reason in rows.bad_examples:
@@ -90,7 +96,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         name,
         table_name=table.table_name,
         time_column=table.time_column,
-        extra_metadata={"badRowCount": rows.bad_count},
+        extra_metadata={"badRowCount": rows.bad_count,
+                        **({"filteredRowCount": filtered} if transformer is not None else {})},
     )
     print(segment.path)
     if args.archive:
@@ -137,6 +144,25 @@ def _describe(segment: ImmutableSegment) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- input files
+
+
+def apply_ingestion(rows: InputRows, transformer: RowTransformer | None) -> int:
+    """The table's ingestion transforms and filter over the rows read (decoded with ``decode_schema``), as
+    consuming segments apply them; returns how many rows the filter dropped (reported, and kept in the segment's
+    metadata)."""
+    if transformer is None:
+        return 0
+    dropped = 0
+    kept: list[pa.RecordBatch] = []
+    for batch in rows.batches:
+        result = transformer.apply(batch, np.arange(batch.num_rows))
+        dropped += len(result.dropped_offsets)
+        if result.batch.num_rows:
+            kept.append(result.batch)
+    rows.batches = kept
+    if dropped:
+        print(f"{dropped} row(s) dropped by the table's filterConfig", file=sys.stderr)
+    return dropped
 
 
 def read_input(path: Path, schema: Schema) -> InputRows:

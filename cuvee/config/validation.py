@@ -123,6 +123,9 @@ def _partial_upsert_issues(table: TableConfig, schema: Schema) -> Iterator[Confi
 
 
 def _transform_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:
+    from cuvee.decode.transform import ingestion_issues  # (it runs DuckDB; config must not import it at load)
+
     for i, transform in enumerate(table.ingestion.transform_configs):
         if not schema.has_column(transform.column_name):
             yield _unknown(schema, transform.column_name, f"$.ingestionConfig.transformConfigs[{i}].columnName")
+    yield from ingestion_issues(schema, table.ingestion)

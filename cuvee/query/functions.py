@@ -185,6 +185,34 @@ _OPERATORS: dict[str, type[exp.Binary]] = {
 }
 
 
+# Java SimpleDateFormat letters -> strftime, longest first (toDateTime's pattern).
+_JAVA_PATTERN = (("yyyy", "%Y"), ("yy", "%y"), ("MMMM", "%B"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"),
+                 ("HH", "%H"), ("hh", "%I"), ("mm", "%M"), ("ss", "%S"), ("SSS", "%g"), ("EEEE", "%A"),
+                 ("EEE", "%a"), ("a", "%p"))
+
+
+def _strftime_pattern(java: str) -> str:
+    """A Java date pattern as a strftime one; text in single quotes is literal (``''`` is a quote)."""
+    out: list[str] = []
+    i = 0
+    while i < len(java):
+        if java[i] == "'":
+            end = java.find("'", i + 1)
+            end = len(java) if end < 0 else end
+            out.append("'" if end == i + 1 else java[i + 1:end].replace("%", "%%"))
+            i = end + 1
+            continue
+        for letters, directive in _JAVA_PATTERN:
+            if java.startswith(letters, i):
+                out.append(directive)
+                i += len(letters)
+                break
+        else:
+            out.append("%%" if java[i] == "%" else java[i])
+            i += 1
+    return "".join(out)
+
+
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
 
 
@@ -228,6 +256,13 @@ def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = f
             return exp.Mul(this=exp.paren(args[0]), expression=exp.Literal.number(_FROM_EPOCH[upper]))
         if upper in _OPERATORS:
             return exp.paren(_OPERATORS[upper](this=exp.paren(args[0]), expression=exp.paren(args[1])))
+        if upper == "TODATETIME":  # toDateTime(epochMillis, 'yyyy-MM-dd'): a TIMESTAMP column is its millis
+            if len(args) != 2 or not (isinstance(args[1], exp.Literal) and args[1].is_string):
+                raise _sql_error("TODATETIME takes epoch millis and a date pattern literal (UTC; no time zone "
+                                 "argument)")
+            moment = args[0] if isinstance(args[0], exp.Column) and args[0].name in timestamp_columns else \
+                exp.func("epoch_ms", args[0], dialect=DIALECT)
+            return exp.func("strftime", moment, exp.Literal.string(_strftime_pattern(args[1].name)), dialect=DIALECT)
         return sub
 
     return node.transform(rewrite)

@@ -176,3 +176,12 @@ def test_validate_table_raises_every_issue_at_once() -> None:
 def test_validate_table_passes_a_good_table() -> None:
     validate_table(table(segmentsConfig={"timeColumnName": "ts"}), SCHEMA)
     assert table_schema_issues(table(segmentsConfig={"timeColumnName": "ts"}), SCHEMA) == []
+
+
+def test_ingestion_expressions_are_checked_against_the_schema() -> None:
+    config = table(ingestionConfig={
+        "transformConfigs": [{"columnName": "city", "transformFunction": "upper(city_raw)"}],  # a source field
+        "filterConfig": {"filterFunction": "Groovy({amount > 10}, amount)"}})
+    assert problems(config) == {"$.ingestionConfig.filterConfig.filterFunction":
+                                "Groovy scripts are not supported: write the expression in SQL, e.g. "
+                                "\"toEpochDays(ts)\" or \"country = 'NZ'\""}

@@ -176,3 +176,10 @@ def test_any_input_plans_or_fails_with_a_query_error(tokens: list[str], noise: s
                               QueryErrorCode.TABLE_DOES_NOT_EXIST)
         else:
             assert plan.server_sql.startswith("SELECT ") and "cuvee_segments" in plan.server_sql
+
+
+def test_to_date_time_formats_epoch_millis_with_a_java_pattern() -> None:
+    plan = plan_sql("SELECT toDateTime(ts, 'yyyy-MM-dd''T''HH:mm') AS d FROM events LIMIT 1", resolve)
+    assert "STRFTIME(\"ts\", '%Y-%m-%dT%H:%M')" in plan.server_sql
+    with pytest.raises(QueryError, match="TODATETIME takes"):
+        plan_sql("SELECT toDateTime(ts, 'yyyy', 'UTC') FROM events", resolve)

@@ -137,3 +137,20 @@ def test_inspect_errors(tmp_path: Path, capsys) -> None:
     assert code == 1 and "damaged" in err and err.count("\n") == 1
     code, _, err = run(capsys, "segment", "inspect", tmp_path)
     assert code == 1 and "not a segment" in err
+
+
+def test_build_applies_the_tables_transforms_and_filter(tmp_path: Path, configs, capsys) -> None:
+    schema_path, table_path = configs
+    table_path.write_text(json.dumps({**TABLE, "ingestionConfig": {
+        "transformConfigs": [{"columnName": "country", "transformFunction": "lower(country_code)"}],
+        "filterConfig": {"filterFunction": "n < 0"}}}))
+    source = tmp_path / "rows.jsonl"
+    source.write_text('{"country_code": "US", "n": 1, "ts": 1000}\n{"country_code": "FR", "n": -4, "ts": 2000}\n'
+                      '{"country_code": "DE", "n": 3, "ts": 3000}\n')
+    code, out, err = run(capsys, "segment", "build", "--schema", schema_path, "--table", table_path,
+                         "--input", source, "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "1 row(s) dropped by the table's filterConfig" in err
+    segment = ImmutableSegment.load(out.strip(), verify=True)
+    assert segment.column("country").to_pylist() == ["de", "us"] and segment.column("n").to_pylist() == [3, 1]
+    assert segment.metadata.custom == {"badRowCount": 0, "filteredRowCount": 1}

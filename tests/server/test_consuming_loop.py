@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from cuvee.config import TableConfig
 from cuvee.protocol.completion import RequestKind, StopReason, hold
 from cuvee.server.consuming import ConsumerConfig, ConsumerState, SegmentCompletionClient
 from cuvee.stream import open_admin
@@ -216,3 +217,26 @@ def test_the_encoded_snapshot_holds_the_same_rows_as_the_decoded_one(tmp_path: P
     assert encoded.num_rows == decoded.num_rows == 40
     assert any(pa.types.is_dictionary(f.type) for f in encoded.schema), "nothing was left encoded"
     assert encoded.cast(decoded.schema).equals(decoded)
+
+
+def test_the_tables_transforms_and_filter_apply_while_consuming(tmp_path: Path, log_dir: Path, controller,
+                                                                replicas) -> None:
+    """Filtered messages are consumed (the offsets move on) but not kept, and counted; the row limit counts the
+    rows kept; transformed columns are what the segment holds."""
+    fake, client = controller
+    produce(log_dir, range(40))
+    doc = table(log_dir).to_json()
+    doc["ingestionConfig"] = {"transformConfigs": [{"columnName": "clicks", "transformFunction": "clicks * 100"}],
+                              "filterConfig": {"filterFunction": "country = 'fr'"}}
+    filtered_table = TableConfig.from_json(doc)
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=21), instance="s1", client=client,
+                           table_config=filtered_table)
+    replicas.append(replica)
+    replica.segment.start()
+    sent = first_consumed(fake)
+    # ids 0, 4, 8... are 'fr': the 21st kept row is id 27, so the segment ends at offset 28 with 7 rows dropped
+    assert (sent.offset, sent.rows) == (28, 21)
+    assert replica.segment.info()["rowsFiltered"] == 7
+    snapshot = replica.segment.snapshot()
+    assert "fr" not in snapshot.column("country").to_pylist()
+    assert snapshot.column("clicks").to_pylist()[:3] == [100, 200, 300]  # ids 1, 2, 3

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cuvee.decode import BadRecordLog, Decoder
+from cuvee.decode.transform import RowTransformer
 from cuvee.protocol.completion import StopReason
 from cuvee.segment.mutable import MutableSegment
 from cuvee.server.consuming.config import ConsumerConfig
@@ -61,6 +62,7 @@ class PartitionConsumer:
         interrupted: threading.Event,
         name: str,
         give_up_on_loss: bool = False,
+        transformer: RowTransformer | None = None,
     ):
         self._open_stream = open_stream
         self._stream: StreamConsumer | None = None  # opened on first fetch, in the consuming thread
@@ -75,6 +77,8 @@ class PartitionConsumer:
         self.clock = clock
         self.interrupted = interrupted
         self.give_up_on_loss = give_up_on_loss
+        self.transformer = transformer  # the table's ingestion transforms and filter, if any
+        self.rows_filtered = 0  # rows the filter dropped (offsets consumed, rows not kept)
         # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
         # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
         self.parked = False
@@ -148,6 +152,11 @@ class PartitionConsumer:
             return
         result = self.decoder.decode(batch.values, batch.offsets)
         good, offsets = result.batch, result.offsets
+        dropped = offsets[:0]
+        if self.transformer is not None:
+            transformed = self.transformer.apply(good, offsets)
+            good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
+        kept = good.num_rows
         room = self.segment.capacity - self.rows
         if row_limit is not None:
             room = min(room, row_limit - self.rows)
@@ -157,13 +166,14 @@ class PartitionConsumer:
             taken = self.segment.append(good, offsets) if good.num_rows else 0
         except (ValueError, RuntimeError) as exc:
             raise ConsumeError(f"{self.name}: cannot append rows at offset {self.offset}: {exc}") from exc
-        if taken < result.batch.num_rows:
+        if taken < kept:
             # Stopped inside the batch (row limit or capacity): end right after the last row taken.
             reached = int(offsets[taken - 1]) + 1 if taken else self.offset
         else:
             reached = next_offset
             if len(batch) < fetched or fetched < want:
                 self.caught_up_ms = int(self.clock() * 1000)
+        self.rows_filtered += int((dropped < reached).sum())
         bad = [b for b in result.bad if b.offset < reached]
         if bad:
             self.bad_records.record(bad, source=self.name)

@@ -28,6 +28,7 @@ from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.config import Schema, TableConfig
 from cuvee.errors import CuveeError
 from cuvee.decode import BadRecordLog, JsonDecoder
+from cuvee.decode.transform import compile_ingestion, decode_schema
 from cuvee.protocol.completion import Request, StopReason
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.segment.immutable import ImmutableSegment
@@ -132,11 +133,14 @@ class ConsumingSegment:
         self._force = threading.Event()
         self._paused = threading.Event()
         stream_props = dict(table.stream.properties)
+        transformer = compile_ingestion(schema, table.ingestion)  # TransformConfigError: the transition fails
         self._consumer = PartitionConsumer(
             open_stream=lambda: open_consumer(stream_props), partition=self.partition,
-            start_offset=record.start_offset, decoder=JsonDecoder(schema, source=self.name),
+            start_offset=record.start_offset,
+            decoder=JsonDecoder(decode_schema(schema, transformer), source=self.name),
             segment=self._mutable, bad_records=self.bad_records, config=config, clock=clock,
             interrupted=self._interrupt, name=self.name, give_up_on_loss=table.replication > 1,
+            transformer=transformer,
         )
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards go_online / stop against each other
@@ -234,6 +238,7 @@ class ConsumingSegment:
             "badRecords": self.bad_records.total,
             "recentBadRecords": [{"offset": b.offset, "reason": b.reason, "rawPrefix": b.raw_prefix} for b in recent],
             "messagesLost": self._consumer.messages_lost,
+            "rowsFiltered": self._consumer.rows_filtered,
             "error": self._fsm.error,
             "uploadError": self._fsm.upload_error,
         }

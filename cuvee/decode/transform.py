@@ -1,0 +1,187 @@
+"""Ingestion transforms and filter (a table's ``ingestionConfig``), applied to each decoded batch before it is
+appended to a segment.
+
+Pinot's ``transformConfigs`` compute a schema column from others (``{"columnName": "day", "transformFunction":
+"toDateTime(ts, 'yyyy-MM-dd')"}``) and ``filterConfig.filterFunction`` drops the rows it is true for. Cuvee takes
+both as SQL expressions: DuckDB's functions, plus the Pinot scalar functions queries translate (``toEpochSeconds``,
+``fromEpochDays``, ``toDateTime``, ``plus``...). They read the schema's columns as decoded (before any transform)
+and, like Pinot's, fields of the message that are not in the schema: those are decoded as strings
+(``decode_schema``; cast them, e.g. ``CAST(amount_raw AS DOUBLE)``) and not stored. Groovy scripts are refused when
+the table is created (``ingestion_issues``), as is anything DuckDB cannot bind against the schema, each with the
+JSON path of the offending entry.
+
+Both are compiled once into one DuckDB statement that runs over each Arrow batch (vectorised, no per-row Python):
+a transform that fails on a row gives NULL there (DuckDB's ``try``), a filter that fails on a row keeps the row.
+Rows dropped by the filter are counted by the caller, never silent; their offsets are still consumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from cuvee.config.errors import ConfigIssue
+from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
+from cuvee.config.sections import IngestionConfig
+from cuvee.query.errors import QueryError
+from cuvee.query.functions import DIALECT, translate_scalar
+
+_BATCH = "ingested_batch"
+_ROW = "__cuvee_row"
+
+
+class TransformConfigError(ValueError):
+    """An ingestion expression that cannot run; ``issues`` carry the JSON paths."""
+
+    def __init__(self, issues: list[ConfigIssue]):
+        super().__init__("; ".join(f"{i.path}: {i.message}" for i in issues))
+        self.issues = issues
+
+
+@dataclass(frozen=True)
+class TransformResult:
+    """The rows kept, their stream offsets, and the offsets of the rows the filter dropped."""
+
+    batch: pa.RecordBatch
+    offsets: np.ndarray
+    dropped_offsets: np.ndarray
+
+
+class RowTransformer:
+    """Compiled ingestion expressions for one schema. ``apply`` takes a batch decoded with ``decode_schema`` and
+    returns the schema's columns only. Thread-compatible (one DuckDB connection per call)."""
+
+    def __init__(self, schema: Schema, ingestion: IngestionConfig):
+        issues, self._sql, self.decode_schema = _compile(schema, ingestion)
+        if issues:
+            raise TransformConfigError(issues)
+
+    def apply(self, batch: pa.RecordBatch, offsets: np.ndarray) -> TransformResult:
+        if batch.num_rows == 0:
+            return TransformResult(batch, offsets, offsets[:0])
+        rows = pa.array(np.arange(batch.num_rows, dtype=np.int64))
+        source = pa.Table.from_batches([batch]).append_column(_ROW, rows)
+        con = duckdb.connect()
+        try:
+            con.register(_BATCH, source)
+            out = con.sql(self._sql).to_arrow_table()
+        finally:
+            con.close()
+        kept = out.column(_ROW).to_numpy()
+        target = pa.schema([batch.schema.field(name) for name in out.column_names if name != _ROW])
+        out = out.drop_columns([_ROW]).cast(target).combine_chunks()
+        dropped = np.ones(batch.num_rows, dtype=bool)
+        dropped[kept] = False
+        if out.num_rows:
+            kept_batch = out.to_batches()[0]
+        else:
+            kept_batch = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in target], schema=target)
+        offsets = np.asarray(offsets)
+        return TransformResult(kept_batch, offsets[kept], offsets[dropped])
+
+
+def compile_ingestion(schema: Schema, ingestion: IngestionConfig) -> RowTransformer | None:
+    """The table's transformer, or None when it configures no transform and no filter."""
+    if not ingestion.transform_configs and ingestion.filter_function is None:
+        return None
+    return RowTransformer(schema, ingestion)
+
+
+def ingestion_issues(schema: Schema, ingestion: IngestionConfig) -> list[ConfigIssue]:
+    """Why the transforms or filter cannot run against ``schema`` (empty when they can)."""
+    if not ingestion.transform_configs and ingestion.filter_function is None:
+        return []
+    return _compile(schema, ingestion)[0]
+
+
+def decode_schema(schema: Schema, transformer: RowTransformer | None) -> Schema:
+    """What the decoder must read for this table: the schema, plus the source fields the transforms read."""
+    return schema if transformer is None else transformer.decode_schema
+
+
+# ---- compiling ----------------------------------------------------------------------------------------------
+
+
+def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIssue], str, Schema]:
+    timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
+    issues: list[ConfigIssue] = []
+    paths = [f"$.ingestionConfig.transformConfigs[{i}].transformFunction"
+             for i in range(len(ingestion.transform_configs))]
+    texts = [t.transform_function for t in ingestion.transform_configs]
+    if ingestion.filter_function is not None:
+        paths.append("$.ingestionConfig.filterConfig.filterFunction")
+        texts.append(ingestion.filter_function)
+    parsed = [_expression(text, timestamps, path, issues) for text, path in zip(texts, paths)]
+    sources = sorted({c.name for e in parsed if e is not None for c in e.find_all(exp.Column)}
+                     - set(schema.column_names))
+    extended = Schema(schema.name, schema.fields + tuple(
+        FieldSpec(name, DataType.STRING, FieldRole.DIMENSION) for name in sources))
+    sqls = [None if e is None else str(e.sql(dialect=DIALECT)) for e in parsed]
+    computed: dict[str, str] = {}
+    for transform, sql, path in zip(ingestion.transform_configs, sqls, paths):
+        if sql is not None and schema.has_column(transform.column_name):
+            duck_type = _duck_type(schema.arrow_schema().field(transform.column_name).type)
+            issues.extend(_bind(extended, f"CAST(({sql}) AS {duck_type})", path))
+            computed[transform.column_name] = f"try(CAST(({sql}) AS {duck_type}))"
+    columns = [f"{computed[name]} AS {_quote(name)}" if name in computed else _quote(name)
+               for name in schema.column_names]
+    statement = f"SELECT {', '.join(columns)}, {_ROW} FROM {_BATCH}"
+    if ingestion.filter_function is not None and sqls[-1] is not None:
+        issues.extend(_bind(extended, f"({sqls[-1]})::BOOLEAN", paths[-1]))
+        statement += f" WHERE NOT coalesce(try(({sqls[-1]})::BOOLEAN), false)"
+    statement += f" ORDER BY {_ROW}"
+    return issues, statement, extended
+
+
+def _expression(text: str, timestamps: frozenset[str], path: str,
+                issues: list[ConfigIssue]) -> exp.Expression | None:
+    if text.strip().lower().startswith("groovy("):
+        issues.append(ConfigIssue(path, "Groovy scripts are not supported: write the expression in SQL, e.g. "
+                                        "\"toEpochDays(ts)\" or \"country = 'NZ'\""))
+        return None
+    try:
+        parsed = sqlglot.parse_one(text, read=DIALECT)
+        if not isinstance(parsed, exp.Expression) or isinstance(parsed, (exp.Select, exp.Query)):
+            raise ValueError("not an expression")
+        return translate_scalar(parsed, timestamps)
+    except (sqlglot.errors.ParseError, QueryError, ValueError) as exc:
+        message = getattr(exc, "message", None) or str(exc).splitlines()[0]
+        issues.append(ConfigIssue(path, f"cannot parse {text!r}: {message}"))
+        return None
+
+
+def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
+    """Evaluate ``expression`` over no rows of the schema: DuckDB binds every function, column and cast as it will
+    for real, so a mistake is reported when the table is created, not when rows arrive."""
+    con = duckdb.connect()
+    try:
+        con.register(_BATCH, schema.arrow_schema().empty_table())
+        con.sql(f"SELECT {expression} FROM {_BATCH}").to_arrow_table()
+    except duckdb.Error as exc:
+        return [ConfigIssue(path, f"cannot run: {str(exc).splitlines()[0]}")]
+    finally:
+        con.close()
+    return []
+
+
+def _duck_type(arrow_type: pa.DataType) -> str:
+    """DuckDB's name for a decoded column's Arrow type (the cast target of a transform)."""
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _duck_type(arrow_type.value_type) + "[]"
+    con = duckdb.connect()
+    try:
+        con.register("t", pa.table({"c": pa.array([], arrow_type)}))
+        return str(con.sql("SELECT c FROM t").types[0])
+    finally:
+        con.close()
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,111 @@
+"""Ingestion transforms and filter (ingestionConfig) over decoded batches: computed columns, source fields that
+are not in the schema, rows dropped with their offsets, per-row failures, and mistakes refused with JSON paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from cuvee.config import Schema, TableConfig
+from cuvee.decode import JsonDecoder
+from cuvee.decode.transform import (
+    TransformConfigError,
+    compile_ingestion,
+    decode_schema,
+    ingestion_issues,
+)
+
+SCHEMA = Schema.from_json({
+    "schemaName": "events",
+    "dimensionFieldSpecs": [{"name": "country", "dataType": "STRING"}, {"name": "day", "dataType": "STRING"}],
+    "metricFieldSpecs": [{"name": "amount", "dataType": "DOUBLE"}, {"name": "clicks", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "TIMESTAMP", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+})
+DAY_MS = 86_400_000
+
+
+def ingestion(**config: Any) -> TableConfig:
+    return TableConfig.from_json({
+        "tableName": "events", "tableType": "REALTIME", "ingestionConfig": config,
+        "tableIndexConfig": {"streamConfigs": {"streamType": "log", "stream.log.topic.name": "t",
+                                               "stream.log.dir": "/tmp/unused"}}})
+
+
+def decode(rows: list[dict[str, Any]], table: TableConfig):  # type: ignore[no-untyped-def]
+    transformer = compile_ingestion(SCHEMA, table.ingestion)
+    assert transformer is not None
+    result = JsonDecoder(decode_schema(SCHEMA, transformer)).decode([orjson.dumps(r) for r in rows],
+                                                                    list(range(100, 100 + len(rows))))
+    assert result.bad == []
+    return transformer.apply(result.batch, result.offsets)
+
+
+def test_transforms_compute_columns_from_schema_columns_and_source_fields_and_the_filter_drops_rows() -> None:
+    table = ingestion(
+        transformConfigs=[{"columnName": "day", "transformFunction": "toDateTime(ts, 'yyyy-MM-dd')"},
+                          {"columnName": "amount", "transformFunction": "CAST(amount_cents AS DOUBLE) / 100"},
+                          {"columnName": "country", "transformFunction": "upper(country)"}],
+        filterConfig={"filterFunction": "is_bot = 'true' OR clicks > 100"})
+    rows = [{"country": "nz", "ts": 0, "amount_cents": "1250", "clicks": 1, "is_bot": "false"},
+            {"country": "fr", "ts": DAY_MS, "amount_cents": "5", "clicks": 2, "is_bot": "true"},  # dropped
+            {"country": "de", "ts": 2 * DAY_MS, "amount_cents": "99", "clicks": 500},  # dropped
+            {"country": "us", "ts": 3 * DAY_MS, "clicks": 3}]  # no amount_cents: amount is null
+    result = decode(rows, table)
+    assert result.batch.schema.names == SCHEMA.column_names  # the source fields are not stored
+    got = result.batch.to_pylist()
+    assert [(r["country"], r["day"], r["amount"]) for r in got] == [("NZ", "1970-01-01", 12.5),
+                                                                      ("US", "1970-01-04", None)]
+    assert result.offsets.tolist() == [100, 103] and result.dropped_offsets.tolist() == [101, 102]
+
+
+def test_a_transform_failing_on_one_row_gives_null_there_and_a_failing_filter_keeps_the_row() -> None:
+    table = ingestion(transformConfigs=[{"columnName": "amount", "transformFunction": "CAST(raw AS DOUBLE)"}],
+                      filterConfig={"filterFunction": "CAST(flag AS INTEGER) = 1"})
+    result = decode([{"raw": "2.5", "flag": "0"}, {"raw": "oops", "flag": "zero"}, {"raw": "1", "flag": "1"}], table)
+    assert [r["amount"] for r in result.batch.to_pylist()] == [2.5, None]
+    assert result.offsets.tolist() == [100, 101] and result.dropped_offsets.tolist() == [102]
+
+
+def test_a_batch_where_everything_is_filtered_is_empty_with_the_schema() -> None:
+    result = decode([{"clicks": 1}, {"clicks": 2}], ingestion(filterConfig={"filterFunction": "clicks > 0"}))
+    assert result.batch.num_rows == 0 and result.batch.schema.names == SCHEMA.column_names
+    assert result.dropped_offsets.tolist() == [100, 101]
+
+
+def test_nothing_configured_compiles_to_nothing() -> None:
+    assert compile_ingestion(SCHEMA, ingestion().ingestion) is None
+    assert decode_schema(SCHEMA, None) is SCHEMA
+
+
+@pytest.mark.parametrize(("config", "path", "message"), [
+    ({"filterConfig": {"filterFunction": "Groovy({clicks > 1}, clicks)"}},
+     "$.ingestionConfig.filterConfig.filterFunction", "Groovy scripts are not supported"),
+    ({"transformConfigs": [{"columnName": "day", "transformFunction": "no_such_function(country)"}]},
+     "$.ingestionConfig.transformConfigs[0].transformFunction", "no_such_function does not exist"),
+    ({"transformConfigs": [{"columnName": "day", "transformFunction": "upper(country"}]},
+     "$.ingestionConfig.transformConfigs[0].transformFunction", "cannot parse"),
+    ({"transformConfigs": [{"columnName": "day", "transformFunction": "SELECT 1"}]},
+     "$.ingestionConfig.transformConfigs[0].transformFunction", "not an expression"),
+    ({"filterConfig": {"filterFunction": "toDateTime(ts)"}},
+     "$.ingestionConfig.filterConfig.filterFunction", "TODATETIME takes"),
+])
+def test_mistakes_are_reported_with_the_json_path(config: dict[str, Any], path: str, message: str) -> None:
+    issues = ingestion_issues(SCHEMA, ingestion(**config).ingestion)
+    assert [i.path for i in issues] == [path] and message in issues[0].message, issues
+    with pytest.raises(TransformConfigError, match="cannot|not supported|takes"):
+        compile_ingestion(SCHEMA, ingestion(**config).ingestion)
+
+
+def test_apply_keeps_offsets_aligned_over_random_filters() -> None:
+    rng = np.random.default_rng(3)
+    clicks = rng.integers(0, 10, 500).tolist()
+    rows = [{"clicks": c, "country": f"c{i}"} for i, c in enumerate(clicks)]
+    result = decode(rows, ingestion(filterConfig={"filterFunction": "clicks % 3 = 0"}))
+    kept = [i for i, c in enumerate(clicks) if c % 3 != 0]
+    assert result.offsets.tolist() == [100 + i for i in kept]
+    assert [r["country"] for r in result.batch.to_pylist()] == [f"c{i}" for i in kept]
+    assert sorted(result.offsets.tolist() + result.dropped_offsets.tolist()) == list(range(100, 600))
