@@ -10,7 +10,8 @@ and, like Pinot's, fields of the message that are not in the schema: those are d
 the table is created (``ingestion_issues``), as is anything DuckDB cannot bind against the schema, each with the
 JSON path of the offending entry.
 
-Both are compiled once into one DuckDB statement that runs over each Arrow batch (vectorised, no per-row Python):
+Both are compiled once into one DuckDB statement that runs over each Arrow batch (vectorised, no per-row Python) on
+a cursor of the sandboxed database queries use (no files, no network):
 a transform that fails on a row gives NULL there (DuckDB's ``try``), a filter that fails on a row keeps the row.
 Rows dropped by the filter are counted by the caller, never silent; their offsets are still consumed.
 """
@@ -29,6 +30,7 @@ from cuvee.config.errors import ConfigIssue
 from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.config.sections import IngestionConfig
 from cuvee.query.errors import QueryError
+from cuvee.query.execute import sandboxed_cursor
 from cuvee.query.functions import DIALECT, translate_scalar
 
 _BATCH = "ingested_batch"
@@ -66,7 +68,7 @@ class RowTransformer:
             return TransformResult(batch, offsets, offsets[:0])
         rows = pa.array(np.arange(batch.num_rows, dtype=np.int64))
         source = pa.Table.from_batches([batch]).append_column(_ROW, rows)
-        con = duckdb.connect()
+        con = sandboxed_cursor()
         try:
             con.register(_BATCH, source)
             out = con.sql(self._sql).to_arrow_table()
@@ -158,7 +160,7 @@ def _expression(text: str, timestamps: frozenset[str], path: str,
 def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
     """Evaluate ``expression`` over no rows of the schema: DuckDB binds every function, column and cast as it will
     for real, so a mistake is reported when the table is created, not when rows arrive."""
-    con = duckdb.connect()
+    con = sandboxed_cursor()
     try:
         con.register(_BATCH, schema.arrow_schema().empty_table())
         con.sql(f"SELECT {expression} FROM {_BATCH}").to_arrow_table()
@@ -175,7 +177,7 @@ def _duck_type(arrow_type: pa.DataType) -> str:
         arrow_type = arrow_type.value_type
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return _duck_type(arrow_type.value_type) + "[]"
-    con = duckdb.connect()
+    con = sandboxed_cursor()
     try:
         con.register("t", pa.table({"c": pa.array([], arrow_type)}))
         return str(con.sql("SELECT c FROM t").types[0])

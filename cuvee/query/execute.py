@@ -23,17 +23,21 @@ _database: duckdb.DuckDBPyConnection | None = None
 _database_lock = threading.Lock()
 
 
-def _cursor() -> duckdb.DuckDBPyConnection:
+def sandboxed_cursor() -> duckdb.DuckDBPyConnection:
+    """A private cursor on the process's one in-memory DuckDB database, sandboxed: no files, no network, settings
+    locked (user SQL and ingestion expressions run here). Close it when done."""
     global _database
     with _database_lock:
         if _database is None:
-            _database = duckdb.connect()
+            database = duckdb.connect(config={"enable_external_access": False})
+            database.execute("SET lock_configuration = true")
+            _database = database
         return _database.cursor()
 
 
 def run_sql(sql: str, relation: str, table: pa.Table) -> pa.Table:
     """``sql`` over ``table`` bound as ``relation``, as an Arrow table."""
-    con = _cursor()
+    con = sandboxed_cursor()
     try:
         con.register(relation, table)
         return con.sql(sql).to_arrow_table()

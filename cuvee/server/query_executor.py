@@ -25,24 +25,12 @@ import pyarrow.compute as pc
 
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats
 from cuvee.query import SERVER_RELATION, QueryErrorCode
+from cuvee.query.execute import sandboxed_cursor
 from cuvee.server.queryable import QueryableSegment, query_table
 from cuvee.server.registry import SegmentRegistry
 
 log = logging.getLogger(__name__)
 
-_database: duckdb.DuckDBPyConnection | None = None
-_database_lock = threading.Lock()
-
-
-def _cursor() -> duckdb.DuckDBPyConnection:
-    """A private cursor on the shared, sandboxed database (no files, no network, settings locked)."""
-    global _database
-    with _database_lock:
-        if _database is None:
-            database = duckdb.connect(config={"enable_external_access": False})
-            database.execute("SET lock_configuration = true")
-            _database = database
-        return _database.cursor()
 
 
 class _Failed(Exception):
@@ -140,7 +128,7 @@ class QueryExecutor:
 
     def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
              total_docs: int) -> tuple[pa.Table, int]:
-        con = _cursor()
+        con = sandboxed_cursor()
         timer = threading.Timer(max(deadline - self._clock(), 0.0), _interrupt, args=(con,))
         timer.daemon = True
         timer.start()
@@ -181,7 +169,7 @@ def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
 
 def _check_select(sql: str) -> None:
     """Exactly one SELECT: the server step never writes, attaches or changes settings."""
-    con = _cursor()
+    con = sandboxed_cursor()
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
