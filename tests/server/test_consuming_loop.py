@@ -18,7 +18,6 @@ from tests.server.test_consuming_support import (
     FAST,
     TOPIC,
     FakeClock,
-    Replica,
     ScriptedController,
     event,
     make_replica,
@@ -28,17 +27,10 @@ from tests.server.test_consuming_support import (
     serving,
     stream_configs,
     table,
-    create_topic,
     wait_until,
 )
 
 K = RequestKind
-
-
-@pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    create_topic(tmp_path / "log")
-    return tmp_path / "log"
 
 
 @pytest.fixture
@@ -48,14 +40,6 @@ def controller() -> Iterator[tuple[ScriptedController, SegmentCompletionClient]]
         client = SegmentCompletionClient(FAST, leader_url=service.url)
         yield fake, client
         client.close()
-
-
-@pytest.fixture
-def replicas() -> Iterator[list[Replica]]:
-    made: list[Replica] = []
-    yield made
-    for replica in made:
-        replica.segment.stop()
 
 
 def first_consumed(fake: ScriptedController):  # noqa: ANN201 - a SegmentConsumed

@@ -37,7 +37,6 @@ from tests.server.test_consuming_support import (
     TABLE,
     Replica,
     ScriptedController,
-    create_topic,
     make_replica,
     produce,
     record,
@@ -88,12 +87,6 @@ class MiniController:
         assert end is not None
         return base.committed(end_offset=end.offset, total_docs=end.total_docs, size_bytes=end.size_bytes,
                               crc=end.crc, download_uri=end.location, now_ms=base.creation_time_ms + 1000)
-
-
-@pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    create_topic(tmp_path / "log")
-    return tmp_path / "log"
 
 
 @pytest.fixture

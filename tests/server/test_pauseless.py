@@ -14,16 +14,15 @@ import pytest
 
 from cuvee.cluster.records import SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
-from cuvee.metastore import open_metastore
 from cuvee.protocol.completion import Request, RequestKind, Response, ResponseStatus, StopReason, hold
 from cuvee.server.consuming import ConsumerConfig, ConsumerState, SegmentCompletionClient
 from cuvee.server.handlers import TransitionError
 from cuvee.server.server import Server
 from tests.server.server_helpers import (
-    CLUSTER, FAST_META, TABLE, ScriptedConsuming, build, server_config, set_ideal, write_table,
+    TABLE, ScriptedConsuming, build, server_config, set_ideal,
 )
 from tests.server.test_consuming_support import (
-    FAST, Replica, ScriptedController, create_topic, make_replica, produce, record, serving, wait_until,
+    FAST, ScriptedController, make_replica, produce, record, serving, wait_until,
 )
 
 K = RequestKind
@@ -34,20 +33,6 @@ OTHER = "events__1__0__20260101T0000Z"
 
 
 # ---- ConsumingSegment: a COMMITTING record is consumed to exactly its end offset ----------------------------
-
-
-@pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    create_topic(tmp_path / "log")
-    return tmp_path / "log"
-
-
-@pytest.fixture
-def replicas() -> Iterator[list[Replica]]:
-    made: list[Replica] = []
-    yield made
-    for replica in made:
-        replica.segment.stop()
 
 
 def committing(start: int, end: int, rows: int) -> SegmentRecord:
@@ -123,15 +108,6 @@ def test_a_committing_record_needs_an_end_offset(tmp_path: Path, log_dir: Path) 
 
 
 # ---- the server shell: COMMITTING is consumable, not committable -------------------------------------------
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ClusterStore]:
-    meta = open_metastore(f"sqlite://{tmp_path / 'meta.db'}?{FAST_META}")
-    cluster = ClusterStore(meta, CLUSTER)
-    write_table(cluster)
-    yield cluster
-    meta.close()
 
 
 @pytest.fixture

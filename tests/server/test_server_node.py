@@ -13,8 +13,6 @@ import pytest
 
 from cuvee.cluster.records import ExternalView, InstanceInfo, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
-from cuvee.deepstore import open_deepstore
-from cuvee.metastore import open_metastore
 from cuvee.segment.archive import unpack
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.queryable import CommittedSegment, ConsumingView
@@ -22,27 +20,12 @@ from cuvee.server.server import Server
 from cuvee.spi.deepstore import DeepStore
 
 from tests.server.server_helpers import (
-    CLUSTER, FAST_META, TABLE, ScriptedConsuming, build, commit_segment, server_config, set_ideal, wait_until,
-    write_table,
+    TABLE, ScriptedConsuming, build, commit_segment, server_config, set_ideal, wait_until,
 )
 
 S = SegmentState
 SEG = "events__0__0__20260101T0000Z"
 NEXT = "events__0__1__20260101T0100Z"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ClusterStore]:
-    meta = open_metastore(f"sqlite://{tmp_path / 'meta.db'}?{FAST_META}")
-    cluster = ClusterStore(meta, CLUSTER)
-    write_table(cluster)
-    yield cluster
-    meta.close()
-
-
-@pytest.fixture
-def deep(tmp_path: Path) -> DeepStore:
-    return open_deepstore(f"file://{tmp_path / 'deep'}")
 
 
 @pytest.fixture
