@@ -29,16 +29,7 @@ from tests.controller.test_controller_completion import (
     _next_of,
     _setup,
 )
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
-    leader,
-    log_dir,
-    meta_uri,
-    post,
-    side_store,
-    start_controller,
-    wait_until,
-)
+from tests.controller.test_controller_support import post
 
 T = "events_REALTIME"
 S = ResponseStatus

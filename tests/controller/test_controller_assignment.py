@@ -9,17 +9,11 @@ from cuvee.cluster.records import InstanceInfo, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller import Controller
 from cuvee.protocol.segment_name import LLCSegmentName
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
-    leader,
-    log_dir,
-    meta_uri,
+from tests.controller.test_controller_support import (
     post,
     produce,
     register_servers,
     schema_doc,
-    side_store,
-    start_controller,
     table_doc,
 )
 

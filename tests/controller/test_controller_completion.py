@@ -26,16 +26,10 @@ from cuvee.protocol.completion import (
 )
 from cuvee.protocol.completion_http import SEGMENT_CONSUMED, completion_path
 from cuvee.protocol.segment_name import LLCSegmentName
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
-    leader,
-    log_dir,
-    meta_uri,
+from tests.controller.test_controller_support import (
     post,
     register_servers,
     schema_doc,
-    side_store,
-    start_controller,
     table_doc,
     wait_until,
 )

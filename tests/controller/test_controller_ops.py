@@ -21,18 +21,12 @@ from cuvee.config.errors import ConfigValidationError
 from cuvee.controller import Controller, ControllerConfig
 from cuvee.node.config import load_config
 from cuvee.node.http import HttpService
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
+from tests.controller.test_controller_support import (
     get,
-    leader,
-    log_dir,
-    meta_uri,
     post,
     produce,
     register_servers,
     schema_doc,
-    side_store,
-    start_controller,
     table_doc,
     wait_until,
 )

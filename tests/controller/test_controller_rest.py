@@ -6,17 +6,11 @@ from pathlib import Path
 
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller import Controller
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
+from tests.controller.test_controller_support import (
     get,
-    leader,
-    log_dir,
-    meta_uri,
     post,
     register_servers,
     schema_doc,
-    side_store,
-    start_controller,
     table_doc,
 )
 import httpx

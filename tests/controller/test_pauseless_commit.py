@@ -13,16 +13,10 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.controller import Controller, faults
 from cuvee.protocol.completion import ResponseStatus, StopReason
 from tests.controller.test_controller_completion import Replica, _assert_committed, _next_of
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
-    leader,
-    log_dir,
-    meta_uri,
+from tests.controller.test_controller_support import (
     post,
     register_servers,
     schema_doc,
-    side_store,
-    start_controller,
     table_doc,
     wait_until,
 )

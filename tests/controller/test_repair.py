@@ -26,18 +26,14 @@ from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.stream.log import LogAdmin
 from cuvee.stream.log.topic import TopicSettings
 from tests.controller.test_controller_completion import Replica, _assert_committed, _next_of
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
+from tests.controller.test_controller_support import (
     TOPIC,
-    _reset_faults,
     controller_config,
     get,
-    log_dir,
-    meta_uri,
     post,
     produce,
     register_servers,
     schema_doc,
-    side_store,
     table_doc,
     wait_until,
 )

@@ -24,16 +24,12 @@ from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.segment.archive import pack
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH
 from cuvee.stream.log import LogAdmin
-from tests.controller.test_controller_support import (  # noqa: F401  (fixtures)
-    _reset_faults,
+from tests.controller.test_controller_support import (
     get,
-    log_dir,
-    meta_uri,
     post,
     produce,
     register_servers,
     schema_doc,
-    side_store,
     table_doc,
     wait_until,
 )
