@@ -39,6 +39,9 @@ class ServerConfig:
     tags: tuple[str, ...] = (DEFAULT_TAG,)
     ideal_state_poll_seconds: float = 5.0  # fallback when a watch event is missed
     transition_workers: int = 4
+    # Segment builds running at once on this server (Pinot's realtime.max.parallel.segment.builds); 0: no cap.
+    # Many partitions filling at once otherwise build together, each holding its columns twice in memory.
+    max_parallel_segment_builds: int = 0
     download_retry_initial_seconds: float = 0.5
     download_retry_max_seconds: float = 30.0
     download_max_attempts: int = 8
@@ -60,6 +63,8 @@ class ServerConfig:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.transition_workers < 1 or self.download_max_attempts < 1:
             raise ValueError("transition_workers and download_max_attempts must be at least 1")
+        if self.max_parallel_segment_builds < 0:
+            raise ValueError("max_parallel_segment_builds must be 0 (no cap) or positive")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
 

@@ -63,6 +63,8 @@ class Server:
         self._extra_routers = extra_routers
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
+        builds = config.max_parallel_segment_builds
+        self._build_slots = threading.BoundedSemaphore(builds) if builds > 0 else None
         self._stopping = threading.Event()
         self.is_serving = False
         self.instance_id = config.instance_id
@@ -215,4 +217,5 @@ class Server:
             segment_dir=self.local.table_dir(table),
             fetch_committed=lambda committed: self.fetcher.fetch(table, committed),
             config=self.config.consumer,
+            build_slots=self._build_slots,
         )

@@ -315,3 +315,49 @@ def test_go_online_downloads_when_its_copy_differs(tmp_path: Path, log_dir: Path
     assert replica.segment.go_online(committed) is theirs
     assert replica.fetched == [committed]
     assert not (tmp_path / "s1" / SEGMENT).exists()  # the differing local copy is gone
+
+
+class TrackedSlots(threading.BoundedSemaphore):
+    """A build-slot semaphore that records how many builds held it at once. The first holder waits (bounded) until
+    a second build asks for a slot, so without a cap the two builds would certainly overlap."""
+
+    def __init__(self, value: int):
+        super().__init__(value)
+        self.holding = 0
+        self.most = 0
+        self.asked = threading.Event()
+        self._count = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if self.holding:
+            self.asked.set()
+        got = super().acquire(blocking, timeout)
+        if got:
+            with self._count:
+                self.holding += 1
+                self.most = max(self.most, self.holding)
+            self.asked.wait(5)
+            self.asked.set()  # (the second holder does not wait for a third)
+        return got
+
+    def release(self, n: int = 1) -> None:
+        with self._count:
+            self.holding -= 1
+        super().release(n)
+
+
+@pytest.mark.parametrize(("cap", "overlap"), [(1, 1), (2, 2)])
+def test_the_servers_build_cap_serialises_builds(tmp_path: Path, log_dir: Path, replicas: list[Replica],
+                                                 cap: int, overlap: int) -> None:
+    produce(log_dir, range(150))
+    slots = TrackedSlots(cap)
+    fakes = [ScriptedController(MiniController()) for _ in range(2)]
+    with serving(fakes[0]) as first, serving(fakes[1]) as second:
+        made = [make_replica(tmp_path, log_dir, record(rows=100, name=name), instance="s1",
+                             client=SegmentCompletionClient(FAST, leader_url=service.url), build_slots=slots)
+                for name, service in ((SEGMENT, first), ("events__1__0__20261121T1647Z", second))]
+        for replica in made:
+            start(replicas, replica)
+        for replica in made:
+            finished(replica, ConsumerState.COMMITTED)
+    assert slots.most == overlap and slots.holding == 0

@@ -177,7 +177,7 @@ class Replica:
 def make_replica(tmp: Path, log_dir: Path, rec: SegmentRecord, *, instance: str, client: SegmentCompletionClient,
                  deep_store: DeepStore | None = None, fetch: Callable[[SegmentRecord], ImmutableSegment] | None = None,
                  config: ConsumerConfig = FAST, clock: Callable[[], float] = time.time,
-                 table_config: TableConfig | None = None) -> Replica:
+                 table_config: TableConfig | None = None, build_slots: threading.Semaphore | None = None) -> Replica:
     fetched: list[SegmentRecord] = []
     store = deep_store or open_deepstore(f"file://{tmp / 'deep'}")
 
@@ -189,5 +189,6 @@ def make_replica(tmp: Path, log_dir: Path, rec: SegmentRecord, *, instance: str,
 
     segment = ConsumingSegment(
         table=table_config or table(log_dir), schema=schema(), record=rec, instance_id=instance, completion=client,
-        deep_store=store, segment_dir=tmp / instance, fetch_committed=fetch_committed, config=config, clock=clock)
+        deep_store=store, segment_dir=tmp / instance, fetch_committed=fetch_committed, config=config, clock=clock,
+        build_slots=build_slots)
     return Replica(segment, client, fetched, store)

@@ -102,6 +102,7 @@ class ConsumingSegment:
         fetch_committed: Callable[[SegmentRecord], ImmutableSegment],
         config: ConsumerConfig,
         clock: Callable[[], float] = time.time,
+        build_slots: threading.Semaphore | None = None,
     ):
         if table.stream is None:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
@@ -121,6 +122,7 @@ class ConsumingSegment:
         self._completion, self._deep_store, self._fetch_committed = completion, deep_store, fetch_committed
         self._segment_dir = Path(segment_dir)
         self._config, self._clock = config, clock
+        self._build_slots = build_slots  # the server's cap on segment builds running at once (None: no cap)
         self._fsm = ConsumerFsm(self.llc, instance_id, config,
                                 commit_start_first=table.ingestion.pauseless_consumption)
         self.bad_records = BadRecordLog(keep_last=config.bad_records_kept)
@@ -362,6 +364,11 @@ class ConsumingSegment:
         mutable = self._mutable
         if mutable is None:
             return BuildFailed("the segment was released")
+        slots = self._build_slots
+        # Waiting for a slot happens inside the lease (the consume thread keeps extending it meanwhile).
+        while slots is not None and not slots.acquire(timeout=self._config.lease_check_seconds):
+            if self._interrupt.is_set():
+                return BuildFailed("stopped while waiting for a build slot")
         try:
             segment, built = building.build_from_mutable(
                 mutable, table=self.table, schema=self.schema, record=self.record,
@@ -369,6 +376,9 @@ class ConsumingSegment:
         except Exception as exc:  # noqa: BLE001 - any build failure is reported to the FSM, never raised
             log.exception("%s: building the segment (%s) failed", self.name, purpose.value)
             return BuildFailed(f"{type(exc).__name__}: {exc}")
+        finally:
+            if slots is not None:
+                slots.release()
         self._built = segment
         log.info("%s: built (%s) %d docs, crc %d, end offset %d", self.name, purpose.value, built.total_docs,
                  built.crc, offset)
