@@ -38,7 +38,6 @@ from cuvee.spi.stream import (
     StreamAdmin,
     StreamConsumer,
     StreamError,
-    StreamMessage,
     StreamProducer,
     TopicExistsError,
     TopicNotFoundError,
@@ -164,28 +163,40 @@ class KafkaConsumer(StreamConsumer):
         raw = [first]
         while len(raw) < max_messages and (queued := client.consumer.consume(max_messages - len(raw), timeout=0)):
             raw.extend(queued)  # take what librdkafka already holds, without waiting for more
+        offsets: list[int] = []
+        keys: list[bytes | None] = []
+        values: list[bytes] = []
+        timestamps: list[int] = []
         try:
-            converted = [self._to_message(m, partition, offset) for m in raw]
+            for message in raw:
+                if not self._usable(message, partition, offset):
+                    continue
+                at = int(message.offset())
+                if at < offset:
+                    continue
+                offsets.append(at)
+                keys.append(message.key())
+                values.append(message.value() or b"")
+                timestamps.append(int(message.timestamp()[1]))
         except StreamError:
             client.position = None  # re-assign on the next fetch
             raise
-        messages = [m for m in converted if m is not None and m.offset >= offset]
-        client.position = messages[-1].offset + 1 if messages else offset
-        return MessageBatch.of(messages, client.position)
+        client.position = offsets[-1] + 1 if offsets else offset
+        return MessageBatch(offsets, keys, values, timestamps, client.position)
 
-    def _to_message(self, message: Message, partition: int, requested: int) -> StreamMessage | None:
+    def _usable(self, message: Message, partition: int, requested: int) -> bool:
+        """True for a data message; False for end-of-partition; raises for an error (out of range: retention)."""
         error = message.error()
-        if error is not None:
-            if error.code() in _OUT_OF_RANGE_CODES:
-                earliest = self.earliest_offset(partition)
-                if requested < earliest:
-                    raise OffsetOutOfRangeError(self.topic, partition, requested, earliest)
-                raise StreamError(f"{self.topic}[{partition}]: offset {requested} is out of the broker's range")
-            if error.code() == KafkaError._PARTITION_EOF:
-                return None
-            raise StreamError(f"fetch from {self.topic}[{partition}] failed: {error.str()}")
-        _kind, timestamp = message.timestamp()
-        return StreamMessage(int(message.offset()), message.key(), message.value() or b"", int(timestamp))
+        if error is None:
+            return True
+        if error.code() in _OUT_OF_RANGE_CODES:
+            earliest = self.earliest_offset(partition)
+            if requested < earliest:
+                raise OffsetOutOfRangeError(self.topic, partition, requested, earliest)
+            raise StreamError(f"{self.topic}[{partition}]: offset {requested} is out of the broker's range")
+        if error.code() == KafkaError._PARTITION_EOF:
+            return False
+        raise StreamError(f"fetch from {self.topic}[{partition}] failed: {error.str()}")
 
     def close(self) -> None:
         for client in self._clients.values():
