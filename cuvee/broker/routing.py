@@ -16,7 +16,9 @@ are routed whenever any replica serves them). Segments whose names are not LLC n
 Pauseless tables (``hold_back=False``) start segment N+1 consuming when N's commit *starts*, so a partition has two
 CONSUMING segments for the whole commit. Holding N+1 back would hide its fresh rows for that long, so there every
 segment ONLINE nowhere is routed to one of its CONSUMING replicas. That double-counts nothing: N's end offset is
-fixed before N+1 exists and N+1 starts there, so their offset ranges are disjoint. The cost, with replicas > 1:
+fixed before N+1 exists and N+1 starts there, and a server starting N+1 caps its copy of N at that offset (a
+replica that had consumed past it serves only the rows below it: ``ConsumingSegment.cap``), so what N and N+1
+serve never overlaps. The cost, with replicas > 1:
 the replica read for N may still be catching up to N's end offset, so a query can briefly miss some of N's
 not-yet-committed rows while it sees N+1's (never a committed row, never a row twice). A later segment ONLINE
 nowhere with no CONSUMING replica either is still held back, not unavailable (a next segment whose consumers are

@@ -27,6 +27,12 @@ the metadata, COMMITTING, and starts the next segment from it). From then on the
 FSM created for a COMMITTING segment (``pinned_offset``: after a failover, or when the first FSM aborted) picks
 as committer only a replica at exactly that offset, tells replicas behind it to CATCH_UP to it, and holds
 replicas past it (they get DISCARD once it is committed).
+
+Replicas that lost messages to stream retention (segmentConsumed's ``messagesLost``) hold incomplete copies: they
+reach their row limit at larger offsets than the complete replicas, so "largest offset wins" would commit the
+incomplete copy and lose for good the rows the others hold. A lossy report is never decisive, never aborts an
+election by being ahead, and is picked only when no complete copy has been reported and every replica has
+reported or ``lossy_pick_ms`` has passed (a dead complete replica must not block the partition forever).
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ class CompletionFsm:
         self.initial_commit_ms = min(initial, self.config.max_commit_ms)
         self.commit_deadline = now + self.initial_commit_ms
         self.reports: dict[str, int] = {}
+        self.lossy: set[str] = set()  # replicas whose last report said they lost messages to retention
         self.excluded: set[str] = set()
         self.winner: str | None = None
         self.winning_offset: int | None = committed_offset
@@ -186,6 +193,7 @@ class CompletionFsm:
         inst, offset = req.instance, req.offset
         self.excluded.discard(inst)  # a replica that stopped may have restarted and caught up: accept it again
         self.reports[inst] = offset
+        (self.lossy.add if req.lossy else self.lossy.discard)(inst)
         match self.state:
             case S.PARTIAL_CONSUMING | S.HOLDING:
                 self.state = S.HOLDING
@@ -233,6 +241,8 @@ class CompletionFsm:
             return Response(ResponseStatus.CATCH_UP, pinned), []
         if req.offset > pinned:
             return hold(req.offset), []  # it can never commit; once someone did, it gets DISCARD
+        if req.lossy and not self._may_pick_lossy(now):
+            return hold(req.offset), []  # a complete replica may still reach the end offset
         self.winner, self.winning_offset = req.instance, pinned
         self.state = S.COMMITTER_NOTIFIED
         return self._commit(now)
@@ -240,25 +250,35 @@ class CompletionFsm:
     def _pick_winner(self, req: SegmentConsumed, now: int) -> bool:
         """Pick the committer if we may: at once when the first report stopped at a limit every replica stops at;
         else once every live replica reported or the pick window passed. Prefer the caller among equals."""
-        if req.reason.decisive and len(self.reports) == 1:
+        if req.reason.decisive and len(self.reports) == 1 and not req.lossy:
             self.winner, self.winning_offset = req.instance, req.offset
             return True
         expected = self.replicas - self.excluded
         if now <= self.pick_deadline and not expected <= self.reports.keys():
             return False
         candidates = {i: o for i, o in self.reports.items() if i not in self.excluded}
+        complete = {i: o for i, o in candidates.items() if i not in self.lossy}
+        if complete:
+            candidates = complete
+        elif not self._may_pick_lossy(now):
+            return False
         best = max(candidates.values())
         self.winning_offset = best
         leaders = sorted(i for i, o in candidates.items() if o == best)
         self.winner = req.instance if req.instance in leaders else leaders[0]
         return True
 
+    def _may_pick_lossy(self, now: int) -> bool:
+        """An incomplete copy may commit: every expected replica reported, or they had ``lossy_pick_ms``."""
+        expected = self.replicas - self.excluded
+        return expected <= self.reports.keys() or now > self.start_ms + self.config.lossy_pick_ms
+
     def _decided_consumed(self, inst: str, offset: int, now: int) -> Step:
         assert self.winning_offset is not None
         if now > self.notify_deadline:
             return self._abort_hold(offset)  # the committer never came back: elect again
-        if offset > self.winning_offset:
-            return self._abort_hold(offset)  # a replica is ahead of the chosen offset: elect again
+        if offset > self.winning_offset and inst not in self.lossy:
+            return self._abort_hold(offset)  # a complete replica is ahead of the chosen offset: elect again
         if inst == self.winner:
             if offset == self.winning_offset:
                 self.state = S.COMMITTER_NOTIFIED

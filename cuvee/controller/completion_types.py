@@ -62,6 +62,13 @@ class CompletionConfig:
     def notify_winner_ms(self) -> int:
         return self.pick_winner_ms + self.hold_ms + self.hold_ms // 10
 
+    @property
+    def lossy_pick_ms(self) -> int:
+        """How long from its first message an FSM waits for a complete copy before it lets a replica that lost
+        messages to retention commit (when no complete replica has reported and not all replicas have):
+        half the build lease, so a frozen or slow complete replica gets time, and a dead one does not block."""
+        return self.pick_winner_ms + self.commit_timeout_ms // 2
+
 
 # ---- actions: what the shell must do ----
 

@@ -137,6 +137,8 @@ def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIss
         issues.extend(_bind(extended, f"({sqls[-1]})::BOOLEAN", paths[-1]))
         statement += f" WHERE NOT coalesce(try(({sqls[-1]})::BOOLEAN), false)"
     statement += f" ORDER BY {_ROW}"
+    if not issues:  # each expression binds; now the statement as it runs (TRY refuses volatile functions,
+        issues.extend(_run_empty(extended, statement))  # a filter cannot hold an aggregate...)
     return issues, statement, extended
 
 
@@ -166,6 +168,19 @@ def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
         con.sql(f"SELECT {expression} FROM {_BATCH}").to_arrow_table()
     except duckdb.Error as exc:
         return [ConfigIssue(path, f"cannot run: {str(exc).splitlines()[0]}")]
+    finally:
+        con.close()
+    return []
+
+
+def _run_empty(schema: Schema, statement: str) -> list[ConfigIssue]:
+    con = sandboxed_cursor()
+    try:
+        con.register(_BATCH, schema.arrow_schema().empty_table().append_column(_ROW, pa.array([], pa.int64())))
+        con.sql(statement).to_arrow_table()
+    except duckdb.Error as exc:
+        return [ConfigIssue("$.ingestionConfig", f"the transforms and filter cannot run together: "
+                                                 f"{str(exc).splitlines()[0]}")]
     finally:
         con.close()
     return []

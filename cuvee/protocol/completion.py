@@ -132,18 +132,25 @@ def _base(kind: RequestKind, segment: LLCSegmentName, instance: str, offset: int
 
 @dataclass(frozen=True, slots=True)
 class SegmentConsumed:
-    """A replica reached the end criterion at ``offset`` after ``rows`` rows, and asks what to do."""
+    """A replica reached the end criterion at ``offset`` after ``rows`` rows, and asks what to do.
+    ``messages_lost`` > 0: stream retention removed that many of the segment's messages before this replica read
+    them, so its copy is incomplete (the controller prefers a complete replica as committer)."""
 
     segment: LLCSegmentName
     instance: str
     offset: int
     rows: int
     reason: StopReason
+    messages_lost: int = 0
 
     kind = RequestKind.SEGMENT_CONSUMED
 
+    @property
+    def lossy(self) -> bool:
+        return self.messages_lost > 0
+
     def to_dict(self) -> dict[str, Any]:
-        extra = {"rows": self.rows, "reason": self.reason.value}
+        extra = {"rows": self.rows, "reason": self.reason.value, "messagesLost": self.messages_lost}
         return _base(self.kind, self.segment, self.instance, self.offset) | extra
 
 
@@ -237,7 +244,8 @@ def request_from_dict(d: Mapping[str, Any]) -> Request:
     match kind:
         case RequestKind.SEGMENT_CONSUMED:
             rows, reason = _int(d, "rows", what), _enum(StopReason, d, "reason", what)
-            return SegmentConsumed(segment, instance, offset, rows, reason)
+            lost = _int(d, "messagesLost", what, optional=True) or 0
+            return SegmentConsumed(segment, instance, offset, rows, reason, lost)
         case RequestKind.SEGMENT_COMMIT_START:
             return SegmentCommitStart(segment, instance, offset)
         case RequestKind.SEGMENT_COMMIT_END:

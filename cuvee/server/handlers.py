@@ -18,6 +18,7 @@ import pyarrow as pa
 from cuvee.cluster.records import SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.errors import CuveeError
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import SegmentFetcher
@@ -45,6 +46,7 @@ class Consuming(Protocol):
     def stop(self) -> None: ...
     def force_commit(self) -> None: ...
     def set_paused(self, paused: bool) -> None: ...
+    def cap(self, end_offset: int) -> None: ...
     def info(self) -> dict: ...
     def go_online(self, record: SegmentRecord) -> ImmutableSegment: ...
     def snapshot(self) -> pa.Table: ...
@@ -188,6 +190,7 @@ class SegmentTransitions:
         record = self._record(table, segment)
         if not record.is_consuming:  # IN_PROGRESS, or COMMITTING (pauseless): consumed up to its fixed end offset
             raise TransitionError(f"cannot consume {table}/{segment}: its metadata is {record.status.value}")
+        self._cap_predecessor(table, record)
         consuming = self._make_consuming(table, record)
         stop = _once(consuming.stop)
         with self._lock:
@@ -198,6 +201,25 @@ class SegmentTransitions:
             consuming.set_paused(True)
         self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
         consuming.start()
+
+    def _cap_predecessor(self, table: str, record: SegmentRecord) -> None:
+        """The partition's previous segment, still consuming here (a pauseless commit in flight), ends where this
+        one starts: it must never serve a row this one holds too."""
+        if record.start_offset is None:
+            return
+        try:
+            new = LLCSegmentName.parse(record.segment_name)
+        except InvalidSegmentNameError:
+            return
+        with self._lock:
+            held = [(name, c) for (t, name), c in self._consuming.items() if t == table]
+        for name, consuming in held:
+            try:
+                old = LLCSegmentName.parse(name)
+            except InvalidSegmentNameError:
+                continue
+            if (old.table, old.partition, old.sequence) == (new.table, new.partition, new.sequence - 1):
+                consuming.cap(record.start_offset)
 
     def _commit(self, table: str, segment: str) -> None:
         record = self._record(table, segment)

@@ -25,7 +25,9 @@ from cuvee.protocol.completion import (
     SegmentConsumed,
     StopReason,
 )
-from tests.controller.ladder import O1, O2, O3, S1, S2, S3, SEGMENT, Ladder
+from tests.controller.ladder import HOLD_MS, O1, O2, O3, S1, S2, S3, SEGMENT, Ladder
+
+LADDER_CONFIG = CompletionConfig(hold_ms=HOLD_MS)  # the ladder's timing
 
 R = ResponseStatus
 
@@ -583,3 +585,47 @@ def test_a_pinned_fsm_commits_only_at_the_fixed_offset() -> None:
     assert ladder.consumed(S3, 50).status is R.DISCARD
     assert ladder.consumed(S2, O2).status is R.KEEP
     assert [c.end_offset for c in ladder.commits] == [O2]
+
+
+# ---- replicas that lost messages to retention ----
+
+
+def lossy(ladder: Ladder, instance: str, offset: int, reason: StopReason = StopReason.ROW_LIMIT):  # type: ignore[no-untyped-def]
+    response, actions = ladder.send(SegmentConsumed(SEGMENT, instance, offset, offset - 50, reason, messages_lost=50))
+    assert response is not None and actions == []
+    return response
+
+
+def test_a_complete_replica_commits_even_behind_a_lossy_one_that_reported_first() -> None:
+    """The lossy replica reached its row limit at 150 (its copy skips 50 expired messages); the complete one stops
+    at 100. Largest-offset-wins would commit the incomplete copy; the complete one commits instead."""
+    ladder = Ladder(replicas=(S1, S2))
+    assert lossy(ladder, S1, 150).status is R.HOLD  # not decisive, though it stopped at the row limit
+    ladder.tick(10)  # past the pick window: still no winner among incomplete copies while S2 may report
+    assert lossy(ladder, S1, 150).status is R.HOLD
+    assert ladder.consumed(S2, 100, StopReason.ROW_LIMIT).status is R.COMMIT
+    assert lossy(ladder, S1, 150).status is R.HOLD  # ahead of the winner, but incomplete: no new election
+    assert ladder.commit(S2, 100).status is R.COMMIT_SUCCESS
+    assert lossy(ladder, S1, 150).status is R.DISCARD
+    assert [c.end_offset for c in ladder.commits] == [100]
+
+
+def test_an_incomplete_copy_commits_when_every_replica_lost_messages_or_after_the_lossy_wait() -> None:
+    ladder = Ladder(replicas=(S1, S2))
+    assert lossy(ladder, S1, 150).status is R.HOLD
+    assert lossy(ladder, S2, 140).status is R.CATCH_UP  # everyone reported, all incomplete: the largest wins
+    assert lossy(ladder, S1, 150).status is R.COMMIT
+
+    alone = Ladder(replicas=(S1, S2))  # S2 never reports (dead): S1's copy commits once the wait is over
+    assert lossy(alone, S1, 150).status is R.HOLD
+    alone.tick(LADDER_CONFIG.lossy_pick_ms / 1000 - 5)
+    assert lossy(alone, S1, 150).status is R.HOLD
+    alone.tick(10)
+    assert lossy(alone, S1, 150).status is R.COMMIT
+
+
+def test_a_pinned_fsm_prefers_a_complete_replica_at_the_fixed_offset() -> None:
+    ladder = Ladder(replicas=(S1, S2), pauseless=True)
+    ladder.pinned_offset = 100  # a commit start fixed the end offset; that committer is gone
+    assert lossy(ladder, S1, 100).status is R.HOLD  # at the offset, but its copy misses messages
+    assert ladder.consumed(S2, 100).status is R.COMMIT

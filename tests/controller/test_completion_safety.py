@@ -141,8 +141,9 @@ KINDS += ["start", "end", "extend", "stopped", "restart", "lose", "gain", "failo
 def op(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
     kind = draw(st.sampled_from(KINDS))
     match kind:
-        case "consumed":
-            return (kind, draw(replica), draw(offset), draw(st.sampled_from(list(StopReason))))
+        case "consumed":  # sometimes from a replica that lost messages to retention (an incomplete copy)
+            return (kind, draw(replica), draw(offset), draw(st.sampled_from(list(StopReason))),
+                    draw(st.sampled_from((0, 0, 0, 5))))
         case "start" | "end" | "stopped":
             return (kind, draw(replica), draw(offset))
         case "extend":
@@ -159,7 +160,7 @@ def op(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
 def apply(cluster: Cluster, step: tuple) -> None:  # type: ignore[type-arg]
     kind = step[0]
     if kind == "consumed":
-        cluster.send(SegmentConsumed(SEGMENT, step[1], step[2], step[2], step[3]))
+        cluster.send(SegmentConsumed(SEGMENT, step[1], step[2], step[2], step[3], messages_lost=step[4]))
     elif kind == "start":
         cluster.send(SegmentCommitStart(SEGMENT, step[1], step[2]))
     elif kind == "end":

@@ -83,8 +83,13 @@ def test_wire_shape_of_consumed() -> None:
         "offset": 4000,
         "rows": 1000,
         "reason": "rowLimit",
+        "messagesLost": 0,
     }
     assert request.kind is RequestKind.SEGMENT_CONSUMED
+    lossy = SegmentConsumed(SEG, "Server_1", 4000, 900, StopReason.ROW_LIMIT, messages_lost=100)
+    assert lossy.lossy and request_from_dict(lossy.to_dict()) == lossy
+    older = {k: v for k, v in request.to_dict().items() if k != "messagesLost"}  # a sender without the field
+    assert request_from_dict(older) == request and not request.lossy
 
 
 def test_wire_shape_of_responses() -> None:

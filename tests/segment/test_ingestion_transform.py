@@ -109,3 +109,13 @@ def test_apply_keeps_offsets_aligned_over_random_filters() -> None:
     assert result.offsets.tolist() == [100 + i for i in kept]
     assert [r["country"] for r in result.batch.to_pylist()] == [f"c{i}" for i in kept]
     assert sorted(result.offsets.tolist() + result.dropped_offsets.tolist()) == list(range(100, 600))
+
+
+@pytest.mark.parametrize("config", [
+    {"transformConfigs": [{"columnName": "amount", "transformFunction": "random()"}]},
+    {"transformConfigs": [{"columnName": "clicks", "transformFunction": "row_number() OVER ()"}]},
+    {"filterConfig": {"filterFunction": "sum(clicks) > 0"}},
+])
+def test_expressions_that_bind_alone_but_cannot_run_in_the_statement_are_refused(config: dict[str, Any]) -> None:
+    issues = ingestion_issues(SCHEMA, ingestion(**config).ingestion)
+    assert issues and all(i.path.startswith("$.ingestionConfig") for i in issues), issues

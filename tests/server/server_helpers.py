@@ -118,6 +118,7 @@ class ScriptedConsuming:
         self.num_docs = 2
         self.last_ingestion_ms: int | None = 123
         self.calls: list[str] = []
+        self.capped_at: int | None = None
         self._builds = builds
 
     def start(self) -> None:
@@ -128,6 +129,9 @@ class ScriptedConsuming:
 
     def force_commit(self) -> None:
         self.calls.append("force_commit")
+
+    def cap(self, end_offset: int) -> None:
+        self.capped_at = end_offset
 
     def set_paused(self, paused: bool) -> None:
         self.calls.append(f"paused={paused}")

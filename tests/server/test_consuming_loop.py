@@ -142,20 +142,17 @@ def test_a_lone_replica_counts_offsets_lost_to_retention_and_goes_on(tmp_path: P
     assert replica.segment.info()["startOffset"] == earliest
 
 
-def test_a_replica_that_lost_offsets_to_retention_gives_up_for_a_complete_one(tmp_path: Path, log_dir: Path,
-                                                                              controller, replicas) -> None:
-    """Going on from the earliest offset, it would reach the row limit past the complete replicas' offset and could
-    be picked to commit a copy without the lost rows: it stops consuming instead (and downloads later)."""
+def test_a_replica_that_lost_offsets_to_retention_says_so_when_it_reports(tmp_path: Path, log_dir: Path,
+                                                                          controller, replicas) -> None:
+    """Its copy is incomplete: segmentConsumed carries how many messages it lost, so the controller can prefer a
+    complete replica (which it would otherwise lose to this one's larger end offset)."""
     fake, client = controller
     earliest = _expire(log_dir)
-    replica = make_replica(tmp_path, log_dir, record(start=0, rows=400), instance="s1", client=client)
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=400 - earliest), instance="s1", client=client)
     replicas.append(replica)
     replica.segment.start()
-    wait_until(lambda: replica.segment.state is ConsumerState.ERROR)
-    [stopped] = [r for r in fake.requests if r.kind is RequestKind.SEGMENT_STOPPED_CONSUMING]
-    assert stopped.offset == 0 and "lost to retention" in stopped.reason
-    assert not [r for r in fake.requests if r.kind is RequestKind.SEGMENT_CONSUMED]  # never offered its copy
-    assert replica.segment.info()["messagesLost"] == earliest and replica.segment.num_docs == 0
+    sent = first_consumed(fake)
+    assert (sent.offset, sent.rows, sent.messages_lost) == (400, 400 - earliest, earliest) and sent.lossy
 
 
 def test_paused_consumer_fetches_nothing_until_resumed(tmp_path: Path, log_dir: Path, controller, replicas) -> None:
@@ -224,3 +221,33 @@ def test_the_tables_transforms_and_filter_apply_while_consuming(tmp_path: Path, 
     snapshot = replica.segment.snapshot()
     assert "fr" not in snapshot.column("country").to_pylist()
     assert snapshot.column("clicks").to_pylist()[:3] == [100, 200, 300]  # ids 1, 2, 3
+
+
+def test_a_transform_failing_on_a_batch_counts_its_rows_as_bad_and_consumption_goes_on(
+        tmp_path: Path, log_dir: Path, controller, replicas) -> None:
+    fake, client = controller
+    produce(log_dir, range(30))
+    doc = table(log_dir).to_json()
+    doc["ingestionConfig"] = {"transformConfigs": [{"columnName": "clicks", "transformFunction": "clicks + 1"}]}
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=20), instance="s1", client=client,
+                           table_config=TableConfig.from_json(doc))
+    replicas.append(replica)
+    transformer = replica.segment._consumer.transformer
+    assert transformer is not None
+    real, calls = transformer.apply, []
+
+    def fail_first(batch, offsets):  # type: ignore[no-untyped-def]
+        calls.append(len(offsets))
+        if len(calls) == 1:
+            raise RuntimeError("the expression blew up")
+        return real(batch, offsets)
+
+    transformer.apply = fail_first  # type: ignore[method-assign]
+    replica.segment.start()
+    wait_until(lambda: replica.segment.info()["badRecords"] == 30, message="the failed batch was not counted")
+    produce(log_dir, range(30, 60))
+    sent = first_consumed(fake)
+    failed = calls[0]
+    assert replica.segment.info()["badRecords"] == failed
+    assert "ingestion transform failed: RuntimeError" in replica.segment.info()["recentBadRecords"][0]["reason"]
+    assert sent.rows == 20 and sent.offset == failed + 20  # the failed batch's offsets were consumed, not kept

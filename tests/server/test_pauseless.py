@@ -93,7 +93,7 @@ def test_a_timed_out_catch_up_reports_where_it_stopped_and_catch_up_finishes_it(
         replicas.append(replica)
         replica.segment.start()
         (first,) = consumed(fake)[:1]
-        assert first.offset < 70 and first.rows == first.offset and first.reason is StopReason.ROW_LIMIT
+        assert first.offset < 70 and first.rows == first.offset and first.reason is StopReason.TIME_LIMIT
         produce(log_dir, range(40, 250))
         wait_until(lambda: any(r.offset == 70 for r in fake.of(K.SEGMENT_CONSUMED)), message="no report at 70")
         assert all(r.offset <= 70 for r in fake.of(K.SEGMENT_CONSUMED))
@@ -186,3 +186,54 @@ def test_a_committing_segment_is_not_downloaded(store: ClusterStore, server: Ser
     with pytest.raises(TransitionError, match=r"not committed yet \(COMMITTING\)"):
         server.transitions._download(TABLE, OTHER)
     assert server.registry.names(TABLE) == []
+
+
+# ---- the cap: a segment still consuming ends where its successor starts ------------------------------------
+
+
+def test_starting_the_next_segment_caps_the_one_still_consuming(store: ClusterStore, server: Server,
+                                                                 made: list[ScriptedConsuming]) -> None:
+    put_committing(store)
+    store.update_segment(TABLE, SEG, lambda r: dataclasses.replace(r, status=SegmentStatus.IN_PROGRESS,
+                                                                   end_offset=None))
+    set_ideal(store, {SEG: {"s1": S.CONSUMING}})
+    wait_until(lambda: state_of(store, SEG) is S.CONSUMING)
+    put_next(store)  # the commit start placed the next segment, from offset 20
+    set_ideal(store, {SEG: {"s1": S.CONSUMING}, NEXT: {"s1": S.CONSUMING}})
+    wait_until(lambda: state_of(store, NEXT) is S.CONSUMING)
+    by_name = {c.name: c for c in made}
+    assert by_name[SEG].capped_at == 20 and by_name[NEXT].capped_at is None
+
+
+def test_a_replica_past_the_cap_serves_only_the_rows_below_it_and_stops(tmp_path: Path, log_dir: Path,
+                                                                         replicas) -> None:
+    """It consumed to 100 (a later time limit than the committer's); the next segment starts at 60 here: queries
+    must see rows 0..59 only, or they would count 60..99 twice. It reports where it is (past the end: DISCARD)."""
+    produce(log_dir, range(100))
+    with controller(lambda request: hold(request.offset)) as (fake, client):
+        replica = make_replica(tmp_path, log_dir, record(rows=1000), instance="s1", client=client)
+        replicas.append(replica)
+        replica.segment.start()
+        wait_until(lambda: replica.segment.num_docs == 100)
+        replica.segment.cap(60)
+        assert replica.segment.num_docs == 60
+        assert replica.segment.snapshot().column("id").to_pylist() == list(range(60))
+        assert replica.segment.encoded_snapshot().num_rows == 60
+        (first,) = consumed(fake)[:1]
+        assert (first.offset, first.reason) == (100, StopReason.TIME_LIMIT)
+        produce(log_dir, range(100, 150))
+        assert replica.segment.num_docs == 60 and replica.segment.info()["currentOffset"] == 100
+
+
+def test_a_replica_before_the_cap_stops_exactly_at_it(tmp_path: Path, log_dir: Path, replicas) -> None:
+    produce(log_dir, range(30))
+    with controller(lambda request: hold(request.offset)) as (fake, client):
+        replica = make_replica(tmp_path, log_dir, record(rows=1000), instance="s1", client=client)
+        replicas.append(replica)
+        replica.segment.start()
+        wait_until(lambda: replica.segment.num_docs == 30)
+        replica.segment.cap(50)
+        produce(log_dir, range(30, 90))
+        (first,) = consumed(fake)[:1]
+        assert (first.offset, first.rows, first.reason) == (50, 50, StopReason.ROW_LIMIT)
+        assert replica.segment.snapshot().column("id").to_pylist() == list(range(50))

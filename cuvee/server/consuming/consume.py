@@ -3,12 +3,11 @@
 Offsets are exact so that replicas agree: a segment ending at the row limit ends one past the offset of the row
 that filled it (not at the fetch batch's end), and a catch-up ends at exactly the offset the controller named.
 Bad messages below the offset reached are counted in the segment's BadRecordLog (those beyond belong to the next
-segment, which will see them again). Data lost to retention (OffsetOutOfRangeError) is counted and logged loudly;
-then, with ``give_up_on_loss`` (the table has other replicas), consumption stops with ConsumeError: the replica
-tells the controller it stopped consuming, so a replica that still holds those rows commits, and this one
-downloads the committed copy. Were it to go on from the earliest offset, it would reach the row limit at a larger
-offset than the complete replicas, and the controller (which picks the largest offset) could commit its copy, with
-the lost rows missing for good. Alone (one replica), it goes on from the earliest offset still in the stream.
+segment, which will see them again). Data lost to retention (OffsetOutOfRangeError) is counted
+(``messages_lost``), logged loudly, and consumption goes on from the earliest offset still in the stream. The
+count travels with segmentConsumed: this copy is incomplete, and the controller commits a complete replica's copy
+when there is one (otherwise it would pick this one for its larger end offset, and lose for good the rows the
+complete replicas hold).
 """
 
 from __future__ import annotations
@@ -20,10 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from cuvee.decode import BadRecordLog, Decoder
+from cuvee.decode.base import BadRecord
 from cuvee.decode.transform import RowTransformer
 from cuvee.protocol.completion import StopReason
 from cuvee.segment.mutable import MutableSegment
+from cuvee.segment.mutable.buffers import GrowingArray
 from cuvee.server.consuming.config import ConsumerConfig
 from cuvee.spi.stream import OffsetOutOfRangeError, StreamConsumer, StreamError
 
@@ -61,7 +64,6 @@ class PartitionConsumer:
         clock: Callable[[], float],
         interrupted: threading.Event,
         name: str,
-        give_up_on_loss: bool = False,
         transformer: RowTransformer | None = None,
     ):
         self._open_stream = open_stream
@@ -76,8 +78,12 @@ class PartitionConsumer:
         self.config = config
         self.clock = clock
         self.interrupted = interrupted
-        self.give_up_on_loss = give_up_on_loss
         self.transformer = transformer  # the table's ingestion transforms and filter, if any
+        # The stream offset of every row appended, in order (8 bytes a row): which rows lie below an offset.
+        self.row_offsets = GrowingArray(np.int64, 1024)
+        # Where this segment must end because the partition's next segment starts there on this server (set by
+        # ``ConsumingSegment.cap``): consumption stops at it and rows at or past it are not served.
+        self.cap: int | None = None
         self.rows_filtered = 0  # rows the filter dropped (offsets consumed, rows not kept)
         # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
         # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
@@ -97,12 +103,20 @@ class PartitionConsumer:
     def rows(self) -> int:
         return self.segment.num_docs
 
+    def rows_below(self, offset: int) -> int:
+        """How many of the rows appended so far have a stream offset below ``offset`` (they are a prefix)."""
+        known = min(self.segment.num_docs, self.row_offsets.size)
+        return int(np.searchsorted(self.row_offsets.head(known), offset, side="left"))
+
     def consume(self, end: EndCriteria) -> StopReason | None:
         """Consume until an end criterion holds; None if interrupted first. Raises ConsumeError."""
         while True:
             self.parked = False
             if self.interrupted.is_set():
                 return None
+            cap = self.cap
+            if cap is not None and self.offset >= cap:  # the next segment starts there: a fixed end
+                return StopReason.ROW_LIMIT if self.offset == cap else StopReason.TIME_LIMIT
             if end.force():
                 return StopReason.FORCE_COMMIT
             if self.rows >= end.row_limit:
@@ -143,6 +157,9 @@ class PartitionConsumer:
             return
         self.stream_errors = 0
         fetched = len(batch)
+        cap = self.cap  # read again: it may have been set while the fetch waited
+        if cap is not None:
+            target = cap if target is None else min(target, cap)
         if target is not None:
             batch = batch.below(target)
         next_offset = batch.next_offset
@@ -154,8 +171,16 @@ class PartitionConsumer:
         good, offsets = result.batch, result.offsets
         dropped = offsets[:0]
         if self.transformer is not None:
-            transformed = self.transformer.apply(good, offsets)
-            good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
+            try:
+                transformed = self.transformer.apply(good, offsets)
+            except Exception as exc:  # noqa: BLE001 - never a crash loop: the batch's rows are counted as bad
+                log.exception("%s: the ingestion transforms failed on a batch at offset %d", self.name, self.offset)
+                failure = f"ingestion transform failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                by_offset = dict(zip(batch.offsets, batch.values))
+                result.bad.extend(BadRecord.of(o, failure, by_offset[int(o)]) for o in offsets)
+                good, offsets = good.slice(0, 0), offsets[:0]
+            else:
+                good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
         kept = good.num_rows
         room = self.segment.capacity - self.rows
         if row_limit is not None:
@@ -166,6 +191,8 @@ class PartitionConsumer:
             taken = self.segment.append(good, offsets) if good.num_rows else 0
         except (ValueError, RuntimeError) as exc:
             raise ConsumeError(f"{self.name}: cannot append rows at offset {self.offset}: {exc}") from exc
+        if taken:
+            self.row_offsets.append(np.asarray(offsets[:taken], dtype=np.int64))
         if taken < kept:
             # Stopped inside the batch (row limit or capacity): end right after the last row taken.
             reached = int(offsets[taken - 1]) + 1 if taken else self.offset
@@ -186,15 +213,10 @@ class PartitionConsumer:
     def _lost(self, exc: OffsetOutOfRangeError) -> None:
         lost = max(exc.earliest - self.offset, 0)
         self.messages_lost += lost
-        if self.give_up_on_loss:
-            log.error("%s: offsets %d..%d of %s[%d] were removed by retention before this replica read them (%d "
-                      "messages): giving up this copy, a replica that has them commits", self.name, self.offset,
-                      exc.earliest - 1, exc.topic, exc.partition, lost)
-            raise ConsumeError(f"{self.name}: {lost} messages (offsets {self.offset}..{exc.earliest - 1}) were lost "
-                               "to retention before this replica read them; a complete replica must commit")
-        log.error("%s: DATA LOSS: offsets %d..%d of %s[%d] were removed by retention before this replica read "
-                  "them (%d messages); continuing from %d", self.name, self.offset, exc.earliest - 1, exc.topic,
-                  exc.partition, lost, exc.earliest)
+        log.error("%s: offsets %d..%d of %s[%d] were removed by retention before this replica read them (%d "
+                  "messages): this copy is incomplete; continuing from %d (the controller commits a complete "
+                  "replica's copy if there is one, else this one: DATA LOSS)", self.name, self.offset,
+                  exc.earliest - 1, exc.topic, exc.partition, lost, exc.earliest)
         self.offset = max(self.offset, exc.earliest)
         if self.rows == 0:
             self.effective_start = self.offset

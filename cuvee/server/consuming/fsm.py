@@ -81,6 +81,7 @@ class ConsumerFsm:
         self.state = ConsumerState.CONSUMING
         self.offset: int | None = None  # where consumption stopped (the end offset if we commit now)
         self.rows = 0
+        self.messages_lost = 0  # reported with segmentConsumed: the controller prefers complete copies
         self.reason = StopReason.ROW_LIMIT
         self.built: BuiltSegment | None = None
         self.catch_up_target: int | None = None
@@ -139,6 +140,7 @@ class ConsumerFsm:
     def _consuming(self, event: Event) -> list[Action]:
         if isinstance(event, EndReached):
             self.offset, self.rows, self.reason = event.offset, event.rows, event.reason
+            self.messages_lost = event.messages_lost
             return self._ask()
         return []
 
@@ -179,6 +181,7 @@ class ConsumerFsm:
     def _catching_up(self, event: Event) -> list[Action]:
         if isinstance(event, CaughtUp):
             self.offset, self.rows = event.offset, event.rows
+            self.messages_lost = max(self.messages_lost, event.messages_lost)
             if self.catch_up_target is not None and event.offset < self.catch_up_target:
                 # Fell short (the stream lacks the data, or the segment is full): report later, not in a loop.
                 self.state = ConsumerState.HOLDING
@@ -287,7 +290,8 @@ class ConsumerFsm:
 
     def _consumed_request(self) -> Send:
         assert self.offset is not None
-        return Send(SegmentConsumed(self.segment, self.instance, self.offset, self.rows, self.reason))
+        return Send(SegmentConsumed(self.segment, self.instance, self.offset, self.rows, self.reason,
+                                    self.messages_lost))
 
     def _commit_start(self) -> list[Action]:
         assert self.offset is not None

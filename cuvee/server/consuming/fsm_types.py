@@ -58,11 +58,13 @@ class BuiltSegment:
 
 @dataclass(frozen=True, slots=True)
 class EndReached:
-    """The consume loop stopped at an end criterion: next offset to consume, rows indexed, and why."""
+    """The consume loop stopped at an end criterion: next offset to consume, rows indexed, and why;
+    ``messages_lost``: the segment's messages retention removed before they were read (an incomplete copy)."""
 
     offset: int
     rows: int
     reason: StopReason
+    messages_lost: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,7 @@ class CaughtUp:
 
     offset: int
     rows: int
+    messages_lost: int = 0
 
 
 @dataclass(frozen=True, slots=True)

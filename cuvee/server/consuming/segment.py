@@ -141,7 +141,7 @@ class ConsumingSegment:
             start_offset=record.start_offset,
             decoder=JsonDecoder(decode_schema(schema, transformer), source=self.name),
             segment=self._mutable, bad_records=self.bad_records, config=config, clock=clock,
-            interrupted=self._interrupt, name=self.name, give_up_on_loss=table.replication > 1,
+            interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
         self._thread: threading.Thread | None = None
@@ -181,6 +181,16 @@ class ConsumingSegment:
     def set_paused(self, paused: bool) -> None:
         (self._paused.set if paused else self._paused.clear)()
 
+    def cap(self, end_offset: int) -> None:
+        """The partition's next segment starts at ``end_offset`` on this server (pauseless: before this one is
+        committed), so this one ends there: consumption stops at it, and queries see only the rows below it. A
+        replica that had consumed past it (a later time limit) would otherwise serve rows the next segment also
+        holds; it reports where it is and is told DISCARD once the segment is committed."""
+        consumer = self._consumer
+        if consumer.cap is None or end_offset < consumer.cap:
+            consumer.cap = end_offset
+            log.info("%s: capped at offset %d, where the next segment starts", self.name, end_offset)
+
     def _halt(self) -> None:
         self._interrupt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -195,7 +205,12 @@ class ConsumingSegment:
     @property
     def num_docs(self) -> int:
         mutable = self._mutable
-        return 0 if mutable is None else mutable.num_docs
+        return 0 if mutable is None else self._visible(mutable)
+
+    def _visible(self, mutable: MutableSegment) -> int:
+        """The published rows a reader may see: all of them, or those below the cap (see ``cap``)."""
+        cap = self._consumer.cap
+        return mutable.num_docs if cap is None else self._consumer.rows_below(cap)
 
     @property
     def last_ingestion_ms(self) -> int | None:
@@ -209,7 +224,7 @@ class ConsumingSegment:
         mutable = self._mutable
         if mutable is None:
             return self.schema.arrow_schema().empty_table()
-        return building.logical_table(mutable.snapshot(), self.schema)
+        return building.logical_table(mutable.snapshot(self._visible(mutable)), self.schema)
 
     def to_arrow(self) -> pa.Table:
         return self.snapshot()
@@ -220,7 +235,7 @@ class ConsumingSegment:
         mutable = self._mutable
         if mutable is None:
             return self.schema.arrow_schema().empty_table()
-        return encoded_logical_table(mutable.snapshot(), self.schema.arrow_schema())
+        return encoded_logical_table(mutable.snapshot(self._visible(mutable)), self.schema.arrow_schema())
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
@@ -265,7 +280,8 @@ class ConsumingSegment:
                 return
             log.info("%s: end of consumption (%s) at offset %d with %d rows", self.name, reason.value,
                      self._consumer.offset, self._consumer.rows)
-            self._drive(self._handle(EndReached(self._consumer.offset, self._consumer.rows, reason)))
+            self._drive(self._handle(EndReached(self._consumer.offset, self._consumer.rows, reason,
+                                                self._consumer.messages_lost)))
         except Exception:
             log.exception("%s: the consume thread failed", self.name)
 
@@ -296,6 +312,7 @@ class ConsumingSegment:
             log.warning("%s: catching up to the fixed end offset %d stopped at %d after %.1fs; reporting that "
                         "offset (the controller answers CATCH_UP)", self.name, target, offset,
                         self._config.catch_up_timeout_seconds)
+            return StopReason.TIME_LIMIT  # not decisive: a short report must not win an election at once
         return StopReason.ROW_LIMIT
 
     def _handle(self, event: Event) -> list[Action]:
@@ -332,7 +349,7 @@ class ConsumingSegment:
                     self._consumer.catch_up(offset, self._config.catch_up_timeout_seconds)
                 except ConsumeError as exc:
                     return ConsumeFailed(self._consumer.offset, self._consumer.rows, str(exc))
-                return CaughtUp(self._consumer.offset, self._consumer.rows)
+                return CaughtUp(self._consumer.offset, self._consumer.rows, self._consumer.messages_lost)
             case Build(offset=offset, purpose=purpose):
                 return self._while_leased(lambda: self._build(offset, purpose))
             case Upload():
