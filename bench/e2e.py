@@ -389,6 +389,8 @@ def main() -> int:
     parser.add_argument("--segment-rows", type=int, default=0,
                         help="rows per committed segment (default: about 3 commits per partition)")
     parser.add_argument("--chunk-rows", type=int, default=100_000, help="rows the producer encodes at a time")
+    parser.add_argument("--max-parallel-builds", type=int, default=0,
+                        help="each server's max_parallel_segment_builds (0: no cap)")
     parser.add_argument("--pauseless", action="store_true",
                         help="pauseless consumption: a partition's next segment consumes while the previous commits")
     parser.add_argument("--produce-rate", type=float, default=0,
@@ -411,7 +413,9 @@ def main() -> int:
         return 2
     segment_rows = args.segment_rows or max(50_000, args.rows // (args.partitions * 3) + 1)
     console.print(f"Starting a controller, {args.servers} servers and a broker in {directory} ...")
-    info = up(LocalClusterSpec(dir=directory, servers=args.servers, overrides=OVERRIDES))
+    overrides = {**OVERRIDES, "server": {**OVERRIDES["server"],
+                                         "max_parallel_segment_builds": args.max_parallel_builds}}
+    info = up(LocalClusterSpec(dir=directory, servers=args.servers, overrides=overrides))
     try:
         figures = run(args, console, info, segment_rows)
         (directory / "bench-e2e.json").write_text(json.dumps(figures, indent=2) + "\n")
