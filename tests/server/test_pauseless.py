@@ -18,11 +18,13 @@ from cuvee.protocol.completion import Request, RequestKind, Response, ResponseSt
 from cuvee.server.consuming import ConsumerConfig, ConsumerState, SegmentCompletionClient
 from cuvee.server.handlers import TransitionError
 from cuvee.server.server import Server
+from cuvee.stream import open_admin
+from cuvee.stream.log import TopicSettings
 from tests.server.server_helpers import (
     TABLE, ScriptedConsuming, build, server_config, set_ideal,
 )
 from tests.server.test_consuming_support import (
-    FAST, ScriptedController, make_replica, produce, record, serving, wait_until,
+    FAST, TOPIC, ScriptedController, make_replica, produce, record, serving, stream_configs, wait_until,
 )
 
 K = RequestKind
@@ -237,3 +239,23 @@ def test_a_replica_before_the_cap_stops_exactly_at_it(tmp_path: Path, log_dir: P
         (first,) = consumed(fake)[:1]
         assert (first.offset, first.rows, first.reason) == (50, 50, StopReason.ROW_LIMIT)
         assert replica.segment.snapshot().column("id").to_pylist() == list(range(50))
+
+
+def test_a_committing_segment_whose_range_retention_removed_ends_at_its_offset_and_reports_the_loss(
+        tmp_path: Path, log_dir: Path, replicas) -> None:
+    """Nobody can read offsets 10..79 any more (the committer died, retention moved past the end): the replica
+    reports the fixed end with its loss, so the controller can commit what exists instead of leaving the segment
+    unavailable to queries for good."""
+    admin = open_admin(stream_configs(log_dir))
+    admin.configure_topic(TOPIC, TopicSettings(segment_bytes=2000, retention_bytes=2000))
+    for start in range(0, 300, 20):
+        produce(log_dir, range(start, start + 20))
+    assert admin.apply_retention(TOPIC)[0] > 80
+    with controller(lambda request: hold(request.offset)) as (fake, client):
+        replica = make_replica(tmp_path, log_dir, committing(10, 80, 100), instance="s1", client=client)
+        replicas.append(replica)
+        replica.segment.start()
+        (first,) = consumed(fake)[:1]
+        assert (first.offset, first.rows, first.reason) == (80, 0, StopReason.ROW_LIMIT)
+        assert first.lossy and first.messages_lost > 70
+        assert replica.segment.state is ConsumerState.HOLDING

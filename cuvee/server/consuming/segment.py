@@ -306,8 +306,15 @@ class ConsumingSegment:
         if self._interrupt.is_set():
             return None
         offset = self._consumer.offset
-        if offset > target:  # retention removed the offsets up to past the end: this replica cannot rebuild it
-            raise ConsumeError(f"{self.name}: the stream no longer holds offsets up to {target} (next is {offset})")
+        if offset > target:
+            # Retention removed the rest of the range, up to past its end: no replica can read it any more. Keep
+            # the rows this one has, end exactly at the fixed offset (the next segment starts there), and report
+            # the loss: the controller commits a complete copy if one exists, else this one (the loss is real),
+            # so the segment does not stay unavailable to queries for good.
+            log.error("%s: the stream no longer holds offsets up to the fixed end %d (next is %d); ending there "
+                      "with the %d rows read", self.name, target, offset, self._consumer.rows)
+            self._consumer.offset = target
+            return StopReason.ROW_LIMIT
         if not reached:
             log.warning("%s: catching up to the fixed end offset %d stopped at %d after %.1fs; reporting that "
                         "offset (the controller answers CATCH_UP)", self.name, target, offset,
