@@ -44,8 +44,7 @@ def raw_stats(values: pa.Array, valid: np.ndarray | None, single_value: bool) ->
     present = values if valid is None else values.filter(pa.array(valid))
     if len(present) == 0:
         return ValueStats(0, None, None, single_value and _nulls_last(valid))
-    bits = _FLOAT_BITS.get(present.type)
-    cardinality = pc.count_distinct(present.view(bits) if bits else present).as_py()
+    cardinality = _distinct_count(present)
     key = order_key(present)
     if key is not None:
         low, high = stat_value(present, int(np.argmin(key))), stat_value(present, int(np.argmax(key)))
@@ -55,6 +54,21 @@ def raw_stats(values: pa.Array, valid: np.ndarray | None, single_value: bool) ->
         low, high = json_value(bounds["min"].as_py()), json_value(bounds["max"].as_py())
         ordered = len(present) < 2 or pc.all(pc.greater_equal(present[1:], present[:-1])).as_py()
     return ValueStats(cardinality, low, high, bool(single_value and _nulls_last(valid) and ordered))
+
+
+def _distinct_count(present: pa.Array) -> int:
+    """Exact number of distinct non-null values. Integers, floats and timestamps: a numpy sort of the raw bits (a
+    SIMD sort, ~5 ms per 500k values, where Arrow's hash count takes ~50 ms: it was most of a segment build);
+    floats compare by their bits, as the dictionaries do. Other types: Arrow's hash count."""
+    kind = present.type
+    bits = _FLOAT_BITS.get(kind)
+    if bits is not None or pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
+        data = (present.view(bits) if bits is not None else present).to_numpy(zero_copy_only=False)
+        if data.dtype.kind == "M":
+            data = data.view(np.int64)
+        data = np.sort(data)
+        return int(np.count_nonzero(data[1:] != data[:-1])) + 1 if len(data) else 0
+    return int(pc.count_distinct(present).as_py())
 
 
 def stat_value(values: pa.Array, i: int) -> Any:
