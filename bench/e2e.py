@@ -302,7 +302,8 @@ def freshness_figures(fresh: Freshness) -> dict[str, Any]:
             "p50_ms": percentile(latencies, 50), "p90_ms": percentile(latencies, 90),
             "p99_ms": percentile(latencies, 99), "over_1s": sum(1 for v in latencies if v > 1000),
             "max_ms": max(latencies, default=float("nan")),
-            "poll_query_p50_ms": percentile(fresh.poll_ms, 50), "poll_errors": fresh.errors[:3]}
+            "poll_query_p50_ms": percentile(fresh.poll_ms, 50), "poll_query_p99_ms": percentile(fresh.poll_ms, 99),
+            "poll_query_max_ms": max(fresh.poll_ms, default=float("nan")), "poll_errors": fresh.errors[:3]}
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -558,7 +559,9 @@ def show(console: Console, f: dict[str, Any]) -> None:
         summary.add_row(f"produce-to-queryable {label}: p99", f"{phase['p99_ms']:,.0f} ms", "<= 1,000 ms")
         summary.add_row("  (max; markers seen / produced; over 1 s)",
                         f"{phase['max_ms']:,.0f} ms; {phase['seen']} / {phase['markers']}; {phase['over_1s']}", "")
-        summary.add_row("  (marker poll query p50)", f"{phase['poll_query_p50_ms']:,.0f} ms", "")
+        summary.add_row("  (marker poll query p50 / p99 / max)",
+                        f"{phase['poll_query_p50_ms']:,.0f} / {phase['poll_query_p99_ms']:,.0f} / "
+                        f"{phase['poll_query_max_ms']:,.0f} ms", "")
     console.print(summary)
     servers = Table(title="Per server", title_justify="left")
     for column in ("server", "rows held", "segments (committed)", "rows/s", "CPU s", "rows / CPU s", "peak RSS"):
