@@ -22,7 +22,10 @@ serve never overlaps. The cost, with replicas > 1:
 the replica read for N may still be catching up to N's end offset, so a query can briefly miss some of N's
 not-yet-committed rows while it sees N+1's (never a committed row, never a row twice). A later segment ONLINE
 nowhere with no CONSUMING replica either is still held back, not unavailable (a next segment whose consumers are
-not up yet must not turn into a 305); only the first such segment of a partition is unavailable, as above.
+not up yet must not turn into a 305); only the first such segment of a partition is unavailable, as above. A
+consuming segment is read only from a replica that also holds its successor, if any server holds the successor:
+that is where the segment has been capped (``_capped``); if none of its replicas does yet, it is read from any
+replica and the consuming segments after it are held back for that query.
 
 Committed segments' replicas are chosen round-robin by the request number: segment ``i`` (in name order) of
 request ``r`` goes to candidate ``(r + i) % n``, which spreads each query's segments evenly over the replicas and
@@ -88,14 +91,20 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
     held_back: list[str] = []
     for members in groups.values():
         blocked = False  # an earlier segment of this partition is ONLINE nowhere
-        for _, segment in sorted(members):
+        stopped = False  # an earlier consuming segment was read from an uncapped replica: read nothing after it
+        ordered = [segment for _, segment in sorted(members)]
+        for position, segment in enumerate(ordered):
             replicas = view[segment]
             online = _replicas_in(replicas, SegmentState.ONLINE, available)
             if online:
                 choices.append(_Choice(segment, online, consuming=False))
                 continue
             consuming = _replicas_in(replicas, SegmentState.CONSUMING, available)
-            if consuming and not (blocked and hold_back):
+            if consuming and not stopped and not (blocked and hold_back):
+                if not hold_back and position + 1 < len(ordered):
+                    capped = _capped(consuming, view[ordered[position + 1]], available)
+                    stopped = not capped  # nobody holding the successor holds this one: read it, not what follows
+                    consuming = capped or consuming
                 choices.append(_Choice(segment, consuming, consuming=True))
             elif blocked:
                 held_back.append(segment)
@@ -116,6 +125,18 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
         unavailable=tuple(sorted(unavailable)),
         held_back=tuple(sorted(held_back)),
     )
+
+
+def _capped(candidates: tuple[str, ...], successor: Mapping[str, SegmentState],
+            available: Set[str]) -> tuple[str, ...]:
+    """The replicas of a consuming segment that also hold its successor (pauseless): a server caps a segment where
+    the next one starts when it takes the next one up, so only those never serve a row the successor holds too.
+    All candidates when no available server holds the successor yet (nothing to overlap with)."""
+    holders = set(_replicas_in(successor, SegmentState.CONSUMING, available))
+    holders |= set(_replicas_in(successor, SegmentState.ONLINE, available))
+    if not holders:
+        return candidates
+    return tuple(c for c in candidates if c in holders)
 
 
 def _replicas_in(replicas: Mapping[str, SegmentState], state: SegmentState, available: Set[str]) -> tuple[str, ...]:

@@ -171,8 +171,10 @@ class CompletionFsm:
             return Response(ResponseStatus.CATCH_UP, self.winning_offset), []
         return hold(offset), []
 
-    def _keep_or_discard(self, offset: int) -> Step:
-        if offset == self.winning_offset:
+    def _keep_or_discard(self, offset: int, instance: str | None = None) -> Step:
+        """After the commit: a replica at the committed offset keeps its copy, unless that copy is incomplete
+        (it lost messages to retention: its build would not match the committed CRC); others download."""
+        if offset == self.winning_offset and (instance is None or instance not in self.lossy):
             return Response(ResponseStatus.KEEP, offset), []
         return Response(ResponseStatus.DISCARD), []
 
@@ -216,7 +218,7 @@ class CompletionFsm:
             case S.COMMITTING:
                 return self._relative(offset)
             case S.COMMITTED:
-                return self._keep_or_discard(offset)
+                return self._keep_or_discard(offset, inst)
             case S.ABORTED:
                 return hold(offset), []
 
@@ -241,8 +243,10 @@ class CompletionFsm:
             return Response(ResponseStatus.CATCH_UP, pinned), []
         if req.offset > pinned:
             return hold(req.offset), []  # it can never commit; once someone did, it gets DISCARD
-        if req.lossy and not self._may_pick_lossy(now):
-            return hold(req.offset), []  # a complete replica may still reach the end offset
+        complete_below = any(o <= pinned for i, o in self.reports.items()
+                             if i not in self.lossy and i not in self.excluded)
+        if req.lossy and (complete_below or not self._may_pick_lossy(now)) and not self._lossy_wait_over(now):
+            return hold(req.offset), []  # a complete replica is catching up to the end offset, or may report
         self.winner, self.winning_offset = req.instance, pinned
         self.state = S.COMMITTER_NOTIFIED
         return self._commit(now)
@@ -271,7 +275,10 @@ class CompletionFsm:
     def _may_pick_lossy(self, now: int) -> bool:
         """An incomplete copy may commit: every expected replica reported, or they had ``lossy_pick_ms``."""
         expected = self.replicas - self.excluded
-        return expected <= self.reports.keys() or now > self.start_ms + self.config.lossy_pick_ms
+        return expected <= self.reports.keys() or self._lossy_wait_over(now)
+
+    def _lossy_wait_over(self, now: int) -> bool:
+        return now > self.start_ms + self.config.lossy_pick_ms
 
     def _decided_consumed(self, inst: str, offset: int, now: int) -> Step:
         assert self.winning_offset is not None

@@ -67,7 +67,8 @@ class CompletionConfig:
         """How long from its first message an FSM waits for a complete copy before it lets a replica that lost
         messages to retention commit (when no complete replica has reported and not all replicas have):
         half the build lease, so a frozen or slow complete replica gets time, and a dead one does not block."""
-        return self.pick_winner_ms + self.commit_timeout_ms // 2
+        lease = min(self.max_commit_ms, self.notify_winner_ms + self.commit_timeout_ms)  # an FSM's first lease
+        return min(self.pick_winner_ms + self.commit_timeout_ms // 2, max(self.pick_winner_ms, lease - self.hold_ms))
 
 
 # ---- actions: what the shell must do ----

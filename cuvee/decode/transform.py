@@ -121,6 +121,10 @@ def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIss
     parsed = [_expression(text, timestamps, path, issues) for text, path in zip(texts, paths)]
     sources = sorted({c.name for e in parsed if e is not None for c in e.find_all(exp.Column)}
                      - set(schema.column_names))
+    for reserved in [name for name in sources if name.startswith("__cuvee")]:
+        issues.append(ConfigIssue("$.ingestionConfig", f"field name {reserved!r} is reserved (names starting "
+                                                       "with '__cuvee' are Cuvee's own)"))
+        sources.remove(reserved)
     extended = Schema(schema.name, schema.fields + tuple(
         FieldSpec(name, DataType.STRING, FieldRole.DIMENSION) for name in sources))
     sqls = [None if e is None else str(e.sql(dialect=DIALECT)) for e in parsed]

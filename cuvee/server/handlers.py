@@ -37,6 +37,7 @@ class Consuming(Protocol):
 
     name: str
     is_consuming: bool
+    record: SegmentRecord
 
     @property
     def num_docs(self) -> int: ...
@@ -199,12 +200,14 @@ class SegmentTransitions:
             self._stoppers[(table, segment)] = stop
         if paused:
             consuming.set_paused(True)
+        self._cap_from_successor(table, consuming)
         self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
         consuming.start()
 
     def _cap_predecessor(self, table: str, record: SegmentRecord) -> None:
         """The partition's previous segment, still consuming here (a pauseless commit in flight), ends where this
-        one starts: it must never serve a row this one holds too."""
+        one starts: it must never serve a row this one holds too (the broker reads a consuming segment from a
+        server that also holds its successor, for that reason)."""
         if record.start_offset is None:
             return
         try:
@@ -220,6 +223,24 @@ class SegmentTransitions:
                 continue
             if (old.table, old.partition, old.sequence) == (new.table, new.partition, new.sequence - 1):
                 consuming.cap(record.start_offset)
+
+    def _cap_from_successor(self, table: str, consuming: Consuming) -> None:
+        """The other order (transitions run in parallel): the partition's next segment started here first."""
+        try:
+            own = LLCSegmentName.parse(consuming.name)
+        except InvalidSegmentNameError:
+            return
+        with self._lock:
+            held = [(name, c) for (t, name), c in self._consuming.items() if t == table]
+        for name, other in held:
+            try:
+                llc = LLCSegmentName.parse(name)
+            except InvalidSegmentNameError:
+                continue
+            start = other.record.start_offset
+            if (llc.table, llc.partition, llc.sequence) == (own.table, own.partition, own.sequence + 1) and \
+                    start is not None:
+                consuming.cap(start)
 
     def _commit(self, table: str, segment: str) -> None:
         record = self._record(table, segment)
@@ -243,6 +264,7 @@ class SegmentTransitions:
         if record.is_consuming:
             raise TransitionError(f"cannot download {table}/{segment}: it is not committed yet "
                                   f"({record.status.value})")
+        self._cap_predecessor(table, record)  # the previous segment, if still consuming here, ends where this starts
         committed = self._local.load_valid(table, segment, record.crc) or self._fetcher.fetch(table, record)
         self._serve_committed(table, committed)
 

@@ -102,12 +102,21 @@ def test_invariants_for_any_view_of_one_partition(replicas, available, request) 
     def serving(name: str, state: SegmentState) -> set[str]:
         return {i for i, s in view[name].items() if s is state and i in available}
 
-    for name in names:
+    stopped = False  # an earlier consuming segment had no replica holding its successor
+    for k, name in enumerate(names):
         online, consuming = serving(name, ON), serving(name, CO)
         if online:  # ONLINE preferred
             assert chosen[name] in online and name not in table.consuming
-        elif consuming:  # every consuming segment is read (nothing held back)
+        elif consuming and not stopped:  # read, from a replica that holds its successor if any server does
             assert chosen[name] in consuming and name in table.consuming
+            if k + 1 < len(names):
+                holders = serving(names[k + 1], CO) | serving(names[k + 1], ON)
+                if consuming & holders:
+                    assert chosen[name] in holders  # capped there: never a row the successor holds too
+                elif holders:
+                    stopped = True
+        elif consuming:
+            assert name in table.held_back
         else:
             assert name not in chosen
     not_online = [n for n in names if not serving(n, ON)]

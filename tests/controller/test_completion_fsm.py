@@ -629,3 +629,20 @@ def test_a_pinned_fsm_prefers_a_complete_replica_at_the_fixed_offset() -> None:
     ladder.pinned_offset = 100  # a commit start fixed the end offset; that committer is gone
     assert lossy(ladder, S1, 100).status is R.HOLD  # at the offset, but its copy misses messages
     assert ladder.consumed(S2, 100).status is R.COMMIT
+
+
+def test_a_pinned_fsm_waits_for_a_complete_replica_catching_up_rather_than_commit_an_incomplete_copy() -> None:
+    ladder = Ladder(replicas=(S1, S2), pauseless=True)
+    ladder.pinned_offset = 100
+    behind = ladder.consumed(S2, 80)  # complete, behind: told to catch up
+    assert (behind.status, behind.offset) == (R.CATCH_UP, 100)
+    assert lossy(ladder, S1, 100).status is R.HOLD  # everyone reported, but a complete copy is on its way
+    assert ladder.consumed(S2, 100).status is R.COMMIT
+
+
+def test_an_incomplete_copy_at_the_committed_offset_is_discarded_not_kept() -> None:
+    ladder = Ladder(replicas=(S1, S2))
+    assert ladder.consumed(S1, 100, StopReason.ROW_LIMIT).status is R.COMMIT
+    assert ladder.commit(S1, 100).status is R.COMMIT_SUCCESS
+    assert lossy(ladder, S2, 100).status is R.DISCARD  # its build would not match the committed CRC
+    assert ladder.consumed(S2, 100).status is R.KEEP

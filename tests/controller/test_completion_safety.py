@@ -4,7 +4,8 @@ advances, commit outcomes, leadership changes and controller failovers:
 - within one FSM, COMMIT goes to one (replica, offset) only; COMMIT_CONTINUE and commit actions only to that
   FSM's chosen committer, so two replicas are never entitled to commit at once;
 - the metadata commit lands at most once (a CAS), and every COMMIT_SUCCESS names that replica and offset;
-- KEEP only for the committed offset, DISCARD only for another offset, and both only after the commit landed;
+- KEEP only for a complete copy at the committed offset, DISCARD only for another offset or an incomplete copy,
+  and both only after the commit landed;
 - after any such history, well-behaved replicas still get the segment committed (liveness).
 
 The same runs again for a pauseless table: an accepted commitStart fixes the end offset in the metadata (a CAS:
@@ -102,10 +103,12 @@ class Cluster:
                 self.told_continue = who
             case R.COMMIT_SUCCESS:
                 self.success(who)
-            case R.KEEP:
+            case R.KEEP:  # only a complete copy at the committed offset is kept
                 assert self.committed is not None and self.committed[1] == request.offset
-            case R.DISCARD:
-                assert self.committed is not None and self.committed[1] != request.offset
+                assert not getattr(request, "lossy", False)
+            case R.DISCARD:  # another offset, or an incomplete copy (it lost messages to retention)
+                assert self.committed is not None
+                assert self.committed[1] != request.offset or getattr(request, "lossy", False)
 
     def success(self, who: tuple[str, int]) -> None:
         assert self.committed == who, f"COMMIT_SUCCESS to {who}, but the metadata says {self.committed}"

@@ -119,3 +119,8 @@ def test_apply_keeps_offsets_aligned_over_random_filters() -> None:
 def test_expressions_that_bind_alone_but_cannot_run_in_the_statement_are_refused(config: dict[str, Any]) -> None:
     issues = ingestion_issues(SCHEMA, ingestion(**config).ingestion)
     assert issues and all(i.path.startswith("$.ingestionConfig") for i in issues), issues
+
+
+def test_source_field_names_of_cuvees_own_are_refused() -> None:
+    issues = ingestion_issues(SCHEMA, ingestion(filterConfig={"filterFunction": "__cuvee_row > 3"}).ingestion)
+    assert any(i.path == "$.ingestionConfig" and "'__cuvee_row' is reserved" in i.message for i in issues), issues

@@ -259,3 +259,42 @@ def test_a_committing_segment_whose_range_retention_removed_ends_at_its_offset_a
         assert (first.offset, first.rows, first.reason) == (80, 0, StopReason.ROW_LIMIT)
         assert first.lossy and first.messages_lost > 70
         assert replica.segment.state is ConsumerState.HOLDING
+
+
+def test_a_catch_up_past_which_retention_removed_everything_ends_at_its_target_and_reports_the_loss(
+        tmp_path: Path, log_dir: Path, replicas) -> None:
+    """Told CATCH_UP to 80 (a complete replica committed there), but retention removed offsets up to past 80:
+    the replica ends at exactly 80 with what it has and says it lost messages (never an offset past the end)."""
+    produce(log_dir, range(20))
+    admin = open_admin(stream_configs(log_dir))
+    admin.configure_topic(TOPIC, TopicSettings(segment_bytes=2000, retention_bytes=2000))
+
+    def script(request: Request) -> Response:
+        if request.offset < 80 and not any(r.offset == 80 for r in fake.of(K.SEGMENT_CONSUMED)):
+            for start in range(20, 300, 20):  # the stream moves on and retention removes 20..80 meanwhile
+                produce(log_dir, range(start, start + 20))
+            assert admin.apply_retention(TOPIC)[0] > 80
+            return Response(ResponseStatus.CATCH_UP, 80)
+        return hold(request.offset)
+
+    with controller(script) as (fake, client):
+        replica = make_replica(tmp_path, log_dir, record(rows=20), instance="s1", client=client)
+        replicas.append(replica)
+        replica.segment.start()
+        reports = consumed(fake, 2)
+        assert (reports[0].offset, reports[0].rows) == (20, 20) and not reports[0].lossy
+        assert (reports[1].offset, reports[1].rows) == (80, 20) and reports[1].lossy
+        assert all(r.offset <= 80 for r in fake.of(K.SEGMENT_CONSUMED))
+
+
+def test_a_segment_started_after_its_successor_is_capped_at_the_successors_start(
+        store: ClusterStore, server: Server, made: list[ScriptedConsuming]) -> None:
+    put_committing(store)
+    store.update_segment(TABLE, SEG, lambda r: dataclasses.replace(r, status=SegmentStatus.IN_PROGRESS,
+                                                                   end_offset=None))
+    put_next(store)
+    set_ideal(store, {NEXT: {"s1": S.CONSUMING}})
+    wait_until(lambda: state_of(store, NEXT) is S.CONSUMING)
+    set_ideal(store, {SEG: {"s1": S.CONSUMING}, NEXT: {"s1": S.CONSUMING}})
+    wait_until(lambda: state_of(store, SEG) is S.CONSUMING)
+    assert {c.name: c for c in made}[SEG].capped_at == 20

@@ -306,14 +306,7 @@ class ConsumingSegment:
         if self._interrupt.is_set():
             return None
         offset = self._consumer.offset
-        if offset > target:
-            # Retention removed the rest of the range, up to past its end: no replica can read it any more. Keep
-            # the rows this one has, end exactly at the fixed offset (the next segment starts there), and report
-            # the loss: the controller commits a complete copy if one exists, else this one (the loss is real),
-            # so the segment does not stay unavailable to queries for good.
-            log.error("%s: the stream no longer holds offsets up to the fixed end %d (next is %d); ending there "
-                      "with the %d rows read", self.name, target, offset, self._consumer.rows)
-            self._consumer.offset = target
+        if self._end_at_most(target):
             return StopReason.ROW_LIMIT
         if not reached:
             log.warning("%s: catching up to the fixed end offset %d stopped at %d after %.1fs; reporting that "
@@ -321,6 +314,21 @@ class ConsumingSegment:
                         self._config.catch_up_timeout_seconds)
             return StopReason.TIME_LIMIT  # not decisive: a short report must not win an election at once
         return StopReason.ROW_LIMIT
+
+    def _end_at_most(self, target: int) -> bool:
+        """After a catch-up to ``target``: if retention removed the rest of the range, up to past its end, no
+        replica can read it any more. Keep the rows this one has, end exactly at ``target`` (where the committed
+        or next segment starts), and let the loss be reported: the controller commits a complete copy if one
+        exists, else this one (the loss is then real), so the segment does not stay uncommittable for good."""
+        consumer = self._consumer
+        if consumer.offset <= target:
+            return False
+        log.error("%s: the stream no longer holds offsets up to %d (next is %d); ending there with the %d rows "
+                  "read", self.name, target, consumer.offset, consumer.rows)
+        consumer.offset = target
+        if consumer.rows == 0:
+            consumer.effective_start = target
+        return True
 
     def _handle(self, event: Event) -> list[Action]:
         return self._fsm.handle(event, self._clock())
@@ -356,6 +364,7 @@ class ConsumingSegment:
                     self._consumer.catch_up(offset, self._config.catch_up_timeout_seconds)
                 except ConsumeError as exc:
                     return ConsumeFailed(self._consumer.offset, self._consumer.rows, str(exc))
+                self._end_at_most(offset)
                 return CaughtUp(self._consumer.offset, self._consumer.rows, self._consumer.messages_lost)
             case Build(offset=offset, purpose=purpose):
                 return self._while_leased(lambda: self._build(offset, purpose))
@@ -391,7 +400,7 @@ class ConsumingSegment:
         slots = self._build_slots
         # Waiting for a slot happens inside the lease (the consume thread keeps extending it meanwhile).
         while slots is not None and not slots.acquire(timeout=self._config.lease_check_seconds):
-            if self._interrupt.is_set():
+            if self._closing.is_set():  # (not the interrupt: go_online builds after interrupting the consume loop)
                 return BuildFailed("stopped while waiting for a build slot")
         try:
             segment, built = building.build_from_mutable(
