@@ -361,3 +361,33 @@ def test_the_servers_build_cap_serialises_builds(tmp_path: Path, log_dir: Path, 
         for replica in made:
             finished(replica, ConsumerState.COMMITTED)
     assert slots.most == overlap and slots.holding == 0
+
+
+def test_go_online_waits_for_a_build_slot_instead_of_downloading(tmp_path: Path, log_dir: Path,
+                                                                  replicas: list[Replica]) -> None:
+    """A replica still holding when its segment is committed builds its own copy in go_online; with the server's
+    build slots all taken it waits for one (it used to give up at once, and download)."""
+    produce(log_dir, range(150))
+    mini = MiniController()
+    slots = threading.BoundedSemaphore(1)
+    with serving(ScriptedController(mini)) as committer_side, \
+            serving(ScriptedController(lambda request: hold(request.offset))) as holding_side:
+        committer = start(replicas, make_replica(tmp_path, log_dir, record(rows=100), instance="s1",
+                                                 client=SegmentCompletionClient(FAST, leader_url=committer_side.url)))
+        finished(committer, ConsumerState.COMMITTED)
+        holder = start(replicas, make_replica(tmp_path, log_dir, record(rows=100), instance="s2",
+                                              client=SegmentCompletionClient(FAST, leader_url=holding_side.url),
+                                              build_slots=slots))
+        wait_until(lambda: holder.segment.state is ConsumerState.HOLDING)
+        assert slots.acquire(timeout=5)  # every build slot of the server is busy
+        done: list[Any] = []
+        worker = threading.Thread(target=lambda: done.append(
+            holder.segment.go_online(mini.committed_record(record(rows=100)))))
+        worker.start()
+        worker.join(1.0)
+        assert worker.is_alive() and not done  # waiting for the slot, not downloading
+        slots.release()
+        worker.join(30)
+    [online] = done
+    assert online.crc == mini.commit_end.crc and online.path == tmp_path / "s2" / SEGMENT  # its own build
+    assert holder.fetched == []
