@@ -245,7 +245,7 @@ class CompletionFsm:
             return hold(req.offset), []  # it can never commit; once someone did, it gets DISCARD
         complete_below = any(o <= pinned for i, o in self.reports.items()
                              if i not in self.lossy and i not in self.excluded)
-        if req.lossy and (complete_below or not self._may_pick_lossy(now)) and not self._lossy_wait_over(now):
+        if req.lossy and not self._may_pick_lossy(now, complete_pending=complete_below):
             return hold(req.offset), []  # a complete replica is catching up to the end offset, or may report
         self.winner, self.winning_offset = req.instance, pinned
         self.state = S.COMMITTER_NOTIFIED
@@ -272,13 +272,12 @@ class CompletionFsm:
         self.winner = req.instance if req.instance in leaders else leaders[0]
         return True
 
-    def _may_pick_lossy(self, now: int) -> bool:
-        """An incomplete copy may commit: every expected replica reported, or they had ``lossy_pick_ms``."""
-        expected = self.replicas - self.excluded
-        return expected <= self.reports.keys() or self._lossy_wait_over(now)
-
-    def _lossy_wait_over(self, now: int) -> bool:
-        return now > self.start_ms + self.config.lossy_pick_ms
+    def _may_pick_lossy(self, now: int, *, complete_pending: bool = False) -> bool:
+        """An incomplete copy may commit once the replicas had ``lossy_pick_ms``, or earlier when every expected
+        replica has reported and no complete one is still on its way (``complete_pending``)."""
+        if now > self.start_ms + self.config.lossy_pick_ms:
+            return True
+        return not complete_pending and self.replicas - self.excluded <= self.reports.keys()
 
     def _decided_consumed(self, inst: str, offset: int, now: int) -> Step:
         assert self.winning_offset is not None

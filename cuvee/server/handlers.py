@@ -208,28 +208,22 @@ class SegmentTransitions:
         """The partition's previous segment, still consuming here (a pauseless commit in flight), ends where this
         one starts: it must never serve a row this one holds too (the broker reads a consuming segment from a
         server that also holds its successor, for that reason)."""
-        if record.start_offset is None:
-            return
-        try:
-            new = LLCSegmentName.parse(record.segment_name)
-        except InvalidSegmentNameError:
-            return
-        with self._lock:
-            held = [(name, c) for (t, name), c in self._consuming.items() if t == table]
-        for name, consuming in held:
-            try:
-                old = LLCSegmentName.parse(name)
-            except InvalidSegmentNameError:
-                continue
-            if (old.table, old.partition, old.sequence) == (new.table, new.partition, new.sequence - 1):
-                consuming.cap(record.start_offset)
+        previous = self._consuming_neighbour(table, record.segment_name, -1)
+        if previous is not None and record.start_offset is not None:
+            previous.cap(record.start_offset)
 
     def _cap_from_successor(self, table: str, consuming: Consuming) -> None:
         """The other order (transitions run in parallel): the partition's next segment started here first."""
+        following = self._consuming_neighbour(table, consuming.name, +1)
+        if following is not None and following.record.start_offset is not None:
+            consuming.cap(following.record.start_offset)
+
+    def _consuming_neighbour(self, table: str, segment: str, step: int) -> Consuming | None:
+        """The segment ``step`` sequence numbers from ``segment`` in its partition, if it is consuming here."""
         try:
-            own = LLCSegmentName.parse(consuming.name)
+            own = LLCSegmentName.parse(segment)
         except InvalidSegmentNameError:
-            return
+            return None
         with self._lock:
             held = [(name, c) for (t, name), c in self._consuming.items() if t == table]
         for name, other in held:
@@ -237,10 +231,9 @@ class SegmentTransitions:
                 llc = LLCSegmentName.parse(name)
             except InvalidSegmentNameError:
                 continue
-            start = other.record.start_offset
-            if (llc.table, llc.partition, llc.sequence) == (own.table, own.partition, own.sequence + 1) and \
-                    start is not None:
-                consuming.cap(start)
+            if (llc.table, llc.partition, llc.sequence) == (own.table, own.partition, own.sequence + step):
+                return other
+        return None
 
     def _commit(self, table: str, segment: str) -> None:
         record = self._record(table, segment)
