@@ -10,64 +10,43 @@ controller's shutdown; the thread is a daemon).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from cuvee.cluster.external_view import merge_external_view
 from cuvee.cluster.store import ClusterStore
+from cuvee.controller.periodic import PeriodicTask
 from cuvee.spi.metastore import MetadataStoreError, Subscription, WatchEvent
 
 log = logging.getLogger(__name__)
 
 
-class ExternalViewTask:
+class ExternalViewTask(PeriodicTask):
     def __init__(
         self, store: ClusterStore, interval: float, should_run: Callable[[], bool], *, stop_timeout: float = 5.0
     ):
+        super().__init__("external-view", interval, should_run, stop_timeout)
         self.store = store
-        self.interval = interval
-        self.stop_timeout = stop_timeout
-        self.should_run = should_run
         self.refreshes = 0
         self.writes = 0
         self.failures = 0
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._subs: dict[str, Subscription] = {}
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="external-view", daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(self.stop_timeout)
+        super().stop()
         self._cancel_watches()
 
-    def poke(self) -> None:
-        """Refresh soon (leadership gained, a watch fired)."""
-        self._wake.set()
-
     def _on_event(self, _event: WatchEvent) -> None:
-        self._wake.set()
+        self.poke()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            if not self.should_run():
-                self._cancel_watches()
-                continue
-            try:
-                self.refresh()
-            except MetadataStoreError as exc:
-                self.failures += 1
-                log.warning("external view refresh failed: %s", exc)
+    def idle(self) -> None:
+        self._cancel_watches()  # not leading: another controller writes the views
+
+    def run_pass(self) -> None:
+        try:
+            self.refresh()
+        except MetadataStoreError as exc:
+            self.failures += 1
+            log.warning("external view refresh failed: %s", exc)
 
     def refresh(self) -> None:
         """One pass: watch what is new, write every table's view that changed."""

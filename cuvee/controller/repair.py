@@ -52,6 +52,7 @@ from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
 from cuvee.controller.faults import FaultInjected
+from cuvee.controller.periodic import PeriodicTask
 from cuvee.controller.repair_partitions import NewPartition, add_partitions
 from cuvee.controller.repair_plan import (
     CreateSuccessor,
@@ -103,7 +104,7 @@ class TableRepairStats:
     last_error: str = ""
 
 
-class RepairTask:
+class RepairTask(PeriodicTask):
     """``start()`` / ``stop()`` the periodic thread; ``run_once()`` one pass over every realtime table (tests
     and the thread). ``should_run()`` (leader and connected) is checked before each table and each repair, and
     the committer checks its own ``may_act`` before each step, so leadership loss stops it at once."""
@@ -121,48 +122,24 @@ class RepairTask:
         deep_store: DeepStore | None = None,
         download_timeout: float = 30.0,
     ):
+        super().__init__("repair", interval, should_run, stop_timeout)
         self.store = store
         self.committer = committer
         self.clock_ms = clock_ms
         self.max_completion_ms = max_completion_ms
-        self.interval = interval
-        self.should_run = should_run
-        self.stop_timeout = stop_timeout
         self.deep_store = deep_store  # None: no deep store configured, peer-only segments stay peer-only
         self.download_timeout = download_timeout
         self.stats: dict[str, TableRepairStats] = {}
         self.passes = 0
         self.failed_passes = 0
         self._run_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="repair", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(self.stop_timeout)
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            if self.should_run():
-                try:
-                    self.run_once()
-                except Exception:  # noqa: BLE001  (the thread must survive anything; the next pass retries)
-                    self.failed_passes += 1
-                    log.exception("repair pass failed")
+    def run_pass(self) -> None:
+        try:
+            self.run_once()
+        except Exception:  # noqa: BLE001  (the thread must survive anything; the next pass retries)
+            self.failed_passes += 1
+            log.exception("repair pass failed")
 
     def run_once(self) -> list[Done]:
         """One pass; returns the repairs carried out."""
