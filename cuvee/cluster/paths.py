@@ -91,3 +91,22 @@ class ClusterPaths:
 
     def external_view(self, table: str) -> str:
         return f"{self.root}/externalview/{check_name('table', table)}"
+
+    # ---- batch data: lineage, time boundary, deletions waiting for their grace period --------------------
+
+    def lineage(self, table: str) -> str:
+        """The table's segment lineage entries (one versioned node)."""
+        return f"{self.root}/lineage/{check_name('table', table)}"
+
+    def time_boundary(self, raw_table: str) -> str:
+        """A hybrid table's explicit time boundary (``POST /tables/{t}/timeBoundary``), keyed by the raw name."""
+        return f"{self.root}/timeboundary/{check_name('table', raw_table)}"
+
+    @property
+    def pending_deletions(self) -> str:
+        return f"{self.root}/deletions"
+
+    def pending_deletion(self, table: str, segment: str) -> str:
+        """A deleted segment's deep-store object, deleted for good once its grace period has passed."""
+        return f"{self.pending_deletions}/{check_name('table', table)}__{check_name('segment', segment)}"
+

@@ -22,11 +22,13 @@ __all__ = [
     "ExternalView",
     "IdealState",
     "InstanceInfo",
+    "PendingDeletion",
     "Record",
     "RecordFormatError",
     "SegmentRecord",
     "SegmentState",
     "SegmentStatus",
+    "TimeBoundaryOverride",
 ]
 
 R = TypeVar("R", bound="Record")
@@ -239,7 +241,9 @@ def _write_assignment(segments: Assignment) -> dict[str, dict[str, str]]:
 class IdealState(Record):
     """What the controller wants: each segment's replicas and their target states. One node per table.
 
-    ``paused`` records pauseConsumption: while set, the controller creates no new consuming segments.
+    ``paused`` records pauseConsumption: while set, the controller creates no new consuming segments. ``crcs``
+    holds the CRC of each pushed (offline) segment: a segment pushed again under its name with other content
+    changes it, and servers holding another copy reload it (committed stream segments never change, so have none).
     """
 
     KIND = "ideal state"
@@ -247,6 +251,7 @@ class IdealState(Record):
     table: str
     segments: Assignment = field(default_factory=dict)
     paused: bool = False
+    crcs: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for segment, replicas in self.segments.items():
@@ -277,16 +282,27 @@ class IdealState(Record):
         return self.with_segment(segment, {inst: state for inst in instances})
 
     def without_segment(self, segment: str) -> IdealState:
-        return dataclasses.replace(self, segments={s: r for s, r in self.segments.items() if s != segment})
+        return dataclasses.replace(self, segments={s: r for s, r in self.segments.items() if s != segment},
+                                   crcs={s: c for s, c in self.crcs.items() if s != segment})
+
+    def with_crcs(self, crcs: Mapping[str, int]) -> IdealState:
+        return dataclasses.replace(self, crcs={**self.crcs, **crcs})
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "paused": self.paused, "segments": _write_assignment(self.segments)}
+        out = {"table": self.table, "paused": self.paused, "segments": _write_assignment(self.segments)}
+        if self.crcs:
+            out["crcs"] = dict(self.crcs)
+        return out
 
     @classmethod
     def from_json(cls, doc: Any) -> IdealState:
         f = Fields(cls.KIND, doc)
+        crcs = f.object("crcs")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in crcs.values()):
+            raise RecordFormatError(f"{cls.KIND}: crcs must map segments to integers")
         return cls(
-            table=f.string("table"), segments=_read_assignment(f, "segments", False), paused=f.boolean("paused", False)
+            table=f.string("table"), segments=_read_assignment(f, "segments", False), paused=f.boolean("paused", False),
+            crcs=crcs,
         )
 
 
@@ -339,3 +355,48 @@ class ExternalView(Record):
     def from_json(cls, doc: Any) -> ExternalView:
         f = Fields(cls.KIND, doc)
         return cls(table=f.string("table"), segments=_read_assignment(f, "segments", True))
+
+
+# ---- batch data ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeBoundaryOverride(Record):
+    """An explicit hybrid time boundary (``POST /tables/{t}/timeBoundary``), in the time column's own unit: it
+    wins over the computed one until deleted."""
+
+    KIND = "time boundary"
+
+    table: str  # the raw table name
+    value: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "timeValue": self.value}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> TimeBoundaryOverride:
+        f = Fields(cls.KIND, doc)
+        return cls(table=f.string("table"), value=f.integer("timeValue"))
+
+
+@dataclass(frozen=True)
+class PendingDeletion(Record):
+    """A deleted segment's deep-store object, kept until ``delete_after_ms`` (a grace period in which a
+    mistaken delete can still be recovered by hand, and readers that planned before the delete finish)."""
+
+    KIND = "pending deletion"
+
+    table: str
+    segment: str
+    download_uri: str
+    delete_after_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "segment": self.segment, "downloadUri": self.download_uri,
+                "deleteAfterMs": self.delete_after_ms}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> PendingDeletion:
+        f = Fields(cls.KIND, doc)
+        return cls(table=f.string("table"), segment=f.string("segment"), download_uri=f.string("downloadUri", ""),
+                   delete_after_ms=f.integer("deleteAfterMs"))

@@ -11,12 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from cuvee.cluster.errors import CommitConflictError, RecordExistsError, RecordNotFoundError
 from cuvee.cluster.paths import ClusterPaths
-from cuvee.cluster.records import CurrentState, ExternalView, IdealState, InstanceInfo, SegmentRecord, Record
+from cuvee.cluster.records import (
+    CurrentState,
+    ExternalView,
+    IdealState,
+    InstanceInfo,
+    PendingDeletion,
+    Record,
+    SegmentRecord,
+    TimeBoundaryOverride,
+)
 from cuvee.spi.metastore import ANY_VERSION, MetadataStore, NodeExistsError, NoNodeError, VersionConflictError
+
+if TYPE_CHECKING:
+    from cuvee.lineage.model import SegmentLineage
 
 R = TypeVar("R", bound=Record)
 
@@ -190,3 +202,25 @@ class ClusterStore:
 
     def put_external_view(self, view: ExternalView) -> Versioned[ExternalView]:
         return self.put(self.paths.external_view(view.table), view)
+
+    # ---- batch data: lineage, time boundary override, pending deletions ----------------------------------
+
+    def lineage(self, table: str) -> SegmentLineage | None:
+        from cuvee.lineage.model import SegmentLineage
+
+        found = self.find(SegmentLineage, self.paths.lineage(table))
+        return found.record if found else None
+
+    def update_lineage(self, table: str, fn: Callable[[SegmentLineage], SegmentLineage]) -> Versioned[SegmentLineage]:
+        from cuvee.lineage.model import SegmentLineage
+
+        return self.update(SegmentLineage, self.paths.lineage(table), fn, initial=SegmentLineage(table))
+
+    def time_boundary_override(self, raw_table: str) -> int | None:
+        found = self.find(TimeBoundaryOverride, self.paths.time_boundary(raw_table))
+        return found.record.value if found else None
+
+    def pending_deletions(self) -> list[PendingDeletion]:
+        found = (self.find(PendingDeletion, f"{self.paths.pending_deletions}/{name}")
+                 for name in self.children(self.paths.pending_deletions))
+        return [v.record for v in found if v is not None]

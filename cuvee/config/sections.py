@@ -47,7 +47,19 @@ class SegmentsConfig:
     replicas_per_partition: int | None = None
     retention_time_unit: str | None = None
     retention_time_value: int | None = None
+    # OFFLINE tables: APPEND (pushes add data) or REFRESH (a push replaces the table's data); HOURLY or DAILY
+    # pushes (the time boundary of a hybrid table and the batch jobs' time buckets follow it).
+    segment_push_type: str | None = None
+    segment_push_frequency: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def push_type(self) -> str:
+        return self.segment_push_type or "APPEND"
+
+    @property
+    def push_frequency(self) -> str:
+        return self.segment_push_frequency or "DAILY"
 
     @property
     def retention_ms(self) -> int | None:
@@ -71,6 +83,8 @@ class SegmentsConfig:
             replicas_per_partition=per_partition,
             retention_time_unit=unit,
             retention_time_value=value,
+            segment_push_type=_upper_choice(obj, "segmentPushType", ("APPEND", "REFRESH")),
+            segment_push_frequency=_upper_choice(obj, "segmentPushFrequency", ("HOURLY", "DAILY")),
             extra=obj.extras(),
         )
 
@@ -82,7 +96,20 @@ class SegmentsConfig:
         _put(out, "replicasPerPartition", _text(self.replicas_per_partition))
         _put(out, "retentionTimeUnit", self.retention_time_unit)
         _put(out, "retentionTimeValue", _text(self.retention_time_value))
+        _put(out, "segmentPushType", self.segment_push_type)
+        _put(out, "segmentPushFrequency", self.segment_push_frequency)
         return out
+
+
+def _upper_choice(obj: JsonObject, key: str, choices: tuple[str, ...]) -> str | None:
+    """Pinot reads these case-insensitively ("daily", "DAILY")."""
+    raw = obj.raw(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or raw.upper() not in choices:
+        obj.report(key, f"must be one of {', '.join(choices)}, got {raw!r}")
+        return None
+    return raw.upper()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,54 @@
+"""Placing pushed (offline) segments on servers: pure.
+
+A new segment goes to ``replication`` distinct live servers tagged ``<tenant>_OFFLINE``, the ones holding the
+fewest of the table's segments (ties by instance id), so a table's segments spread evenly and two replicas never
+share a server. A segment pushed again under the same name keeps its servers (they reload it); only servers that
+are no longer eligible are replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.records import IdealState, SegmentState
+
+OFFLINE_TAG_SUFFIX = "_OFFLINE"
+
+
+def offline_server_tag(tenant: str) -> str:
+    """The tag of the servers that serve a tenant's offline tables (``DefaultTenant_OFFLINE``)."""
+    return tenant + OFFLINE_TAG_SUFFIX
+
+
+def assign_offline_segment(ideal: IdealState, segment: str, replication: int,
+                           instances: Sequence[str]) -> tuple[str, ...]:
+    """The servers of ``segment``. Raises AssignmentError when fewer eligible servers than replicas exist."""
+    if replication < 1:
+        raise AssignmentError(f"replication must be at least 1, got {replication}")
+    eligible = sorted(set(instances))
+    if len(eligible) < replication:
+        raise AssignmentError(f"{replication} replica(s) wanted but only {len(eligible)} eligible server(s): "
+                              f"{', '.join(eligible) or 'none'}")
+    kept = [inst for inst in sorted(ideal.segments.get(segment, {})) if inst in eligible][:replication]
+    counts = {inst: 0 for inst in eligible}
+    for name, replicas in ideal.segments.items():
+        if name == segment:
+            continue
+        for inst, state in replicas.items():
+            if inst in counts and state is not SegmentState.DROPPED:
+                counts[inst] += 1
+    spare = sorted((counts[i], i) for i in eligible if i not in kept)
+    chosen = kept + [inst for _, inst in spare[: replication - len(kept)]]
+    return tuple(sorted(chosen))
+
+
+def place_offline_segments(ideal: IdealState, segments: Sequence[str], replication: int,
+                           instances: Sequence[str]) -> IdealState:
+    """``ideal`` with every segment of ``segments`` ONLINE on its servers (placed one after another, so a batch
+    push spreads as evenly as single pushes would)."""
+    out = ideal
+    for segment in segments:
+        servers = assign_offline_segment(out, segment, replication, instances)
+        out = out.with_segments_in(segment, servers, SegmentState.ONLINE)
+    return out

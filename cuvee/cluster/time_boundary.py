@@ -1,0 +1,51 @@
+"""A hybrid table's time boundary (Pinot's rule), and the time column's unit it is computed in. Pure.
+
+The broker sends ``time <= boundary`` to the OFFLINE half and ``time > boundary`` to the REALTIME half, so a row
+present in both halves is counted once. The boundary is the largest end time of the offline segments being
+served, minus one day (minus one hour when the table is pushed HOURLY and its time unit is finer than a day): the
+offline data of the last day may still be incomplete, the realtime half answers for it. Values are in the time
+column's own unit (epoch values of ``size × unit``), as stored in segment metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format
+from cuvee.config.schema import DataType, Schema
+
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+
+
+def millis_per_value(schema: Schema, column: str | None) -> float | None:
+    """Milliseconds per step of the time column's values (1 for TIMESTAMP and millis, 86,400,000 for days); None
+    when there is no time column or its values are not epoch numbers (date strings)."""
+    if column is None or not schema.has_column(column):
+        return None
+    spec = schema.column(column)
+    if spec.data_type is DataType.TIMESTAMP:
+        return 1.0
+    if not spec.format:
+        return 1.0 if spec.data_type is DataType.LONG else None
+    try:
+        fmt = parse_datetime_format(spec.format)
+    except ValueError:
+        return None
+    if fmt.kind is TimeFormatKind.TIMESTAMP:
+        return 1.0
+    return fmt.millis_per_value if fmt.kind is TimeFormatKind.EPOCH else None
+
+
+def compute_time_boundary(end_times: Iterable[int | None], step_ms: float, push_frequency: str | None) -> int | None:
+    """Pinot's boundary over the served offline segments' end times (None where unknown); None if none is known."""
+    ends = [t for t in end_times if t is not None]
+    if not ends:
+        return None
+    offset_ms = HOUR_MS if (push_frequency or "").upper() == "HOURLY" and step_ms < DAY_MS else DAY_MS
+    return max(ends) - max(1, round(offset_ms / step_ms))
+
+
+def to_millis(value: int, step_ms: float) -> int:
+    """An epoch value of the time column in milliseconds."""
+    return int(value * step_ms)

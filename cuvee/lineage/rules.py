@@ -1,0 +1,175 @@
+"""Pure lineage transitions (no I/O): the controller applies them inside compare-and-set updates, with the
+table's current segment names passed in, so each premise is re-checked against the state it writes over.
+
+Visibility (``hidden_segments``) is the one rule readers apply: an IN_PROGRESS entry hides its segmentsTo (they
+are still being pushed), a COMPLETED one hides its segmentsFrom (replaced), a REVERTED one hides its segmentsTo
+(abandoned, deleted soon). So a query sees exactly the old set until ``end_replace`` and exactly the new set after,
+and a pusher that dies mid-way leaves the old set served.
+
+A re-run's ``start_replace`` cleans up after a dead run: IN_PROGRESS entries that touch the same segments (or,
+with ``input_key``, the same input) are reverted; names the new entry pushes again move to it, the others are
+returned for deletion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from dataclasses import dataclass
+
+from cuvee.errors import CuveeError
+from cuvee.lineage.model import LineageEntry, LineageState, SegmentLineage
+
+INPUT_KEY = "inputKey"  # custom map key naming the input a batch job read (APPEND re-runs replace its segments)
+
+
+class LineageError(CuveeError):
+    """A lineage request that cannot be applied to the current state; the message says why (HTTP 400/409)."""
+
+    def __init__(self, message: str, *, conflict: bool = False):
+        super().__init__(message)
+        self.conflict = conflict
+
+
+def hidden_segments(lineage: SegmentLineage | None) -> frozenset[str]:
+    """The segments no query may read now."""
+    if lineage is None:
+        return frozenset()
+    hidden: set[str] = set()
+    for entry in lineage.entries.values():
+        hidden.update(entry.segments_from if entry.state is LineageState.COMPLETED else entry.segments_to)
+    return frozenset(hidden)
+
+
+@dataclass(frozen=True)
+class StartResult:
+    lineage: SegmentLineage
+    to_delete: tuple[str, ...]  # segmentsTo of the stale entries reverted here, not pushed again by the new one
+
+
+def start_replace(lineage: SegmentLineage, entry_id: str, segments_from: Iterable[str], segments_to: Iterable[str],
+                  existing: Set[str], now_ms: int, *, custom: dict[str, str] | None = None,
+                  force_cleanup: bool = True) -> StartResult:
+    """A new IN_PROGRESS entry. ``existing``: the table's segments (ideal state). Stale IN_PROGRESS entries that
+    overlap it are reverted when ``force_cleanup`` (else LineageError, conflict)."""
+    sources, targets = _unique(segments_from, "segmentsFrom"), _unique(segments_to, "segmentsTo")
+    custom = dict(custom or {})
+    if entry_id in lineage.entries:
+        raise LineageError(f"lineage entry {entry_id} already exists", conflict=True)
+    if not targets and not sources:
+        raise LineageError("segmentsFrom and segmentsTo are both empty")
+    both = set(sources) & set(targets)
+    if both:
+        raise LineageError(f"segments in both segmentsFrom and segmentsTo: {_names(both)}")
+    missing = set(sources) - existing
+    if missing:
+        raise LineageError(f"segmentsFrom names segments the table does not have: {_names(missing)}")
+    stale = {eid for eid, e in lineage.entries.items() if e.state is LineageState.IN_PROGRESS
+             and (_overlaps(e, sources, targets) or _same_input(e, custom))}
+    if stale and not force_cleanup:
+        raise LineageError(f"lineage entries {', '.join(sorted(stale))} are in progress for these segments",
+                           conflict=True)
+    for eid, entry in lineage.entries.items():
+        if eid in stale or entry.state is LineageState.REVERTED:
+            continue
+        taken = set(targets) & (set(entry.segments_to) | set(entry.segments_from))
+        if taken:
+            raise LineageError(f"segmentsTo names segments lineage entry {eid} already owns: {_names(taken)}",
+                               conflict=True)
+        if entry.state is LineageState.IN_PROGRESS and set(sources) & set(entry.segments_from):
+            raise LineageError(f"lineage entry {eid} is replacing some of segmentsFrom", conflict=True)
+    owned_by_stale = {s for eid in stale for s in lineage.entries[eid].segments_to}
+    clash = (set(targets) & existing) - owned_by_stale
+    if clash:
+        raise LineageError(f"segmentsTo names segments the table already has: {_names(clash)}", conflict=True)
+    to_delete: list[str] = []
+    out = lineage
+    for eid in sorted(stale):
+        entry = lineage.entries[eid]
+        kept = tuple(s for s in entry.segments_to if s not in targets)  # what the new entry pushes again is its own
+        to_delete.extend(kept)
+        out = out.with_entry(eid, LineageEntry(entry.segments_from, kept, LineageState.REVERTED, now_ms,
+                                               entry.custom))
+    out = out.with_entry(entry_id, LineageEntry(sources, targets, LineageState.IN_PROGRESS, now_ms, custom))
+    return StartResult(out, tuple(sorted(set(to_delete))))
+
+
+def end_replace(lineage: SegmentLineage, entry_id: str, existing: Set[str], now_ms: int) -> SegmentLineage:
+    """IN_PROGRESS → COMPLETED once every segmentsTo is in the table; COMPLETED again is a no-op (a retried call)."""
+    entry = _entry(lineage, entry_id)
+    if entry.state is LineageState.COMPLETED:
+        return lineage
+    if entry.state is not LineageState.IN_PROGRESS:
+        raise LineageError(f"lineage entry {entry_id} is {entry.state.value}, not IN_PROGRESS", conflict=True)
+    missing = set(entry.segments_to) - existing
+    if missing:
+        raise LineageError(f"lineage entry {entry_id}: segmentsTo not pushed yet: {_names(missing)}")
+    return lineage.with_entry(entry_id, entry.with_state(LineageState.COMPLETED, now_ms))
+
+
+def revert_replace(lineage: SegmentLineage, entry_id: str, existing: Set[str], now_ms: int) -> SegmentLineage:
+    """IN_PROGRESS or COMPLETED → REVERTED (segmentsFrom served again: a COMPLETED entry only while they all
+    still exist); REVERTED again is a no-op."""
+    entry = _entry(lineage, entry_id)
+    if entry.state is LineageState.REVERTED:
+        return lineage
+    if entry.state is LineageState.COMPLETED:
+        gone = set(entry.segments_from) - existing
+        if gone:
+            raise LineageError(f"lineage entry {entry_id} cannot be reverted: segmentsFrom already deleted: "
+                               f"{_names(gone)}", conflict=True)
+    return lineage.with_entry(entry_id, entry.with_state(LineageState.REVERTED, now_ms))
+
+
+def prune(lineage: SegmentLineage, existing: Set[str]) -> SegmentLineage:
+    """Drop entries with nothing left to hide: REVERTED ones whose segmentsTo are gone, COMPLETED ones whose
+    segmentsFrom and segmentsTo are all gone (the latest COMPLETED entry per input key is kept while any of its
+    segmentsTo exist, so an APPEND re-run finds the previous run's segments)."""
+    out = lineage
+    for eid, entry in lineage.entries.items():
+        if entry.state is LineageState.REVERTED and not set(entry.segments_to) & existing:
+            out = out.without_entry(eid)
+        elif entry.state is LineageState.COMPLETED and not (set(entry.segments_from) | set(entry.segments_to)) & existing:
+            out = out.without_entry(eid)
+    return out
+
+
+def previous_run(lineage: SegmentLineage | None, input_key: str, existing: Set[str]) -> tuple[str, ...]:
+    """The segments the latest COMPLETED entry for ``input_key`` pushed that still exist (an APPEND re-run's
+    segmentsFrom)."""
+    if lineage is None:
+        return ()
+    runs = [e for e in lineage.entries.values()
+            if e.state is LineageState.COMPLETED and e.custom.get(INPUT_KEY) == input_key]
+    if not runs:
+        return ()
+    latest = max(runs, key=lambda e: e.timestamp_ms)
+    return tuple(s for s in latest.segments_to if s in existing)
+
+
+def _entry(lineage: SegmentLineage, entry_id: str) -> LineageEntry:
+    entry = lineage.entries.get(entry_id)
+    if entry is None:
+        raise LineageError(f"lineage entry {entry_id!r} does not exist")
+    return entry
+
+
+def _overlaps(entry: LineageEntry, sources: tuple[str, ...], targets: tuple[str, ...]) -> bool:
+    return bool(set(entry.segments_from) & set(sources) or set(entry.segments_to) & set(targets))
+
+
+def _same_input(entry: LineageEntry, custom: dict[str, str]) -> bool:
+    key = custom.get(INPUT_KEY)
+    return key is not None and entry.custom.get(INPUT_KEY) == key
+
+
+def _unique(names: Iterable[str], what: str) -> tuple[str, ...]:
+    items = tuple(names)
+    if len(set(items)) != len(items):
+        raise LineageError(f"{what} lists a segment twice")
+    return items
+
+
+def _names(names: Iterable[str], shown: int = 5) -> str:
+    ordered = sorted(names)
+    text = ", ".join(ordered[:shown])
+    return text + (f" (+{len(ordered) - shown} more)" if len(ordered) > shown else "")

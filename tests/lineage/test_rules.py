@@ -1,0 +1,85 @@
+"""The pure lineage rules: visibility before, during and after a replace; stale entries of a dead pusher cleaned
+up by the next start; end/revert idempotent; invalid requests refused without a change."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuvee.lineage import LineageError, LineageState, SegmentLineage, hidden_segments
+from cuvee.lineage.rules import INPUT_KEY, end_replace, previous_run, prune, revert_replace, start_replace
+
+T = "t_OFFLINE"
+
+
+def visible(all_segments: set[str], lineage: SegmentLineage) -> set[str]:
+    return all_segments - hidden_segments(lineage)
+
+
+def test_a_replace_switches_the_visible_set_at_once() -> None:
+    old = {"a", "b"}
+    started = start_replace(SegmentLineage(T), "e1", ["a", "b"], ["c"], old, 1).lineage
+    assert visible(old | {"c"}, started) == {"a", "b"}  # pushed but not yet served
+    done = end_replace(started, "e1", old | {"c"}, 2)
+    assert done.entries["e1"].state is LineageState.COMPLETED
+    assert visible(old | {"c"}, done) == {"c"}
+    assert end_replace(done, "e1", old | {"c"}, 3) == done  # a retried end changes nothing
+
+
+def test_end_needs_every_target_pushed() -> None:
+    started = start_replace(SegmentLineage(T), "e1", [], ["c", "d"], set(), 1).lineage
+    with pytest.raises(LineageError, match="not pushed"):
+        end_replace(started, "e1", {"c"}, 2)
+
+
+def test_a_dead_pushers_entry_is_reverted_by_the_next_start_and_its_orphans_returned() -> None:
+    old = {"a"}
+    dead = start_replace(SegmentLineage(T), "e1", ["a"], ["x1", "x2"], old, 1).lineage
+    # x1 and x2 were pushed, then the job died; the re-run pushes x1 again (same input) and y
+    result = start_replace(dead, "e2", ["a"], ["x1", "y"], old | {"x1", "x2"}, 5)
+    assert result.lineage.entries["e1"].state is LineageState.REVERTED
+    assert result.lineage.entries["e1"].segments_to == ("x2",)  # x1 now belongs to e2
+    assert result.to_delete == ("x2",)
+    assert visible(old | {"x1", "x2", "y"}, result.lineage) == {"a"}
+
+
+def test_same_input_key_marks_an_entry_stale_even_without_overlap() -> None:
+    first = start_replace(SegmentLineage(T), "e1", [], ["x"], set(), 1, custom={INPUT_KEY: "k"}).lineage
+    result = start_replace(first, "e2", [], ["y"], {"x"}, 2, custom={INPUT_KEY: "k"})
+    assert result.lineage.entries["e1"].state is LineageState.REVERTED
+    assert result.to_delete == ("x",)
+
+
+def test_without_force_cleanup_a_running_replace_is_a_conflict() -> None:
+    first = start_replace(SegmentLineage(T), "e1", ["a"], ["x"], {"a"}, 1).lineage
+    with pytest.raises(LineageError) as caught:
+        start_replace(first, "e2", ["a"], ["y"], {"a", "x"}, 2, force_cleanup=False)
+    assert caught.value.conflict
+
+
+@pytest.mark.parametrize(("sources", "targets", "existing", "message"), [
+    (["a"], ["a"], {"a"}, "both"),
+    (["zz"], ["b"], {"a"}, "does not have"),
+    ([], ["a"], {"a"}, "already has"),
+    ([], [], set(), "both empty"),
+    (["a", "a"], ["b"], {"a"}, "twice"),
+])
+def test_invalid_starts_are_refused(sources: list[str], targets: list[str], existing: set[str], message: str) -> None:
+    with pytest.raises(LineageError, match=message):
+        start_replace(SegmentLineage(T), "e", sources, targets, existing, 1)
+
+
+def test_revert_restores_the_old_set_and_refuses_when_sources_are_gone() -> None:
+    done = end_replace(start_replace(SegmentLineage(T), "e1", ["a"], ["b"], {"a"}, 1).lineage, "e1", {"a", "b"}, 2)
+    reverted = revert_replace(done, "e1", {"a", "b"}, 3)
+    assert visible({"a", "b"}, reverted) == {"a"}
+    with pytest.raises(LineageError, match="already deleted"):
+        revert_replace(done, "e1", {"b"}, 3)
+
+
+def test_prune_and_previous_run() -> None:
+    lineage = start_replace(SegmentLineage(T), "e1", [], ["x"], set(), 1, custom={INPUT_KEY: "k"}).lineage
+    lineage = end_replace(lineage, "e1", {"x"}, 2)
+    assert previous_run(lineage, "k", {"x"}) == ("x",)
+    assert previous_run(lineage, "other", {"x"}) == ()
+    assert prune(lineage, {"x"}) == lineage
+    assert prune(lineage, set()).entries == {}
