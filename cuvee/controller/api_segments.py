@@ -21,12 +21,18 @@ def router(ctl: Controller) -> APIRouter:
 
     @api.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "OK", "leader": ctl.is_leader, "leaderUrl": ctl.leader_url(), "instance": ctl.instance_id}
+        return {"status": "OK", "leader": ctl.is_leader, "leaderUrl": ctl.leader_url(), "instance": ctl.instance_id,
+                "receivedSegmentBytes": ctl.received_segment_bytes}
 
     @api.get("/segments/{table}")
-    def segments(table: str) -> list[dict[str, list[str]]]:
+    def segments(table: str, type: str | None = None) -> list[dict[str, list[str]]]:  # noqa: A002 - Pinot's name
         out = []
+        wanted = type.upper() if type else None
+        if wanted not in (None, "OFFLINE", "REALTIME"):
+            raise BadRequest(f"type must be OFFLINE or REALTIME, got {type!r}")
         for full in Catalog(ctl.store).resolve(table):
+            if wanted and not full.endswith("_" + wanted):
+                continue
             ideal = ctl.store.ideal_state(full)
             names = set(ideal.record.segments) if ideal else set()
             names.update(ctl.store.segment_names(full))

@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
-from cuvee.controller import api_completion, api_consumption, api_schemas, api_segments, api_tables, repair
+from cuvee.controller import (
+    api_completion,
+    api_consumption,
+    api_offline,
+    api_schemas,
+    api_segments,
+    api_tables,
+    repair,
+)
 from cuvee.controller.api_common import install_error_handlers
 
 if TYPE_CHECKING:
@@ -16,6 +24,6 @@ if TYPE_CHECKING:
 def build_app(ctl: Controller) -> FastAPI:
     app = FastAPI(title="Cuvee controller")
     install_error_handlers(app)
-    for module in (api_segments, api_schemas, api_tables, api_consumption, api_completion, repair):
+    for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair):
         app.include_router(module.router(ctl))
     return app

@@ -62,7 +62,11 @@ class ControllerConfig:
     ``deep_store`` the deep store URI (empty: none configured). ``port`` 0 picks a free port. ``instance_id``
     defaults to ``Controller_<host>_<port>``. ``repair_interval_seconds``: how often the leader's repair task
     (``cuvee.controller.repair``) walks the realtime tables; ``repair_stop_seconds`` bounds waiting for a pass in
-    progress at shutdown."""
+    progress at shutdown. ``retention_interval_seconds``: how often the leader deletes segments past their table's
+    retention (and deep-store objects past their grace period). ``deletion_grace_seconds``: how long a deleted
+    segment's deep-store object is kept; ``lineage_grace_seconds``: how long segments replaced by a lineage entry
+    stay (not served) before they are deleted. ``max_upload_bytes``: the largest segment archive a tar push may
+    send (metadata pushes send no bytes)."""
 
     metadata: str
     cluster: str = "cuvee"
@@ -75,6 +79,10 @@ class ControllerConfig:
     external_view_stop_seconds: float = 5.0
     repair_interval_seconds: float = 60.0
     repair_stop_seconds: float = 5.0
+    retention_interval_seconds: float = 3600.0
+    deletion_grace_seconds: float = 7 * 86400.0
+    lineage_grace_seconds: float = 3600.0
+    max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
     session_retry_initial_seconds: float = 0.5
     session_retry_max_seconds: float = 10.0
@@ -90,9 +98,13 @@ class ControllerConfig:
             external_view_stop_seconds=self.external_view_stop_seconds,
             repair_interval_seconds=self.repair_interval_seconds,
             repair_stop_seconds=self.repair_stop_seconds,
+            retention_interval_seconds=self.retention_interval_seconds,
+            max_upload_bytes=self.max_upload_bytes,
             server_timeout_seconds=self.server_timeout_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,
         )
+        if self.deletion_grace_seconds < 0 or self.lineage_grace_seconds < 0:
+            raise ValueError("deletion_grace_seconds and lineage_grace_seconds must be 0 or more")
         if self.session_retry_max_seconds < self.session_retry_initial_seconds:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")

@@ -25,9 +25,10 @@ from cuvee.controller.config import ControllerConfig
 from cuvee.controller.errors import NotLeader
 from cuvee.controller.external_view_task import ExternalViewTask
 from cuvee.controller.repair import RepairTask
+from cuvee.controller.retention import RetentionTask
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
-from cuvee.node.http import HttpService
+from cuvee.node.http import DEFAULT_MAX_BODY_BYTES, HttpService
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.spi.deepstore import DeepStore
@@ -55,8 +56,10 @@ class Controller:
         self._completion: CompletionService | None = None
         self._external_view: ExternalViewTask | None = None
         self._repair: RepairTask | None = None
+        self._retention: RetentionTask | None = None
         self.deep_store: DeepStore | None = None
         self.servers = ServerClient(config.server_timeout_seconds)
+        self.received_segment_bytes = 0  # segment archive bytes received over HTTP (tar pushes)
         self._started = False
         self._lock = threading.Lock()
 
@@ -87,7 +90,9 @@ class Controller:
     def _start_services(self, app: object) -> None:
         assert self.metastore is not None
         self._store = ClusterStore(self.metastore, self.config.cluster)
-        self._http = HttpService(app, self.config.host, self.config.port, name="controller")  # type: ignore[arg-type]
+        body_cap = max(DEFAULT_MAX_BODY_BYTES, self.config.max_upload_bytes + (1 << 20))  # + multipart framing
+        self._http = HttpService(app, self.config.host, self.config.port, name="controller",  # type: ignore[arg-type]
+                                 max_body_bytes=body_cap)
         timing = self.config.completion
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader
@@ -104,6 +109,16 @@ class Controller:
             deep_store=self.deep_store,
             download_timeout=self.config.server_timeout_seconds,
         )
+        self._retention = RetentionTask(
+            self._store,
+            self.deep_store,
+            self.clock_ms,
+            self.config.retention_interval_seconds,
+            lambda: self.is_leader and self._session_connected(),
+            deletion_grace_ms=round(self.config.deletion_grace_seconds * 1000),
+            lineage_grace_ms=round(self.config.lineage_grace_seconds * 1000),
+            stop_timeout=self.config.repair_stop_seconds,
+        )
         self._external_view = ExternalViewTask(
             self._store,
             self.config.external_view_interval_seconds,
@@ -116,6 +131,7 @@ class Controller:
         self._http.start()
         self._external_view.start()
         self._repair.start()
+        self._retention.start()
         self._election = self.metastore.election(self.store.paths.leader, self.url, self._on_leadership)
         self._election.start()
 
@@ -129,6 +145,8 @@ class Controller:
             self._external_view.stop()
         if self._repair is not None:
             self._repair.stop()
+        if self._retention is not None:
+            self._retention.stop()
         if self._http is not None:
             self._http.stop()
         if self.metastore is not None:
@@ -195,6 +213,11 @@ class Controller:
         assert self._repair is not None, "controller not started"
         return self._repair
 
+    @property
+    def retention(self) -> RetentionTask:
+        assert self._retention is not None, "controller not started"
+        return self._retention
+
     def _register(self, *, renewal: bool = False) -> None:
         """At start, and again on each new session (``renewal``: a live node left by our expired session is
         replaced; it is deleted with that session anyway)."""
@@ -216,6 +239,7 @@ class Controller:
             self.completion.leadership_gained()
             self.external_view.poke()
             self.repair.poke()
+            self.retention.poke()
         elif not leader:
             log.info("controller %s is no longer the leader", self.url)
             self.completion.leadership_lost(self.leader_url())

@@ -22,7 +22,7 @@ from cuvee.errors import UserError
 from cuvee.node.config import load_config
 from cuvee.server.consuming.config import ConsumerConfig
 
-DEFAULT_TAG = "DefaultTenant_REALTIME"
+DEFAULT_TAGS = ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")  # the default tenant's realtime and offline work
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 0
     instance_id: str = ""  # default Server_<host>_<port> (the port actually bound)
-    tags: tuple[str, ...] = (DEFAULT_TAG,)
+    tags: tuple[str, ...] = DEFAULT_TAGS
     ideal_state_poll_seconds: float = 5.0  # fallback when a watch event is missed
     transition_workers: int = 4
     # Segment builds running at once on this server (Pinot's realtime.max.parallel.segment.builds); 0: no cap.

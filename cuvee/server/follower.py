@@ -149,6 +149,11 @@ class IdealStateFollower:
                                 retry_due=due)
         for chain in plan:
             self._submit(table, chain)
+        if found is not None and found.record.crcs:
+            held_online = {s for s, st in self._states.of(table).items() if st is SegmentState.ONLINE}
+            crcs = {s: c for s, c in found.record.crcs.items() if wanted.get(s) is SegmentState.ONLINE and s in held_online}
+            for segment in self._transitions.stale_copies(table, crcs):
+                self._submit(table, [Transition(segment, SegmentState.ONLINE, SegmentState.ONLINE)])
 
     def _submit(self, table: str, chain: list[Transition]) -> None:
         key = (table, chain[0].segment)

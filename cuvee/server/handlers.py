@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import pyarrow as pa
@@ -174,6 +174,8 @@ class SegmentTransitions:
             self._commit(table, step.segment)
         elif edge == (S.OFFLINE, S.ONLINE):
             self._download(table, step.segment)
+        elif edge == (S.ONLINE, S.ONLINE):
+            self._reload(table, step.segment)
         elif step.to_state is S.OFFLINE:  # from CONSUMING, ONLINE or ERROR
             self._release(table, step.segment)
         elif step.to_state is S.DROPPED:
@@ -260,6 +262,21 @@ class SegmentTransitions:
         self._cap_predecessor(table, record)  # the previous segment, if still consuming here, ends where this starts
         committed = self._local.load_valid(table, segment, record.crc) or self._fetcher.fetch(table, record)
         self._serve_committed(table, committed)
+
+    def _reload(self, table: str, segment: str) -> None:
+        """A pushed segment replaced under its name: fetch the new copy and swap it in (queries switch at once)."""
+        record = self._record(table, segment)
+        committed = self._local.load_valid(table, segment, record.crc) or self._fetcher.fetch(table, record)
+        self._serve_committed(table, committed)
+
+    def stale_copies(self, table: str, crcs: Mapping[str, int]) -> list[str]:
+        """Segments served here whose CRC is not the one the ideal state now names (pushed again)."""
+        stale = []
+        for name, crc in crcs.items():
+            held = self._registry.get(table, name)
+            if held is not None and not held.is_consuming and getattr(held, "crc", crc) != crc:
+                stale.append(name)
+        return stale
 
     def _release(self, table: str, segment: str) -> None:
         with self._lock:

@@ -76,6 +76,7 @@ _RANK = {
     (S.ERROR, S.DROPPED): 1,
     (S.CONSUMING, S.ONLINE): 2,
     (S.OFFLINE, S.ONLINE): 3,
+    (S.ONLINE, S.ONLINE): 3,  # reload: a pushed segment replaced under its name (new CRC)
     (S.OFFLINE, S.CONSUMING): 4,
 }
 

@@ -33,7 +33,7 @@ def test_config_file_with_nested_consumer_table(tmp_path: Path) -> None:
     config = load_server_config(path, {"port": 1234})
     assert config.tags == ("T1_REALTIME",) and config.port == 1234
     assert config.consumer.fetch_max_messages == 500
-    assert ServerConfig().tags == ("DefaultTenant_REALTIME",)
+    assert ServerConfig().tags == ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")
 
 
 def test_config_mistakes_are_reported_by_key_path(tmp_path: Path) -> None:

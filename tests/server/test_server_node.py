@@ -59,7 +59,7 @@ def test_start_registers_and_stop_leaves(tmp_path: Path, store: ClusterStore, se
     server = start(servers, tmp_path, "s1")
     info = store.instance("s1")
     assert info == InstanceInfo("s1", "127.0.0.1", {"http": int(server.url.rsplit(":", 1)[1])},
-                                ("DefaultTenant_REALTIME",))
+                                ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE"))
     assert "s1" in store.live_instance_ids()
     assert httpx.get(server.url + "/health").json() == {"status": "OK", "instanceId": "s1"}
     server.stop()
@@ -69,7 +69,7 @@ def test_start_registers_and_stop_leaves(tmp_path: Path, store: ClusterStore, se
 def test_default_instance_id_names_the_bound_port(tmp_path: Path, store: ClusterStore, servers: list[Server]) -> None:
     server = start(servers, tmp_path, "sx", instance_id="")
     assert server.instance_id == f"Server_127.0.0.1_{server.url.rsplit(':', 1)[1]}"
-    assert store.instance(server.instance_id).tags == ("DefaultTenant_REALTIME",)
+    assert store.instance(server.instance_id).tags == ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")
 
 
 def test_offline_to_online_downloads_from_the_deep_store_and_serves_the_archive(

@@ -1,0 +1,79 @@
+"""The controller's side of segment lineage: apply the pure rules of ``cuvee.lineage.rules`` by compare-and-set
+against the table's current segments, then delete what a stale or reverted entry leaves behind.
+
+Segments a reverted entry pushed were never served, so they are deleted at once (no grace period); segments a
+completed entry replaced are deleted by the retention task once ``lineage_grace_seconds`` have passed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from cuvee.cluster.store import ClusterStore
+from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.segment_deletion import delete_segments
+from cuvee.lineage import rules
+from cuvee.lineage.model import SegmentLineage
+
+
+def _existing(store: ClusterStore, table: str) -> set[str]:
+    found = store.ideal_state(table)
+    return set(found.record.segments) if found is not None else set()
+
+
+def _names(body: dict[str, Any], key: str) -> list[str]:
+    value = body.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or len(value) > 100_000:
+        raise BadRequest(f"{key} must be a list of segment names")
+    return value
+
+
+def _fail(exc: rules.LineageError) -> Exception:
+    return Conflict(str(exc)) if exc.conflict else BadRequest(str(exc))
+
+
+def start_replace(store: ClusterStore, table: str, body: Any, now_ms: int, *, force_cleanup: bool,
+                  deletion_grace_ms: int) -> str:
+    if not isinstance(body, dict):
+        raise BadRequest('the body is {"segmentsFrom": [...], "segmentsTo": [...]}')
+    sources, targets = _names(body, "segmentsFrom"), _names(body, "segmentsTo")
+    custom = body.get("customMap", body.get("custom", {}))
+    if not isinstance(custom, dict) or not all(isinstance(k, str) and isinstance(v, str) and len(v) <= 1024
+                                               for k, v in custom.items()) or len(custom) > 32:
+        raise BadRequest("customMap must map at most 32 names to strings")
+    entry_id = str(uuid.uuid4())
+    outcome: list[rules.StartResult] = []
+
+    def apply(lineage: SegmentLineage) -> SegmentLineage:
+        outcome.clear()
+        result = rules.start_replace(lineage, entry_id, sources, targets, _existing(store, table), now_ms,
+                                     custom=custom, force_cleanup=force_cleanup)
+        outcome.append(result)
+        return result.lineage
+
+    try:
+        store.update_lineage(table, apply)
+    except rules.LineageError as exc:
+        raise _fail(exc) from None
+    if outcome and outcome[0].to_delete:
+        delete_segments(store, table, outcome[0].to_delete, now_ms, deletion_grace_ms, "stale lineage entry")
+    return entry_id
+
+
+def end_replace(store: ClusterStore, table: str, entry_id: str, now_ms: int) -> None:
+    try:
+        store.update_lineage(table, lambda lineage: rules.end_replace(lineage, entry_id, _existing(store, table),
+                                                                      now_ms))
+    except rules.LineageError as exc:
+        raise _fail(exc) from None
+
+
+def revert_replace(store: ClusterStore, table: str, entry_id: str, now_ms: int, *, deletion_grace_ms: int) -> None:
+    try:
+        stored = store.update_lineage(
+            table, lambda lineage: rules.revert_replace(lineage, entry_id, _existing(store, table), now_ms))
+    except rules.LineageError as exc:
+        raise _fail(exc) from None
+    entry = stored.record.entries[entry_id]
+    delete_segments(store, table, entry.segments_to, now_ms, deletion_grace_ms, "reverted lineage entry")

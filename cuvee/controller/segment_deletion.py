@@ -1,0 +1,81 @@
+"""Deleting committed segments: the one path every deleter uses (REST deletes, lineage clean-up, retention).
+
+Order: the ideal state first (servers drop the segment, brokers stop routing it as soon as their view moves),
+then the segment metadata, and the deep-store object last, only after a grace period: a reader that planned just
+before the delete (a Spark job, a server still downloading) finishes, and a mistaken delete can be undone by hand.
+The object is remembered in a ``PendingDeletion`` node; ``purge_due`` deletes what is due, skipping an object a
+segment of the same name points at again (deleted, then pushed again within the grace period).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from cuvee.cluster.records import IdealState, PendingDeletion
+from cuvee.cluster.store import ClusterStore
+from cuvee.spi.deepstore import DeepStore, DeepStoreError, ObjectNotFoundError
+from cuvee.spi.metastore import MetadataStoreError
+
+log = logging.getLogger(__name__)
+
+
+def delete_segments(store: ClusterStore, table: str, names: Iterable[str], now_ms: int, grace_ms: int,
+                    reason: str) -> list[str]:
+    """Remove ``names`` from ``table`` (with type); returns the names that existed. Safe to re-run."""
+    wanted = set(names)
+    if not wanted:
+        return []
+
+    def drop(ideal: IdealState) -> IdealState:
+        for name in wanted & set(ideal.segments):
+            ideal = ideal.without_segment(name)
+        return ideal
+
+    found = store.ideal_state(table)
+    if found is not None and wanted & set(found.record.segments):
+        store.update_ideal_state(table, drop)
+    deleted = []
+    for name in sorted(wanted):
+        record = store.find_segment(table, name)
+        if record is None:
+            continue
+        if record.record.download_uri:
+            pending = PendingDeletion(table, name, record.record.download_uri, now_ms + grace_ms)
+            store.put(store.paths.pending_deletion(table, name), pending)
+        store.delete(store.paths.segment(table, name), record.version)
+        deleted.append(name)
+    if deleted:
+        log.info("deleted %d segment(s) of %s (%s): %s", len(deleted), table, reason, ", ".join(deleted[:10]))
+    return deleted
+
+
+def purge_due(store: ClusterStore, deep_store: DeepStore | None, now_ms: int) -> int:
+    """Delete the deep-store objects whose grace period has passed; returns how many were deleted."""
+    purged = 0
+    for pending in store.pending_deletions():
+        if pending.delete_after_ms > now_ms:
+            continue
+        path = store.paths.pending_deletion(pending.table, pending.segment)
+        current = store.find_segment(pending.table, pending.segment)
+        reused = current is not None and current.record.download_uri == pending.download_uri
+        if deep_store is not None and not reused:
+            try:
+                key = deep_store.key_of(pending.download_uri)
+            except DeepStoreError as exc:  # not in this deep store (configuration changed): nothing we may delete
+                log.warning("not deleting %s: %s", pending.download_uri, exc)
+                key = None
+            try:
+                if key is not None:
+                    deep_store.delete(key)
+                purged += 1
+            except ObjectNotFoundError:
+                pass
+            except DeepStoreError as exc:  # the deep store is down or the URI foreign: keep it, retry next pass
+                log.warning("cannot delete %s from the deep store yet: %s", pending.download_uri, exc)
+                continue
+        try:
+            store.delete(path)
+        except MetadataStoreError as exc:
+            log.warning("cannot forget the pending deletion %s: %s", path, exc)
+    return purged

@@ -1,0 +1,179 @@
+"""Segments pushed into OFFLINE tables: by metadata (the bytes are already in the deep store) or as one archive.
+
+A metadata push sends, per segment, its name, CRC, row count, size, time range and download URI. The controller
+never reads the bytes: it checks that the URI lies in its deep store and that the object exists, writes the
+segment records (status UPLOADED), then places the new segments on ``replication`` servers tagged
+``<tenant>_OFFLINE`` in one ideal-state compare-and-set (records first: a server told to load a segment must
+find where to fetch it). A name that exists is replaced: its record is overwritten and it keeps its servers; the
+ideal state carries each pushed segment's CRC so servers holding another copy reload it.
+
+A tar push (``POST /segments`` multipart, small manual uploads) is unpacked and verified here, stored in the deep
+store, and then registered exactly like a metadata push.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.offline_assignment import offline_server_tag, place_offline_segments
+from cuvee.cluster.assignment import eligible_instances
+from cuvee.cluster.paths import check_name
+from cuvee.cluster.records import SegmentRecord, SegmentStatus
+from cuvee.cluster.store import ClusterStore
+from cuvee.config import TableConfig
+from cuvee.controller.errors import BadRequest
+from cuvee.errors import UserError
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.segment.archive import ARCHIVE_SUFFIX, unpack
+from cuvee.segment.errors import SegmentError
+from cuvee.segment.immutable import ImmutableSegment
+from cuvee.segment.naming import check_segment_name
+from cuvee.spi.deepstore import DeepStore, DeepStoreError
+
+log = logging.getLogger(__name__)
+
+MAX_SEGMENT_NAME = 255
+MAX_SEGMENTS_PER_PUSH = 10_000
+
+
+@dataclass(frozen=True)
+class PushedSegment:
+    """What a pusher tells the controller about one segment it put in the deep store."""
+
+    name: str
+    download_uri: str
+    crc: int
+    total_docs: int
+    size_bytes: int
+    time_min: int | None
+    time_max: int | None
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PushedSegment:
+        if not isinstance(doc, dict):
+            raise BadRequest(f"{where} must be a JSON object")
+        name = doc.get("segmentName")
+        check_offline_segment_name(name, where)
+        uri = doc.get("downloadUri")
+        if not isinstance(uri, str) or not uri or len(uri) > 4096:
+            raise BadRequest(f"{where}.downloadUri must be a deep store URI")
+        return cls(name=name, download_uri=uri, crc=_integer(doc, "crc", where),
+                   total_docs=_integer(doc, "totalDocs", where), size_bytes=_integer(doc, "sizeBytes", where),
+                   time_min=_integer(doc, "timeMin", where, optional=True),
+                   time_max=_integer(doc, "timeMax", where, optional=True))
+
+
+def check_offline_segment_name(name: Any, where: str = "segmentName") -> str:
+    """A pushed segment's name: a plain file and path segment name, bounded, and not an LLC (stream) name, which
+    routing would group as a stream partition."""
+    if not isinstance(name, str) or not name or len(name) > MAX_SEGMENT_NAME:
+        raise BadRequest(f"{where}: a segment name must be a string of 1..{MAX_SEGMENT_NAME} characters")
+    try:
+        check_name("segment", name)
+        check_segment_name(name)
+    except UserError as exc:
+        raise BadRequest(f"{where}: {exc}") from None
+    try:
+        LLCSegmentName.parse(name)
+    except InvalidSegmentNameError:
+        return name
+    raise BadRequest(f"{where}: {name!r} has the shape of a stream segment name (table__partition__sequence__time)")
+
+
+def _integer(doc: dict[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = doc.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or (key != "timeMin" and key != "timeMax" and value < 0):
+        raise BadRequest(f"{where}.{key} must be {'an integer or null' if optional else 'a non-negative integer'}")
+    return value
+
+
+def parse_push(body: Any) -> list[PushedSegment]:
+    if not isinstance(body, dict) or not isinstance(body.get("segments"), list):
+        raise BadRequest('a metadata push body is {"segments": [{"segmentName": ..., "downloadUri": ..., ...}]}')
+    items = body["segments"]
+    if not items or len(items) > MAX_SEGMENTS_PER_PUSH:
+        raise BadRequest(f"a push carries 1..{MAX_SEGMENTS_PER_PUSH} segments, got {len(items)}")
+    pushed = [PushedSegment.from_json(item, f"segments[{i}]") for i, item in enumerate(items)]
+    names = [p.name for p in pushed]
+    if len(set(names)) != len(names):
+        raise BadRequest("a push lists the same segment twice")
+    return pushed
+
+
+def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: TableConfig,
+                      pushed: Sequence[PushedSegment], now_ms: int) -> list[str]:
+    """Check, then write records and the ideal state. Every user error is raised before anything is written."""
+    name = table.name_with_type
+    if deep_store is None:
+        raise BadRequest("this controller has no deep store configured; segments cannot be pushed")
+    for segment in pushed:
+        try:
+            key = deep_store.key_of(segment.download_uri)
+            present = deep_store.exists(key)
+        except DeepStoreError as exc:
+            raise BadRequest(f"segment {segment.name}: download URI {segment.download_uri!r} is not usable: {exc}") \
+                from None
+        if not present:
+            raise BadRequest(f"segment {segment.name}: nothing at {segment.download_uri}; upload it first")
+    instances = eligible_instances(store.instances(), set(store.live_instance_ids()),
+                                   offline_server_tag(table.tenants.server))
+    found = store.ideal_state(name)
+    current = found.record if found is not None else None
+    try:  # a dry run, so too few servers is a 400 before anything is written
+        if current is not None:
+            place_offline_segments(current, [s.name for s in pushed], table.replication, instances)
+        elif len(set(instances)) < table.replication:
+            raise AssignmentError(f"{table.replication} replica(s) wanted but only {len(instances)} eligible server(s)")
+    except AssignmentError as exc:
+        raise BadRequest(f"table {name}: {exc} (servers must carry tag "
+                         f"{offline_server_tag(table.tenants.server)!r})") from None
+    for segment in pushed:
+        old = store.find_segment(name, segment.name)
+        created = old.record.creation_time_ms if old is not None else now_ms
+        record = SegmentRecord(segment_name=segment.name, status=SegmentStatus.UPLOADED, creation_time_ms=created,
+                               total_docs=segment.total_docs, size_bytes=segment.size_bytes, crc=segment.crc,
+                               time_min=segment.time_min, time_max=segment.time_max,
+                               download_uri=segment.download_uri, commit_time_ms=now_ms)
+        store.put(store.paths.segment(name, segment.name), record)
+        if old is not None and old.record.download_uri and old.record.download_uri != segment.download_uri:
+            log.info("%s/%s replaced; its previous archive %s stays until deleted", name, segment.name,
+                     old.record.download_uri)
+    crcs = {s.name: s.crc for s in pushed}
+    try:
+        store.update_ideal_state(name, lambda ideal: place_offline_segments(
+            ideal, [s.name for s in pushed], table.replication, instances).with_crcs(crcs))
+    except AssignmentError as exc:
+        raise BadRequest(f"table {name}: {exc}") from None
+    log.info("pushed %d segment(s) into %s", len(pushed), name)
+    return [s.name for s in pushed]
+
+
+def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, archive: Path) -> PushedSegment:
+    """A tar push: verify the archive, put it in the deep store, and describe it for ``register_segments``."""
+    if deep_store is None:
+        raise BadRequest("this controller has no deep store configured; segments cannot be pushed")
+    with tempfile.TemporaryDirectory(prefix="cuvee-push-") as tmp:
+        try:
+            segment = ImmutableSegment.load(unpack(archive, tmp))
+        except (SegmentError, OSError) as exc:
+            raise BadRequest(f"the upload is not a valid segment archive: {exc}") from None
+        meta = segment.metadata
+        check_offline_segment_name(segment.name)
+        time_min = meta.start_time if isinstance(meta.start_time, int) else None
+        time_max = meta.end_time if isinstance(meta.end_time, int) else None
+        described = (segment.name, segment.crc, segment.total_docs, segment.size_bytes)
+    key = f"{table.name_with_type}/{described[0]}{ARCHIVE_SUFFIX}"
+    try:
+        uri = deep_store.put(archive, key)
+    except DeepStoreError as exc:
+        raise BadRequest(f"cannot store the segment in the deep store: {exc}") from None
+    return PushedSegment(name=described[0], download_uri=uri, crc=described[1], total_docs=described[2],
+                         size_bytes=described[3], time_min=time_min, time_max=time_max)

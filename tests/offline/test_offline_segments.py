@@ -1,0 +1,134 @@
+"""Offline tables on an in-process cluster: metadata push, tar push, replace by name (servers reload), deletes,
+lineage endpoints, and every refusal a pusher can run into."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cuvee.deepstore import open_deepstore
+from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.waiting import wait_until
+from tests.offline.support import SCHEMA, build_archive, describe, metadata_push, offline_table, rows
+
+DAY = 86_400_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("offline")
+    controller = {"max_upload_bytes": 200_000, "deletion_grace_seconds": 3600}
+    with InProcessCluster(root, servers=2, controller=controller) as c:
+        c.add_schema(SCHEMA)
+        c.add_table(offline_table())
+        yield c
+
+
+def count(cluster: InProcessCluster) -> int | None:
+    """COUNT(*), or None while the broker's view lags a change (a server already dropped a routed segment)."""
+    answer = cluster.query("SELECT COUNT(*) FROM sales")
+    return None if answer.get("exceptions") else int(answer["resultTable"]["rows"][0][0])
+
+
+def wait_count(cluster: InProcessCluster, expected: int) -> None:
+    wait_until(lambda: count(cluster) == expected, 15, message=f"COUNT(*) never became {expected}")
+
+
+def test_push_replace_and_delete(cluster: InProcessCluster, tmp_path: Path) -> None:
+    http, ctl = cluster.http, cluster.controller_url
+    pushed = metadata_push(http, ctl, cluster.deep_store, tmp_path, "sales_a", rows(range(100), 10 * DAY))
+    assert pushed.status_code == 200, pushed.text
+    ideal = http.get(f"{ctl}/tables/sales/idealstate").json()["OFFLINE"]
+    assert set(ideal["sales_a"].values()) == {"ONLINE"} and len(ideal["sales_a"]) == 2  # replication 2
+    meta = cluster.segment_metadata("sales", "sales_a")
+    assert meta["status"] == "UPLOADED" and meta["totalDocs"] == 100 and meta["timeMax"] == 10 * DAY + 99
+    wait_count(cluster, 100)
+    assert cluster.scalar("SELECT SUM(amount) FROM sales") == 100.0
+
+    # tar push: the controller stores the archive itself and counts the bytes it received
+    archive = build_archive(tmp_path, "sales_b", rows(range(100, 150), 11 * DAY))
+    with open(archive, "rb") as f:
+        answer = http.post(f"{ctl}/segments", params={"tableName": "sales"},
+                           files={"file": ("sales_b.tar.gz", f, "application/gzip")})
+    assert answer.status_code == 200, answer.text
+    assert http.get(f"{ctl}/health").json()["receivedSegmentBytes"] >= archive.stat().st_size
+    wait_count(cluster, 150)
+
+    # the same name pushed again with other rows: both servers reload it
+    again = metadata_push(http, ctl, cluster.deep_store, tmp_path, "sales_a", rows(range(10), 10 * DAY, 2.0))
+    assert again.status_code == 200, again.text
+    wait_count(cluster, 60)
+    for _ in range(4):  # every replica serves the new copy (the broker rotates replicas per query)
+        assert cluster.scalar("SELECT SUM(amount) FROM sales WHERE id < 10") == 20.0
+
+    listed = http.get(f"{ctl}/segments/sales", params={"type": "OFFLINE"}).json()
+    assert listed == [{"OFFLINE": ["sales_a", "sales_b"]}]
+
+    deleted = http.delete(f"{ctl}/segments/sales/sales_b", params={"type": "OFFLINE"})
+    assert deleted.status_code == 200, deleted.text
+    wait_count(cluster, 10)
+    assert http.get(f"{ctl}/segments/sales/sales_b/metadata").status_code == 404
+    deep = open_deepstore(cluster.deep_store)
+    assert deep.exists("sales_OFFLINE/sales_b.tar.gz")  # kept through the grace period
+
+    assert http.delete(f"{ctl}/segments/sales").status_code == 400  # type is required to delete everything
+    assert http.delete(f"{ctl}/segments/sales", params={"type": "OFFLINE"}).status_code == 200
+    wait_count(cluster, 0)
+
+
+def test_lineage_endpoints(cluster: InProcessCluster, tmp_path: Path) -> None:
+    http, ctl = cluster.http, cluster.controller_url
+    assert metadata_push(http, ctl, cluster.deep_store, tmp_path, "sales_old", rows(range(5), 20 * DAY)).status_code == 200
+    start = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"},
+                      json={"segmentsFrom": ["sales_old"], "segmentsTo": ["sales_new"]})
+    assert start.status_code == 200, start.text
+    entry = start.json()["segmentLineageEntryId"]
+    early = http.post(f"{ctl}/segments/sales/endReplaceSegments",
+                      params={"type": "OFFLINE", "segmentLineageEntryId": entry})
+    assert early.status_code == 400 and "not pushed" in early.json()["error"]
+    assert metadata_push(http, ctl, cluster.deep_store, tmp_path, "sales_new", rows(range(7), 20 * DAY)).status_code == 200
+    end = http.post(f"{ctl}/segments/sales/endReplaceSegments", params={"type": "OFFLINE", "segmentLineageEntryId": entry})
+    assert end.status_code == 200, end.text
+    lineage = http.get(f"{ctl}/segments/sales/lineage").json()
+    assert lineage["lineageEntries"][entry]["state"] == "COMPLETED"
+    clash = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"},
+                      json={"segmentsFrom": ["nope"], "segmentsTo": ["x"]})
+    assert clash.status_code == 400
+    revert = http.post(f"{ctl}/segments/sales/revertReplaceSegments",
+                       params={"type": "OFFLINE", "segmentLineageEntryId": "no-such-entry"})
+    assert revert.status_code == 400
+
+
+def test_refusals(cluster: InProcessCluster, tmp_path: Path) -> None:
+    http, ctl = cluster.http, cluster.controller_url
+    archive = build_archive(tmp_path, "sales_r", rows(range(3), DAY))
+    good = describe(archive, open_deepstore(cluster.deep_store).put(archive, "sales_OFFLINE/sales_r.tar.gz"))
+
+    def push(**changes: Any) -> Any:
+        return http.post(f"{ctl}/v2/segments", params={"tableName": "sales"}, json={"segments": [{**good, **changes}]})
+
+    outside = push(downloadUri=(tmp_path / "elsewhere.tar.gz").resolve().as_uri())
+    assert outside.status_code == 400 and "not usable" in outside.json()["error"]
+    missing = push(downloadUri=good["downloadUri"].replace("sales_r", "sales_gone"))
+    assert missing.status_code == 400 and "upload it first" in missing.json()["error"]
+    assert push(segmentName="sales__0__1__20261121T1647Z").status_code == 400  # a stream segment's shape
+    assert push(segmentName="../escape").status_code == 400
+    assert push(segmentName="x" * 300).status_code == 400
+    assert push(totalDocs=-1).status_code == 400
+    assert http.post(f"{ctl}/v2/segments", params={"tableName": "nope"}, json={"segments": [good]}).status_code == 404
+    assert http.post(f"{ctl}/v2/segments", params={"tableName": "sales", "tableType": "REALTIME"},
+                     json={"segments": [good]}).status_code == 400
+    assert http.post(f"{ctl}/v2/segments", params={"tableName": "sales"}, content=b"not json").status_code == 400
+    big = tmp_path / "big.tar.gz"
+    big.write_bytes(b"\0" * 300_000)
+    with open(big, "rb") as f:
+        refused = http.post(f"{ctl}/segments", params={"tableName": "sales"}, files={"file": ("big.tar.gz", f)})
+    assert refused.status_code == 413
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"junk")
+    with open(junk, "rb") as f:
+        bad = http.post(f"{ctl}/segments", params={"tableName": "sales"}, files={"file": ("junk.tar.gz", f)})
+    assert bad.status_code == 400 and "not a valid segment archive" in bad.json()["error"]
+    assert "Traceback" not in bad.text
