@@ -54,7 +54,7 @@ def router(ctl: Controller) -> APIRouter:
     @api.delete("/tables/{table}")
     def drop_table(table: str) -> dict[str, Any]:
         ctl.require_leader()
-        deleted = delete_table(ctl.store, table)
+        deleted = delete_table(ctl.store, table, ctl.clock_ms(), round(ctl.config.deletion_grace_seconds * 1000))
         return {"status": f"Tables: {deleted} deleted"}
 
     @api.get("/tables/{table}/schema")

@@ -9,6 +9,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog, parse_table
 from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.table_setup import delete_table_state, plan_table, read_start_offsets, write_plan
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,15 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
     return table
 
 
-def delete_table(store: ClusterStore, name: str) -> list[str]:
+def delete_table(store: ClusterStore, name: str, now_ms: int, grace_ms: int) -> list[str]:
     """Delete the table (both types if ``name`` is raw): config first, so commits and the external view writer
-    stop touching it, then the ideal state (servers drop their segments), segment metadata, external view."""
+    stop touching it, then its segments (ideal state, metadata; deep-store objects after ``grace_ms``), lineage
+    and external view."""
     catalog = Catalog(store)
     deleted = []
     for full in catalog.resolve(name):
         catalog.delete_table_config(full)
+        delete_segments(store, full, store.segment_names(full), now_ms, grace_ms, "table deleted")
         delete_table_state(store, full)
         deleted.append(full)
         log.info("deleted table %s", full)

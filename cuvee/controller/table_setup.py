@@ -91,10 +91,11 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 
 
 def delete_table_state(store: ClusterStore, table: str) -> None:
-    """Ideal state first (servers drop the segments), then segment metadata and the external view."""
+    """Ideal state first (servers drop the segments), then segment metadata, lineage and the external view."""
     paths = store.paths
     store.delete(paths.ideal_state(table))
     store.delete(paths.segments(table))
+    store.delete(paths.lineage(table))
     store.delete(paths.external_view(table))
 
 

@@ -59,9 +59,11 @@ def test_push_replace_and_delete(cluster: InProcessCluster, tmp_path: Path) -> N
     # the same name pushed again with other rows: both servers reload it
     again = metadata_push(http, ctl, cluster.deep_store, tmp_path, "sales_a", rows(range(10), 10 * DAY, 2.0))
     assert again.status_code == 200, again.text
-    wait_count(cluster, 60)
-    for _ in range(4):  # every replica serves the new copy (the broker rotates replicas per query)
-        assert cluster.scalar("SELECT SUM(amount) FROM sales WHERE id < 10") == 20.0
+    def both_replicas_reloaded() -> bool:  # the broker rotates replicas per query: ask several times
+        return all(count(cluster) == 60 and cluster.scalar("SELECT SUM(amount) FROM sales WHERE id < 10") == 20.0
+                   for _ in range(4))
+
+    wait_until(both_replicas_reloaded, 15, message="a replica kept serving the replaced copy")
 
     listed = http.get(f"{ctl}/segments/sales", params={"type": "OFFLINE"}).json()
     assert listed == [{"OFFLINE": ["sales_a", "sales_b"]}]
