@@ -192,7 +192,8 @@ def router(ctl: Controller) -> APIRouter:
     def end_replace(table: str, segmentLineageEntryId: str, type: str | None = None) -> dict[str, Any]:  # noqa: A002,N803
         ctl.require_leader()
         full = offline_table(table, type).name_with_type
-        lineage_ops.end_replace(ctl.store, full, segmentLineageEntryId, ctl.clock_ms())
+        lineage_ops.end_replace(ctl.store, full, segmentLineageEntryId, ctl.clock_ms(),
+                                serve_timeout_seconds=ctl.config.lineage_end_timeout_seconds)
         return {"status": f"lineage entry {segmentLineageEntryId} completed"}
 
     @api.post("/segments/{table}/revertReplaceSegments")

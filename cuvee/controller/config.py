@@ -65,7 +65,8 @@ class ControllerConfig:
     progress at shutdown. ``retention_interval_seconds``: how often the leader deletes segments past their table's
     retention (and deep-store objects past their grace period). ``deletion_grace_seconds``: how long a deleted
     segment's deep-store object is kept; ``lineage_grace_seconds``: how long segments replaced by a lineage entry
-    stay (not served) before they are deleted. ``max_upload_bytes``: the largest segment archive a tar push may
+    stay (not served) before they are deleted; ``lineage_end_timeout_seconds``: how long endReplaceSegments waits for
+    the new segments to be ONLINE somewhere before flipping the entry (409 after). ``max_upload_bytes``: the largest segment archive a tar push may
     send (metadata pushes send no bytes)."""
 
     metadata: str
@@ -82,6 +83,7 @@ class ControllerConfig:
     retention_interval_seconds: float = 3600.0
     deletion_grace_seconds: float = 7 * 86400.0
     lineage_grace_seconds: float = 3600.0
+    lineage_end_timeout_seconds: float = 300.0
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
     session_retry_initial_seconds: float = 0.5
@@ -99,6 +101,7 @@ class ControllerConfig:
             repair_interval_seconds=self.repair_interval_seconds,
             repair_stop_seconds=self.repair_stop_seconds,
             retention_interval_seconds=self.retention_interval_seconds,
+            lineage_end_timeout_seconds=self.lineage_end_timeout_seconds,
             max_upload_bytes=self.max_upload_bytes,
             server_timeout_seconds=self.server_timeout_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,

@@ -7,9 +7,11 @@ completed entry replaced are deleted by the retention task once ``lineage_grace_
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
+from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller.errors import BadRequest, Conflict
 from cuvee.controller.segment_deletion import delete_segments
@@ -61,7 +63,34 @@ def start_replace(store: ClusterStore, table: str, body: Any, now_ms: int, *, fo
     return entry_id
 
 
-def end_replace(store: ClusterStore, table: str, entry_id: str, now_ms: int) -> None:
+def wait_until_served(store: ClusterStore, table: str, entry_id: str, timeout_seconds: float,
+                      poll_seconds: float = 0.2) -> None:
+    """Block until every segmentsTo of the entry is ONLINE on some replica in the external view (so flipping the
+    entry never leaves a query with neither the old segments nor the new); 409 at the timeout."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        lineage = store.lineage(table)
+        entry = lineage.entries.get(entry_id) if lineage is not None else None
+        if entry is None:
+            raise BadRequest(f"lineage entry {entry_id!r} does not exist")
+        view = store.external_view(table)
+        segments = view.segments if view is not None else {}
+        waiting = [s for s in entry.segments_to if SegmentState.ONLINE not in segments.get(s, {}).values()]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise Conflict(f"lineage entry {entry_id}: {len(waiting)} of segmentsTo are not ONLINE on any server "
+                           f"after {timeout_seconds:g} s (e.g. {', '.join(sorted(waiting)[:3])}); retry later")
+        time.sleep(poll_seconds)  # the external view is written by the leader's own task: poll it, bounded
+
+
+def end_replace(store: ClusterStore, table: str, entry_id: str, now_ms: int, *, serve_timeout_seconds: float) -> None:
+    """Check the entry can end (a user error answers at once), wait until its segments are served, then flip it."""
+    try:
+        rules.end_replace(store.lineage(table) or SegmentLineage(table), entry_id, _existing(store, table), now_ms)
+    except rules.LineageError as exc:
+        raise _fail(exc) from None
+    wait_until_served(store, table, entry_id, serve_timeout_seconds)
     try:
         store.update_lineage(table, lambda lineage: rules.end_replace(lineage, entry_id, _existing(store, table),
                                                                       now_ms))

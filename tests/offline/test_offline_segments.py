@@ -19,7 +19,7 @@ DAY = 86_400_000
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("offline")
-    controller = {"max_upload_bytes": 200_000, "deletion_grace_seconds": 3600}
+    controller = {"max_upload_bytes": 200_000, "deletion_grace_seconds": 3600, "lineage_end_timeout_seconds": 2}
     with InProcessCluster(root, servers=2, controller=controller) as c:
         c.add_schema(SCHEMA)
         c.add_table(offline_table())
@@ -95,6 +95,23 @@ def test_lineage_endpoints(cluster: InProcessCluster, tmp_path: Path) -> None:
     assert end.status_code == 200, end.text
     lineage = http.get(f"{ctl}/segments/sales/lineage").json()
     assert lineage["lineageEntries"][entry]["state"] == "COMPLETED"
+    # a replacement whose new segment no server can load is never switched to: the old data stays served
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive")
+    uri = open_deepstore(cluster.deep_store).put(junk, "sales_OFFLINE/sales_broken.tar.gz")
+    entry2 = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"},
+                       json={"segmentsFrom": ["sales_new"], "segmentsTo": ["sales_broken"]}).json()["segmentLineageEntryId"]
+    broken = {"segmentName": "sales_broken", "downloadUri": uri, "crc": 1, "totalDocs": 3, "sizeBytes": 14,
+              "timeMin": 0, "timeMax": 1}
+    assert http.post(f"{ctl}/v2/segments", params={"tableName": "sales"}, json={"segments": [broken]}).status_code == 200
+    stuck = http.post(f"{ctl}/segments/sales/endReplaceSegments",
+                      params={"type": "OFFLINE", "segmentLineageEntryId": entry2})
+    assert stuck.status_code == 409 and "not ONLINE" in stuck.json()["error"]
+    assert http.post(f"{ctl}/segments/sales/revertReplaceSegments",
+                     params={"type": "OFFLINE", "segmentLineageEntryId": entry2}).status_code == 200
+    assert http.get(f"{ctl}/segments/sales/sales_broken/metadata").status_code == 404  # never served: deleted
+    assert http.get(f"{ctl}/segments/sales/lineage").json()["lineageEntries"][entry2]["state"] == "REVERTED"
+
     clash = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"},
                       json={"segmentsFrom": ["nope"], "segmentsTo": ["x"]})
     assert clash.status_code == 400
