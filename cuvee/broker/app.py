@@ -72,4 +72,12 @@ def build_broker_app(broker: Broker) -> FastAPI:
         """Where this broker would send a query on ``table`` now (for operators and tests)."""
         return broker.routing_table(table)
 
+    @app.get("/debug/timeBoundary/{table}")
+    def time_boundary(table: str) -> Any:
+        """A hybrid table's time boundary as this broker applies it (Pinot's broker endpoint); 404 if none."""
+        found = broker.time_boundary(table)
+        if found is None:
+            return _error(404, f"table {table!r} is not a hybrid table with a time boundary")
+        return found
+
     return app

@@ -20,6 +20,7 @@ from cuvee.broker.app import build_broker_app
 from cuvee.broker.cluster_view import ClusterView
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
+from cuvee.broker.hybrid import QueryTarget
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 from cuvee.node.http import HttpService
@@ -112,14 +113,36 @@ class Broker:
             self.metastore = None
 
     def routing_table(self, table: str) -> dict[str, Any]:
-        """Where a query on ``table`` (raw or with type) would go now; 404-style dict if unknown."""
+        """Where a query on ``table`` (raw or with type) would go now; 404-style dict if unknown. A hybrid table's
+        raw name shows each half the query reads, with its side of the time boundary."""
         if self.view is None:
             return {"error": "broker not started"}
         info = self.view.resolve(table)
-        entry = self.view.table(info.name) if info is not None else None
-        if entry is None:
+        if info is None:
             return {"error": f"table {table!r} does not exist"}
-        routing = entry.route(self.view.snapshot.available)
-        return {"table": entry.name, "servers": {k: list(v) for k, v in routing.servers.items()},
-                "consuming": sorted(routing.consuming), "unavailable": list(routing.unavailable),
-                "heldBack": list(routing.held_back)}
+        available = self.view.snapshot.available
+        halves = [_routing_doc(t, available) for t in self.view.targets(info.name)]
+        realtime, offline = self.view.halves(info.name)
+        if realtime is None or offline is None:
+            return halves[0]
+        return {"table": info.name, "timeBoundary": self.time_boundary(info.name), "halves": halves}
+
+    def time_boundary(self, table: str) -> dict[str, Any] | None:
+        """A hybrid table's time boundary as this broker applies it now, in Pinot's shape (None: not a hybrid
+        table, or no offline segment with an end time is served yet and no explicit boundary is set)."""
+        if self.view is None:
+            return None
+        info = self.view.resolve(table)
+        realtime, offline = self.view.halves(info.name) if info is not None else (None, None)
+        if realtime is None or offline is None or offline.time_column is None or offline.time_boundary is None:
+            return None
+        return {"timeColumn": offline.time_column, "timeValue": str(offline.time_boundary)}
+
+
+def _routing_doc(target: QueryTarget, available: frozenset[str]) -> dict[str, Any]:
+    entry = target.entry
+    routing = entry.route(available)
+    return {"table": entry.name, "servers": {k: list(v) for k, v in routing.servers.items()},
+            "consuming": sorted(routing.consuming), "unavailable": list(routing.unavailable),
+            "heldBack": list(routing.held_back), "hidden": sorted(entry.hidden),
+            "timeFilter": target.time_filter.to_dict() if target.time_filter is not None else None}

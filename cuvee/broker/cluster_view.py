@@ -1,12 +1,17 @@
 """What the broker knows about the cluster: tables with their schemas and external views, and the servers to ask.
 
 A background thread re-reads everything whenever a metadata-store watch fires (table list, table configs,
-schemas, external views, instances, live instances) and at least every ``poll_seconds`` in case a watch event is
-missed. Readers get an immutable ``ClusterSnapshot``, swapped in whole, so one query sees one consistent picture
+schemas, external views, segment lineage, time boundary overrides, instances, live instances) and at least every
+``poll_seconds`` in case a watch event is missed. Readers get an immutable ``ClusterSnapshot``, swapped in whole, so one query sees one consistent picture
 without locks. A query naming a table the snapshot lacks triggers a direct look-up first, so a table created a
 moment ago is not reported missing (190) while the watch is still on its way.
 
 A table's schema is the one named by ``segmentsConfig.schemaName`` if given, else the raw table name (Pinot's rule).
+
+Each entry carries the segments its lineage hides (``cuvee.lineage.rules.hidden_segments``), read together with its
+external view, so one snapshot switches from a replacement's old segments to its new ones in one step. OFFLINE
+entries also carry what a hybrid table's time boundary needs (``cuvee.broker.hybrid``): the end time of each
+segment in the external view (read once per segment name), the time column's unit and the explicit override.
 """
 
 from __future__ import annotations
@@ -15,14 +20,18 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import orjson
 import pyarrow as pa
 
+from cuvee.broker.hybrid import QueryTarget, query_targets
 from cuvee.broker.routing import RoutingTable, route
-from cuvee.cluster.records import ExternalView, InstanceInfo, RecordFormatError
+from cuvee.cluster.records import ExternalView, InstanceInfo, RecordFormatError, SegmentState
 from cuvee.cluster.store import ClusterStore
+from cuvee.cluster.time_boundary import compute_time_boundary, millis_per_value
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
+from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.query import TableInfo
 from cuvee.spi.metastore import MetadataStoreError, NoNodeError, Subscription, WatchEvent
@@ -32,7 +41,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TableEntry:
-    """One queryable table: its planner view, its row schema, where its segments are, and how to route them."""
+    """One queryable table half: its planner view, its row schema, where its segments are, and how to route them.
+
+    ``hidden``: segments lineage forbids reading now (``cuvee.lineage.rules.hidden_segments``). OFFLINE halves also
+    carry what the hybrid time boundary needs: the time column, its unit, the push frequency, each segment's end
+    time and an explicit boundary if one is set."""
 
     name: str  # with type, e.g. events_REALTIME
     info: TableInfo
@@ -41,6 +54,12 @@ class TableEntry:
     config_version: int = -1
     schema_version: int = -1
     pauseless: bool = False  # ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled
+    hidden: frozenset[str] = frozenset()
+    time_column: str | None = None
+    step_ms: float | None = None  # milliseconds per time-column value (None: not an epoch column)
+    push_frequency: str = "DAILY"
+    end_times: Mapping[str, int | None] = field(default_factory=dict)
+    boundary_override: int | None = None
 
     @property
     def hold_back(self) -> bool:
@@ -48,8 +67,29 @@ class TableEntry:
         return not self.pauseless
 
     def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
-        """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule)."""
-        return route(self.view.segments, available, request_number, hold_back=self.hold_back)
+        """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule), over the
+        segments lineage lets queries read."""
+        return route(self.visible, available, request_number, hold_back=self.hold_back)
+
+    @cached_property
+    def visible(self) -> Mapping[str, Mapping[str, SegmentState]]:
+        """The external view without the segments lineage hides (routing stays pure and lineage-agnostic)."""
+        if not self.hidden:
+            return self.view.segments
+        return {s: r for s, r in self.view.segments.items() if s not in self.hidden}
+
+    @cached_property
+    def time_boundary(self) -> int | None:
+        """The hybrid boundary this OFFLINE half defines: the explicit one, else Pinot's rule over the end times of
+        its segments ONLINE somewhere and not hidden; None when no such segment has an end time. Computed once per
+        entry (entries are rebuilt whenever their view, lineage or override changes), not once per query."""
+        if self.boundary_override is not None:
+            return self.boundary_override
+        if self.time_column is None or self.step_ms is None:
+            return None
+        served = [self.end_times.get(s) for s, replicas in self.view.segments.items()
+                  if s not in self.hidden and SegmentState.ONLINE in replicas.values()]
+        return compute_time_boundary(served, self.step_ms, self.push_frequency)
 
 
 @dataclass(frozen=True)
@@ -114,26 +154,46 @@ class ClusterView:
         return self._snapshot
 
     def resolve(self, name: str) -> TableInfo | None:
-        """The planner's TableResolver: ``events``, ``events_REALTIME`` or another casing of either."""
-        entry = self._lookup(self._snapshot, name)
-        if entry is None:
+        """The planner's TableResolver: ``events``, ``events_REALTIME`` or another casing of either. A hybrid
+        table's raw name resolves to one table named by its raw name (both halves share the schema)."""
+        entries = self._lookup(self._snapshot, name)
+        if not entries:
             self._load_named(name)
-            entry = self._lookup(self._snapshot, name)
-        return entry.info if entry is not None else None
+            entries = self._lookup(self._snapshot, name)
+        if not entries:
+            return None
+        if len(entries) == 2:
+            info = entries[0].info
+            return TableInfo(raw_table_name(entries[0].name), info.columns, info.timestamp_columns)
+        return entries[0].info
 
     def table(self, name_with_type: str) -> TableEntry | None:
         return self._snapshot.tables.get(name_with_type)
 
+    def halves(self, name: str) -> tuple[TableEntry | None, TableEntry | None]:
+        """The (REALTIME, OFFLINE) entries ``name`` means in the current snapshot: one of them for a name with its
+        type or a table with one half, both for a hybrid table's raw name."""
+        entries = self._lookup(self._snapshot, name)
+        realtime = next((e for e in entries if e.name.endswith(TableType.REALTIME.suffix)), None)
+        offline = next((e for e in entries if e.name.endswith(TableType.OFFLINE.suffix)), None)
+        return realtime, offline
+
+    def targets(self, name: str) -> list[QueryTarget]:
+        """What a query on ``name`` (as the planner resolved it) reads (``cuvee.broker.hybrid.query_targets``)."""
+        return query_targets(*self.halves(name))
+
     @staticmethod
-    def _lookup(snapshot: ClusterSnapshot, name: str) -> TableEntry | None:
+    def _lookup(snapshot: ClusterSnapshot, name: str) -> list[TableEntry]:
+        """The entries ``name`` means: one (a name with type, or a raw name with one half), or a hybrid table's
+        REALTIME and OFFLINE halves, in that order."""
         tables = snapshot.tables
         candidates = [name] if raw_table_name(name) != name else [name + t.suffix for t in TableType]
-        for candidate in candidates:  # REALTIME first: hybrid tables are served from their realtime half for now
-            if candidate in tables:
-                return tables[candidate]
+        found = [tables[c] for c in candidates if c in tables]
+        if found:
+            return found
         folded = {c.lower() for c in candidates}
-        matches = [entry for key, entry in sorted(tables.items()) if key.lower() in folded]
-        return matches[0] if matches else None
+        return [entry for key, entry in sorted(tables.items(), key=lambda kv: not kv[0].endswith("_REALTIME"))
+                if key.lower() in folded]
 
     # ---- refresh --------------------------------------------------------------------------------------------
 
@@ -187,6 +247,12 @@ class ClusterView:
             ev_path = self.paths.external_view(name)
             self._watch(ev_path)
             view = self.store.external_view(name) or ExternalView(name)
+            self._watch(self.paths.lineage(name))
+            hidden = hidden_segments(self.store.lineage(name))
+            override = None
+            if config.table_type is TableType.OFFLINE:
+                self._watch(self.paths.time_boundary(config.table_name))
+                override = self.store.time_boundary_override(config.table_name)
         except NoNodeError as exc:
             log.debug("table %s is not complete yet: %s", name, exc)
             return None
@@ -195,16 +261,39 @@ class ClusterView:
             log.warning("table %s cannot be routed: %s", name, exc)
             return None
         pauseless = config.ingestion.pauseless_consumption
-        if old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version:
-            return TableEntry(name, old.info, old.arrow_schema, view, old.config_version, old.schema_version,
-                              pauseless)
-        try:
-            schema = Schema.from_json(orjson.loads(schema_node.data))
-        except (ConfigValidationError, orjson.JSONDecodeError) as exc:
-            log.warning("table %s: schema %s is invalid: %s", name, schema_name, exc)
-            return None
-        return TableEntry(name, table_info(name, schema), schema.arrow_schema(), view, config_node.version,
-                          schema_node.version, pauseless)
+        offline = config.table_type is TableType.OFFLINE and config.time_column is not None
+        end_times = self._end_times(name, view, old) if offline else {}
+        same = old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version
+        if same:
+            assert old is not None
+            info, arrow_schema, step = old.info, old.arrow_schema, old.step_ms
+        else:
+            try:
+                schema = Schema.from_json(orjson.loads(schema_node.data))
+            except (ConfigValidationError, orjson.JSONDecodeError) as exc:
+                log.warning("table %s: schema %s is invalid: %s", name, schema_name, exc)
+                return None
+            info, arrow_schema = table_info(name, schema), schema.arrow_schema()
+            step = millis_per_value(schema, config.time_column)
+        return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
+                          hidden, config.time_column, step, config.segments.push_frequency, end_times, override)
+
+    def _end_times(self, name: str, view: ExternalView, old: TableEntry | None) -> dict[str, int | None]:
+        """Each offline segment's end time (``SegmentRecord.time_max``). Cached by segment name: a refresh reads
+        only the records of segments new since the last one (and retries those it could not read)."""
+        known = old.end_times if old is not None else {}
+        out: dict[str, int | None] = {}
+        for segment in view.segments:
+            if known.get(segment) is not None:
+                out[segment] = known[segment]
+                continue
+            try:
+                found = self.store.find_segment(name, segment)
+            except (RecordFormatError, MetadataStoreError, ValueError) as exc:
+                log.warning("table %s: metadata of segment %s cannot be read: %s", name, segment, exc)
+                found = None
+            out[segment] = found.record.time_max if found is not None else None
+        return out
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

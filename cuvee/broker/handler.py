@@ -6,6 +6,10 @@ unknown column 710, refused query 700 (too long, LIMIT too large), servers not a
 and anything unexpected 450 (logged with its traceback). CPU-heavy steps (parsing, then merging together with
 building the response) run on worker threads, so one large answer never stalls the event loop's other queries.
 
+A hybrid table's query (``cuvee.broker.hybrid``) routes both halves, sends every server call of each half that
+half's time filter, scatters all calls at once and merges every partial in the one merge: the halves' rows are
+disjoint, so merging them is no different from merging two servers' partials.
+
 The connection pool towards the servers lives on the HTTP server's event loop. ``close()`` refuses any new pool
 (a query still planning is answered 450 "the broker is stopping") and closes the pool on that loop once the last
 query using it has finished, so an in-flight query keeps its connections and no pool outlives the broker.
@@ -27,6 +31,7 @@ import pyarrow as pa
 from cuvee.broker.cluster_view import ClusterView, TableEntry
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.errors import query_error
+from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
@@ -170,22 +175,27 @@ class QueryHandler:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,
                              f"LIMIT + OFFSET asks for {rows} rows; this broker returns at most "
                              f"{cfg.max_response_rows}")
-        entry = self.view.table(plan.table)
-        if entry is None:
+        targets = self.view.targets(plan.table)
+        if not targets:
             raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {plan.table!r} does not exist")
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
-        routing = entry.route(frozenset(servers), number)
         deadline = started + timeout_ms / 1000
-        calls = self._calls(str(number), plan, entry, routing, servers, deadline)
+        routings: list[RoutingTable] = []
+        calls: list[ServerCall] = []
+        for target in targets:  # a hybrid table: both halves at once, each server told its side of the boundary
+            routing = target.entry.route(frozenset(servers), number)
+            routings.append(routing)
+            calls += self._calls(str(number), plan, target, routing, servers, deadline)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait) if calls else []
-        return await asyncio.to_thread(self._answer, number, started, plan, entry, routing, replies, len(calls))
+        return await asyncio.to_thread(self._answer, number, started, plan, targets[0].entry, routings, replies,
+                                       len(calls))
 
-    def _answer(self, number: int, started: float, plan: QueryPlan, entry: TableEntry, routing: RoutingTable,
+    def _answer(self, number: int, started: float, plan: QueryPlan, entry: TableEntry, routings: list[RoutingTable],
                 replies: list[ServerReply], num_calls: int) -> dict[str, Any]:
         """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""
-        exceptions = self._exceptions(routing, replies)
+        exceptions = [e for routing in routings for e in self._unavailable(routing)] + self._exceptions(replies)
         partials = [r.table for r in replies if r.table is not None]
         merged: pa.Table | None
         try:
@@ -200,20 +210,24 @@ class QueryHandler:
             num_servers_queried=num_calls, num_servers_responded=sum(1 for r in replies if r.responded),
             exceptions=exceptions)
 
-    def _calls(self, request_id: str, plan: QueryPlan, entry: TableEntry, routing: RoutingTable,
+    def _calls(self, request_id: str, plan: QueryPlan, target: QueryTarget, routing: RoutingTable,
                servers: Mapping[str, str], deadline: float) -> list[ServerCall]:
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
         return [ServerCall(instance, servers[instance], ServerQueryRequest(
-                    request_id, entry.name, plan.server_sql, segments, remaining_ms, plan.docs_scanned_sql,
-                    plan.docs_column))
+                    request_id, target.entry.name, plan.server_sql, segments, remaining_ms, plan.docs_scanned_sql,
+                    plan.docs_column, target.time_filter))
                 for instance, segments in routing.servers.items()]
 
     @staticmethod
-    def _exceptions(routing: RoutingTable, replies: list[ServerReply]) -> list[QueryError]:
+    def _unavailable(routing: RoutingTable) -> list[QueryError]:
+        if not routing.unavailable:
+            return []
+        return [QueryError(QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE, f"{len(routing.unavailable)} segment(s) have no "
+                           f"ONLINE or CONSUMING replica: {_names(routing.unavailable)}")]
+
+    @staticmethod
+    def _exceptions(replies: list[ServerReply]) -> list[QueryError]:
         errors: list[QueryError] = []
-        if routing.unavailable:
-            errors.append(QueryError(QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE, f"{len(routing.unavailable)} segment(s) have no "
-                                     f"ONLINE or CONSUMING replica: {_names(routing.unavailable)}"))
         for reply in replies:
             if reply.error is not None:
                 errors.append(reply.error)

@@ -68,10 +68,45 @@ def _no_unknown(doc: Mapping[str, Any], known: set[str], what: str) -> None:
         raise QueryWireError(f"{what}: unknown field(s) {', '.join(map(repr, unknown))}")
 
 
+TIME_FILTER_OPS = ("<=", ">")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class TimeFilter:
+    """A hybrid table's half: only rows whose time ``column`` is ``<=`` (offline half) or ``>`` (realtime half)
+    the time boundary ``value`` (epoch units of the column; TIMESTAMP columns in milliseconds). Structured, so a
+    server builds the predicate itself and never runs SQL text it was not planned to run."""
+
+    column: str
+    op: str
+    value: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise QueryWireError(f"time filter: column must be a non-empty string, got {self.column!r}")
+        if self.op not in TIME_FILTER_OPS:
+            raise QueryWireError(f"time filter: op must be one of {', '.join(TIME_FILTER_OPS)}, got {self.op!r}")
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or not _INT64_MIN <= self.value <= _INT64_MAX:
+            raise QueryWireError(f"time filter: value must be a 64-bit integer, got {self.value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"column": self.column, "op": self.op, "value": self.value}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> TimeFilter:
+        what = "time filter"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
+        _no_unknown(doc, {"column", "op", "value"}, what)
+        return cls(_require(doc, "column", str, what), _require(doc, "op", str, what), _require(doc, "value", int, what))
+
+
 @dataclass(frozen=True)
 class ServerQueryRequest:
     """What the broker asks one server: run ``sql`` (the planner's server step, over ``cuvee_segments``) on these
-    segments of ``table`` (name with type) within ``timeout_ms``. Pinot's numDocsScanned (rows passing WHERE) is
+    segments of ``table`` (name with type) within ``timeout_ms``, over the rows ``time_filter`` keeps (a hybrid
+    table's half; None: every row). Pinot's numDocsScanned (rows passing WHERE) is
     the sum of ``sql``'s column ``docs_column``, which the server drops from its answer, or else the count a second
     query ``docs_scanned_sql`` returns; with neither (no WHERE) it is the segments' total."""
 
@@ -82,6 +117,7 @@ class ServerQueryRequest:
     timeout_ms: int
     docs_scanned_sql: str | None = None
     docs_column: str | None = None
+    time_filter: TimeFilter | None = None
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -92,20 +128,24 @@ class ServerQueryRequest:
     def to_dict(self) -> dict[str, Any]:
         return {"requestId": self.request_id, "table": self.table, "sql": self.sql, "segments": list(self.segments),
                 "timeoutMs": self.timeout_ms, "docsScannedSql": self.docs_scanned_sql,
-                "docsColumn": self.docs_column}
+                "docsColumn": self.docs_column,
+                "timeFilter": self.time_filter.to_dict() if self.time_filter is not None else None}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
         what = "server query request"
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
-        _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn"}, what)
+        _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
+                          "timeFilter"}, what)
         docs_sql = _optional_string(doc, "docsScannedSql", what)
         docs_column = _optional_string(doc, "docsColumn", what)
+        raw_filter = doc.get("timeFilter")
+        time_filter = TimeFilter.from_dict(raw_filter) if raw_filter is not None else None
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
-                   docs_column=docs_column)
+                   docs_column=docs_column, time_filter=time_filter)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

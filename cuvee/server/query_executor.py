@@ -8,7 +8,12 @@ HTTP, and it must only ever read what it was given.
 
 Outcomes, all reported in the statistics and never raised: a segment this server does not hold is listed in
 ``missingSegments`` (the rest still run); SQL that is not one SELECT or that DuckDB rejects is error 200; running
-past the deadline is error 250 (a timer calls ``interrupt()`` on the cursor).
+past the deadline is error 250 (a timer calls ``interrupt()`` on the cursor); a time filter on a column the table
+lacks or that holds no epoch numbers is error 200.
+
+A request with a time filter (one half of a hybrid table) sees only that half's rows as ``cuvee_segments``;
+``totalDocs`` stays the held segments' total (Pinot's meaning) and ``numDocsScanned`` counts the half's rows that
+pass WHERE.
 """
 
 from __future__ import annotations
@@ -23,14 +28,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats
+from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import sandboxed_cursor
 from cuvee.server.queryable import QueryableSegment, query_table
 from cuvee.server.registry import SegmentRegistry
 
 log = logging.getLogger(__name__)
-
 
 
 class _Failed(Exception):
@@ -83,7 +87,8 @@ class QueryExecutor:
             except _Failed as failure:
                 errors.append(ServerException(int(failure.code), failure.message))
                 result = None
-        filtered = request.docs_scanned_sql is not None or request.docs_column is not None
+        filtered = (request.docs_scanned_sql is not None or request.docs_column is not None
+                    or request.time_filter is not None)
         matched = (counts.processed if docs_scanned else 0) if filtered else counts.non_empty
         stats = ServerQueryStats(
             numDocsScanned=docs_scanned if result is not None else 0,
@@ -133,7 +138,7 @@ class QueryExecutor:
         timer.daemon = True
         timer.start()
         try:
-            con.register(SERVER_RELATION, union)
+            _bind(con, union, request.time_filter)
             result = con.sql(request.sql).to_arrow_table()
             docs = total_docs
             if request.docs_column is not None:
@@ -141,6 +146,8 @@ class QueryExecutor:
             elif request.docs_scanned_sql is not None:
                 rows = con.sql(request.docs_scanned_sql).fetchall()
                 docs = int(rows[0][0]) if rows and rows[0][0] is not None else 0
+            elif request.time_filter is not None:  # no WHERE: the rows of this half, not the segments' total
+                docs = int(con.sql(f"SELECT count(*) FROM {SERVER_RELATION}").fetchall()[0][0])
             return result, docs
         except duckdb.InterruptException:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
@@ -150,6 +157,34 @@ class QueryExecutor:
         finally:
             timer.cancel()
             con.close()
+
+
+_UNFILTERED = "cuvee_unfiltered"
+
+
+def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilter | None) -> None:
+    """``cuvee_segments`` on this cursor: the union, or (a hybrid table's half) only the rows the time filter keeps,
+    as a TEMP view (private to this cursor, lazy: no row is copied). The predicate is built here from the
+    structured filter (a quoted identifier, an operator from a fixed set, an integer), never from request text.
+    TIMESTAMP columns compare as epoch milliseconds, the unit of the boundary; rows whose time is NULL belong to
+    neither half."""
+    if time_filter is None:
+        con.register(SERVER_RELATION, union)
+        return
+    if time_filter.column not in union.column_names:
+        raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"time filter column {time_filter.column!r} is not in the table")
+    column_type = union.schema.field(time_filter.column).type
+    if pa.types.is_dictionary(column_type):
+        column_type = column_type.value_type
+    quoted = '"' + time_filter.column.replace('"', '""') + '"'
+    if pa.types.is_timestamp(column_type):
+        quoted = f"epoch_ms({quoted})"
+    elif not pa.types.is_integer(column_type):
+        raise _Failed(QueryErrorCode.QUERY_EXECUTION,
+                      f"time filter column {time_filter.column!r} is {column_type}, not an epoch or TIMESTAMP column")
+    con.register(_UNFILTERED, union)
+    con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT * FROM {_UNFILTERED} "
+                f"WHERE {quoted} {time_filter.op} {int(time_filter.value)}")
 
 
 def _take_docs_column(result: pa.Table, name: str) -> tuple[pa.Table, int]:

@@ -22,6 +22,7 @@ from cuvee.broker import handler as handler_module
 from cuvee.broker.cluster_view import ClusterSnapshot, TableEntry, table_info
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
+from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.scatter import ServerCall, ServerReply
 from cuvee.cluster.records import ExternalView, SegmentState
 from cuvee.protocol.query import ServerQueryStats
@@ -46,6 +47,9 @@ class FakeView:
 
     def table(self, name: str) -> TableEntry | None:
         return self.entry if name == TABLE else None
+
+    def targets(self, name: str) -> list[QueryTarget]:
+        return [QueryTarget(self.entry)] if name == TABLE else []
 
 
 class Gate:

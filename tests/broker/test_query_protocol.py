@@ -8,6 +8,7 @@ import pytest
 
 from cuvee.protocol.query import (
     QueryWireError,
+    TimeFilter,
     ServerException,
     ServerQueryRequest,
     ServerQueryStats,
@@ -26,6 +27,33 @@ def test_request_round_trip() -> None:
     counted = ServerQueryRequest("2", "t_REALTIME", "SELECT count(*) AS __docs FROM cuvee_segments", (), 10,
                                  docs_column="__docs")
     assert ServerQueryRequest.decode(counted.encode()) == counted
+
+
+def test_time_filter_round_trip() -> None:
+    for op in ("<=", ">"):
+        half = ServerQueryRequest("3", "t_OFFLINE", "SELECT 1", ("s",), 10, time_filter=TimeFilter("ts", op, -5))
+        doc = orjson.loads(half.encode())
+        assert doc["timeFilter"] == {"column": "ts", "op": op, "value": -5}
+        assert ServerQueryRequest.decode(half.encode()) == half
+    assert orjson.loads(REQUEST.encode())["timeFilter"] is None
+
+
+@pytest.mark.parametrize(("time_filter", "error"), [
+    ("ts <= 5", "time filter: must be a JSON object"),
+    ({"column": "ts", "op": "<", "value": 5}, "op must be one of"),
+    ({"column": "ts", "op": "<= 5 OR 1=1 --", "value": 5}, "op must be one of"),
+    ({"column": "", "op": ">", "value": 5}, "column must be a non-empty string"),
+    ({"column": 3, "op": ">", "value": 5}, "'column' must be a string"),
+    ({"column": "ts", "op": ">", "value": "5"}, "'value' must be an integer"),
+    ({"column": "ts", "op": ">", "value": 5.0}, "'value' must be an integer"),
+    ({"column": "ts", "op": ">", "value": True}, "'value' must be an integer"),
+    ({"column": "ts", "op": ">", "value": 2**63}, "64-bit integer"),
+    ({"column": "ts", "op": ">"}, "missing field 'value'"),
+    ({"column": "ts", "op": ">", "value": 1, "sql": "x"}, "unknown field"),
+])
+def test_time_filter_parsing_is_strict(time_filter: object, error: str) -> None:
+    with pytest.raises(QueryWireError, match=error):
+        ServerQueryRequest.from_dict({**REQUEST.to_dict(), "timeFilter": time_filter})
 
 
 @pytest.mark.parametrize(("change", "error"), [

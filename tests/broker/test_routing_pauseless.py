@@ -16,6 +16,7 @@ from cuvee.broker import handler as handler_module
 from cuvee.broker.cluster_view import ClusterSnapshot, ClusterView, TableEntry, table_info
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
+from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable, route
 from cuvee.broker.scatter import ServerCall, ServerReply
 from cuvee.cluster.records import ExternalView, SegmentState
@@ -170,6 +171,9 @@ class OneTableView:
 
     def table(self, name: str) -> TableEntry | None:
         return self.entry if name == TABLE else None
+
+    def targets(self, name: str) -> list[QueryTarget]:
+        return [QueryTarget(self.entry)] if name == TABLE else []
 
 
 @pytest.mark.parametrize("pauseless_table, asked", [(True, (N, N1)), (False, (N,))], ids=["pauseless", "default"])

@@ -8,10 +8,10 @@ import orjson
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cuvee.protocol.query import ARROW_STREAM_MEDIA_TYPE, ServerQueryRequest, decode_response
+from cuvee.protocol.query import ARROW_STREAM_MEDIA_TYPE, ServerQueryRequest, TimeFilter, decode_response
 from cuvee.server.query_routes import query_router
 from cuvee.server.registry import SegmentRegistry
-from tests.broker.helpers import TABLE, committed, event_rows, segment_name
+from tests.broker.helpers import BASE_MS, TABLE, committed, event_rows, segment_name
 
 
 def client(tmp_path: Path, max_request_bytes: int = 1 << 20) -> TestClient:
@@ -54,3 +54,14 @@ def test_oversize_requests_are_413(tmp_path: Path) -> None:
                               (segment_name(0, 0),), 1000).encode()
     response = client(tmp_path, max_request_bytes=1000).post("/query", content=body)
     assert response.status_code == 413 and "over 1000 bytes" in response.json()["error"]
+
+
+def test_time_filter_over_http_and_malformed_ones_are_400(tmp_path: Path) -> None:
+    c = client(tmp_path)
+    half = ServerQueryRequest("9", TABLE, "SELECT count(*) AS n FROM cuvee_segments", (segment_name(0, 0),), 1000,
+                              time_filter=TimeFilter("ts", ">", BASE_MS + 9_000))  # rows 10..39
+    table, stats = decode_response(c.post("/query", content=half.encode()).content)
+    assert table is not None and table.column("n").to_pylist() == [30] and stats.numDocsScanned == 30
+    doc = {**half.to_dict(), "timeFilter": {"column": "ts", "op": ">= 0 OR TRUE --", "value": 1}}
+    response = c.post("/query", content=orjson.dumps(doc))
+    assert response.status_code == 400 and "time filter: op must be one of" in response.json()["error"]

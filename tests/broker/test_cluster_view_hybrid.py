@@ -1,0 +1,89 @@
+"""The broker's cluster view of a hybrid table on a real (sqlite) metadata store, with polling effectively off: the
+raw name resolves to one table, lineage, overrides and new offline segments reach the view through watches, and a
+refresh reads the metadata of new segments only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cuvee.broker.cluster_view import ClusterView
+from cuvee.cluster.records import ExternalView, SegmentRecord, SegmentState, SegmentStatus, TimeBoundaryOverride
+from cuvee.cluster.store import ClusterStore
+from cuvee.cluster.time_boundary import DAY_MS
+from cuvee.lineage.model import LineageEntry, LineageState
+from cuvee.metastore import open_metastore
+from cuvee.protocol.query import TimeFilter
+from tests.broker.helpers import CLUSTER, FAST_META, segment_name, wait_until, write_table
+
+ON, CO = SegmentState.ONLINE, SegmentState.CONSUMING
+OFFLINE_DOC = {"tableName": "h_OFFLINE", "tableType": "OFFLINE",
+               "segmentsConfig": {"timeColumnName": "ts", "replication": "1"}}
+
+
+@pytest.fixture
+def view(tmp_path: Path) -> Iterator[tuple[ClusterStore, ClusterView]]:
+    meta = open_metastore(f"sqlite://{tmp_path / 'meta.db'}?{FAST_META}")
+    store = ClusterStore(meta, CLUSTER)
+    write_table(store, "h")
+    store.put_external_view(ExternalView("h_REALTIME", {segment_name(0, 0, "h"): {"A": CO}}))
+    view = ClusterView(store, poll_seconds=600).start()
+    try:
+        yield store, view
+    finally:
+        view.stop()
+        meta.close()
+
+
+def add_offline(store: ClusterStore, end_times: dict[str, int]) -> None:
+    for name, end in end_times.items():
+        store.create_segment("h_OFFLINE", SegmentRecord(name, SegmentStatus.UPLOADED, 1, time_min=0, time_max=end))
+    old = store.external_view("h_OFFLINE") or ExternalView("h_OFFLINE")
+    store.put_external_view(ExternalView("h_OFFLINE", {**old.segments, **{n: {"A": ON} for n in end_times}}))
+
+
+def filters(view: ClusterView) -> list[tuple[str, TimeFilter | None]]:
+    return [(t.entry.name, t.time_filter) for t in view.targets("h")]
+
+
+def test_hybrid_view_follows_watches(view: tuple[ClusterStore, ClusterView]) -> None:
+    store, v = view
+    assert v.resolve("h").name == "h_REALTIME"  # not hybrid yet
+    store.metastore.create(store.paths.table("h_OFFLINE"), orjson.dumps(OFFLINE_DOC))
+    wait_until(lambda: v.resolve("h").name == "h", 5)  # one table to the planner, named by its raw name
+    assert v.resolve("h_OFFLINE").name == "h_OFFLINE" and v.resolve("h_REALTIME").name == "h_REALTIME"
+    assert filters(v) == [("h_REALTIME", None)]  # no served offline segment yet
+
+    add_offline(store, {"h_0": 3 * DAY_MS, "h_1": 5 * DAY_MS})
+    boundary = 4 * DAY_MS
+    wait_until(lambda: filters(v) == [("h_OFFLINE", TimeFilter("ts", "<=", boundary)),
+                                      ("h_REALTIME", TimeFilter("ts", ">", boundary))], 5)
+    assert [t.time_filter for t in v.targets("h_OFFLINE")] == [None]
+
+    store.put(store.paths.time_boundary("h"), TimeBoundaryOverride("h", 7))
+    wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 7), 5)
+    store.metastore.delete(store.paths.time_boundary("h"))
+    wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", boundary), 5)
+
+    store.update_lineage("h_OFFLINE", lambda lin: lin.with_entry(
+        "e", LineageEntry(("h_1",), (), LineageState.COMPLETED, 1)))
+    wait_until(lambda: v.table("h_OFFLINE").hidden == {"h_1"}, 5)
+    assert filters(v)[0][1] == TimeFilter("ts", "<=", 2 * DAY_MS)  # a replaced segment's end time no longer counts
+
+
+def test_a_refresh_reads_only_new_segments_metadata(view: tuple[ClusterStore, ClusterView],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    store, v = view
+    store.metastore.create(store.paths.table("h_OFFLINE"), orjson.dumps(OFFLINE_DOC))
+    add_offline(store, {f"h_{i}": i * DAY_MS for i in range(5)})
+    wait_until(lambda: len(v.targets("h")) == 2, 5)
+    read: list[str] = []
+    find = store.find_segment
+    monkeypatch.setattr(store, "find_segment", lambda table, segment: read.append(segment) or find(table, segment))
+    add_offline(store, {"h_9": 9 * DAY_MS})
+    wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 8 * DAY_MS), 5)
+    v.refresh()
+    assert read == ["h_9"]
