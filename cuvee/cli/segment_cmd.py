@@ -71,7 +71,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from cuvee.config.files import load_table
     from cuvee.segment.archive import pack
     from cuvee.segment.builder import build_segment
-    from cuvee.segment.naming import offline_segment_name
+    from cuvee.segment.naming import offline_segment_name, time_range
 
     from cuvee.decode.transform import compile_ingestion, decode_schema
 
@@ -230,19 +230,3 @@ def _read_parquet(path: Path, schema: Schema) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise UserError(f"{path}: column {spec.name!r} ({column.type}) cannot be read as {spec.data_type.value}: {exc}") from exc
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
-
-
-def time_range(data: pa.Table, time_column: str | None) -> tuple[int | None, int | None]:
-    """Min and max of the time column as integers (TIMESTAMP as epoch millis); None when there is no value."""
-    if not time_column or time_column not in data.column_names or data.num_rows == 0:
-        return None, None
-    column = data.column(time_column)
-    if not (pa.types.is_integer(column.type) or pa.types.is_timestamp(column.type)):
-        return None, None  # e.g. a SIMPLE_DATE_FORMAT string column: name the segment without times
-    if pa.types.is_timestamp(column.type):
-        column = column.cast(pa.int64())
-    bounds = pc.min_max(column)
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    if low is None or high is None:
-        return None, None
-    return int(low), int(high)

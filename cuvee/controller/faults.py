@@ -34,8 +34,10 @@ COMMIT_AFTER_STEP3 = "commit.after_step3"
 # Pauseless commit start: after the end offset is fixed (COMMITTING), after the next segment is placed.
 COMMIT_START_AFTER_PIN = "commit_start.after_pin"
 COMMIT_START_AFTER_NEXT = "commit_start.after_next"
+# A batch job (``cuvee pipeline``) after its metadata push, before endReplaceSegments.
+PIPELINE_AFTER_PUSH = "pipeline.after_push"
 POINTS = (COMMIT_BEFORE_STEP1, COMMIT_AFTER_STEP1, COMMIT_AFTER_STEP2, COMMIT_AFTER_STEP3, COMMIT_START_AFTER_PIN,
-          COMMIT_START_AFTER_NEXT)
+          COMMIT_START_AFTER_NEXT, PIPELINE_AFTER_PUSH)
 
 
 ENVIRONMENT = "CUVEE_FAULTS"

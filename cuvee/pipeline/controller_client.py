@@ -1,0 +1,97 @@
+"""The batch jobs' one way to talk to the controller (httpx): the table, its schema, where the deep store is, the
+table's segments and lineage, and the push with its lineage replace. Every failure is a ``PipelineError`` that
+names the URL and the controller's own message, never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from cuvee.config import Schema, TableConfig, TableType
+from cuvee.errors import UserError
+from cuvee.lineage.model import SegmentLineage
+
+
+class PipelineError(UserError):
+    """A batch job cannot go on: the message says why (printed as one line by the CLI)."""
+
+
+class ControllerClient:
+    def __init__(self, url: str, *, timeout_seconds: float = 600.0):
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(timeout=timeout_seconds)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        url = self.url + path
+        try:
+            response = self._http.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise PipelineError(f"cannot reach the controller at {self.url}: {type(exc).__name__}: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise PipelineError(f"{method} {url} answered {response.status_code}: {message[:500]}")
+        return response.json() if response.content else None
+
+    # ---- reads ----
+
+    def table(self, name: str, table_type: TableType = TableType.OFFLINE) -> TableConfig:
+        doc = self._call("GET", f"/tables/{name}")
+        if table_type.value not in doc:
+            raise PipelineError(f"table {name!r} has no {table_type.value} part; create it first (POST /tables)")
+        return TableConfig.from_json(doc[table_type.value])
+
+    def schema(self, name: str) -> Schema:
+        return Schema.from_json(self._call("GET", f"/tables/{name}/schema"))
+
+    def deep_store_uri(self) -> str:
+        return str(self._call("GET", "/deepStore")["uri"])
+
+    def segments(self, table: str, table_type: TableType = TableType.OFFLINE) -> list[str]:
+        for part in self._call("GET", f"/segments/{table}", params={"type": table_type.value}):
+            if table_type.value in part:
+                return list(part[table_type.value])
+        return []
+
+    def segment_metadata(self, table: str, segment: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/segments/{table}/{segment}/metadata"))
+
+    def lineage(self, table: str, table_type: TableType = TableType.OFFLINE) -> SegmentLineage:
+        return SegmentLineage.from_json(self._call("GET", f"/segments/{table}/lineage",
+                                                   params={"type": table_type.value}))
+
+    def ideal_state(self, table: str, table_type: TableType = TableType.OFFLINE) -> dict[str, dict[str, str]]:
+        return dict(self._call("GET", f"/tables/{table}/idealstate").get(table_type.value) or {})
+
+    # ---- the push ----
+
+    def start_replace(self, table: str, segments_from: list[str], segments_to: list[str],
+                      custom: dict[str, str]) -> str:
+        doc = self._call("POST", f"/segments/{table}/startReplaceSegments", params={"type": "OFFLINE"},
+                         json={"segmentsFrom": segments_from, "segmentsTo": segments_to, "customMap": custom})
+        return str(doc["segmentLineageEntryId"])
+
+    def push(self, table: str, segments: list[dict[str, Any]]) -> None:
+        for start in range(0, len(segments), 1000):
+            self._call("POST", "/v2/segments", params={"tableName": table, "tableType": "OFFLINE"},
+                       json={"segments": segments[start:start + 1000]})
+
+    def end_replace(self, table: str, entry_id: str) -> None:
+        self._call("POST", f"/segments/{table}/endReplaceSegments",
+                   params={"type": "OFFLINE", "segmentLineageEntryId": entry_id})
+
+    def revert_replace(self, table: str, entry_id: str) -> None:
+        self._call("POST", f"/segments/{table}/revertReplaceSegments",
+                   params={"type": "OFFLINE", "segmentLineageEntryId": entry_id})
