@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def spark_session(master: str | None = None, app_name: str = "cuvee-pipeline") -> SparkSession:
+def spark_session(master: str | None = None, app_name: str = "cuvee-pipeline", **conf: str) -> SparkSession:
+    """``conf``: extra Spark settings (tests: ``**{"spark.ui.enabled": "false"}``)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -26,6 +27,8 @@ def spark_session(master: str | None = None, app_name: str = "cuvee-pipeline") -
     if master:
         builder = builder.master(master)
     builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     try:
         from cuvee.spark import register
