@@ -29,6 +29,7 @@ BUCKET = "__bucket"
 PART = "__part"
 NO_BUCKET = -1  # rows without a usable time value
 SEQUENCE_STRIDE = 10_000  # segment sequence = partition * stride + chunk
+TASK_STRIDE = 100 * SEQUENCE_STRIDE
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class BuildSpec:
     deep_store_uri: str
     fingerprint: str
     rows_per_segment: int = 5_000_000
+    sequence_base: int = 0  # a DataFrame write's task n builds sequences from n * TASK_STRIDE (no shuffle there)
 
     @property
     def table(self) -> TableConfig:
@@ -123,7 +125,7 @@ def _build(group: tuple[int, int], batches: list[pa.RecordBatch], spec: BuildSpe
     for chunk, start in enumerate(range(0, data.num_rows, spec.rows_per_segment)):
         rows = data.slice(start, spec.rows_per_segment)
         low, high = time_range(rows, table.time_column)
-        sequence = group[1] * SEQUENCE_STRIDE + chunk
+        sequence = spec.sequence_base + group[1] * SEQUENCE_STRIDE + chunk
         name = offline_segment_name(table.table_name, sequence, low, high, postfix=spec.fingerprint)
         with tempfile.TemporaryDirectory(prefix="cuvee-build-") as tmp:
             segment = build_segment(rows, schema, table.indexing, tmp, name, table_name=table.table_name,

@@ -1,0 +1,97 @@
+"""``df.write.format("cuvee")``: a DataFrame into an OFFLINE table, the way the ingest job does it.
+
+Each Spark task converts its rows to the schema, sorts them by time bucket and partition (no shuffle: a task's
+segments carry its partition number in their sequence) and builds and stores its segments; the driver's
+``commit`` pushes them under one lineage replace: ``overwrite`` replaces every segment of the table,
+``append`` adds (a DataFrame has no input files to recognise a re-run by, so an append always adds). Rows that
+do not fit the schema fail the write with their reason (a DataFrame is the user's own data: nothing is dropped
+silently); ``abort`` deletes what the tasks stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cuvee.config import Schema, TableConfig
+from cuvee.decode.transform import compile_ingestion
+from cuvee.deepstore import open_deepstore
+from cuvee.pipeline.controller_client import ControllerClient, PipelineError
+from cuvee.pipeline.convert import convert_batch, to_wire
+from cuvee.pipeline.ingest import new_fingerprint, push_replace
+from cuvee.pipeline.segments import BUCKET, PART, TASK_STRIDE, BuildSpec, bucket_and_partition, build_groups
+from cuvee.spi.deepstore import DeepStoreError
+
+try:
+    from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+except ImportError:  # the package works without pyspark; only Spark jobs need it
+    DataSourceArrowWriter = object  # type: ignore[assignment,misc]
+
+    @dataclass
+    class WriterCommitMessage:  # type: ignore[no-redef]
+        pass
+
+
+@dataclass
+class BuiltSegments(WriterCommitMessage):
+    segments: list[dict[str, Any]] = field(default_factory=list)
+
+
+class CuveeWriter(DataSourceArrowWriter):  # type: ignore[misc,valid-type]
+    """Created on the driver (which reads the table from the controller once); ``write`` runs in tasks."""
+
+    def __init__(self, options: dict[str, str], overwrite: bool):
+        controller, table = options.get("controller"), options.get("table")
+        if not controller or not table:
+            raise PipelineError('df.write.format("cuvee") needs .option("controller", URL).option("table", NAME)')
+        self.controller, self.table, self.overwrite = controller, table, overwrite
+        with ControllerClient(controller) as client:
+            config, schema = client.table(table), client.schema(table)
+            deep = options.get("deepStore") or client.deep_store_uri()
+        self.fingerprint = new_fingerprint()
+        self.spec = BuildSpec(config.to_json(), schema.to_json(), deep, self.fingerprint,
+                              int(options.get("rowsPerSegment", 5_000_000)))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BuiltSegments:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        task = context.partitionId() if context is not None else 0
+        table, schema = TableConfig.from_json(self.spec.table_json), Schema.from_json(self.spec.schema_json)
+        transformer = compile_ingestion(schema, table.ingestion)
+        parts: list[pa.RecordBatch] = []
+        for batch in iterator:
+            converted = convert_batch(batch, schema, transformer)
+            if converted.bad:
+                raise PipelineError(f"{len(converted.bad)} row(s) do not fit the schema of {self.table}, e.g. "
+                                    f"{converted.bad[0]}")
+            good = converted.batch
+            buckets, partitions = bucket_and_partition(good, table, schema)
+            columns = [to_wire(good.column(f.name), f) for f in schema.fields]
+            names = [f.name for f in schema.fields] + [BUCKET, PART]
+            parts.append(pa.RecordBatch.from_arrays([*columns, buckets, partitions], names=names))
+        if not parts:
+            return BuiltSegments([])
+        rows = pa.Table.from_batches(parts)
+        rows = rows.take(pc.sort_indices(rows, [(BUCKET, "ascending"), (PART, "ascending")]))
+        spec = BuildSpec(self.spec.table_json, self.spec.schema_json, self.spec.deep_store_uri, self.fingerprint,
+                         self.spec.rows_per_segment, sequence_base=task * TASK_STRIDE)
+        return BuiltSegments(list(build_groups(rows.to_batches(), spec)))
+
+    def commit(self, messages: list[BuiltSegments | None]) -> None:
+        built = [segment for message in messages if message is not None for segment in message.segments]
+        with ControllerClient(self.controller) as client:
+            push_replace(client, self.table, built, refresh=self.overwrite, input_key=f"dataframe-{self.fingerprint}")
+
+    def abort(self, messages: list[BuiltSegments | None]) -> None:
+        deep = open_deepstore(self.spec.deep_store_uri)
+        for message in messages:
+            for segment in message.segments if message is not None else []:
+                try:
+                    deep.delete(deep.key_of(segment["downloadUri"]))
+                except DeepStoreError:
+                    pass  # already gone, or the store is down: an unreferenced archive, never served
