@@ -15,13 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cuvee.cluster.time_boundary import hybrid_halves
 from cuvee.protocol.query import TimeFilter
 
 if TYPE_CHECKING:
     from cuvee.broker.cluster_view import TableEntry
 
-OFFLINE_OP = "<="
-REALTIME_OP = ">"
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,7 @@ def query_targets(realtime: TableEntry | None, offline: TableEntry | None) -> li
     """The halves a query on a raw name reads (either may be missing; none when both are)."""
     if realtime is None or offline is None:
         return [QueryTarget(e) for e in (realtime, offline) if e is not None]
-    boundary = offline.time_boundary
-    column = offline.time_column
-    if boundary is None or column is None:
-        return [QueryTarget(realtime)]
-    if not set(realtime.view.segments) - realtime.hidden:
-        return [QueryTarget(offline)]
-    return [QueryTarget(offline, TimeFilter(column, OFFLINE_OP, boundary)),
-            QueryTarget(realtime, TimeFilter(column, REALTIME_OP, boundary))]
+    halves = hybrid_halves(offline.time_boundary, offline.time_column,
+                           bool(set(realtime.view.segments) - realtime.hidden))
+    entries = {"OFFLINE": offline, "REALTIME": realtime}
+    return [QueryTarget(entries[half], time_filter) for half, time_filter in halves.items()]

@@ -13,9 +13,12 @@ from collections.abc import Iterable
 
 from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format
 from cuvee.config.schema import DataType, Schema
+from cuvee.protocol.query import TimeFilter
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
+OFFLINE_OP = "<="  # the offline half answers for time <= boundary
+REALTIME_OP = ">"
 
 
 def millis_per_value(schema: Schema, column: str | None) -> float | None:
@@ -49,3 +52,15 @@ def compute_time_boundary(end_times: Iterable[int | None], step_ms: float, push_
 def to_millis(value: int, step_ms: float) -> int:
     """An epoch value of the time column in milliseconds."""
     return int(value * step_ms)
+
+
+def hybrid_halves(boundary: int | None, column: str | None, realtime_has_segments: bool) -> dict[str, TimeFilter | None]:
+    """Which halves (``"OFFLINE"``/``"REALTIME"``) a read of a hybrid table covers, each with the filter on its
+    rows (None: all of them). Degenerate cases keep "exactly once" without a filter: no boundary yet (no served
+    offline segment with an end time) → the realtime half alone; a realtime half without segments → the offline
+    half alone. The broker and the Spark reader both split by this rule."""
+    if boundary is None or column is None:
+        return {"REALTIME": None}
+    if not realtime_has_segments:
+        return {"OFFLINE": None}
+    return {"OFFLINE": TimeFilter(column, OFFLINE_OP, boundary), "REALTIME": TimeFilter(column, REALTIME_OP, boundary)}

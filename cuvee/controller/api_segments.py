@@ -39,6 +39,22 @@ def router(ctl: Controller) -> APIRouter:
             out.append({full.rsplit("_", 1)[1]: sorted(names)})
         return out
 
+    @api.get("/segments/{table}/metadata")
+    def table_segments_metadata(table: str, type: str | None = None) -> dict[str, dict[str, Any]]:  # noqa: A002
+        """Every segment record of the table (or of one half), by name: one call for a reader planning a scan."""
+        wanted = type.upper() if type else None
+        if wanted not in (None, "OFFLINE", "REALTIME"):
+            raise BadRequest(f"type must be OFFLINE or REALTIME, got {type!r}")
+        out: dict[str, dict[str, Any]] = {}
+        for full in Catalog(ctl.store).resolve(table):
+            if wanted and not full.endswith("_" + wanted):
+                continue
+            for name in ctl.store.segment_names(full):
+                found = ctl.store.find_segment(full, name)
+                if found is not None:  # deleted between the listing and the read
+                    out[name] = {**found.record.to_json(), "table": full}
+        return out
+
     @api.get("/segments/{table}/{segment}/metadata")
     def segment_metadata(table: str, segment: str) -> dict[str, Any]:
         try:

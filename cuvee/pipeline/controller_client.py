@@ -8,9 +8,11 @@ from typing import Any
 
 import httpx
 
+from cuvee.cluster.records import InstanceInfo, SegmentRecord
 from cuvee.config import Schema, TableConfig, TableType
 from cuvee.errors import UserError
 from cuvee.lineage.model import SegmentLineage
+from cuvee.protocol.completion_http import HTTP_PORT_NAME
 
 
 class PipelineError(UserError):
@@ -31,12 +33,15 @@ class ControllerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any) -> Any:
+        """The answer's JSON; with ``missing_ok``, None for a 404."""
         url = self.url + path
         try:
             response = self._http.request(method, url, **kwargs)
         except httpx.HTTPError as exc:
             raise PipelineError(f"cannot reach the controller at {self.url}: {type(exc).__name__}: {exc}") from None
+        if missing_ok and response.status_code == 404:
+            return None
         if response.status_code >= 400:
             try:
                 message = response.json().get("error", response.text)
@@ -48,10 +53,15 @@ class ControllerClient:
     # ---- reads ----
 
     def table(self, name: str, table_type: TableType = TableType.OFFLINE) -> TableConfig:
-        doc = self._call("GET", f"/tables/{name}")
-        if table_type.value not in doc:
+        parts = self.tables(name)
+        if table_type not in parts:
             raise PipelineError(f"table {name!r} has no {table_type.value} part; create it first (POST /tables)")
-        return TableConfig.from_json(doc[table_type.value])
+        return parts[table_type]
+
+    def tables(self, name: str) -> dict[TableType, TableConfig]:
+        """The halves the table has (one, or both for a hybrid table)."""
+        doc = self._call("GET", f"/tables/{name}")
+        return {t: TableConfig.from_json(doc[t.value]) for t in TableType if t.value in doc}
 
     def schema(self, name: str) -> Schema:
         return Schema.from_json(self._call("GET", f"/tables/{name}/schema"))
@@ -67,6 +77,28 @@ class ControllerClient:
 
     def segment_metadata(self, table: str, segment: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/segments/{table}/{segment}/metadata"))
+
+    def segment_records(self, table: str, table_type: TableType) -> dict[str, SegmentRecord]:
+        docs = self._call("GET", f"/segments/{table}/metadata", params={"type": table_type.value})
+        return {name: SegmentRecord.from_json({k: v for k, v in doc.items() if k != "table"})
+                for name, doc in docs.items()}
+
+    def external_view(self, table: str, table_type: TableType) -> dict[str, dict[str, str]]:
+        return dict(self._call("GET", f"/tables/{table}/externalview").get(table_type.value) or {})
+
+    def instance_url(self, instance_id: str) -> str | None:
+        """The HTTP base URL of a live instance (None: unknown, not live, or without an HTTP port)."""
+        doc = self._call("GET", f"/instances/{instance_id}", missing_ok=True)
+        if doc is None or not doc.get("live"):
+            return None
+        info = InstanceInfo.from_json({k: v for k, v in doc.items() if k != "live"})
+        port = info.ports.get(HTTP_PORT_NAME)
+        return f"http://{info.host}:{port}" if port else None
+
+    def time_boundary(self, table: str) -> tuple[str, int] | None:
+        """A hybrid table's (time column, boundary); None while it has none (no served offline end time)."""
+        doc = self._call("GET", f"/tables/{table}/timeBoundary", missing_ok=True)
+        return None if doc is None else (str(doc["timeColumn"]), int(doc["timeValue"]))
 
     def lineage(self, table: str, table_type: TableType = TableType.OFFLINE) -> SegmentLineage:
         return SegmentLineage.from_json(self._call("GET", f"/segments/{table}/lineage",

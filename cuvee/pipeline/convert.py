@@ -46,6 +46,28 @@ def from_wire(arr: pa.Array, spec: FieldSpec) -> pa.Array:
     return arr
 
 
+SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")  # Spark's TimestampType: microseconds since the epoch, UTC
+
+
+def spark_arrow_type(spec: FieldSpec) -> pa.DataType:
+    """The Arrow type Spark reads a column as: TIMESTAMP in microseconds UTC (Spark's TimestampType), multi-value
+    columns as lists (ArrayType), JSON as text; the rest as stored."""
+    base = SPARK_TIMESTAMP if spec.data_type is DataType.TIMESTAMP else spec.data_type.arrow_type()
+    return base if spec.single_value else pa.list_(base)
+
+
+def to_spark(table: pa.Table, fields: list[FieldSpec]) -> pa.Table:
+    """``table``'s columns named by ``fields`` (stored, or as a server answers them: dictionary-encoded, any
+    timestamp unit) in Spark's types, in that order."""
+    columns = []
+    for spec in fields:
+        column = table.column(spec.name)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        columns.append(column.cast(spark_arrow_type(spec)))
+    return pa.Table.from_arrays(columns, schema=pa.schema([pa.field(f.name, spark_arrow_type(f)) for f in fields]))
+
+
 def convert_batch(batch: pa.RecordBatch, schema: Schema, transformer: RowTransformer | None) -> Converted:
     """``batch`` (any column names and types) as the schema's columns."""
     source_schema = decode_schema(schema, transformer)

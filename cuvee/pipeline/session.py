@@ -30,9 +30,7 @@ def spark_session(master: str | None = None, app_name: str = "cuvee-pipeline", *
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    try:
-        from cuvee.spark import register
-    except ImportError:
-        return session
+    from cuvee.spark import register  # here: cuvee.spark imports pyspark's data source API
+
     register(session)
     return session

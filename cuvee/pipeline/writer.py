@@ -44,17 +44,14 @@ class BuiltSegments(WriterCommitMessage):
 class CuveeWriter(DataSourceArrowWriter):  # type: ignore[misc,valid-type]
     """Created on the driver (which reads the table from the controller once); ``write`` runs in tasks."""
 
-    def __init__(self, options: dict[str, str], overwrite: bool):
-        controller, table = options.get("controller"), options.get("table")
-        if not controller or not table:
-            raise PipelineError('df.write.format("cuvee") needs .option("controller", URL).option("table", NAME)')
+    def __init__(self, controller: str, table: str, overwrite: bool, *, deep_store: str | None = None,
+                 rows_per_segment: int = 5_000_000):
         self.controller, self.table, self.overwrite = controller, table, overwrite
         with ControllerClient(controller) as client:
             config, schema = client.table(table), client.schema(table)
-            deep = options.get("deepStore") or client.deep_store_uri()
+            deep = deep_store or client.deep_store_uri()
         self.fingerprint = new_fingerprint()
-        self.spec = BuildSpec(config.to_json(), schema.to_json(), deep, self.fingerprint,
-                              int(options.get("rowsPerSegment", 5_000_000)))
+        self.spec = BuildSpec(config.to_json(), schema.to_json(), deep, self.fingerprint, rows_per_segment)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BuiltSegments:
         from pyspark import TaskContext
