@@ -14,6 +14,7 @@ from cuvee.controller import (
     api_segments,
     api_tables,
     repair,
+    retention,
 )
 from cuvee.controller.api_common import install_error_handlers
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 def build_app(ctl: Controller) -> FastAPI:
     app = FastAPI(title="Cuvee controller")
     install_error_handlers(app)
-    for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair):
+    for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair,
+                   retention):
         app.include_router(module.router(ctl))
     return app

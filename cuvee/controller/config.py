@@ -66,7 +66,9 @@ class ControllerConfig:
     retention (and deep-store objects past their grace period). ``deletion_grace_seconds``: how long a deleted
     segment's deep-store object is kept; ``lineage_grace_seconds``: how long segments replaced by a lineage entry
     stay (not served) before they are deleted; ``lineage_end_timeout_seconds``: how long endReplaceSegments waits for
-    the new segments to be ONLINE somewhere before flipping the entry (409 after). ``max_upload_bytes``: the largest segment archive a tar push may
+    the new segments to be ONLINE somewhere before flipping the entry (409 after);
+    ``lineage_in_progress_timeout_seconds``: after how long the retention task reverts a replace nobody ended
+    (the pusher died and no re-run cleaned up). ``max_upload_bytes``: the largest segment archive a tar push may
     send (metadata pushes send no bytes)."""
 
     metadata: str
@@ -84,6 +86,7 @@ class ControllerConfig:
     deletion_grace_seconds: float = 7 * 86400.0
     lineage_grace_seconds: float = 3600.0
     lineage_end_timeout_seconds: float = 300.0
+    lineage_in_progress_timeout_seconds: float = 86400.0
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
     session_retry_initial_seconds: float = 0.5
@@ -102,6 +105,7 @@ class ControllerConfig:
             repair_stop_seconds=self.repair_stop_seconds,
             retention_interval_seconds=self.retention_interval_seconds,
             lineage_end_timeout_seconds=self.lineage_end_timeout_seconds,
+            lineage_in_progress_timeout_seconds=self.lineage_in_progress_timeout_seconds,
             max_upload_bytes=self.max_upload_bytes,
             server_timeout_seconds=self.server_timeout_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,

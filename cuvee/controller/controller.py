@@ -117,6 +117,7 @@ class Controller:
             lambda: self.is_leader and self._session_connected(),
             deletion_grace_ms=round(self.config.deletion_grace_seconds * 1000),
             lineage_grace_ms=round(self.config.lineage_grace_seconds * 1000),
+            in_progress_timeout_ms=round(self.config.lineage_in_progress_timeout_seconds * 1000),
             stop_timeout=self.config.repair_stop_seconds,
         )
         self._external_view = ExternalViewTask(

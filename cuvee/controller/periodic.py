@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable
+from typing import Any
 
 
 class PeriodicTask(abc.ABC):
@@ -52,3 +53,12 @@ class PeriodicTask(abc.ABC):
                 self.run_pass()
             else:
                 self.idle()
+
+
+def camel_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """A task's counters (snake_case fields) under the JSON names status endpoints answer with."""
+    out = {}
+    for key, value in values.items():
+        head, *rest = key.split("_")
+        out[head + "".join(part.title() for part in rest)] = value
+    return out

@@ -52,7 +52,7 @@ from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
 from cuvee.controller.faults import FaultInjected
-from cuvee.controller.periodic import PeriodicTask
+from cuvee.controller.periodic import PeriodicTask, camel_keys
 from cuvee.controller.repair_partitions import NewPartition, add_partitions
 from cuvee.controller.repair_plan import (
     CreateSuccessor,
@@ -321,15 +321,7 @@ class RepairTask(PeriodicTask):
 
     def status(self, table: str) -> dict[str, Any]:
         stats = self.stats.get(table, TableRepairStats())
-        return {"table": table, "passes": self.passes, "failedPasses": self.failed_passes, **_camel(asdict(stats))}
-
-
-def _camel(values: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in values.items():
-        head, *rest = key.split("_")
-        out[head + "".join(part.title() for part in rest)] = value
-    return out
+        return {"table": table, "passes": self.passes, "failedPasses": self.failed_passes, **camel_keys(asdict(stats))}
 
 
 def router(ctl: Controller) -> APIRouter:
