@@ -95,9 +95,12 @@ class RetentionTask(PeriodicTask):
         if not plan.empty:
             self._carry_out(table, plan, stats, now)
         if lineage is not None and lineage.entries:
+            # an entry may stop hiding its segments only once no server serves them either: a broker routes by
+            # the external view, which lags behind the ideal state
             existing = set(self.store.segment_names(table))
-            after = self.store.ideal_state(table)
+            after, view = self.store.ideal_state(table), self.store.external_view(table)
             existing |= set(after.record.segments) if after is not None else set()
+            existing |= set(view.segments) if view is not None else set()
             self.store.update_lineage(table, lambda current: rules.prune(current, existing))
 
     def _carry_out(self, table: str, plan: RetentionPlan, stats: TableRetentionStats, now: int) -> None:

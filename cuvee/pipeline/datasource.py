@@ -8,7 +8,7 @@ segments' archives straight from the deep store (``scan``) and yields Arrow batc
 handed back. Writes: ``CuveeWriter`` (segments built in tasks, pushed under one lineage replace).
 
 Options (names case-insensitive): ``controller`` and ``table`` (required); reads: ``columns`` (comma list),
-``segmentsPerPartition`` (4), ``includeConsuming`` (false), ``deepStore`` (the controller's), ``timeoutSeconds``
+``segmentsPerPartition`` (1 for up to 16 segments, growing to 4), ``includeConsuming`` (false), ``deepStore`` (the controller's), ``timeoutSeconds``
 (300), ``workDir`` (temporary files; the system's); writes: ``rowsPerSegment`` (5,000,000), ``deepStore``.
 """
 
@@ -44,7 +44,7 @@ class Options:
     controller: str
     table: str
     columns: tuple[str, ...] | None = None
-    segments_per_partition: int = 4
+    segments_per_partition: int | None = None  # None: read_plan.default_per_partition
     include_consuming: bool = False
     deep_store: str | None = None
     timeout_seconds: float = 300.0
@@ -61,15 +61,15 @@ class Options:
         return cls(
             controller=controller, table=table,
             columns=tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None,
-            segments_per_partition=_integer(given, "segmentsPerPartition", 4),
+            segments_per_partition=_integer(given, "segmentsPerPartition", None),
             include_consuming=_boolean(given, "includeConsuming"),
             deep_store=given.get("deepstore") or None,
-            timeout_seconds=float(_integer(given, "timeoutSeconds", 300)),
+            timeout_seconds=float(_integer(given, "timeoutSeconds", 300) or 300),
             work_dir=given.get("workdir") or None,
-            rows_per_segment=_integer(given, "rowsPerSegment", 5_000_000))
+            rows_per_segment=_integer(given, "rowsPerSegment", 5_000_000) or 5_000_000)
 
 
-def _integer(given: Mapping[str, str], name: str, default: int) -> int:
+def _integer(given: Mapping[str, str], name: str, default: int | None) -> int | None:
     text = given.get(name.lower())
     if text is None:
         return default

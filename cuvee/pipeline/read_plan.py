@@ -94,10 +94,22 @@ def _may_hold_rows(record: SegmentRecord, time_filter: TimeFilter | None, predic
     return may_match(predicates, time_spec, low, high)
 
 
-def group_partitions(sources: Sequence[SegmentSource], per_partition: int) -> list[tuple[SegmentSource, ...]]:
+SPREAD_PARTITIONS = 16  # without segmentsPerPartition: small reads get a task per segment (parallelism) ...
+MAX_PER_PARTITION = 4  # ... large ones a few segments per task
+
+
+def default_per_partition(segments: int) -> int:
+    """Segments per partition when the user did not say: 1 up to 16 segments, then growing to 4."""
+    return min(MAX_PER_PARTITION, max(1, math.ceil(segments / SPREAD_PARTITIONS)))
+
+
+def group_partitions(sources: Sequence[SegmentSource], per_partition: int | None = None
+                     ) -> list[tuple[SegmentSource, ...]]:
     """``ceil(n / per_partition)`` groups, biggest segment first into the lightest group (deterministic)."""
     if not sources:
         return []
+    if per_partition is None:
+        per_partition = default_per_partition(len(sources))
     if per_partition < 1:
         raise ValueError(f"segmentsPerPartition must be at least 1, got {per_partition}")
     groups: list[list[SegmentSource]] = [[] for _ in range(math.ceil(len(sources) / per_partition))]

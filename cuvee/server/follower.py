@@ -147,7 +147,10 @@ class IdealStateFollower:
             due = {seg: r.due for (t, seg), r in self._retries.items() if t == table}
         plan = plan_transitions(wanted, self._states.of(table), self._states.failed(table), now=self._clock(),
                                 retry_due=due)
+        placed = set(found.record.segments) if found is not None else set()
         for chain in plan:
+            if chain[-1].to_state is SegmentState.DROPPED and chain[0].segment not in placed:
+                self._transitions.segment_deleted(table, chain[0].segment)
             self._submit(table, chain)
         if found is not None and found.record.crcs:
             held_online = {s for s, st in self._states.of(table).items() if st is SegmentState.ONLINE}

@@ -278,6 +278,10 @@ class SegmentTransitions:
                 stale.append(name)
         return stale
 
+    def segment_deleted(self, table: str, segment: str) -> None:
+        """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""
+        self._registry.mark_deleted(table, segment)
+
     def _release(self, table: str, segment: str) -> None:
         with self._lock:
             self._consuming.pop((table, segment), None)

@@ -4,12 +4,17 @@ A query ``acquire``s the segments it was routed and holds them for its duration.
 and ``remove`` change what the *next* acquire sees at once, under one lock, so a query sees either the old or the
 new segment of a name, never both and never neither. The replaced entry is *retired*: its ``on_release`` callback
 (stop a consumer, delete files) runs only when the last query holding it lets go.
+
+A segment deleted from the ideal state (``mark_deleted``, before it is removed) is not reported missing to a
+query routed to it by a broker whose view lags behind: it is gone on purpose, so the query runs without it
+(Pinot's "recently deleted segments"). A segment moved to another server is not marked and stays an error.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,10 +36,15 @@ class _Entry:
 
 @dataclass(frozen=True)
 class Acquired:
-    """The segments one query may read, in the order asked, and the names this server does not hold."""
+    """The segments one query may read, in the order asked, the names this server does not hold, and those it
+    no longer holds because they were deleted."""
 
     segments: list[QueryableSegment] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+MAX_DELETED_REMEMBERED = 10_000
 
 
 class SegmentRegistry:
@@ -44,6 +54,7 @@ class SegmentRegistry:
         self._lock = threading.Lock()
         self._tables: dict[str, dict[str, _Entry]] = {}
         self._retired: list[_Entry] = []  # retired entries still held by queries
+        self._deleted: OrderedDict[tuple[str, str], None] = OrderedDict()  # most recent last, bounded
 
     # ---- readers ------------------------------------------------------------------------------------------
 
@@ -52,17 +63,18 @@ class SegmentRegistry:
         """Hold the named segments for the duration of the ``with`` block."""
         held: list[_Entry] = []
         missing: list[str] = []
+        deleted: list[str] = []
         with self._lock:
             segments = self._tables.get(table_with_type, {})
             for name in names:
                 entry = segments.get(name)
                 if entry is None:
-                    missing.append(name)
+                    (deleted if (table_with_type, name) in self._deleted else missing).append(name)
                     continue
                 entry.refs += 1
                 held.append(entry)
         try:
-            yield Acquired([e.segment for e in held], missing)
+            yield Acquired([e.segment for e in held], missing, deleted)
         finally:
             self._release(held)
 
@@ -108,12 +120,21 @@ class SegmentRegistry:
         if segment.name != name:
             raise ValueError(f"cannot register segment {segment.name!r} under the name {name!r}")
         with self._lock:
+            self._deleted.pop((table_with_type, name), None)  # served again (pushed again after a delete)
             segments = self._tables.setdefault(table_with_type, {})
             old = segments.get(name)
             segments[name] = _Entry(segment, on_release)
             ready = self._retire(old)
         self._run_releases(ready)
         return old.segment if old else None
+
+    def mark_deleted(self, table_with_type: str, name: str) -> None:
+        """``name`` left the ideal state: once removed, queries routed to it skip it instead of failing."""
+        with self._lock:
+            self._deleted[(table_with_type, name)] = None
+            self._deleted.move_to_end((table_with_type, name))
+            while len(self._deleted) > MAX_DELETED_REMEMBERED:
+                self._deleted.popitem(last=False)
 
     def remove(self, table_with_type: str, name: str) -> QueryableSegment | None:
         """Stop serving ``name``; its release runs once no query holds it. Returns the removed segment."""

@@ -105,6 +105,9 @@ def test_partitions_are_balanced_by_bytes_and_hold_at_most_n_segments() -> None:
     assert sorted(s.segment for g in groups for s in g) == sorted(s.segment for s in sources)
     assert {g[0].segment for g in groups} >= {"s0", "s1"}  # the two big ones apart
     assert group_partitions([], 4) == []
+    assert len(group_partitions(sources)) == 7  # a small read: a task per segment
+    many = [SegmentSource("t", f"m{i}", None, "", 1, ()) for i in range(100)]
+    assert len(group_partitions(many)) == 25  # a large one: four segments per task
     with pytest.raises(ValueError):
         group_partitions(sources, 0)
 

@@ -122,3 +122,18 @@ def test_concurrent_readers_always_see_exactly_one_version_during_swaps() -> Non
     assert released_while_held == []
     assert all(not s.is_consuming for s in registry.segments(T))
     assert registry.retired_in_use() == 0
+
+
+def test_a_deleted_segment_is_skipped_not_missing_until_served_again() -> None:
+    registry = SegmentRegistry()
+    registry.put(T, Fake("a", 3, False))
+    registry.put(T, Fake("b", 2, False))
+    registry.mark_deleted(T, "a")  # left the ideal state; a lagging broker may still route to it
+    registry.remove(T, "a")
+    registry.remove(T, "b")  # moved elsewhere, not deleted: still an error for a query routed here
+    with registry.acquire(T, ["a", "b"]) as acquired:
+        assert (acquired.deleted, acquired.missing) == (["a"], ["b"])
+    registry.put(T, Fake("a", 1, False))  # pushed again under the same name
+    registry.remove(T, "a")
+    with registry.acquire(T, ["a"]) as acquired:
+        assert (acquired.deleted, acquired.missing) == ([], ["a"])
