@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Body, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentState, TimeBoundaryOverride
@@ -83,7 +84,8 @@ def router(ctl: Controller) -> APIRouter:
         except ValueError:
             raise BadRequest("a metadata push body must be JSON; a tar push is multipart/form-data") from None
         pushed = parse_push(body)
-        names = register_segments(ctl.store, ctl.deep_store, table, pushed, ctl.clock_ms())
+        # blocking (deep-store checks, metadata writes): off the event loop, which also serves segment completion
+        names = await run_in_threadpool(register_segments, ctl.store, ctl.deep_store, table, pushed, ctl.clock_ms())
         return {"status": f"pushed {len(names)} segment(s) into {table.name_with_type}", "segments": names}
 
     async def tar_push(request: Request, table: TableConfig) -> dict[str, Any]:
@@ -105,10 +107,11 @@ def router(ctl: Controller) -> APIRouter:
                                                   "use a metadata push for large segments")
                         out.write(chunk)
                 ctl.received_segment_bytes += size
-                pushed = store_uploaded_archive(ctl.deep_store, table, archive)
+                pushed = await run_in_threadpool(store_uploaded_archive, ctl.deep_store, table, archive)
         finally:
             await form.close()
-        names = register_segments(ctl.store, ctl.deep_store, table, [pushed], ctl.clock_ms())
+        names = await run_in_threadpool(register_segments, ctl.store, ctl.deep_store, table, [pushed],
+                                        ctl.clock_ms())
         return {"status": f"pushed segment {names[0]} into {table.name_with_type}", "segments": names}
 
     @api.post("/v2/segments")

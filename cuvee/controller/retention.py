@@ -40,6 +40,7 @@ class TableRetentionStats:
     replaced_deleted: int = 0  # segments deleted because a lineage entry replaced or abandoned them
     entries_reverted: int = 0  # IN_PROGRESS lineage entries reverted as stale
     unknown_end: int = 0  # committed segments without a comparable end time at the last pass (kept)
+    failures: int = 0  # passes over this table that failed (logged)
     last_pass_ms: int | None = None
 
 
@@ -64,12 +65,19 @@ class RetentionTask(PeriodicTask):
         with self._lock:
             try:
                 catalog = Catalog(self.store)
+                failed = 0
                 for table in catalog.table_names():
-                    config = catalog.find_table(table)
-                    if config is not None:
-                        self._table(catalog, config)
+                    try:  # one broken table must not stop retention (and deep-store purges) for the others
+                        config = catalog.find_table(table)
+                        if config is not None:
+                            self._table(catalog, config)
+                    except Exception:
+                        failed += 1
+                        self.stats.setdefault(table, TableRetentionStats()).failures += 1
+                        log.exception("retention of %s failed; the next pass retries", table)
                 self.purged_objects += purge_due(self.store, self.deep_store, self.clock_ms())
                 self.passes += 1
+                self.failed_passes += 1 if failed else 0
             except Exception:  # a pass must never kill the thread: count, log, next pass retries
                 self.failed_passes += 1
                 log.exception("retention pass failed")
@@ -85,7 +93,9 @@ class RetentionTask(PeriodicTask):
                 records[name] = found.record
         lineage = self.store.lineage(table)
         snapshot = RetentionSnapshot(
-            table=table, realtime=config.is_realtime, retention_ms=config.segments.retention_ms,
+            table=table, realtime=config.is_realtime,
+            retention_ms=None if not config.is_realtime and config.segments.push_type == "REFRESH"  # as Pinot
+            else config.segments.retention_ms,
             step_ms=millis_per_value(schema, config.time_column) if schema is not None else None,
             records=records, ideal=ideal.record.segments if ideal is not None else {}, lineage=lineage)
         plan = plan_retention(snapshot, now, lineage_grace_ms=self.lineage_grace_ms,
@@ -121,19 +131,30 @@ class RetentionTask(PeriodicTask):
             if reverted:
                 log.warning("retention: reverted %d stale IN_PROGRESS lineage entr(ies) of %s: %s", len(reverted),
                             table, ", ".join(reverted))
+        replaceable = _still_replaceable(self.store.lineage(table), plan.replaced)
         expired = delete_segments(self.store, table, plan.expired, now, self.deletion_grace_ms, "retention")
-        replaced = delete_segments(self.store, table, plan.replaced, now, self.deletion_grace_ms, "lineage clean-up")
+        replaced = delete_segments(self.store, table, replaceable, now, self.deletion_grace_ms, "lineage clean-up")
         stats.expired_deleted += len(expired)
         stats.replaced_deleted += len(replaced)
         if expired or replaced:
             log.info("retention: %s: %d expired and %d replaced segment(s) deleted", table, len(expired),
                      len(replaced))
 
-    def status(self, table: str) -> dict[str, Any]:
+    def status(self, table: str) -> dict[str, Any]:  # noqa: D102
         stats = self.stats.get(table, TableRetentionStats())
         return {"table": table, "passes": self.passes, "failedPasses": self.failed_passes,
                 "purgedObjects": self.purged_objects,
                 **camel_keys(asdict(stats))}
+
+
+def _still_replaceable(lineage: SegmentLineage | None, names: tuple[str, ...]) -> list[str]:
+    """The planned lineage deletions that are still right under the lineage as it is now (the plan was made from
+    an older read: a pusher may have ended its entry, a re-run taken the names over): hidden by some entry and
+    not the segmentsTo of an entry in progress or completed."""
+    if lineage is None:
+        return []
+    owned = {s for e in lineage.entries.values() if e.state is not LineageState.REVERTED for s in e.segments_to}
+    return sorted((set(names) & rules.hidden_segments(lineage)) - owned)
 
 
 def router(ctl: Controller) -> APIRouter:

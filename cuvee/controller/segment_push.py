@@ -27,8 +27,10 @@ from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
-from cuvee.controller.errors import BadRequest
+from cuvee.controller.errors import BadRequest, Conflict
 from cuvee.errors import UserError
+from cuvee.lineage.model import LineageState
+from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.segment.archive import ARCHIVE_SUFFIX, unpack
 from cuvee.segment.errors import SegmentError
@@ -114,6 +116,7 @@ def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: 
     name = table.name_with_type
     if deep_store is None:
         raise BadRequest("this controller has no deep store configured; segments cannot be pushed")
+    _check_lineage(store, name, pushed)
     for segment in pushed:
         try:
             key = deep_store.key_of(segment.download_uri)
@@ -121,6 +124,11 @@ def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: 
         except DeepStoreError as exc:
             raise BadRequest(f"segment {segment.name}: download URI {segment.download_uri!r} is not usable: {exc}") \
                 from None
+        if not key.startswith(name + "/"):  # deleting this segment later deletes the object: only the table's own
+            raise BadRequest(f"segment {segment.name}: the archive must lie under {name}/ in the deep store, "
+                             f"not at {segment.download_uri}")
+        if segment.time_min is not None and segment.time_max is not None and segment.time_min > segment.time_max:
+            raise BadRequest(f"segment {segment.name}: timeMin {segment.time_min} is after timeMax {segment.time_max}")
         if not present:
             raise BadRequest(f"segment {segment.name}: nothing at {segment.download_uri}; upload it first")
     instances = eligible_instances(store.instances(), set(store.live_instance_ids()),
@@ -156,15 +164,33 @@ def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: 
     return [s.name for s in pushed]
 
 
+def _check_lineage(store: ClusterStore, table: str, pushed: Sequence[PushedSegment]) -> None:
+    """A name lineage hides for good (replaced by a completed entry, abandoned by a reverted one) would be served by
+    no query and deleted by retention: refuse it. The segmentsTo of an entry in progress are what its pusher pushes."""
+    lineage = store.lineage(table)
+    if lineage is None:
+        return
+    pushing = {s for e in lineage.entries.values() if e.state is LineageState.IN_PROGRESS for s in e.segments_to}
+    blocked = sorted({p.name for p in pushed} & (hidden_segments(lineage) - pushing))
+    if blocked:
+        raise Conflict(f"segment(s) {', '.join(blocked[:5])} of {table} are replaced or abandoned by a lineage entry; "
+                       "push new data under new names, or through startReplaceSegments")
+
+
+UNPACK_RATIO = 16  # an uploaded archive may unpack to at most this many times its size (segments compress ~2-8x)
+
+
 def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, archive: Path) -> PushedSegment:
     """A tar push: verify the archive, put it in the deep store, and describe it for ``register_segments``."""
     if deep_store is None:
         raise BadRequest("this controller has no deep store configured; segments cannot be pushed")
     with tempfile.TemporaryDirectory(prefix="cuvee-push-") as tmp:
         try:
-            segment = ImmutableSegment.load(unpack(archive, tmp))
-        except (SegmentError, OSError) as exc:
-            raise BadRequest(f"the upload is not a valid segment archive: {exc}") from None
+            cap = max(archive.stat().st_size * UNPACK_RATIO, 1 << 20)
+            segment = ImmutableSegment.load(unpack(archive, tmp, max_bytes=cap))
+        except (SegmentError, OSError) as exc:  # without the controller's temporary paths
+            reason = str(exc).replace(str(archive), "the archive").replace(tmp, "<tmp>")
+            raise BadRequest(f"the upload is not a valid segment archive: {reason}") from None
         meta = segment.metadata
         check_offline_segment_name(segment.name)
         time_min = meta.start_time if isinstance(meta.start_time, int) else None

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from cuvee.cluster.store import ClusterStore
-from cuvee.config import TableConfig
+from cuvee.config import TableConfig, raw_table_name
 from cuvee.controller.catalog import Catalog, parse_table
 from cuvee.controller.errors import BadRequest, Conflict
 from cuvee.controller.segment_deletion import delete_segments
@@ -66,4 +66,6 @@ def delete_table(store: ClusterStore, name: str, now_ms: int, grace_ms: int) -> 
         delete_table_state(store, full)
         deleted.append(full)
         log.info("deleted table %s", full)
+    if deleted:  # an explicit time boundary belongs to the hybrid table that no longer is one
+        store.delete(store.paths.time_boundary(raw_table_name(name)))
     return deleted

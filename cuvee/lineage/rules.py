@@ -8,7 +8,8 @@ and a pusher that dies mid-way leaves the old set served.
 
 A re-run's ``start_replace`` cleans up after a dead run: IN_PROGRESS entries that touch the same segments (or,
 with ``input_key``, the same input) are reverted; names the new entry pushes again move to it, the others are
-returned for deletion.
+returned for deletion. A name an older entry lists but that no longer exists (deleted, expired, abandoned by a
+revert) may be pushed anew: the older entry lets go of it, so it never hides nor deletes the new segment.
 """
 
 from __future__ import annotations
@@ -68,13 +69,17 @@ def start_replace(lineage: SegmentLineage, entry_id: str, segments_from: Iterabl
     if stale and not force_cleanup:
         raise LineageError(f"lineage entries {', '.join(sorted(stale))} are in progress for these segments",
                            conflict=True)
+    released: dict[str, set[str]] = {}  # entry id → names the new entry takes over (gone, or abandoned)
     for eid, entry in lineage.entries.items():
-        if eid in stale or entry.state is LineageState.REVERTED:
+        if eid in stale:
             continue
-        taken = set(targets) & (set(entry.segments_to) | set(entry.segments_from))
+        claimed = set(targets) & (set(entry.segments_to) | set(entry.segments_from))
+        taken = claimed & existing if entry.state is not LineageState.REVERTED else set()
         if taken:
             raise LineageError(f"segmentsTo names segments lineage entry {eid} already owns: {_names(taken)}",
                                conflict=True)
+        if claimed:  # an older entry must not go on hiding (and its clean-up deleting) a name pushed anew
+            released[eid] = claimed
         if entry.state is LineageState.IN_PROGRESS and set(sources) & set(entry.segments_from):
             raise LineageError(f"lineage entry {eid} is replacing some of segmentsFrom", conflict=True)
     owned_by_stale = {s for eid in stale for s in lineage.entries[eid].segments_to}
@@ -83,6 +88,11 @@ def start_replace(lineage: SegmentLineage, entry_id: str, segments_from: Iterabl
         raise LineageError(f"segmentsTo names segments the table already has: {_names(clash)}", conflict=True)
     to_delete: list[str] = []
     out = lineage
+    for eid, names in released.items():
+        entry = lineage.entries[eid]
+        out = out.with_entry(eid, LineageEntry(tuple(x for x in entry.segments_from if x not in names),
+                                               tuple(x for x in entry.segments_to if x not in names), entry.state,
+                                               entry.timestamp_ms, entry.custom))
     for eid in sorted(stale):
         entry = lineage.entries[eid]
         kept = tuple(s for s in entry.segments_to if s not in targets)  # what the new entry pushes again is its own

@@ -165,12 +165,7 @@ class CuveeReader(DataSourceReader):
                 config = client.tables(table)[table_type]
                 time_spec = self.table_schema.column(config.time_column) \
                     if config.time_column and self.table_schema.has_column(config.time_column) else None
-                view = client.external_view(table, table_type)
-                half = HalfState(
-                    table=config.name_with_type, records=client.segment_records(table, table_type),
-                    ideal=client.ideal_state(table, table_type), view=view,
-                    hidden=hidden_segments(client.lineage(table, table_type)),
-                    urls=urls.of(i for replicas in view.values() for i in replicas), time_filter=time_filter)
+                half = _half_state(client, table, table_type, config.name_with_type, time_filter, urls)
                 sources += plan_sources(half, include_consuming=self.options.include_consuming,
                                         predicates=self.predicates, time_spec=time_spec, counts=counts)
         log.info("cuvee read of %s: %d segment(s); skipped by time range %d, consuming %d, without metadata %d",
@@ -187,6 +182,24 @@ class CuveeReader(DataSourceReader):
         split = hybrid_halves(boundary[1] if boundary else None, boundary[0] if boundary else None,
                               bool(set(view) - hidden))
         return {TableType(half): time_filter for half, time_filter in split.items()}
+
+
+PLAN_ATTEMPTS = 5
+
+
+def _half_state(client: ControllerClient, table: str, table_type: TableType, full_name: str,
+                time_filter: TimeFilter | None, urls: _InstanceUrls) -> HalfState:
+    """One half as one snapshot: the lineage read before and after the segments must agree, else a replace (or
+    its clean-up) ran in between and the visible set could mix old and new segments; read again."""
+    for _ in range(PLAN_ATTEMPTS):
+        lineage = client.lineage(table, table_type)
+        records, ideal = client.segment_records(table, table_type), client.ideal_state(table, table_type)
+        view = client.external_view(table, table_type)
+        if client.lineage(table, table_type) == lineage:
+            return HalfState(table=full_name, records=records, ideal=ideal, view=view,
+                             hidden=hidden_segments(lineage),
+                             urls=urls.of(i for replicas in view.values() for i in replicas), time_filter=time_filter)
+    raise PipelineError(f"the lineage of {full_name} kept changing while the read was planned; run it again")
 
 
 class _InstanceUrls:

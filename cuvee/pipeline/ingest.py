@@ -15,6 +15,7 @@ Stages, none of which brings rows to the driver:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 import uuid
@@ -24,14 +25,20 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+import orjson
+
 from cuvee.config import Schema, TableConfig
 from cuvee.controller import faults
 from cuvee.decode.transform import compile_ingestion
+from cuvee.deepstore import open_deepstore
 from cuvee.lineage.rules import INPUT_KEY
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.convert import convert_batch, to_wire
 from cuvee.pipeline.replace import ReplacePlan, plan_replace
 from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups
+from cuvee.spi.deepstore import DeepStoreError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,12 +96,12 @@ def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
         raise PipelineError(f"cannot read {fmt} input {path!r}: {str(exc).splitlines()[0]}") from None
 
 
-def input_identity(path: str, files: list[str]) -> tuple[str, str]:
+def input_identity(path: str, files: list[str], table: TableConfig, schema: Schema) -> tuple[str, str]:
     """(input key, fingerprint): the key names the input as given (an APPEND re-run replaces what the previous run
-    over it pushed); the fingerprint also covers each file's size and modification time, so changed files make
-    new segment names."""
+    over it pushed); the fingerprint also covers each file's size and modification time (local files) and the
+    table config and schema the segments are built for, so changed files or configs make new segment names."""
     key = hashlib.sha1(os.path.normpath(path).encode()).hexdigest()[:16]
-    digest = hashlib.sha1()
+    digest = hashlib.sha1(orjson.dumps([table.to_json(), schema.to_json()], option=orjson.OPT_SORT_KEYS))
     for name in sorted(files):
         local = name.removeprefix("file://")
         try:
@@ -184,7 +191,8 @@ def build_segments(df: DataFrame, table: TableConfig, schema: Schema, deep_store
             summary.bad_rows_path = bad_rows_dir
         good = staged.where(F.col(BAD).isNull()).drop(BAD, FILTERED)
         order = [BUCKET, PART] + [f.name for f in schema.fields]
-        spec = BuildSpec(table_json, schema_json, deep_store_uri, fingerprint, rows_per_segment)
+        spec = BuildSpec(table_json, schema_json, deep_store_uri, fingerprint, rows_per_segment,
+                         run_id=uuid.uuid4().hex[:8])
         built = (good.repartition(BUCKET, PART).sortWithinPartitions(*order)
                  .mapInArrow(_build_fn(spec), spark_schema(METADATA_ARROW)).collect())
     finally:
@@ -193,23 +201,45 @@ def build_segments(df: DataFrame, table: TableConfig, schema: Schema, deep_store
 
 
 def push_replace(client: ControllerClient, table: str, built: list[dict[str, Any]], *, refresh: bool,
-                 input_key: str) -> tuple[ReplacePlan, str | None]:
+                 input_key: str, deep_store_uri: str, allow_empty: bool = False) -> tuple[ReplacePlan, str | None]:
     """Stage 3: plan, then startReplaceSegments → metadata push → endReplaceSegments (nothing when nothing
-    changed). Returns the plan and the lineage entry id."""
-    ideal = client.ideal_state(table)
+    changed). Returns the plan and the lineage entry id. A run that built nothing replaces nothing unless
+    ``allow_empty`` (a DataFrame overwrite with no rows): all-bad input must not empty a table. Archives of
+    segments not pushed (unchanged) are deleted: each run writes its own objects."""
     names = {b["segmentName"] for b in built}
+    if len(names) != len(built):
+        twice = sorted({n for n in (b["segmentName"] for b in built) if sum(x["segmentName"] == n for x in built) > 1})
+        raise PipelineError(f"the job built two segments named {', '.join(twice[:3])}; nothing was pushed "
+                            "(too many partitions or segments per task for the naming scheme)")
+    ideal = client.ideal_state(table)
     existing_crcs: dict[str, int | None] = {name: None for name in ideal}
     for name in names & set(ideal):
         existing_crcs[name] = client.segment_metadata(table, name).get("crc")
     plan = plan_replace(built, existing_crcs, client.lineage(table), refresh=refresh, input_key=input_key)
+    _delete_archives(deep_store_uri, [b for b in built if b["segmentName"] in set(plan.unchanged)])
     if plan.nothing_to_do:
         return plan, None
+    if not plan.segments_to and not allow_empty:
+        raise PipelineError(f"the job built no segment (every row bad or filtered out?); refusing to replace "
+                            f"{len(plan.segments_from)} segment(s) of {table} with nothing")
     entry = client.start_replace(table, list(plan.segments_from), list(plan.segments_to), {INPUT_KEY: input_key})
     targets = set(plan.segments_to)
     client.push(table, [b for b in built if b["segmentName"] in targets])
     faults.fault(faults.PIPELINE_AFTER_PUSH)
     client.end_replace(table, entry)
     return plan, entry
+
+
+def _delete_archives(deep_store_uri: str, segments: list[dict[str, Any]]) -> None:
+    """Remove archives no record references (built, then not pushed); a failure only leaks an unserved object."""
+    if not segments:
+        return
+    deep = open_deepstore(deep_store_uri)
+    for segment in segments:
+        try:
+            deep.delete(deep.key_of(segment["downloadUri"]))
+        except DeepStoreError as exc:
+            log.warning("could not delete the unused archive %s: %s", segment["downloadUri"], exc)
 
 
 def run_ingest(spark: SparkSession, options: IngestOptions, *, progress: Callable[[str], None] = lambda _: None) -> IngestSummary:
@@ -227,13 +257,14 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *, progress: Callabl
         deep_store_uri = options.deep_store or client.deep_store_uri()
         progress(f"reading {options.input} ({fmt})")
         df = read_input(spark, options.input, fmt)
-        input_key, fingerprint = input_identity(options.input, df.inputFiles())
+        input_key, fingerprint = input_identity(options.input, df.inputFiles(), table, schema)
         progress("building segments in Spark tasks")
         built = build_segments(df, table, schema, deep_store_uri, fingerprint,
                                rows_per_segment=options.rows_per_segment, summary=summary,
                                bad_rows_dir=options.bad_rows_dir)
         progress(f"pushing {len(built)} segment(s) to {options.controller}")
-        plan, entry = push_replace(client, options.table, built, refresh=mode == "refresh", input_key=input_key)
+        plan, entry = push_replace(client, options.table, built, refresh=mode == "refresh", input_key=input_key,
+                                   deep_store_uri=deep_store_uri)
     summary.segments = sorted(b["segmentName"] for b in built)
     summary.unchanged = list(plan.unchanged)
     summary.replaced = list(plan.segments_from)

@@ -27,6 +27,7 @@ _EXACT_TYPES = {DataType.INT: int, DataType.LONG: int, DataType.STRING: str, Dat
                 DataType.BOOLEAN: bool}
 _INT_RANGES = {DataType.INT: (-(2**31), 2**31 - 1), DataType.LONG: (-(2**63), 2**63 - 1)}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_TIME_TYPES = {DataType.INT, DataType.LONG, DataType.TIMESTAMP}
 MAX_IN_VALUES = 10_000  # a longer IN list is left to Spark
 
 
@@ -107,14 +108,16 @@ def may_match(predicates: Iterable[Predicate], time_spec: FieldSpec | None, time
               time_max: int | None) -> bool:
     """False when a segment whose time column spans [time_min, time_max] (stored units: milliseconds for
     TIMESTAMP) cannot hold a row the predicates keep; True whenever that is not certain."""
-    if time_spec is None or time_min is None or time_max is None:
-        return True
+    if time_spec is None or time_min is None or time_max is None or time_spec.data_type not in _TIME_TYPES:
+        return True  # a date-string time column's range says nothing comparable
     scale = 1000 if time_spec.data_type is DataType.TIMESTAMP else 1  # predicate units per stored unit
     low, high = time_min * scale, time_max * scale + scale - 1
     for p in predicates:
         if p.column != time_spec.name or p.op in ("is_null", "not_null"):
             continue
         v = p.value
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (v if p.op == "in" else (v,))):
+            continue
         if p.op == "in":
             if not any(low <= x <= high for x in v):
                 return False

@@ -10,6 +10,7 @@ silently); ``abort`` deletes what the tasks stored.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.config import Schema, TableConfig
+from cuvee.config import Schema, TableConfig, TableType
 from cuvee.decode.transform import compile_ingestion
 from cuvee.deepstore import open_deepstore
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
@@ -51,7 +52,8 @@ class CuveeWriter(DataSourceArrowWriter):  # type: ignore[misc,valid-type]
             config, schema = client.table(table), client.schema(table)
             deep = deep_store or client.deep_store_uri()
         self.fingerprint = new_fingerprint()
-        self.spec = BuildSpec(config.to_json(), schema.to_json(), deep, self.fingerprint, rows_per_segment)
+        self.spec = BuildSpec(config.to_json(), schema.to_json(), deep, self.fingerprint, rows_per_segment,
+                              run_id=self.fingerprint)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BuiltSegments:
         from pyspark import TaskContext
@@ -75,20 +77,32 @@ class CuveeWriter(DataSourceArrowWriter):  # type: ignore[misc,valid-type]
             return BuiltSegments([])
         rows = pa.Table.from_batches(parts)
         rows = rows.take(pc.sort_indices(rows, [(BUCKET, "ascending"), (PART, "ascending")]))
-        spec = BuildSpec(self.spec.table_json, self.spec.schema_json, self.spec.deep_store_uri, self.fingerprint,
-                         self.spec.rows_per_segment, sequence_base=task * TASK_STRIDE)
+        spec = dataclasses.replace(self.spec, sequence_base=task * TASK_STRIDE)
         return BuiltSegments(list(build_groups(rows.to_batches(), spec)))
 
     def commit(self, messages: list[BuiltSegments | None]) -> None:
         built = [segment for message in messages if message is not None for segment in message.segments]
         with ControllerClient(self.controller) as client:
-            push_replace(client, self.table, built, refresh=self.overwrite, input_key=f"dataframe-{self.fingerprint}")
+            push_replace(client, self.table, built, refresh=self.overwrite, input_key=f"dataframe-{self.fingerprint}",
+                         deep_store_uri=self.spec.deep_store_uri, allow_empty=True)  # an empty overwrite empties
 
     def abort(self, messages: list[BuiltSegments | None]) -> None:
+        """Delete what the tasks stored, except archives a segment record references: ``commit`` may have failed
+        after the push (a lost answer), and then they are served. Unsure (controller unreachable): keep all."""
+        built = [s for message in messages if message is not None for s in message.segments]
+        if not built:
+            return
+        try:
+            with ControllerClient(self.controller) as client:
+                records = client.segment_records(self.table, TableType.OFFLINE)
+        except PipelineError:
+            return  # leaking an unserved archive is better than deleting a served one
+        referenced = {r.download_uri for r in records.values()}
         deep = open_deepstore(self.spec.deep_store_uri)
-        for message in messages:
-            for segment in message.segments if message is not None else []:
-                try:
-                    deep.delete(deep.key_of(segment["downloadUri"]))
-                except DeepStoreError:
-                    pass  # already gone, or the store is down: an unreferenced archive, never served
+        for segment in built:
+            if segment["downloadUri"] in referenced:
+                continue
+            try:
+                deep.delete(deep.key_of(segment["downloadUri"]))
+            except DeepStoreError:
+                pass  # already gone, or the store is down: an unreferenced archive, never served

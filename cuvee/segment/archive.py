@@ -48,15 +48,20 @@ def _member(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
     return info
 
 
-def unpack(archive: str | Path, dest_dir: str | Path, *, overwrite: bool = False) -> Path:
-    """Extract a segment archive into ``dest_dir/<segment_name>/`` after checking it is safe and intact."""
+MAX_MEMBERS = 10_000  # a segment is a few files per column
+
+
+def unpack(archive: str | Path, dest_dir: str | Path, *, overwrite: bool = False,
+           max_bytes: int | None = None) -> Path:
+    """Extract a segment archive into ``dest_dir/<segment_name>/`` after checking it is safe and intact.
+    ``max_bytes`` caps the unpacked size (an upload from outside: a small archive must not fill the disk)."""
     archive, dest = Path(archive), Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     work = dest / f".unpack-{archive.name}-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
-        top = _extract(archive, work)
+        top = _extract(archive, work, max_bytes)
         extracted = work / top
         ImmutableSegment.load(extracted, verify=True)
         final = dest / top
@@ -70,12 +75,19 @@ def unpack(archive: str | Path, dest_dir: str | Path, *, overwrite: bool = False
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _extract(archive: Path, work: Path) -> str:
+def _extract(archive: Path, work: Path, max_bytes: int | None) -> str:
     """Copy member bytes out by hand (never tarfile.extract), so no link or special file can be created."""
     top: str | None = None
+    total, members = 0, 0
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
             for member in tar:
+                members += 1
+                total += member.size
+                if members > MAX_MEMBERS:
+                    raise CorruptSegmentError(f"segment archive {archive} has more than {MAX_MEMBERS} members")
+                if max_bytes is not None and total > max_bytes:
+                    raise CorruptSegmentError(f"segment archive {archive} unpacks to more than {max_bytes} bytes")
                 parts = _safe_parts(archive, member)
                 top = top or parts[0]
                 if parts[0] != top:

@@ -83,3 +83,19 @@ def test_prune_and_previous_run() -> None:
     assert previous_run(lineage, "other", {"x"}) == ()
     assert prune(lineage, {"x"}) == lineage
     assert prune(lineage, set()).entries == {}
+
+
+def test_a_name_an_older_entry_let_go_of_can_be_pushed_anew_and_is_visible() -> None:
+    # a replace A→B reverted (B deleted), then the same deterministic names pushed again
+    lineage = start_replace(SegmentLineage("t"), "e1", ["A"], ["B"], {"A"}, 1).lineage
+    lineage = revert_replace(lineage, "e1", {"A", "B"}, 2)
+    lineage = start_replace(lineage, "e2", ["A"], ["B"], {"A"}, 3).lineage
+    lineage = end_replace(lineage, "e2", {"A", "B"}, 4)
+    assert visible({"A", "B"}, lineage) == {"B"}  # e1 no longer hides B
+    # retention expired B; an unchanged re-run pushes B again: the completed e2 lets go of the missing name
+    lineage = start_replace(lineage, "e3", [], ["B"], {"A"}, 5).lineage
+    lineage = end_replace(lineage, "e3", {"A", "B"}, 6)
+    assert visible({"A", "B"}, lineage) == {"B"}
+    assert "B" not in lineage.entries["e2"].segments_to
+    with pytest.raises(LineageError, match="already owns"):  # but a name that still exists stays its owner's
+        start_replace(lineage, "e4", [], ["B"], {"A", "B"}, 7)

@@ -151,3 +151,42 @@ def test_refusals(cluster: InProcessCluster, tmp_path: Path) -> None:
         bad = http.post(f"{ctl}/segments", params={"tableName": "sales"}, files={"file": ("junk.tar.gz", f)})
     assert bad.status_code == 400 and "not a valid segment archive" in bad.json()["error"]
     assert "Traceback" not in bad.text
+    assert "/tmp" not in bad.text and "cuvee-upload" not in bad.text  # no controller paths in the answer
+
+    # another table's archive (deleting this segment would delete it), an inverted time range
+    other = open_deepstore(cluster.deep_store).put(archive, "other_OFFLINE/sales_r.tar.gz")
+    foreign = push(downloadUri=other)
+    assert foreign.status_code == 400 and "must lie under sales_OFFLINE/" in foreign.json()["error"]
+    assert push(timeMin=10, timeMax=5).status_code == 400
+
+    # a tar bomb: a small archive that unpacks to far more than the upload's size is refused before filling disk
+    import io
+    import tarfile
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("sales_bomb/columns.bin")
+        info.size = 64 << 20
+        tar.addfile(info, io.BytesIO(b"\0" * info.size))
+    with open(bomb, "rb") as f:
+        refused_bomb = http.post(f"{ctl}/segments", params={"tableName": "sales"}, files={"file": ("b.tar.gz", f)})
+    assert refused_bomb.status_code == 400 and "unpacks to more than" in refused_bomb.json()["error"]
+
+
+def test_a_plain_push_of_a_name_lineage_replaced_is_refused(cluster: InProcessCluster, tmp_path: Path) -> None:
+    http, ctl = cluster.http, cluster.controller_url
+    deep = open_deepstore(cluster.deep_store)
+    for name in ("sales_l1", "sales_l2"):
+        archive = build_archive(tmp_path, name, rows(range(4), DAY))
+        described = describe(archive, deep.put(archive, f"sales_OFFLINE/{name}.tar.gz"))
+        if name == "sales_l1":
+            assert http.post(f"{ctl}/v2/segments", params={"tableName": "sales"},
+                             json={"segments": [described]}).status_code == 200
+            first = described
+    entry = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"},
+                      json={"segmentsFrom": ["sales_l1"], "segmentsTo": ["sales_l2"]}).json()["segmentLineageEntryId"]
+    assert http.post(f"{ctl}/v2/segments", params={"tableName": "sales"},
+                     json={"segments": [described]}).status_code == 200  # the entry's own push
+    assert http.post(f"{ctl}/segments/sales/endReplaceSegments",
+                     params={"type": "OFFLINE", "segmentLineageEntryId": entry}).status_code == 200
+    again = http.post(f"{ctl}/v2/segments", params={"tableName": "sales"}, json={"segments": [first]})
+    assert again.status_code == 409 and "lineage" in again.json()["error"]  # it would be hidden, then deleted

@@ -84,10 +84,40 @@ def test_what_a_write_replaces() -> None:
 def test_input_identity_and_formats(tmp_path: Path) -> None:
     f = tmp_path / "a.parquet"
     f.write_bytes(b"x")
-    key, fp = input_identity(str(f), [f.as_uri()])
-    assert input_identity(str(f), [f.as_uri()]) == (key, fp)
+    table, schema = TableConfig.from_json(offline_table()), Schema.from_json(SCHEMA)
+
+    def identity() -> tuple[str, str]:
+        return input_identity(str(f), [f.as_uri()], table, schema)
+
+    key, fp = identity()
+    assert identity() == (key, fp)
     f.write_bytes(b"xy")
-    assert input_identity(str(f), [f.as_uri()])[1] != fp and input_identity(str(f), [f.as_uri()])[0] == key
+    assert identity()[1] != fp and identity()[0] == key
+    fp = identity()[1]
+    table = TableConfig.from_json(offline_table(replication=3))  # another config builds other segments
+    assert identity() == (key, identity()[1]) and identity()[1] != fp
     assert guess_format("/d/*.csv") == "csv" and guess_format("x.jsonl") == "json"
     with pytest.raises(Exception, match="--format"):
         guess_format("/data/dir")
+
+
+class _Controller:
+    """Just what push_replace reads before it decides; any write would fail the test."""
+
+    def ideal_state(self, table: str) -> dict[str, dict[str, str]]:
+        return {"sales_a": {"s": "ONLINE"}}
+
+    def lineage(self, table: str) -> SegmentLineage:
+        return SegmentLineage("sales_OFFLINE")
+
+
+def test_a_run_that_built_nothing_never_empties_the_table_and_duplicate_names_push_nothing(tmp_path: Path) -> None:
+    from cuvee.pipeline.controller_client import PipelineError
+    from cuvee.pipeline.ingest import push_replace
+
+    deep = tmp_path.as_uri()
+    with pytest.raises(PipelineError, match="refusing to replace 1 segment"):
+        push_replace(_Controller(), "sales", [], refresh=True, input_key="k", deep_store_uri=deep)  # type: ignore[arg-type]
+    twice = [{"segmentName": "sales_b", "crc": 1, "downloadUri": f"{deep}/x"}] * 2
+    with pytest.raises(PipelineError, match="two segments named sales_b"):
+        push_replace(_Controller(), "sales", twice, refresh=True, input_key="k", deep_store_uri=deep)  # type: ignore[arg-type]
