@@ -27,6 +27,7 @@ from cuvee.segment.archive import pack
 from cuvee.segment.builder import build_segment
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
+from tests.offline.support import add_hybrid_sales
 
 DAY = 86_400_000
 BASE = (int(time.time() * 1000) // DAY - 4) * DAY  # four days ago, midnight UTC: nothing is old enough to expire
@@ -99,13 +100,7 @@ def push_offline(cluster: InProcessCluster, store: ClusterStore, work: Path, nam
 
 def test_hybrid_table_counts_every_row_exactly_once(cluster: InProcessCluster, store: ClusterStore,
                                                     tmp_path: Path) -> None:
-    cluster.add_schema(SCHEMA)
-    cluster.create_topic("sales", 2)
-    configs = cluster.log_stream_configs("sales")
-    cluster.add_table({"tableName": "sales", "tableType": "REALTIME",
-                       "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": "1"},
-                       "tableIndexConfig": {"streamConfigs": configs}})
-    cluster.add_table(OFFLINE_CONFIG)
+    configs = add_hybrid_sales(cluster, OFFLINE_CONFIG, SCHEMA)
     cluster.produce(configs, REALTIME, "id")
     wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM sales_REALTIME") == [len(REALTIME)], 20)
     # no offline segment served yet: the realtime half alone, unfiltered, and no boundary to show

@@ -58,3 +58,17 @@ def metadata_push(http: httpx.Client, controller: str, deep_store_uri: str, tmp:
     uri = open_deepstore(deep_store_uri).put(archive, f"{table}_OFFLINE/{name}.tar.gz")
     return http.post(f"{controller}/v2/segments", params={"tableName": table, "tableType": "OFFLINE"},
                      json={"segments": [describe(archive, uri)]})
+
+
+def add_hybrid_sales(cluster: Any, offline_config: dict[str, Any] | None = None,
+                     schema: dict[str, Any] | None = None) -> dict[str, str]:
+    """The ``sales`` hybrid table on an in-process cluster: the schema, a 2-partition embedded-log topic, the
+    REALTIME half (one replica) and the OFFLINE half; returns the stream configs to produce with."""
+    cluster.add_schema(schema or SCHEMA)
+    cluster.create_topic("sales", 2)
+    configs = cluster.log_stream_configs("sales")
+    cluster.add_table({"tableName": "sales", "tableType": "REALTIME",
+                       "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": "1"},
+                       "tableIndexConfig": {"streamConfigs": configs}})
+    cluster.add_table(offline_config or offline_table(replication=1))
+    return dict(configs)

@@ -12,7 +12,7 @@ import pytest
 
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
-from tests.offline.support import SCHEMA, metadata_push, offline_table
+from tests.offline.support import add_hybrid_sales, metadata_push
 
 DAY = 86_400_000
 
@@ -42,13 +42,7 @@ def answer(cluster: InProcessCluster, sql: str) -> list[Any] | None:
 
 def test_hybrid_counts_every_row_once(cluster: InProcessCluster, tmp_path: Path) -> None:
     http, ctl = cluster.http, cluster.controller_url
-    cluster.add_schema(SCHEMA)
-    cluster.create_topic("sales", 2)
-    configs = cluster.log_stream_configs("sales")
-    cluster.add_table({"tableName": "sales", "tableType": "REALTIME",
-                       "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": "1"},
-                       "tableIndexConfig": {"streamConfigs": configs}})
-    cluster.add_table(offline_table(replication=1))
+    configs = add_hybrid_sales(cluster)
     assert http.get(f"{ctl}/tables").json()["tables"] == ["sales"]
 
     offline = {day: day_rows(day, range(day * 1000, day * 1000 + 1000)) for day in range(0, 3)}  # days 0,1,2

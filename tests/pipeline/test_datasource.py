@@ -15,7 +15,7 @@ import pytest
 
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
-from tests.offline.support import SCHEMA, offline_table
+from tests.offline.support import add_hybrid_sales
 
 pytestmark = [pytest.mark.spark]
 
@@ -124,13 +124,7 @@ def as_tuples(items: Any) -> list[tuple[Any, ...]]:
 
 def test_hybrid_read_exactly_once_filters_columns_and_peer_fallback(spark: Any, cluster: InProcessCluster) -> None:
     http, ctl = cluster.http, cluster.controller_url
-    cluster.add_schema(SCHEMA)
-    cluster.create_topic("sales", 2)
-    configs = cluster.log_stream_configs("sales")
-    cluster.add_table({"tableName": "sales", "tableType": "REALTIME",
-                       "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": "1"},
-                       "tableIndexConfig": {"streamConfigs": configs}})
-    cluster.add_table(offline_table(replication=1))
+    configs = add_hybrid_sales(cluster)
     offline = [r for day in range(0, 3) for r in day_rows(day, range(day * 1000, day * 1000 + 1000))]
     realtime = day_rows(2, range(2000, 3000)) + day_rows(3, range(3000, 3500))  # day 2 in both halves
     cluster.produce(configs, realtime, "id")
