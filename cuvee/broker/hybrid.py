@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cuvee.cluster.time_boundary import hybrid_halves
+from cuvee.config import TableType
 from cuvee.protocol.query import TimeFilter
 
 if TYPE_CHECKING:
@@ -37,5 +38,5 @@ def query_targets(realtime: TableEntry | None, offline: TableEntry | None) -> li
         return [QueryTarget(e) for e in (realtime, offline) if e is not None]
     halves = hybrid_halves(offline.time_boundary, offline.time_column,
                            bool(set(realtime.view.segments) - realtime.hidden))
-    entries = {"OFFLINE": offline, "REALTIME": realtime}
+    entries = {TableType.OFFLINE: offline, TableType.REALTIME: realtime}
     return [QueryTarget(entries[half], time_filter) for half, time_filter in halves.items()]

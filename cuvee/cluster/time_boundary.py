@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format
 from cuvee.config.schema import DataType, Schema
+from cuvee.config.table import TableType
 from cuvee.protocol.query import TimeFilter
 
 DAY_MS = 86_400_000
@@ -54,13 +55,15 @@ def to_millis(value: int, step_ms: float) -> int:
     return int(value * step_ms)
 
 
-def hybrid_halves(boundary: int | None, column: str | None, realtime_has_segments: bool) -> dict[str, TimeFilter | None]:
-    """Which halves (``"OFFLINE"``/``"REALTIME"``) a read of a hybrid table covers, each with the filter on its
+def hybrid_halves(boundary: int | None, column: str | None,
+                  realtime_has_segments: bool) -> dict[TableType, TimeFilter | None]:
+    """Which halves a read of a hybrid table covers, each with the filter on its
     rows (None: all of them). Degenerate cases keep "exactly once" without a filter: no boundary yet (no served
     offline segment with an end time) → the realtime half alone; a realtime half without segments → the offline
     half alone. The broker and the Spark reader both split by this rule."""
     if boundary is None or column is None:
-        return {"REALTIME": None}
+        return {TableType.REALTIME: None}
     if not realtime_has_segments:
-        return {"OFFLINE": None}
-    return {"OFFLINE": TimeFilter(column, OFFLINE_OP, boundary), "REALTIME": TimeFilter(column, REALTIME_OP, boundary)}
+        return {TableType.OFFLINE: None}
+    return {TableType.OFFLINE: TimeFilter(column, OFFLINE_OP, boundary),
+            TableType.REALTIME: TimeFilter(column, REALTIME_OP, boundary)}

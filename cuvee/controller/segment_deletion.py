@@ -68,9 +68,9 @@ def purge_due(store: ClusterStore, deep_store: DeepStore | None, now_ms: int) ->
             try:
                 if key is not None:
                     deep_store.delete(key)
-                purged += 1
+                    purged += 1
             except ObjectNotFoundError:
-                pass
+                pass  # already gone: nothing to purge, forget it
             except DeepStoreError as exc:  # the deep store is down or the URI foreign: keep it, retry next pass
                 log.warning("cannot delete %s from the deep store yet: %s", pending.download_uri, exc)
                 continue

@@ -159,10 +159,10 @@ class CuveeReader(DataSourceReader):
     def _plan(self) -> list[SegmentSource]:
         table = self.options.table
         with ControllerClient(self.options.controller, timeout_seconds=self.options.timeout_seconds) as client:
-            halves = self._halves(client)
+            parts = client.tables(table)
             counts, sources, urls = PlanCounts(), [], _InstanceUrls(client)
-            for table_type, time_filter in halves.items():
-                config = client.tables(table)[table_type]
+            for table_type, time_filter in self._halves(client, parts).items():
+                config = parts[table_type]
                 time_spec = self.table_schema.column(config.time_column) \
                     if config.time_column and self.table_schema.has_column(config.time_column) else None
                 half = _half_state(client, table, table_type, config.name_with_type, time_filter, urls)
@@ -172,16 +172,14 @@ class CuveeReader(DataSourceReader):
                  table, len(sources), counts.pruned, counts.consuming_skipped, counts.without_record)
         return sources
 
-    def _halves(self, client: ControllerClient) -> dict[TableType, TimeFilter | None]:
-        parts = client.tables(self.options.table)
+    def _halves(self, client: ControllerClient, parts: Mapping[TableType, Any]) -> dict[TableType, TimeFilter | None]:
         if len(parts) == 1:
             return {next(iter(parts)): None}
         boundary = client.time_boundary(self.options.table)
         view = client.external_view(self.options.table, TableType.REALTIME)
         hidden = hidden_segments(client.lineage(self.options.table, TableType.REALTIME))
-        split = hybrid_halves(boundary[1] if boundary else None, boundary[0] if boundary else None,
-                              bool(set(view) - hidden))
-        return {TableType(half): time_filter for half, time_filter in split.items()}
+        return hybrid_halves(boundary[1] if boundary else None, boundary[0] if boundary else None,
+                             bool(set(view) - hidden))
 
 
 PLAN_ATTEMPTS = 5

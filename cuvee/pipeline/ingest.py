@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -208,7 +209,7 @@ def push_replace(client: ControllerClient, table: str, built: list[dict[str, Any
     segments not pushed (unchanged) are deleted: each run writes its own objects."""
     names = {b["segmentName"] for b in built}
     if len(names) != len(built):
-        twice = sorted({n for n in (b["segmentName"] for b in built) if sum(x["segmentName"] == n for x in built) > 1})
+        twice = sorted(n for n, times in Counter(b["segmentName"] for b in built).items() if times > 1)
         raise PipelineError(f"the job built two segments named {', '.join(twice[:3])}; nothing was pushed "
                             "(too many partitions or segments per task for the naming scheme)")
     ideal = client.ideal_state(table)

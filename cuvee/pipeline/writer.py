@@ -27,14 +27,7 @@ from cuvee.pipeline.ingest import new_fingerprint, push_replace
 from cuvee.pipeline.segments import BUCKET, PART, TASK_STRIDE, BuildSpec, bucket_and_partition, build_groups
 from cuvee.spi.deepstore import DeepStoreError
 
-try:
-    from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-except ImportError:  # the package works without pyspark; only Spark jobs need it
-    DataSourceArrowWriter = object  # type: ignore[assignment,misc]
-
-    @dataclass
-    class WriterCommitMessage:  # type: ignore[no-redef]
-        pass
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In
 
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.time_boundary import hybrid_halves
-from cuvee.config import Schema
+from cuvee.config import Schema, TableType
 from cuvee.pipeline.convert import to_spark
 from cuvee.pipeline.predicates import Predicate, apply, from_spark, may_match
 from cuvee.pipeline.read_plan import HalfState, PlanCounts, SegmentSource, group_partitions, plan_sources
@@ -113,7 +113,7 @@ def test_partitions_are_balanced_by_bytes_and_hold_at_most_n_segments() -> None:
 
 
 def test_hybrid_split() -> None:
-    assert hybrid_halves(None, "ts", True) == {"REALTIME": None}
-    assert hybrid_halves(100, "ts", False) == {"OFFLINE": None}
-    assert hybrid_halves(100, "ts", True) == {"OFFLINE": TimeFilter("ts", "<=", 100),
-                                              "REALTIME": TimeFilter("ts", ">", 100)}
+    assert hybrid_halves(None, "ts", True) == {TableType.REALTIME: None}
+    assert hybrid_halves(100, "ts", False) == {TableType.OFFLINE: None}
+    assert hybrid_halves(100, "ts", True) == {TableType.OFFLINE: TimeFilter("ts", "<=", 100),
+                                              TableType.REALTIME: TimeFilter("ts", ">", 100)}
