@@ -40,16 +40,16 @@ def register(groups: argparse._SubParsersAction) -> None:
     build.add_argument("--out", required=True, help="directory to write the segment directory into")
     build.add_argument("--sequence", type=int, default=0, help="sequence number in the segment name (default 0)")
     build.add_argument("--name", help="segment name (default <table>_<minTime>_<maxTime>_<sequence>)")
-    build.add_argument("--archive", action="store_true", help="also write <segment>.tar.gz next to it")
+    build.add_argument("--archive", action="store_true", help="also write <segment>.tar.zst next to it")
     build.set_defaults(func=cmd_build)
 
     inspect = commands.add_parser("inspect", help="print a segment's metadata and column stats as JSON")
-    inspect.add_argument("path", help="a segment directory or a .tar.gz segment archive")
+    inspect.add_argument("path", help="a segment directory or a segment archive (.tar.zst, or .tar.gz)")
     inspect.set_defaults(func=cmd_inspect)
 
-    pack = commands.add_parser("pack", help="write a segment directory as one deterministic .tar.gz")
+    pack = commands.add_parser("pack", help="write a segment directory as one deterministic .tar.zst")
     pack.add_argument("path", help="segment directory")
-    pack.add_argument("--out", help="archive file (default <dir>.tar.gz)")
+    pack.add_argument("--out", help="archive file (default <dir>.tar.zst)")
     pack.set_defaults(func=cmd_pack)
 
     unpack = commands.add_parser("unpack", help="extract and verify a segment archive")

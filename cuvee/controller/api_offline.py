@@ -94,10 +94,10 @@ def router(ctl: Controller) -> APIRouter:
         try:
             files = [v for v in form.values() if hasattr(v, "read")]
             if len(files) != 1:
-                raise BadRequest("a tar push sends exactly one file part: the segment's .tar.gz archive")
+                raise BadRequest("a tar push sends exactly one file part: the segment's archive (.tar.zst or .tar.gz)")
             upload: Any = files[0]
             with tempfile.TemporaryDirectory(prefix="cuvee-upload-") as tmp:
-                archive = Path(tmp) / "segment.tar.gz"
+                archive = Path(tmp) / "segment.archive"
                 size = 0
                 with open(archive, "wb") as out:
                     while chunk := await upload.read(1 << 20):

@@ -4,7 +4,7 @@ A committer whose deep store upload failed still commits, with an empty download
 segment then. The pure ``plan_uploads`` finds those segments (DONE, empty URI) that some live server holds ONLINE
 (external view first: what servers report; then the ideal state); the shell ``PeerUploader`` downloads the archive
 from such a server (``GET /tables/{t}/segments/{s}``), checks it unpacks intact with the committed CRC, puts it
-under ``<tableWithType>/<segment>.tar.gz`` and compare-and-sets the download URI (only while still empty). Any
+under ``<tableWithType>/<segment>.tar.zst`` and compare-and-sets the download URI (only while still empty). Any
 failure raises UploadError; the caller counts it and the next pass retries.
 """
 

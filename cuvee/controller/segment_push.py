@@ -32,7 +32,7 @@ from cuvee.errors import UserError
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.segment.archive import ARCHIVE_SUFFIX, unpack
+from cuvee.segment.archive import archive_suffix, unpack
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.naming import check_segment_name
@@ -196,7 +196,7 @@ def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, arc
         time_min = meta.start_time if isinstance(meta.start_time, int) else None
         time_max = meta.end_time if isinstance(meta.end_time, int) else None
         described = (segment.name, segment.crc, segment.total_docs, segment.size_bytes)
-    key = f"{table.name_with_type}/{described[0]}{ARCHIVE_SUFFIX}"
+    key = f"{table.name_with_type}/{described[0]}{archive_suffix(archive)}"  # stored as sent
     try:
         uri = deep_store.put(archive, key)
     except DeepStoreError as exc:

@@ -26,7 +26,7 @@ def _no_faults(point: str) -> None:
 
 
 class LocalDeepStore(DeepStore):
-    """Objects are files under ``root``; a key ``a/b/c.tar.gz`` is the file ``root/a/b/c.tar.gz``."""
+    """Objects are files under ``root``; a key ``a/b/c.tar.zst`` is the file ``root/a/b/c.tar.zst``."""
 
     def __init__(self, root: str | Path, *, fault_hook: FaultHook = _no_faults):
         root = Path(root)

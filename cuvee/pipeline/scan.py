@@ -73,7 +73,7 @@ def _fetch(source: SegmentSource, tmp: Path, deep_store_uri: str, timeout_second
     if source.download_uri:
         try:
             deep = open_deepstore(deep_store_uri)
-            archive = deep.get(deep.key_of(source.download_uri), tmp / "deep.tar.gz")
+            archive = deep.get(deep.key_of(source.download_uri), tmp / "deep.archive")
             return _install(source, archive, tmp)
         except (CuveeError, OSError) as exc:
             errors.append(f"deep store {source.download_uri}: {exc}")
@@ -89,7 +89,7 @@ def _fetch(source: SegmentSource, tmp: Path, deep_store_uri: str, timeout_second
 
 def _from_peer(source: SegmentSource, peer: str, tmp: Path, timeout_seconds: float) -> Path:
     url = peer + SEGMENT_DOWNLOAD_PATH.format(table=source.table, segment=source.segment)
-    target = tmp / f"peer-{uuid.uuid4().hex}.tar.gz"
+    target = tmp / f"peer-{uuid.uuid4().hex}.archive"
     with httpx.stream("GET", url, timeout=timeout_seconds) as response:
         if response.status_code != 200:
             raise PipelineError(f"GET {url} answered HTTP {response.status_code}")

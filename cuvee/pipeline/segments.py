@@ -21,7 +21,7 @@ from cuvee.cluster.time_boundary import DAY_MS, HOUR_MS, millis_per_value
 from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
 from cuvee.pipeline.convert import from_wire
-from cuvee.segment.archive import pack
+from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 from cuvee.segment.naming import offline_segment_name, time_range
 
@@ -42,10 +42,10 @@ class BuildSpec:
     fingerprint: str
     rows_per_segment: int = 5_000_000
     sequence_base: int = 0  # a DataFrame write's task n builds sequences from n * TASK_STRIDE (no shuffle there)
-    run_id: str = ""  # archives go to <table>/<segment>.<run_id>.tar.gz: a run never overwrites a served object
+    run_id: str = ""  # archives go to <table>/<segment>.<run_id>.tar.zst: a run never overwrites a served object
 
     def archive_key(self, table_with_type: str, segment: str) -> str:
-        return f"{table_with_type}/{segment}{'.' + self.run_id if self.run_id else ''}.tar.gz"
+        return f"{table_with_type}/{segment}{'.' + self.run_id if self.run_id else ''}{ARCHIVE_SUFFIX}"
 
     @property
     def table(self) -> TableConfig:
@@ -134,7 +134,7 @@ def _build(group: tuple[int, int], batches: list[pa.RecordBatch], spec: BuildSpe
         with tempfile.TemporaryDirectory(prefix="cuvee-build-") as tmp:
             segment = build_segment(rows, schema, table.indexing, tmp, name, table_name=table.table_name,
                                     time_column=table.time_column, creation_time_ms=0)
-            archive = pack(segment.path, Path(tmp) / f"{name}.tar.gz")
+            archive = pack(segment.path, Path(tmp) / f"{name}{ARCHIVE_SUFFIX}")
             uri = deep.put(archive, spec.archive_key(table.name_with_type, name))
             yield {"segmentName": name, "downloadUri": uri, "crc": segment.crc, "totalDocs": segment.total_docs,
                    "sizeBytes": archive.stat().st_size, "timeMin": low, "timeMax": high}

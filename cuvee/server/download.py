@@ -114,13 +114,13 @@ class SegmentFetcher:
 
     def _from_deep_store(self, table: str, record: SegmentRecord) -> ImmutableSegment:
         key = self._deep_store.key_of(record.download_uri)
-        target = self._local.downloads_dir(table) / f"{record.segment_name}.deep.tar.gz"
+        target = self._local.downloads_dir(table) / f"{record.segment_name}.deep.archive"
         self._deep_store.get(key, target)
         return self._install(table, record, target)
 
     def _from_peer(self, table: str, record: SegmentRecord, peer_url: str) -> ImmutableSegment:
         url = peer_url + SEGMENT_DOWNLOAD_PATH.format(table=table, segment=record.segment_name)
-        target = self._local.downloads_dir(table) / f"{record.segment_name}.peer.tar.gz"
+        target = self._local.downloads_dir(table) / f"{record.segment_name}.peer.archive"
         try:
             with httpx.stream("GET", url, timeout=self._timeout) as response:
                 if response.status_code != 200:

@@ -4,7 +4,7 @@ Layout under ``data_dir``::
 
     <tableWithType>/<segment>/                 a committed segment directory (cuvee.segment format); consuming
                                                segments build here too
-    <tableWithType>/.archives/<segment>.tar.gz the segment packed for peers (deterministic, so built on demand)
+    <tableWithType>/.archives/<segment>.tar.zst the segment packed for peers (deterministic, so built on demand)
     <tableWithType>/.downloads/                downloads in progress
 
 A local copy is trusted only when its metadata CRC equals the committed metadata's CRC and its files still hash to

@@ -1,7 +1,7 @@
 """Deep store SPI: durable storage for committed segment files.
 
 A deep store is rooted at a URI (``file:///var/cuvee/deepstore``, later ``s3://bucket/prefix``). Callers name
-objects by a relative key (``events/events__0__3__20261121T1647Z.tar.gz``); ``uri(key)`` is the full download URI
+objects by a relative key (``events/events__0__3__20261121T1647Z.tar.zst``); ``uri(key)`` is the full download URI
 kept in segment metadata. Every failure raises DeepStoreError (or a subclass), whatever the implementation.
 """
 

@@ -181,8 +181,8 @@ def test_peer_only_segment_is_uploaded_once_the_deep_store_works(
     blocker.unlink()  # the deep store is back: the next pass retries
     assert uploading.repair.run_once() == [UploadPeerOnly(segment, ("Server_0", "Server_1"))]
     uri = side_store.segment(T, segment).record.download_uri
-    assert uri == f"file://{tmp_path / 'deep' / T / segment}.tar.gz"
-    stored = tmp_path / "deep" / T / f"{segment}.tar.gz"
+    assert uri == f"file://{tmp_path / 'deep' / T / segment}.tar.zst"
+    stored = tmp_path / "deep" / T / f"{segment}.tar.zst"
     assert stored.read_bytes() == peer.archives[segment].read_bytes()
     status = get(uploading.url, "/tables/events/repairStatus").json()
     assert (status["uploadFailures"], status["segmentsUploaded"]) == (1, 1)
@@ -199,6 +199,6 @@ def test_peer_copy_with_the_wrong_crc_is_not_uploaded(
     done = uploading.repair.run_once()
     assert not any(isinstance(r, UploadPeerOnly) for r in done)
     assert side_store.segment(T, segment).record.download_uri == ""
-    assert not (tmp_path / "deep" / T / f"{segment}.tar.gz").exists()
+    assert not (tmp_path / "deep" / T / f"{segment}.tar.zst").exists()
     status = get(uploading.url, "/tables/events/repairStatus").json()
     assert status["uploadFailures"] == 1 and "CRC" in status["lastError"]

@@ -178,7 +178,7 @@ def test_ingest_commit_and_query_as_separate_processes(
             crcs = [crcs[segment] for crcs in held.values() if segment in crcs]
             assert len(crcs) == len(ideal[segment]) == REPLICAS, (segment, crcs)
             assert set(crcs) == {meta["crc"]}, f"{segment}: replica CRCs {crcs} vs committed {meta['crc']}"
-            assert (deep_store / f"{TABLE}_REALTIME" / f"{segment}.tar.gz").is_file(), f"{segment} not in deep store"
+            assert (deep_store / f"{TABLE}_REALTIME" / f"{segment}.tar.zst").is_file(), f"{segment} not in deep store"
     finally:
         http.close()
         down(tmp_path)

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
-from cuvee.segment.archive import pack
+from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 
 SCHEMA = {
@@ -39,7 +39,7 @@ def build_archive(tmp: Path, name: str, data: pa.Table, table: dict[str, Any] | 
     config = TableConfig.from_json(table or offline_table())
     segment = build_segment(data, schema, config.indexing, tmp / "built", name, table_name="sales",
                             time_column="ts", overwrite=True)
-    return pack(segment.path, tmp / f"{name}.tar.gz")
+    return pack(segment.path, tmp / f"{name}{ARCHIVE_SUFFIX}")
 
 
 def describe(archive: Path, uri: str) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def metadata_push(http: httpx.Client, controller: str, deep_store_uri: str, tmp:
                   data: pa.Table, table: str = "sales") -> httpx.Response:
     """Build ``name`` from ``data``, put its archive in the deep store, push its metadata."""
     archive = build_archive(tmp, name, data)
-    uri = open_deepstore(deep_store_uri).put(archive, f"{table}_OFFLINE/{name}.tar.gz")
+    uri = open_deepstore(deep_store_uri).put(archive, f"{table}_OFFLINE/{name}{ARCHIVE_SUFFIX}")
     return http.post(f"{controller}/v2/segments", params={"tableName": table, "tableType": "OFFLINE"},
                      json={"segments": [describe(archive, uri)]})
 

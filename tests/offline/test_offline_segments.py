@@ -73,7 +73,7 @@ def test_push_replace_and_delete(cluster: InProcessCluster, tmp_path: Path) -> N
     wait_count(cluster, 10)
     assert http.get(f"{ctl}/segments/sales/sales_b/metadata").status_code == 404
     deep = open_deepstore(cluster.deep_store)
-    assert deep.exists("sales_OFFLINE/sales_b.tar.gz")  # kept through the grace period
+    assert deep.exists("sales_OFFLINE/sales_b.tar.zst")  # kept through the grace period
 
     assert http.delete(f"{ctl}/segments/sales").status_code == 400  # type is required to delete everything
     assert http.delete(f"{ctl}/segments/sales", params={"type": "OFFLINE"}).status_code == 200

@@ -33,7 +33,7 @@ def count(cluster: InProcessCluster, table: str) -> int | None:
 
 def deep_objects(cluster: InProcessCluster, table: str) -> set[str]:
     folder = Path(cluster.deep_store.removeprefix("file://")) / table
-    return {p.name.removesuffix(".tar.gz") for p in folder.glob("*.tar.gz")}
+    return {p.name.removesuffix(".tar.zst") for p in folder.glob("*.tar.zst")}
 
 
 def status(cluster: InProcessCluster, table: str) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def test_types_overwrite_append_and_a_failed_write(spark: Any, cluster: InProces
     with pytest.raises(Exception, match="do not fit the schema"):
         writer(bad, cluster, "typed", "overwrite")
     assert len(read_typed(spark, cluster)) == 400  # the failed overwrite changed nothing
-    stored = list((Path(cluster.deep_store.removeprefix("file://")) / "typed_OFFLINE").glob("*.tar.gz"))
+    stored = list((Path(cluster.deep_store.removeprefix("file://")) / "typed_OFFLINE").glob("*.tar.zst"))
     segments = cluster.http.get(f"{cluster.controller_url}/segments/typed", params={"type": "OFFLINE"}).json()
     served = set(segments[0]["OFFLINE"])
     assert {p.name.split(".", 1)[0] for p in stored} >= served  # the aborted write left no archive behind
@@ -160,6 +160,6 @@ def test_hybrid_read_exactly_once_filters_columns_and_peer_fallback(spark: Any, 
 
     # the deep store lost an offline archive: the reader fetches that segment from the server holding it
     deep = Path(cluster.deep_store.removeprefix("file://")) / "sales_OFFLINE"
-    victim = sorted(deep.glob("*.tar.gz"))[0]
+    victim = sorted(deep.glob("*.tar.zst"))[0]
     victim.unlink()
     assert read() == as_tuples(every)

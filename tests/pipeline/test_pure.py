@@ -59,7 +59,7 @@ def test_groups_build_one_named_segment_each(tmp_path: Path) -> None:
                                         PART: pa.array([0, 0, 0, 0], pa.int32())})
     built = list(build_groups(iter([batch.slice(0, 3), batch.slice(3)]), spec))  # a group split across batches
     assert [b["segmentName"] for b in built] == ["sales_10_11_0_abcd1234", f"sales_{DAY}_{DAY + 5}_0_abcd1234"]
-    assert all((tmp_path / "sales_OFFLINE" / f"{b['segmentName']}.tar.gz").is_file() for b in built)
+    assert all((tmp_path / "sales_OFFLINE" / f"{b['segmentName']}.tar.zst").is_file() for b in built)
     assert [b["totalDocs"] for b in built] == [2, 2]
     again = list(build_groups(iter([batch]), spec))
     assert [b["crc"] for b in again] == [b["crc"] for b in built]  # the same rows give the same bytes

@@ -7,6 +7,7 @@ import io
 import tarfile
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from cuvee.config.table import IndexingConfig
@@ -16,11 +17,22 @@ from cuvee.segment.immutable import ImmutableSegment
 from tests.segment.test_immutable_builder import FULL_INDEXING, build
 
 
+def _members(archive: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(_tar_bytes(archive)), mode="r") as tar:
+        return [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
+
+
+def _tar_bytes(archive: Path) -> bytes:
+    raw = archive.read_bytes()
+    assert raw[:4] == b"\x28\xb5\x2f\xfd", "packed with zstd"
+    return pa.CompressedInputStream(pa.BufferReader(raw), "zstd").read()
+
+
 def _rewrite_archive(source: Path, target: Path, change) -> None:
-    """Copy an archive member by member, letting ``change(info, data)`` alter or add members."""
-    with tarfile.open(source, "r:gz") as tar_in, tarfile.open(target, "w:gz") as tar_out:
-        for member in tar_in:
-            data = tar_in.extractfile(member).read() if member.isfile() else b""
+    """Copy an archive member by member into a gzip-compressed tar (the older format, which unpack still
+    reads), letting ``change(info, data)`` alter or add members."""
+    with tarfile.open(target, "w:gz") as tar_out:
+        for member, data in _members(source):
             for info, payload in change(member, data):
                 tar_out.addfile(info, io.BytesIO(payload) if info.isfile() else None)
 
@@ -28,8 +40,8 @@ def _rewrite_archive(source: Path, target: Path, change) -> None:
 def test_round_trip_and_deterministic_bytes(tmp_path: Path) -> None:
     a = build(tmp_path / "a", creation_time_ms=5)
     b = build(tmp_path / "b", creation_time_ms=5)
-    archive_a, archive_b = pack(a.path), pack(b.path, tmp_path / "b.tar.gz")
-    assert archive_a == a.path.with_name("events_0.tar.gz")
+    archive_a, archive_b = pack(a.path), pack(b.path, tmp_path / "b.tar.zst")
+    assert archive_a == a.path.with_name("events_0.tar.zst")
     assert archive_a.read_bytes() == archive_b.read_bytes()
     restored = ImmutableSegment.load(unpack(archive_a, tmp_path / "restored"), verify=True)
     assert restored.path == tmp_path / "restored" / "events_0"
@@ -38,8 +50,7 @@ def test_round_trip_and_deterministic_bytes(tmp_path: Path) -> None:
     with pytest.raises(CorruptSegmentError, match="already exists"):
         unpack(archive_a, tmp_path / "restored")
     assert unpack(archive_a, tmp_path / "restored", overwrite=True) == restored.path
-    with tarfile.open(archive_a, "r:gz") as tar:
-        members = tar.getmembers()
+    members = [m for m, _ in _members(archive_a)]
     assert [m.name for m in members][0] == "events_0"
     assert [m.name for m in members[1:]] == sorted(m.name for m in members[1:])
     assert {(m.mtime, m.uid, m.gid, m.uname) for m in members} == {(0, 0, 0, "")}
@@ -124,9 +135,19 @@ def test_links_and_second_top_level_dir_are_refused(tmp_path: Path) -> None:
         unpack(two_dirs, tmp_path / "dest")
 
 
-def test_gzip_header_has_no_name_or_time(tmp_path: Path) -> None:
-    archive = pack(build(tmp_path / "a", IndexingConfig()).path)
-    header = archive.read_bytes()[:10]
-    assert header[4:8] == b"\0\0\0\0"  # MTIME
-    assert not header[3] & 0x08  # FNAME flag unset
-    assert gzip.decompress(archive.read_bytes())[:8]  # still a valid gzip stream
+def test_gzip_archives_still_unpack(tmp_path: Path) -> None:
+    """Archives packed before zstd (and hand-made ``.tar.gz`` tar pushes) load unchanged."""
+    segment = build(tmp_path / "a", IndexingConfig())
+    legacy = tmp_path / "legacy.tar.gz"
+    _rewrite_archive(pack(segment.path), legacy, lambda info, data: [(info, data)])
+    assert gzip.decompress(legacy.read_bytes())[:8]
+    restored = ImmutableSegment.load(unpack(legacy, tmp_path / "restored"), verify=True)
+    assert restored.crc == segment.crc
+
+
+def test_unknown_compression_is_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.tar"
+    plain.write_bytes(_tar_bytes(pack(build(tmp_path / "a", IndexingConfig()).path)))
+    with pytest.raises(CorruptSegmentError, match="neither zstd nor gzip"):
+        unpack(plain, tmp_path / "dest")
+    assert list((tmp_path / "dest").iterdir()) == []

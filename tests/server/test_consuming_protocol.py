@@ -125,7 +125,7 @@ def test_commit_uploads_to_the_deep_store_and_commit_end_carries_location_and_cr
     end = mini.commit_end
     assert end is not None and end.offset == 100 and end.total_docs == 100
     key = building.deep_store_key(TABLE, SEGMENT)
-    assert key == f"events_REALTIME/{SEGMENT}.tar.gz"
+    assert key == f"events_REALTIME/{SEGMENT}.tar.zst"
     assert replica.deep_store.exists(key) and end.location == replica.deep_store.uri(key)
     uploaded = unpack(replica.deep_store.get(key, tmp_path / "dl.tar.gz"), tmp_path / "unpacked")
     online = replica.segment.go_online(mini.committed_record(record(rows=100)))

@@ -107,7 +107,7 @@ def test_two_replicas_commit_identical_segments(tmp_path: Path, cluster: tuple[C
         assert crcs == {record.crc}
         if record.download_uri:  # the committer uploaded it (deep-store bypass only on upload failure)
             assert deep.exists(deep.key_of(record.download_uri))
-        assert deep.exists(f"{TABLE}/{name}.tar.gz")
+        assert deep.exists(f"{TABLE}/{name}.tar.zst")
 
     def served_rows(server: Server) -> int:
         return sum(segment.num_docs for segment in server.registry.segments(TABLE))

@@ -60,7 +60,7 @@ def test_deep_store_failures_are_retried_then_the_copy_is_verified(tmp_path: Pat
     segment = f.fetch(TABLE, record)
     assert hook.calls == 3 and f.failed_attempts == 2
     assert segment.crc == record.crc and segment.path == tmp_path / "data" / TABLE / SEG
-    assert (tmp_path / "data" / TABLE / ".archives" / f"{SEG}.tar.gz").is_file()  # kept for peers
+    assert (tmp_path / "data" / TABLE / ".archives" / f"{SEG}.tar.zst").is_file()  # kept for peers
 
 
 def test_gives_up_after_the_configured_attempts_naming_each_source(tmp_path: Path, store: ClusterStore) -> None:
@@ -77,7 +77,7 @@ def test_a_copy_whose_crc_differs_from_the_metadata_is_refused(tmp_path: Path, s
     store.put(store.paths.segment(TABLE, SEG), wrong)
     with pytest.raises(DownloadError, match="committed CRC"):
         fetcher(store, deep, tmp_path, attempts=2).fetch(TABLE, wrong)
-    assert not (tmp_path / "data" / TABLE / ".archives" / f"{SEG}.tar.gz").exists()
+    assert not (tmp_path / "data" / TABLE / ".archives" / f"{SEG}.tar.zst").exists()
 
 
 def test_stopping_cuts_the_backoff_short(tmp_path: Path, store: ClusterStore) -> None:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def deep_store_key(table_with_type: str, segment: str) -> str:
-    """``events_REALTIME/events__0__3__20261121T1647Z.tar.gz``: where a committed segment's archive lives."""
+    """``events_REALTIME/events__0__3__20261121T1647Z.tar.zst``: where a committed segment's archive lives."""
     return f"{table_with_type}/{segment}{ARCHIVE_SUFFIX}"
 
 
