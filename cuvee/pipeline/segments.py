@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cuvee.cluster.time_boundary import DAY_MS, HOUR_MS, millis_per_value
 from cuvee.config import Schema, TableConfig
@@ -95,6 +96,19 @@ def bucket_and_partition(batch: pa.RecordBatch, table: TableConfig, schema: Sche
         else:
             parts = np.array([zlib.crc32(str(v).encode()) % count for v in arr.to_pylist()], dtype=np.int32)
     return pa.array(buckets), pa.array(parts)
+
+
+def grouped(rows: pa.Table) -> pa.Table:
+    """``rows`` ordered by (bucket, partition), stably; untouched when already so (one bucket and no partition
+    column, the usual DataFrame write: a sort would copy every column for nothing)."""
+    if rows.num_rows < 2:
+        return rows
+    buckets = rows.column(BUCKET).to_numpy()
+    parts = rows.column(PART).to_numpy()
+    step = np.diff(buckets)
+    if np.all((step > 0) | ((step == 0) & (np.diff(parts) >= 0))):
+        return rows
+    return rows.take(pc.sort_indices(rows, [(BUCKET, "ascending"), (PART, "ascending")]))
 
 
 def build_groups(batches: Iterable[pa.RecordBatch], spec: BuildSpec) -> Iterator[dict[str, Any]]:

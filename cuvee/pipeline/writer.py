@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cuvee.config import Schema, TableConfig, TableType
 from cuvee.decode.transform import compile_ingestion
@@ -24,7 +23,7 @@ from cuvee.deepstore import open_deepstore
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.convert import convert_batch, to_wire
 from cuvee.pipeline.ingest import new_fingerprint, push_replace
-from cuvee.pipeline.segments import BUCKET, PART, TASK_STRIDE, BuildSpec, bucket_and_partition, build_groups
+from cuvee.pipeline.segments import BUCKET, PART, TASK_STRIDE, BuildSpec, bucket_and_partition, build_groups, grouped
 from cuvee.spi.deepstore import DeepStoreError
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -68,8 +67,7 @@ class CuveeWriter(DataSourceArrowWriter):  # type: ignore[misc,valid-type]
             parts.append(pa.RecordBatch.from_arrays([*columns, buckets, partitions], names=names))
         if not parts:
             return BuiltSegments([])
-        rows = pa.Table.from_batches(parts)
-        rows = rows.take(pc.sort_indices(rows, [(BUCKET, "ascending"), (PART, "ascending")]))
+        rows = grouped(pa.Table.from_batches(parts))
         spec = dataclasses.replace(self.spec, sequence_base=task * TASK_STRIDE)
         return BuiltSegments(list(build_groups(rows.to_batches(), spec)))
 

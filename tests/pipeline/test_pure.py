@@ -16,7 +16,7 @@ from cuvee.lineage.rules import INPUT_KEY
 from cuvee.pipeline.convert import convert_batch
 from cuvee.pipeline.ingest import guess_format, input_identity
 from cuvee.pipeline.replace import plan_replace
-from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups
+from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups, grouped
 from tests.offline.support import SCHEMA, offline_table
 
 DAY = 86_400_000
@@ -63,6 +63,16 @@ def test_groups_build_one_named_segment_each(tmp_path: Path) -> None:
     assert [b["totalDocs"] for b in built] == [2, 2]
     again = list(build_groups(iter([batch]), spec))
     assert [b["crc"] for b in again] == [b["crc"] for b in built]  # the same rows give the same bytes
+
+
+def test_rows_are_grouped_by_bucket_then_partition_stably() -> None:
+    ordered = pa.table({"v": [1, 2, 3, 4], BUCKET: [0, 0, 1, 1], PART: pa.array([0, 1, 0, 0], pa.int32())})
+    assert grouped(ordered) is ordered  # already grouped: not copied
+    mixed = pa.table({"v": [1, 2, 3, 4, 5], BUCKET: [1, 0, 1, 0, 0], PART: pa.array([0, 1, 0, 0, 1], pa.int32())})
+    out = grouped(mixed)
+    assert out.column("v").to_pylist() == [4, 2, 5, 1, 3]
+    assert list(zip(out.column(BUCKET).to_pylist(), out.column(PART).to_pylist())) == [(0, 0), (0, 1), (0, 1),
+                                                                                     (1, 0), (1, 0)]
 
 
 def test_what_a_write_replaces() -> None:
