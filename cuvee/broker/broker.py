@@ -69,7 +69,8 @@ class Broker:
                                        retry_max_seconds=cfg.session_retry_max_seconds, name="broker")
         self.store = ClusterStore(self.metastore, cfg.cluster)
         self.view = ClusterView(self.store, poll_seconds=cfg.routing_poll_seconds,
-                                stop_timeout_seconds=cfg.stop_timeout_seconds).start()
+                                stop_timeout_seconds=cfg.stop_timeout_seconds,
+                                new_segment_grace_seconds=cfg.new_segment_grace_seconds).start()
         self._handler = QueryHandler(cfg, self.view)
         self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker")
         if not self.instance_id:

@@ -10,14 +10,18 @@ A table's schema is the one named by ``segmentsConfig.schemaName`` if given, els
 
 Each entry carries the segments its lineage hides (``cuvee.lineage.rules.hidden_segments``), read together with its
 external view, so one snapshot switches from a replacement's old segments to its new ones in one step. OFFLINE
-entries also carry what a hybrid table's time boundary needs (``cuvee.broker.hybrid``): the end time of each
-segment in the external view (read once per segment name), the time column's unit and the explicit override.
+entries also carry what a hybrid table's time boundary needs (``cuvee.broker.hybrid``): the segments that should
+be served (``cluster.time_boundary.expected_offline_segments``, from the ideal state), the end time and push time
+of each (read once per segment name and CRC, so a segment pushed again under its name is read again), the time
+column's unit and the explicit override. Expected segments no server holds are routed as unavailable (305).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,9 +31,10 @@ import pyarrow as pa
 
 from cuvee.broker.hybrid import QueryTarget, query_targets
 from cuvee.broker.routing import RoutingTable, route
-from cuvee.cluster.records import ExternalView, InstanceInfo, RecordFormatError, SegmentState
+from cuvee.cluster.records import ExternalView, IdealState, InstanceInfo, RecordFormatError, SegmentState
 from cuvee.cluster.store import ClusterStore
-from cuvee.cluster.time_boundary import compute_time_boundary, millis_per_value
+from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, compute_time_boundary,
+                                         expected_offline_segments, millis_per_value)
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
@@ -60,6 +65,10 @@ class TableEntry:
     push_frequency: str = "DAILY"
     end_times: Mapping[str, int | None] = field(default_factory=dict)
     boundary_override: int | None = None
+    # OFFLINE halves read with their ideal state: the segments that should be served now (None: not known, then
+    # those ONLINE in the external view), and per segment the (CRC, push time) its end time was read for
+    expected: frozenset[str] | None = None
+    read_for: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
     @property
     def hold_back(self) -> bool:
@@ -69,7 +78,17 @@ class TableEntry:
     def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
         """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule), over the
         segments lineage lets queries read."""
-        return route(self.visible, available, request_number, hold_back=self.hold_back)
+        routing = route(self.visible, available, request_number, hold_back=self.hold_back)
+        if not self.absent:
+            return routing
+        return dataclasses.replace(routing, unavailable=tuple(sorted({*routing.unavailable, *self.absent})))
+
+    @cached_property
+    def absent(self) -> tuple[str, ...]:
+        """Expected segments the external view does not list at all (every server holding them is down)."""
+        if not self.expected:
+            return ()
+        return tuple(sorted(self.expected - set(self.view.segments)))
 
     @cached_property
     def visible(self) -> Mapping[str, Mapping[str, SegmentState]]:
@@ -81,14 +100,18 @@ class TableEntry:
     @cached_property
     def time_boundary(self) -> int | None:
         """The hybrid boundary this OFFLINE half defines: the explicit one, else Pinot's rule over the end times of
-        its segments ONLINE somewhere and not hidden; None when no such segment has an end time. Computed once per
-        entry (entries are rebuilt whenever their view, lineage or override changes), not once per query."""
+        the segments that should be served (``expected``; without an ideal state, those ONLINE somewhere and not
+        hidden); None when no such segment has an end time. Computed once per entry (entries are rebuilt whenever
+        their view, ideal state, lineage or override changes, and every poll), not once per query."""
         if self.boundary_override is not None:
             return self.boundary_override
         if self.time_column is None or self.step_ms is None:
             return None
-        served = [self.end_times.get(s) for s, replicas in self.view.segments.items()
-                  if s not in self.hidden and SegmentState.ONLINE in replicas.values()]
+        if self.expected is not None:
+            served = [self.end_times.get(s) for s in self.expected]
+        else:
+            served = [self.end_times.get(s) for s, replicas in self.view.segments.items()
+                      if s not in self.hidden and SegmentState.ONLINE in replicas.values()]
         return compute_time_boundary(served, self.step_ms, self.push_frequency)
 
 
@@ -110,10 +133,12 @@ def table_info(name_with_type: str, schema: Schema) -> TableInfo:
 class ClusterView:
     """The broker's cached, watched view of one cluster's tables and servers."""
 
-    def __init__(self, store: ClusterStore, *, poll_seconds: float, stop_timeout_seconds: float = 5.0):
+    def __init__(self, store: ClusterStore, *, poll_seconds: float, stop_timeout_seconds: float = 5.0,
+                 new_segment_grace_seconds: float = NEW_SEGMENT_GRACE_SECONDS):
         self.store = store
         self.paths = store.paths
         self.poll_seconds = poll_seconds
+        self.new_segment_grace_ms = int(new_segment_grace_seconds * 1000)
         self.stop_timeout_seconds = stop_timeout_seconds
         self._snapshot = ClusterSnapshot()
         self._refresh_lock = threading.Lock()
@@ -249,10 +274,13 @@ class ClusterView:
             view = self.store.external_view(name) or ExternalView(name)
             self._watch(self.paths.lineage(name))
             hidden = hidden_segments(self.store.lineage(name))
-            override = None
+            override, ideal = None, None
             if config.table_type is TableType.OFFLINE:
                 self._watch(self.paths.time_boundary(config.table_name))
                 override = self.store.time_boundary_override(config.table_name)
+                self._watch(self.paths.ideal_state(name))
+                found_ideal = self.store.ideal_state(name)
+                ideal = found_ideal.record if found_ideal is not None else IdealState(name)
         except NoNodeError as exc:
             log.debug("table %s is not complete yet: %s", name, exc)
             return None
@@ -261,8 +289,14 @@ class ClusterView:
             log.warning("table %s cannot be routed: %s", name, exc)
             return None
         pauseless = config.ingestion.pauseless_consumption
-        offline = config.table_type is TableType.OFFLINE and config.time_column is not None
-        end_times = self._end_times(name, view, old) if offline else {}
+        expected: frozenset[str] | None = None
+        end_times: dict[str, int | None] = {}
+        read_for: dict[str, tuple[int | None, int | None]] = {}
+        if ideal is not None:
+            end_times, read_for = self._segment_times(name, ideal, old)
+            pushed_at = {segment: at for segment, (_, at) in read_for.items()}
+            expected = expected_offline_segments(ideal.segments, view.segments, hidden, pushed_at,
+                                                 int(time.time() * 1000), self.new_segment_grace_ms)
         same = old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version
         if same:
             assert old is not None
@@ -276,24 +310,32 @@ class ClusterView:
             info, arrow_schema = table_info(name, schema), schema.arrow_schema()
             step = millis_per_value(schema, config.time_column)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
-                          hidden, config.time_column, step, config.segments.push_frequency, end_times, override)
+                          hidden, config.time_column, step, config.segments.push_frequency, end_times, override,
+                          expected, read_for)
 
-    def _end_times(self, name: str, view: ExternalView, old: TableEntry | None) -> dict[str, int | None]:
-        """Each offline segment's end time (``SegmentRecord.time_max``). Cached by segment name: a refresh reads
-        only the records of segments new since the last one (and retries those it could not read)."""
-        known = old.end_times if old is not None else {}
-        out: dict[str, int | None] = {}
-        for segment in view.segments:
-            if known.get(segment) is not None:
-                out[segment] = known[segment]
+    def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
+                       ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]]]:
+        """Each offline segment's end time (``SegmentRecord.time_max``) and (CRC, push time). Cached by name and
+        the ideal state's CRC: a refresh reads only the records of segments new (or pushed again with other content)
+        since the last one, and retries those it could not read."""
+        known_end = old.end_times if old is not None else {}
+        known_for = old.read_for if old is not None else {}
+        end_times: dict[str, int | None] = {}
+        read_for: dict[str, tuple[int | None, int | None]] = {}
+        for segment in ideal.segments:
+            crc = ideal.crcs.get(segment)
+            if segment in known_for and known_for[segment][0] == crc and known_end.get(segment) is not None:
+                end_times[segment], read_for[segment] = known_end[segment], known_for[segment]
                 continue
             try:
                 found = self.store.find_segment(name, segment)
             except (RecordFormatError, MetadataStoreError, ValueError) as exc:
                 log.warning("table %s: metadata of segment %s cannot be read: %s", name, segment, exc)
                 found = None
-            out[segment] = found.record.time_max if found is not None else None
-        return out
+            record = found.record if found is not None else None
+            end_times[segment] = record.time_max if record is not None else None
+            read_for[segment] = (crc, record.commit_time_ms if record is not None else None)
+        return end_times, read_for
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

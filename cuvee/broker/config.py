@@ -32,6 +32,9 @@ class BrokerConfig:
     tags: tuple[str, ...] = (BROKER_TAG,)
     timeout_ms: int = 10_000  # a query's default timeoutMs
     routing_poll_seconds: float = 5.0  # full re-read of tables and external views when a watch event is missed
+    # an offline segment pushed this recently and ONLINE nowhere yet is being loaded: neither counted for the
+    # hybrid time boundary nor reported unavailable (Pinot's new-segment expiration); afterwards it is both
+    new_segment_grace_seconds: float = 300.0
     server_grace_seconds: float = 0.5  # wait this much past timeoutMs for a server's own timeout answer (250)
     connect_timeout_seconds: float = 2.0  # opening a connection to a server
     max_response_rows: int = 1_000_000  # LIMIT + OFFSET above this is refused (700)
@@ -48,8 +51,8 @@ class BrokerConfig:
                 raise ValueError(f"{name} must be positive")
         if self.session_retry_max_seconds < self.session_retry_initial_seconds:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
-        if self.server_grace_seconds < 0:
-            raise ValueError("server_grace_seconds must not be negative")
+        if self.server_grace_seconds < 0 or self.new_segment_grace_seconds < 0:
+            raise ValueError("server_grace_seconds and new_segment_grace_seconds must not be negative")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

@@ -5,12 +5,20 @@ present in both halves is counted once. The boundary is the largest end time of 
 served, minus one day (minus one hour when the table is pushed HOURLY and its time unit is finer than a day): the
 offline data of the last day may still be incomplete, the realtime half answers for it. Values are in the time
 column's own unit (epoch values of ``size × unit``), as stored in segment metadata.
+
+"Served" comes from the ideal state, as in Pinot, not from the external view alone: when every server holding the
+offline half is down, the boundary stays where it was and the offline half's segments are reported unavailable,
+instead of the boundary vanishing and the realtime half silently answering alone for all time. A segment pushed
+moments ago and not yet loaded anywhere counts only once ONLINE on a server or ``new_segment_grace_ms`` after its
+push (Pinot's new-segment expiration): it neither moves the boundary over rows nobody serves yet nor is reported
+unavailable while it is being loaded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 
+from cuvee.cluster.records import SegmentState
 from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format
 from cuvee.config.schema import DataType, Schema
 from cuvee.config.table import TableType
@@ -20,6 +28,25 @@ DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
 OFFLINE_OP = "<="  # the offline half answers for time <= boundary
 REALTIME_OP = ">"
+NEW_SEGMENT_GRACE_SECONDS = 300.0  # Pinot's default new-segment expiration
+
+
+def expected_offline_segments(ideal: Mapping[str, Mapping[str, SegmentState]],
+                              view: Mapping[str, Mapping[str, SegmentState]], hidden: Set[str],
+                              pushed_at_ms: Mapping[str, int | None], now_ms: int,
+                              new_segment_grace_ms: int) -> frozenset[str]:
+    """The offline segments that should be answering now: ONLINE in the ideal state, not hidden by lineage, and
+    either ONLINE on some server or pushed at least ``new_segment_grace_ms`` ago (unknown push time: at once).
+    The time boundary is computed over them; those ONLINE nowhere are unavailable, never silently skipped."""
+    expected = set()
+    for segment, replicas in ideal.items():
+        if segment in hidden or SegmentState.ONLINE not in replicas.values():
+            continue
+        served = SegmentState.ONLINE in view.get(segment, {}).values()
+        pushed = pushed_at_ms.get(segment)
+        if served or pushed is None or now_ms - pushed >= new_segment_grace_ms:
+            expected.add(segment)
+    return frozenset(expected)
 
 
 def millis_per_value(schema: Schema, column: str | None) -> float | None:

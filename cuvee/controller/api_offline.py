@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentState, TimeBoundaryOverride
-from cuvee.cluster.time_boundary import compute_time_boundary, millis_per_value
+from cuvee.cluster.time_boundary import compute_time_boundary, expected_offline_segments, millis_per_value
 from cuvee.config import TableConfig, TableType, raw_table_name
 from cuvee.controller import lineage_ops
 from cuvee.controller.catalog import Catalog
@@ -223,14 +224,18 @@ def router(ctl: Controller) -> APIRouter:
         if step is None:
             raise NotFound(f"time column {column!r} is not an epoch or TIMESTAMP column; no computed boundary")
         full = offline.name_with_type
+        ideal = ctl.store.ideal_state(full)
         view = ctl.store.external_view(full)
-        hidden = hidden_segments(ctl.store.lineage(full))
-        served = [s for s, replicas in (view.segments.items() if view else ())
-                  if s not in hidden and SegmentState.ONLINE in replicas.values()]
-        ends = []
-        for name in served:
+        records = {}
+        for name in ideal.record.segments if ideal is not None else ():
             found = ctl.store.find_segment(full, name)
-            ends.append(found.record.time_max if found is not None else None)
+            records[name] = found.record if found is not None else None
+        expected = expected_offline_segments(
+            ideal.record.segments if ideal is not None else {}, view.segments if view is not None else {},
+            hidden_segments(ctl.store.lineage(full)),
+            {name: r.commit_time_ms if r is not None else None for name, r in records.items()},
+            int(time.time() * 1000), int(ctl.config.new_segment_grace_seconds * 1000))
+        ends = [r.time_max if (r := records[name]) is not None else None for name in expected]
         value = compute_time_boundary(ends, step, offline.segments.push_frequency)
         if value is None:
             raise NotFound(f"table {table!r} has no served offline segment with an end time yet")

@@ -68,7 +68,9 @@ class ControllerConfig:
     stay (not served) before they are deleted; ``lineage_end_timeout_seconds``: how long endReplaceSegments waits for
     the new segments to be ONLINE somewhere before flipping the entry (409 after);
     ``lineage_in_progress_timeout_seconds``: after how long the retention task reverts a replace nobody ended
-    (the pusher died and no re-run cleaned up). ``max_upload_bytes``: the largest segment archive a tar push may
+    (the pusher died and no re-run cleaned up). ``new_segment_grace_seconds``: an offline segment pushed this
+    recently and ONLINE nowhere yet does not count for the computed time boundary (the broker has the same key).
+    ``max_upload_bytes``: the largest segment archive a tar push may
     send (metadata pushes send no bytes)."""
 
     metadata: str
@@ -87,6 +89,7 @@ class ControllerConfig:
     lineage_grace_seconds: float = 3600.0
     lineage_end_timeout_seconds: float = 300.0
     lineage_in_progress_timeout_seconds: float = 86400.0
+    new_segment_grace_seconds: float = 300.0
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
     session_retry_initial_seconds: float = 0.5
@@ -111,7 +114,8 @@ class ControllerConfig:
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,
         )
-        if self.deletion_grace_seconds < 0 or self.lineage_grace_seconds < 0:
-            raise ValueError("deletion_grace_seconds and lineage_grace_seconds must be 0 or more")
+        if min(self.deletion_grace_seconds, self.lineage_grace_seconds, self.new_segment_grace_seconds) < 0:
+            raise ValueError("deletion_grace_seconds, lineage_grace_seconds and new_segment_grace_seconds must be 0 "
+                             "or more")
         if self.session_retry_max_seconds < self.session_retry_initial_seconds:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")

@@ -4,6 +4,7 @@ refresh reads the metadata of new segments only."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import orjson
 import pytest
 
 from cuvee.broker.cluster_view import ClusterView
-from cuvee.cluster.records import ExternalView, SegmentRecord, SegmentState, SegmentStatus, TimeBoundaryOverride
+from cuvee.cluster.records import (ExternalView, IdealState, SegmentRecord, SegmentState, SegmentStatus,
+                                  TimeBoundaryOverride)
 from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.time_boundary import DAY_MS
 from cuvee.lineage.model import LineageEntry, LineageState
@@ -38,11 +40,18 @@ def view(tmp_path: Path) -> Iterator[tuple[ClusterStore, ClusterView]]:
         meta.close()
 
 
-def add_offline(store: ClusterStore, end_times: dict[str, int]) -> None:
+def add_offline(store: ClusterStore, end_times: dict[str, int], *, served: bool = True, crc: int = 1,
+                pushed_at_ms: int = 1) -> None:
+    """What a push does (records, then the ideal state) and, when ``served``, what server A's load then shows."""
     for name, end in end_times.items():
-        store.create_segment("h_OFFLINE", SegmentRecord(name, SegmentStatus.UPLOADED, 1, time_min=0, time_max=end))
-    old = store.external_view("h_OFFLINE") or ExternalView("h_OFFLINE")
-    store.put_external_view(ExternalView("h_OFFLINE", {**old.segments, **{n: {"A": ON} for n in end_times}}))
+        store.put(store.paths.segment("h_OFFLINE", name), SegmentRecord(
+            name, SegmentStatus.UPLOADED, 1, time_min=0, time_max=end, crc=crc, commit_time_ms=pushed_at_ms))
+    store.update_ideal_state("h_OFFLINE", lambda ideal: IdealState(
+        "h_OFFLINE", {**ideal.segments, **{n: {"A": ON} for n in end_times}}).with_crcs(
+        {**ideal.crcs, **{n: crc for n in end_times}}))
+    if served:
+        old = store.external_view("h_OFFLINE") or ExternalView("h_OFFLINE")
+        store.put_external_view(ExternalView("h_OFFLINE", {**old.segments, **{n: {"A": ON} for n in end_times}}))
 
 
 def filters(view: ClusterView) -> list[tuple[str, TimeFilter | None]]:
@@ -87,3 +96,29 @@ def test_a_refresh_reads_only_new_segments_metadata(view: tuple[ClusterStore, Cl
     wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 8 * DAY_MS), 5)
     v.refresh()
     assert read == ["h_9"]
+    add_offline(store, {"h_9": 20 * DAY_MS}, crc=2)  # pushed again under its name, other content: read again
+    wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 19 * DAY_MS), 5)
+
+
+def test_boundary_comes_from_the_ideal_state_and_unserved_segments_are_unavailable(
+        view: tuple[ClusterStore, ClusterView]) -> None:
+    store, v = view
+    store.metastore.create(store.paths.table("h_OFFLINE"), orjson.dumps(OFFLINE_DOC))
+    add_offline(store, {"h_0": 3 * DAY_MS, "h_1": 5 * DAY_MS})
+    wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 4 * DAY_MS), 5)
+    assert v.table("h_OFFLINE").route(frozenset({"A"})).unavailable == ()
+
+    store.put_external_view(ExternalView("h_OFFLINE"))  # every offline server died: the view lists nothing
+    wait_until(lambda: v.table("h_OFFLINE").view.segments == {}, 5)
+    assert filters(v)[0][1] == TimeFilter("ts", "<=", 4 * DAY_MS)  # the boundary stays: no silent realtime-only
+    assert v.table("h_OFFLINE").route(frozenset({"A"})).unavailable == ("h_0", "h_1")  # reported, 305
+
+    now = int(time.time() * 1000)
+    add_offline(store, {"h_2": 9 * DAY_MS}, served=False, pushed_at_ms=now)  # just pushed, still loading
+    wait_until(lambda: "h_2" in v.table("h_OFFLINE").end_times, 5)
+    assert filters(v)[0][1] == TimeFilter("ts", "<=", 4 * DAY_MS)  # not counted within the grace period
+    assert "h_2" not in v.table("h_OFFLINE").route(frozenset({"A"})).unavailable
+    v.new_segment_grace_ms = 0  # the grace period is over
+    v.refresh()
+    assert filters(v)[0][1] == TimeFilter("ts", "<=", 8 * DAY_MS)
+    assert "h_2" in v.table("h_OFFLINE").route(frozenset({"A"})).unavailable
