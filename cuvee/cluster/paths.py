@@ -7,6 +7,8 @@ uses, so a hybrid table's OFFLINE and REALTIME halves never share a node.
 
 from __future__ import annotations
 
+import zlib
+
 from dataclasses import dataclass
 
 from cuvee.errors import UserError
@@ -106,7 +108,9 @@ class ClusterPaths:
     def pending_deletions(self) -> str:
         return f"{self.root}/deletions"
 
-    def pending_deletion(self, table: str, segment: str) -> str:
-        """A deleted segment's deep-store object, deleted for good once its grace period has passed."""
-        return f"{self.pending_deletions}/{check_name('table', table)}__{check_name('segment', segment)}"
+    def pending_deletion(self, table: str, segment: str, download_uri: str) -> str:
+        """A deleted (or superseded) segment archive, deleted for good once its grace period has passed. One node per
+        object: a segment pushed again under its name and later deleted leaves two archives to delete."""
+        digest = zlib.crc32(download_uri.encode()) & 0xFFFFFFFF
+        return f"{self.pending_deletions}/{check_name('table', table)}__{check_name('segment', segment)}__{digest:08x}"
 

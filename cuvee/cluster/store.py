@@ -220,7 +220,8 @@ class ClusterStore:
         found = self.find(TimeBoundaryOverride, self.paths.time_boundary(raw_table))
         return found.record.value if found else None
 
-    def pending_deletions(self) -> list[PendingDeletion]:
-        found = (self.find(PendingDeletion, f"{self.paths.pending_deletions}/{name}")
-                 for name in self.children(self.paths.pending_deletions))
-        return [v.record for v in found if v is not None]
+    def pending_deletions(self) -> list[tuple[str, PendingDeletion]]:
+        """(node path, record) of every archive waiting for its grace period to end."""
+        paths = [f"{self.paths.pending_deletions}/{name}" for name in self.children(self.paths.pending_deletions)]
+        found = ((path, self.find(PendingDeletion, path)) for path in paths)
+        return [(path, v.record) for path, v in found if v is not None]

@@ -86,7 +86,8 @@ def router(ctl: Controller) -> APIRouter:
             raise BadRequest("a metadata push body must be JSON; a tar push is multipart/form-data") from None
         pushed = parse_push(body)
         # blocking (deep-store checks, metadata writes): off the event loop, which also serves segment completion
-        names = await run_in_threadpool(register_segments, ctl.store, ctl.deep_store, table, pushed, ctl.clock_ms())
+        names = await run_in_threadpool(register_segments, ctl.store, ctl.deep_store, table, pushed, ctl.clock_ms(),
+                                        _grace_ms())
         return {"status": f"pushed {len(names)} segment(s) into {table.name_with_type}", "segments": names}
 
     async def tar_push(request: Request, table: TableConfig) -> dict[str, Any]:
@@ -112,7 +113,7 @@ def router(ctl: Controller) -> APIRouter:
         finally:
             await form.close()
         names = await run_in_threadpool(register_segments, ctl.store, ctl.deep_store, table, [pushed],
-                                        ctl.clock_ms())
+                                        ctl.clock_ms(), _grace_ms())
         return {"status": f"pushed segment {names[0]} into {table.name_with_type}", "segments": names}
 
     @api.post("/v2/segments")

@@ -11,12 +11,16 @@ import time
 import uuid
 from typing import Any
 
+from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller.errors import BadRequest, Conflict
 from cuvee.controller.segment_deletion import delete_segments
+from cuvee.controller.segment_push import MAX_SEGMENT_NAME, check_offline_segment_name
+from cuvee.errors import UserError
 from cuvee.lineage import rules
 from cuvee.lineage.model import SegmentLineage
+from cuvee.segment.naming import check_segment_name
 
 
 def _existing(store: ClusterStore, table: str) -> set[str]:
@@ -25,9 +29,21 @@ def _existing(store: ClusterStore, table: str) -> set[str]:
 
 
 def _names(body: dict[str, Any], key: str) -> list[str]:
+    """A bounded list of bounded, path-safe names. ``segmentsTo`` must be names a push accepts (so an entry never
+    waits for what no push can create); ``segmentsFrom`` may name stream (LLC) segments too."""
     value = body.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or len(value) > 100_000:
-        raise BadRequest(f"{key} must be a list of segment names")
+    if not isinstance(value, list) or len(value) > 100_000:
+        raise BadRequest(f"{key} must be a list of at most 100000 segment names")
+    if key == "segmentsTo":
+        return [check_offline_segment_name(v, where=key) for v in value]
+    if not all(isinstance(v, str) and 0 < len(v) <= MAX_SEGMENT_NAME for v in value):
+        raise BadRequest(f"{key} must be a list of segment names of 1..{MAX_SEGMENT_NAME} characters")
+    try:
+        for v in value:
+            check_name("segment", v)
+            check_segment_name(v)
+    except UserError as exc:
+        raise BadRequest(f"{key}: {exc}") from None
     return value
 
 

@@ -4,7 +4,8 @@ Order: the ideal state first (servers drop the segment, brokers stop routing it 
 then the segment metadata, and the deep-store object last, only after a grace period: a reader that planned just
 before the delete (a Spark job, a server still downloading) finishes, and a mistaken delete can be undone by hand.
 The object is remembered in a ``PendingDeletion`` node; ``purge_due`` deletes what is due, skipping an object a
-segment of the same name points at again (deleted, then pushed again within the grace period).
+segment of the same name points at again (deleted, then pushed again within the grace period). A push that
+replaces a segment by name with an archive elsewhere schedules the previous archive the same way.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ def delete_segments(store: ClusterStore, table: str, names: Iterable[str], now_m
         if record is None:
             continue
         if record.record.download_uri:
-            pending = PendingDeletion(table, name, record.record.download_uri, now_ms + grace_ms)
-            store.put(store.paths.pending_deletion(table, name), pending)
+            schedule_archive_deletion(store, table, name, record.record.download_uri, now_ms + grace_ms)
         store.delete(store.paths.segment(table, name), record.version)
         deleted.append(name)
     if deleted:
@@ -50,13 +50,19 @@ def delete_segments(store: ClusterStore, table: str, names: Iterable[str], now_m
     return deleted
 
 
+def schedule_archive_deletion(store: ClusterStore, table: str, segment: str, download_uri: str,
+                              delete_after_ms: int) -> None:
+    """Remember ``download_uri`` for ``purge_due``: a deleted segment's archive, or the one a push replaced."""
+    store.put(store.paths.pending_deletion(table, segment, download_uri),
+              PendingDeletion(table, segment, download_uri, delete_after_ms))
+
+
 def purge_due(store: ClusterStore, deep_store: DeepStore | None, now_ms: int) -> int:
     """Delete the deep-store objects whose grace period has passed; returns how many were deleted."""
     purged = 0
-    for pending in store.pending_deletions():
+    for path, pending in store.pending_deletions():
         if pending.delete_after_ms > now_ms:
             continue
-        path = store.paths.pending_deletion(pending.table, pending.segment)
         current = store.find_segment(pending.table, pending.segment)
         reused = current is not None and current.record.download_uri == pending.download_uri
         if deep_store is not None and not reused:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.segment_deletion import schedule_archive_deletion
 from cuvee.errors import UserError
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
@@ -110,9 +112,32 @@ def parse_push(body: Any) -> list[PushedSegment]:
     return pushed
 
 
+class _TableLocks:
+    """One lock per table name: a table's pushes run one at a time in this process (the leader's), so two pushes of
+    one name cannot interleave their record and ideal-state writes (record of one, CRC of the other)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def __call__(self, table: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(table, threading.Lock())
+
+
+_PUSH_LOCKS = _TableLocks()
+
+
 def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: TableConfig,
-                      pushed: Sequence[PushedSegment], now_ms: int) -> list[str]:
-    """Check, then write records and the ideal state. Every user error is raised before anything is written."""
+                      pushed: Sequence[PushedSegment], now_ms: int, deletion_grace_ms: int) -> list[str]:
+    """Check, then write records and the ideal state. Every user error is raised before anything is written. An
+    archive a push replaces (same name, other download URI) is deleted after ``deletion_grace_ms``."""
+    with _PUSH_LOCKS(table.name_with_type):
+        return _register(store, deep_store, table, pushed, now_ms, deletion_grace_ms)
+
+
+def _register(store: ClusterStore, deep_store: DeepStore | None, table: TableConfig,
+              pushed: Sequence[PushedSegment], now_ms: int, deletion_grace_ms: int) -> list[str]:
     name = table.name_with_type
     if deep_store is None:
         raise BadRequest("this controller has no deep store configured; segments cannot be pushed")
@@ -152,8 +177,11 @@ def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: 
                                download_uri=segment.download_uri, commit_time_ms=now_ms)
         store.put(store.paths.segment(name, segment.name), record)
         if old is not None and old.record.download_uri and old.record.download_uri != segment.download_uri:
-            log.info("%s/%s replaced; its previous archive %s stays until deleted", name, segment.name,
-                     old.record.download_uri)
+            # after the grace period, so a server still loading the old copy or a Spark read planned on it finishes
+            schedule_archive_deletion(store, name, segment.name, old.record.download_uri,
+                                      now_ms + deletion_grace_ms)
+            log.info("%s/%s replaced; its previous archive %s is deleted after the grace period", name,
+                     segment.name, old.record.download_uri)
     crcs = {s.name: s.crc for s in pushed}
     try:
         store.update_ideal_state(name, lambda ideal: place_offline_segments(

@@ -115,6 +115,11 @@ def test_lineage_endpoints(cluster: InProcessCluster, tmp_path: Path) -> None:
     clash = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"},
                       json={"segmentsFrom": ["nope"], "segmentsTo": ["x"]})
     assert clash.status_code == 400
+    for bad in ({"segmentsFrom": [], "segmentsTo": ["../up"]}, {"segmentsFrom": ["a/b"], "segmentsTo": ["y"]},
+                {"segmentsFrom": [], "segmentsTo": ["y" * 300]}, {"segmentsFrom": [], "segmentsTo": [7]},
+                {"segmentsFrom": [], "segmentsTo": ["sales__0__1__20261121T1647Z"]}):
+        refused = http.post(f"{ctl}/segments/sales/startReplaceSegments", params={"type": "OFFLINE"}, json=bad)
+        assert refused.status_code == 400, (bad, refused.text)
     revert = http.post(f"{ctl}/segments/sales/revertReplaceSegments",
                        params={"type": "OFFLINE", "segmentLineageEntryId": "no-such-entry"})
     assert revert.status_code == 400

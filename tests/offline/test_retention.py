@@ -13,7 +13,9 @@ import pytest
 
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
-from tests.offline.support import SCHEMA, metadata_push, offline_table, rows
+from cuvee.deepstore import open_deepstore
+from cuvee.segment.archive import ARCHIVE_SUFFIX
+from tests.offline.support import SCHEMA, build_archive, describe, metadata_push, offline_table, rows
 
 DAY = 86_400_000
 
@@ -88,6 +90,25 @@ def test_offline_retention_and_lineage_clean_up(cluster: InProcessCluster, tmp_p
     entries = http.get(f"{ctl}/segments/sales/lineage", params={"type": "OFFLINE"}).json()["lineageEntries"]
     assert stuck not in entries or entries[stuck]["state"] == "REVERTED"
     assert status(cluster, "sales")["entriesReverted"] == 1
+
+
+def test_an_archive_replaced_by_name_is_purged_after_the_grace(cluster: InProcessCluster, tmp_path: Path) -> None:
+    http, ctl = cluster.http, cluster.controller_url
+    cluster.add_schema({**SCHEMA, "schemaName": "byname"})
+    cluster.add_table(offline_table("byname", replication=1))
+    deep = open_deepstore(cluster.deep_store)
+    first = build_archive(tmp_path / "a", "byname_x", rows(range(20), 10 * DAY))
+    uri_a = deep.put(first, f"byname_OFFLINE/byname_x.run1{ARCHIVE_SUFFIX}")
+    push = {"tableName": "byname", "tableType": "OFFLINE"}
+    assert http.post(f"{ctl}/v2/segments", params=push, json={"segments": [describe(first, uri_a)]}).status_code == 200
+    wait_until(lambda: count(cluster, "byname") == 20, 20)
+    second = build_archive(tmp_path / "b", "byname_x", rows(range(5), 10 * DAY))
+    uri_b = deep.put(second, f"byname_OFFLINE/byname_x.run2{ARCHIVE_SUFFIX}")
+    assert http.post(f"{ctl}/v2/segments", params=push, json={"segments": [describe(second, uri_b)]}).status_code == 200
+    wait_until(lambda: count(cluster, "byname") == 5, 20)
+    cluster.controller.retention.run_pass()  # deletion grace 0 here: the replaced archive is due at once
+    assert deep_objects(cluster, "byname_OFFLINE") == {"byname_x.run2"}
+    assert count(cluster, "byname") == 5
 
 
 def test_realtime_retention_never_deletes_a_consuming_segment(cluster: InProcessCluster) -> None:
