@@ -37,6 +37,7 @@ from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.convert import convert_batch, to_wire
 from cuvee.pipeline.replace import ReplacePlan, plan_replace
 from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups
+from cuvee.segment.partitioning import partition_spec
 from cuvee.spi.deepstore import DeepStoreError
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *, progress: Callabl
     with ControllerClient(options.controller) as client:
         table = client.table(options.table)
         schema = client.schema(options.table)
+        partition_spec(table.indexing.extra, schema)  # a bad partition config fails here, not in every task
         mode = (options.mode or table.segments.push_type).lower()
         if mode not in ("append", "refresh"):
             raise PipelineError(f"--mode must be append or refresh, got {mode!r}")

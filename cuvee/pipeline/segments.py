@@ -8,7 +8,6 @@ tests share it. The segment builder is the servers' own (``cuvee.segment.builder
 from __future__ import annotations
 
 import tempfile
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from cuvee.pipeline.convert import from_wire
 from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 from cuvee.segment.naming import offline_segment_name, time_range
+from cuvee.segment.partitioning import partition_spec, partitions
 
 BUCKET = "__bucket"
 PART = "__part"
@@ -61,20 +61,9 @@ def bucket_ms(table: TableConfig) -> int:
     return HOUR_MS if table.segments.push_frequency == "HOURLY" else DAY_MS
 
 
-def partition_columns(table: TableConfig) -> dict[str, int]:
-    """``tableIndexConfig.segmentPartitionConfig.columnPartitionMap``: column → numPartitions."""
-    config = table.indexing.extra.get("segmentPartitionConfig") or {}
-    mapping = config.get("columnPartitionMap") if isinstance(config, dict) else None
-    out: dict[str, int] = {}
-    for column, spec in (mapping or {}).items():
-        if isinstance(spec, dict) and isinstance(spec.get("numPartitions"), int) and spec["numPartitions"] > 0:
-            out[column] = spec["numPartitions"]
-    return out
-
-
 def bucket_and_partition(batch: pa.RecordBatch, table: TableConfig, schema: Schema) -> tuple[pa.Array, pa.Array]:
-    """Each row's time bucket (epoch ms // bucket size; NO_BUCKET without a time value) and partition (the
-    first configured partition column: integers modulo numPartitions, other values by CRC32; 0 without)."""
+    """Each row's time bucket (epoch ms // bucket size; NO_BUCKET without a time value) and partition (Pinot's
+    partition function of the table's partition column, ``cuvee.segment.partitioning``; 0 without one)."""
     n = batch.num_rows
     buckets = np.full(n, NO_BUCKET, dtype=np.int64)
     step = millis_per_value(schema, table.time_column)
@@ -87,14 +76,9 @@ def bucket_and_partition(batch: pa.RecordBatch, table: TableConfig, schema: Sche
         millis = np.where(valid, np.nan_to_num(values.astype(np.float64)) * step, 0)
         buckets = np.where(valid, np.floor_divide(millis, bucket_ms(table)).astype(np.int64), NO_BUCKET)
     parts = np.zeros(n, dtype=np.int32)
-    for column, count in list(partition_columns(table).items())[:1]:
-        if column not in batch.schema.names:
-            continue
-        arr = batch.column(column)
-        if pa.types.is_integer(arr.type):
-            parts = np.mod(np.nan_to_num(arr.cast(pa.int64()).to_numpy(zero_copy_only=False)), count).astype(np.int32)
-        else:
-            parts = np.array([zlib.crc32(str(v).encode()) % count for v in arr.to_pylist()], dtype=np.int32)
+    spec = partition_spec(table.indexing.extra, schema)
+    if spec is not None and spec.column in batch.schema.names:
+        parts = partitions(batch.column(spec.column), spec)
     return pa.array(buckets), pa.array(parts)
 
 

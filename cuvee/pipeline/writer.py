@@ -24,6 +24,7 @@ from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.convert import convert_batch, to_wire
 from cuvee.pipeline.ingest import new_fingerprint, push_replace
 from cuvee.pipeline.segments import BUCKET, PART, TASK_STRIDE, BuildSpec, bucket_and_partition, build_groups, grouped
+from cuvee.segment.partitioning import partition_spec
 from cuvee.spi.deepstore import DeepStoreError
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -42,6 +43,7 @@ class CuveeWriter(DataSourceArrowWriter):  # type: ignore[misc,valid-type]
         self.controller, self.table, self.overwrite = controller, table, overwrite
         with ControllerClient(controller) as client:
             config, schema = client.table(table), client.schema(table)
+            partition_spec(config.indexing.extra, schema)  # a bad partition config fails here, not in every task
             deep = deep_store or client.deep_store_uri()
         self.fingerprint = new_fingerprint()
         self.spec = BuildSpec(config.to_json(), schema.to_json(), deep, self.fingerprint, rows_per_segment,

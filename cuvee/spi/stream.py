@@ -194,10 +194,11 @@ def partition_for_key(key: bytes | None, partitions: int) -> int:
     murmur2 as Kafka's Java client uses, so Cuvee and Java producers agree on placement."""
     if key is None:
         raise ValueError("partition_for_key needs a key")
-    return (_murmur2(key) & 0x7FFFFFFF) % partitions
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-def _murmur2(data: bytes) -> int:
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (seed 0x9747b28c) as an unsigned 32-bit int; Pinot's Murmur partition function uses it too."""
     length = len(data)
     seed = 0x9747B28C
     m = 0x5BD1E995

@@ -1,0 +1,112 @@
+"""Pinot's segment partition functions (``tableIndexConfig.segmentPartitionConfig.columnPartitionMap``). Pure.
+
+A batch job splits rows into segments per partition of the configured column, so that every segment holds one
+partition and a broker can later prune segments by it; the partition a value lands in must be the one Pinot's own
+function gives, or segments built by Pinot's jobs and ours would disagree. Supported, with Pinot's semantics:
+
+- ``Modulo``: ``value % numPartitions`` (Java's truncating remainder, made non-negative) on integer columns;
+- ``Murmur``: ``(murmur2(utf8(str(value))) & 0x7fffffff) % numPartitions``, Kafka's murmur2 (Pinot's default
+  Murmur variant), on string and integer columns;
+- ``HashCode``: ``abs(javaHashCode(value)) % numPartitions`` on string and integer columns.
+
+Hashes are computed once per distinct value (a column has far fewer distinct values than rows, usually), then
+mapped back to rows vectorised. A null value goes to partition 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cuvee.config.schema import DataType, Schema
+from cuvee.errors import UserError
+from cuvee.spi.stream import murmur2
+
+FUNCTIONS = ("Modulo", "Murmur", "HashCode")
+_INTEGERS = (DataType.INT, DataType.LONG)
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    column: str
+    function: str
+    num_partitions: int
+
+
+def partition_spec(index_config_extra: dict[str, Any], schema: Schema) -> PartitionSpec | None:
+    """The table's partition column (the first of ``columnPartitionMap``), checked against the schema."""
+    config = index_config_extra.get("segmentPartitionConfig") or {}
+    mapping = config.get("columnPartitionMap") if isinstance(config, dict) else None
+    if not mapping:
+        return None
+    if not isinstance(mapping, dict):
+        raise UserError("segmentPartitionConfig.columnPartitionMap must map column names to partition configs")
+    column, spec = next(iter(mapping.items()))
+    where = f"segmentPartitionConfig.columnPartitionMap.{column}"
+    if not isinstance(spec, dict) or not isinstance(spec.get("numPartitions"), int) or spec["numPartitions"] < 1:
+        raise UserError(f"{where}: numPartitions must be a positive integer")
+    function = spec.get("functionName", "Murmur")
+    canonical = {f.lower(): f for f in FUNCTIONS}.get(str(function).lower())
+    if canonical is None:
+        raise UserError(f"{where}: functionName {function!r} is not supported; use one of {', '.join(FUNCTIONS)}")
+    if not schema.has_column(column) or not schema.column(column).single_value:
+        raise UserError(f"{where}: {column!r} is not a single-value column of the schema")
+    data_type = schema.column(column).data_type
+    allowed = _INTEGERS if canonical == "Modulo" else (*_INTEGERS, DataType.STRING)
+    if data_type not in allowed:
+        raise UserError(f"{where}: {canonical} partitioning needs a column of type "
+                        f"{' or '.join(t.value for t in allowed)}, not {data_type.value}")
+    return PartitionSpec(column, canonical, spec["numPartitions"])
+
+
+def partitions(values: pa.Array, spec: PartitionSpec) -> np.ndarray:
+    """Each value's partition (int32)."""
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, np.int32)
+    if spec.function == "Modulo":
+        ints = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        rem = np.fmod(ints, spec.num_partitions)  # Java's %: truncating, the sign of the dividend
+        return np.where(rem < 0, rem + spec.num_partitions, rem).astype(np.int32)
+    encoded = pc.dictionary_encode(values)
+    is_long = pa.types.is_int64(values.type)
+    hashes = np.array([_hash(v, spec.function, is_long) for v in encoded.dictionary.to_pylist()], dtype=np.int64)
+    per_value = _non_negative(hashes, spec) if len(hashes) else np.zeros(0, np.int32)
+    indices = encoded.indices
+    out = per_value[indices.fill_null(0).to_numpy(zero_copy_only=False)] if len(per_value) else np.zeros(n, np.int32)
+    if indices.null_count:
+        out = np.where(np.asarray(indices.is_valid()), out, 0)
+    return out.astype(np.int32)
+
+
+def _non_negative(hashes: np.ndarray, spec: PartitionSpec) -> np.ndarray:
+    if spec.function == "Murmur":
+        return ((hashes & 0x7FFFFFFF) % spec.num_partitions).astype(np.int32)
+    rem = np.fmod(np.abs(hashes), spec.num_partitions)  # HashCode: Math.abs(hashCode) % n
+    return np.where(rem < 0, rem + spec.num_partitions, rem).astype(np.int32)
+
+
+def _hash(value: Any, function: str, is_long: bool) -> int:
+    if function == "Murmur":
+        return murmur2(str(value).encode())
+    return java_hash_code(value, is_long=is_long)
+
+
+def java_hash_code(value: Any, *, is_long: bool = False) -> int:
+    """Java's ``hashCode`` of a String (UTF-16 code units), an Integer, or (``is_long``) a Long, as a signed
+    32-bit int."""
+    if isinstance(value, int):
+        if not is_long:
+            return value
+        bits = value & 0xFFFFFFFFFFFFFFFF
+        h = (bits ^ (bits >> 32)) & 0xFFFFFFFF
+    else:
+        h = 0
+        data = str(value).encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h

@@ -1,0 +1,60 @@
+"""Pinot's segment partition functions give Pinot's (Java's) partitions, and bad configs are refused up front."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from cuvee.config import Schema
+from cuvee.errors import UserError
+from cuvee.segment.partitioning import PartitionSpec, java_hash_code, partition_spec, partitions
+from cuvee.spi.stream import murmur2
+
+SCHEMA = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
+    {"name": "s", "dataType": "STRING"}, {"name": "i", "dataType": "INT"}, {"name": "l", "dataType": "LONG"},
+    {"name": "d", "dataType": "DOUBLE"}, {"name": "mv", "dataType": "STRING", "singleValueField": False}]})
+
+
+def config(column: str, **spec: object) -> dict[str, object]:
+    return {"segmentPartitionConfig": {"columnPartitionMap": {column: spec}}}
+
+
+def signed(h: int) -> int:
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def test_hashes_match_java_and_kafka() -> None:
+    # Kafka's UtilsTest values for murmur2; Java's String.hashCode, Long.hashCode
+    assert [signed(murmur2(s.encode())) for s in ("21", "foobar", "abc")] == [-973932308, -790332482, 479470107]
+    assert java_hash_code("hello") == 99162322
+    assert java_hash_code("polygenelubricants") == -(2**31)
+    assert java_hash_code(-1, is_long=True) == 0 and java_hash_code(-1) == -1
+    assert java_hash_code(2**32 + 5, is_long=True) == 4
+
+
+def test_partitions_per_function() -> None:
+    modulo = PartitionSpec("l", "Modulo", 4)
+    assert partitions(pa.array([1, 6, -1, -8, None], pa.int64()), modulo).tolist() == [1, 2, 3, 0, 0]
+    murmur = PartitionSpec("s", "Murmur", 8)
+    words = ["21", "foobar", "abc", None, "21"]
+    expected = [(murmur2(w.encode()) & 0x7FFFFFFF) % 8 if w is not None else 0 for w in words]
+    assert partitions(pa.array(words), murmur).tolist() == expected
+    ints = PartitionSpec("i", "Murmur", 8)
+    assert partitions(pa.array([21], pa.int32()), ints).tolist() == [(murmur2(b"21") & 0x7FFFFFFF) % 8]
+    hashcode = PartitionSpec("s", "HashCode", 10)
+    assert partitions(pa.array(["hello", "abc"]), hashcode).tolist() == [99162322 % 10, 96354 % 10]
+    assert partitions(pa.array([], pa.string()), hashcode).tolist() == []
+
+
+def test_configs_are_checked_against_the_schema() -> None:
+    assert partition_spec({}, SCHEMA) is None
+    assert partition_spec(config("s", numPartitions=4), SCHEMA) == PartitionSpec("s", "Murmur", 4)  # Pinot's default
+    assert partition_spec(config("i", functionName="modulo", numPartitions=3), SCHEMA) == PartitionSpec("i", "Modulo", 3)
+    for bad, message in ((config("s", functionName="Modulo", numPartitions=4), "needs a column of type"),
+                         (config("d", functionName="Murmur", numPartitions=4), "needs a column of type"),
+                         (config("s", functionName="Crc32", numPartitions=4), "not supported"),
+                         (config("s", numPartitions=0), "positive integer"),
+                         (config("nope", numPartitions=2), "not a single-value column"),
+                         (config("mv", numPartitions=2), "not a single-value column")):
+        with pytest.raises(UserError, match=message):
+            partition_spec(bad, SCHEMA)
