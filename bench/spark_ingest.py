@@ -6,6 +6,11 @@ their archives, the driver pushes under one lineage replace and waits until they
 ``df.write.parquet``. Read: ``spark.read.format("cuvee")`` against ``spark.read.parquet``, each fully
 materialised into Spark's ``noop`` sink. Targets (issue 6): both ≥ 1.0× Parquet's rows/s.
 
+A third row, ``hop``, times ``mapInArrow`` with a function that drops every batch: the JVM turning the cached rows
+into Arrow and handing them to Python workers, which any Python writer (ours included) pays before it sees a row.
+On a 2-core box it costs about as much as Spark's whole Parquet write, which bounds what a Python data source can
+reach against Parquet here (Spark's row ⇄ Arrow copies are per row; see SPARK-56350).
+
     .venv/bin/python bench/spark_ingest.py [--rows 2000000] [--repeat 3] [--master local[*]]
 """
 
@@ -17,9 +22,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
@@ -70,7 +76,15 @@ def main() -> int:
             def parquet_write() -> None:
                 frame.write.mode("overwrite").parquet(str(work / "out.parquet"))
 
+            def drop_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                for batch in batches:
+                    yield batch.slice(0, 0)
+
+            def hop() -> None:
+                frame.mapInArrow(drop_all, frame.schema).write.format("noop").mode("overwrite").save()
+
             write_cuvee, write_parquet = timed(args.repeat, cuvee_write), timed(args.repeat, parquet_write)
+            write_hop = timed(args.repeat, hop)
             reader = spark.read.format("cuvee").option("controller", url).option("table", "events")
             assert reader.load().count() == args.rows
 
@@ -88,7 +102,8 @@ def main() -> int:
     table = Table(title=f"Spark {args.master}, {args.rows:,} rows x {len(SCHEMA.fields)} columns, median of {args.repeat}")
     for column in ("", "cuvee rows/s", "parquet rows/s", "cuvee / parquet"):
         table.add_column(column, justify="right")
-    for name, ours, theirs in (("write", write_cuvee, write_parquet), ("read", read_cuvee, read_parquet)):
+    for name, ours, theirs in (("write", write_cuvee, write_parquet), ("read", read_cuvee, read_parquet),
+                               ("hop (JVM rows to Python Arrow, nothing done)", write_hop, write_parquet)):
         table.add_row(name, f"{args.rows / ours:,.0f}", f"{args.rows / theirs:,.0f}", f"{theirs / ours:.2f}x")
     console.print(table)
     return 0
