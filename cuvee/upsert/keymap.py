@@ -1,0 +1,277 @@
+"""One stream partition's upsert key map on one replica: primary key → (segment, doc, comparison value). Pure.
+
+The stream is partitioned by primary key, so a replica of a partition sees every version of its keys in offset
+order and can decide alone which doc of each key is the valid one (Pinot's partition-local upsert; DESIGN.md §10).
+Rows arrive a batch at a time (``apply``); the map answers with the docs that become valid and those that stop
+being valid, which the server applies to its valid-docs bitmaps in one step for readers.
+
+Rules (Pinot's upsertConfig):
+- a row whose comparison value is ≥ the key's current one wins (a tie goes to the later offset, i.e. the later row);
+  the key's previous doc becomes invalid; a smaller comparison value is *out of order*: stored, never valid;
+- a delete row that wins leaves a *tombstone*: the key has no valid doc, and older versions arriving later stay
+  invalid; a newer row brings the key back;
+- ``expire(metadata_ttl, deleted_keys_ttl)`` stops tracking keys whose comparison value is older than the largest
+  one seen minus the TTL (tombstones by their own TTL); their docs keep the validity they have.
+
+Keys are 64-bit hashes (``cuvee.upsert.hashing``) in flat numpy arrays, not Python objects: 8 bytes of key, 4 of
+segment, 4 of doc, 8 of comparison value, 24 bytes per key and no index beside them. The arrays are two runs sorted
+by key, like a small LSM tree: a large main run, and a delta run that takes each batch's new keys (a copy of the
+delta only); when the delta outgrows an eighth of the main run it is merged into it. A batch finds its keys by
+binary search in both runs (``searchsorted``, vectorised). A tombstone is stored as a negative doc (``-1 - doc``),
+so it costs nothing extra. Nothing loops per row in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_FIELDS = ("keys", "segs", "docs", "cmps")
+_DTYPES = {"keys": np.uint64, "segs": np.int32, "docs": np.int32, "cmps": np.float64}
+_MIN_MERGE = 65_536  # the delta run is merged into the main run past this many keys, or an eighth of the main run
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Rows of one segment in stream order: each row's key hash, comparison value, doc id, and delete flag."""
+
+    keys: np.ndarray  # uint64
+    comparisons: np.ndarray  # float64 (exact for integers up to 2**53: epoch millis, counters)
+    docs: np.ndarray  # int32
+    deletes: np.ndarray | None = None  # bool
+
+    def __post_init__(self) -> None:
+        n = len(self.keys)
+        if len(self.comparisons) != n or len(self.docs) != n or (self.deletes is not None and len(self.deletes) != n):
+            raise ValueError("keys, comparisons, docs and deletes must have one entry per row")
+
+
+@dataclass
+class Changes:
+    """What a batch did: docs of the batch's segment that become valid, and per segment the docs that stop being
+    valid; ``out_of_order`` marks each input row older than its key's current version."""
+
+    valid: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    invalid: dict[int, np.ndarray] = field(default_factory=dict)
+    out_of_order: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+
+class _Run:
+    """Entries sorted by key, one array per field."""
+
+    def __init__(self, **arrays: np.ndarray):
+        for name in _FIELDS:
+            setattr(self, name, arrays.get(name, np.zeros(0, _DTYPES[name])))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in _FIELDS)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """Index of each key, -1 if absent."""
+        if not len(self.keys):
+            return np.full(len(keys), -1, np.int64)
+        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[pos] == keys, pos, -1)
+
+    def merged(self, other: _Run) -> _Run:
+        """Both runs as one (``other``'s keys are not in this one)."""
+        at = np.searchsorted(self.keys, other.keys)
+        return _Run(**{name: np.insert(getattr(self, name), at, getattr(other, name)) for name in _FIELDS})
+
+    def without(self, drop: np.ndarray) -> _Run:
+        keep = ~drop
+        return _Run(**{name: getattr(self, name)[keep] for name in _FIELDS})
+
+
+class KeyMap:
+    def __init__(self) -> None:
+        self._main, self._delta = _Run(), _Run()
+        self.largest_comparison = -np.inf
+
+    # ---- reading ----------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Keys tracked, tombstones included."""
+        return len(self._main) + len(self._delta)
+
+    @property
+    def bytes_per_key(self) -> float:
+        return (self._main.nbytes + self._delta.nbytes) / max(len(self), 1)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(found, segment, doc, comparison) per key; doc < 0 is a tombstone (no valid doc)."""
+        rows = self._find(np.asarray(keys, np.uint64))
+        found = rows >= 0
+        if not len(self):
+            zeros = np.zeros(len(rows), np.int32)
+            return found, zeros, zeros, np.zeros(len(rows))
+        at = np.where(found, rows, 0)
+        return found, self._read("segs", at), self._read("docs", at), self._read("cmps", at)
+
+    def valid_docs(self, segment: int) -> np.ndarray:
+        """The docs of ``segment`` the map holds valid, sorted (what its valid-docs bitmap must equal)."""
+        segs, docs = self._all("segs"), self._all("docs")
+        return np.sort(docs[(segs == segment) & (docs >= 0)])
+
+    # ---- writing ----------------------------------------------------------------------------------------------
+
+    def apply(self, segment: int, rows: Versions, *, replacing: int | None = None) -> Changes:
+        """Add ``rows`` of ``segment`` (in stream order). ``replacing``: a segment these rows are a copy of (the
+        committed form of a consuming segment, a downloaded copy): keys it held are re-decided by these rows
+        alone, and its docs are not reported invalid (the caller drops that segment whole)."""
+        n = len(rows.keys)
+        if n == 0:
+            return Changes()
+        keys = np.asarray(rows.keys, np.uint64)
+        cmps = np.asarray(rows.comparisons, np.float64)
+        docs = np.asarray(rows.docs, np.int32)
+        deletes = np.zeros(n, bool) if rows.deletes is None else np.asarray(rows.deletes, bool)
+        if np.isnan(cmps).any():
+            raise ValueError("comparison values must not be NaN (null comparison values are the caller's to fill)")
+
+        order = np.argsort(keys, kind="stable")  # groups of one key, stream order kept inside each
+        sorted_keys = keys[order]
+        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+        group_keys = sorted_keys[starts]
+        group_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+
+        existing = self._find(group_keys)
+        present = existing >= 0
+        at = np.maximum(existing, 0)
+        stored = self._read("cmps", at) if len(self) else np.zeros(len(at))
+        owned = np.zeros(len(starts), bool)  # held by the segment these rows replace: decided anew by these rows
+        if replacing is not None and len(self):
+            owned = present & (self._read("segs", at) == replacing)
+        base = np.where(present & ~owned, stored, -np.inf)
+
+        # a row wins if its value is >= every earlier value of its key (the stored version included)
+        before = _exclusive_group_max(cmps[order], group_of, base)
+        wins = cmps[order] >= before
+        out_of_order = np.zeros(n, bool)
+        out_of_order[order] = ~wins
+
+        # each key's last winning row is its new version
+        win_pos = np.flatnonzero(wins)
+        last = np.full(len(starts), -1, np.int64)
+        np.maximum.at(last, group_of[win_pos], win_pos)
+        changed = last >= 0
+        new_rows = order[last[changed]]
+        new_docs = np.where(deletes[new_rows], -1 - docs[new_rows], docs[new_rows]).astype(np.int32)
+
+        invalid: dict[int, np.ndarray] = {}
+        replaced = changed & present
+        if replaced.any():
+            old_rows = existing[replaced]
+            old_segs, old_docs = self._read("segs", old_rows), self._read("docs", old_rows)
+            live = (old_docs >= 0) & ~owned[replaced]
+            for seg in np.unique(old_segs[live]):
+                invalid[int(seg)] = np.sort(old_docs[live & (old_segs == seg)])
+            picked = replaced[changed]
+            self._write("segs", old_rows, np.full(len(old_rows), segment, np.int32))
+            self._write("docs", old_rows, new_docs[picked])
+            self._write("cmps", old_rows, cmps[new_rows[picked]])
+        fresh = changed & ~present
+        if fresh.any():
+            picked = fresh[changed]
+            self._append(group_keys[fresh], segment, new_docs[picked], cmps[new_rows[picked]])
+        if replacing is not None:
+            self.remove_segment(replacing)  # keys only the replaced copy had (none, for a true copy)
+        self.largest_comparison = max(self.largest_comparison, float(cmps.max()))
+        return Changes(valid=np.sort(new_docs[new_docs >= 0]), invalid=invalid, out_of_order=out_of_order)
+
+    def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray) -> None:
+        """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
+        of a partition's segments hold each key valid exactly once; a key seen twice is refused)."""
+        keys = np.asarray(keys, np.uint64)
+        if (self._find(keys) >= 0).any() or len(np.unique(keys)) != len(keys):
+            raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree, rebuild the "
+                             "partition without preload")
+        self._append(keys, segment, np.asarray(docs, np.int32), np.asarray(comparisons, np.float64))
+        if len(comparisons):
+            self.largest_comparison = max(self.largest_comparison, float(np.max(comparisons)))
+
+    def remove_segment(self, segment: int) -> int:
+        """Stop tracking the keys whose version is in ``segment`` (it was dropped); returns how many."""
+        return self._drop(self._all("segs") == segment)
+
+    def expire(self, metadata_ttl: float = 0.0, deleted_keys_ttl: float = 0.0) -> int:
+        """Forget keys older than the largest comparison value minus the TTL (0: never); returns how many."""
+        if not len(self) or self.largest_comparison == -np.inf:
+            return 0
+        cmps, tomb = self._all("cmps"), self._all("docs") < 0
+        old = np.zeros(len(self), bool)
+        if metadata_ttl > 0:
+            old |= cmps < self.largest_comparison - metadata_ttl
+        if deleted_keys_ttl > 0:
+            old |= tomb & (cmps < self.largest_comparison - deleted_keys_ttl)
+        return self._drop(old)
+
+    # ---- storage: rows 0..len(main)-1 are the main run's, the rest the delta run's -----------------------------
+
+    def _find(self, keys: np.ndarray) -> np.ndarray:
+        """Row of each key, -1 if absent."""
+        rows = self._main.find(keys)
+        if len(self._delta):
+            in_delta = self._delta.find(keys)
+            rows = np.where((rows < 0) & (in_delta >= 0), in_delta + len(self._main), rows)
+        return rows
+
+    def _read(self, name: str, rows: np.ndarray) -> np.ndarray:
+        m = len(self._main)
+        if not len(self._delta):
+            return getattr(self._main, name)[rows]
+        in_main = rows < m
+        out = np.empty(len(rows), _DTYPES[name])
+        out[in_main] = getattr(self._main, name)[rows[in_main]]
+        out[~in_main] = getattr(self._delta, name)[rows[~in_main] - m]
+        return out
+
+    def _write(self, name: str, rows: np.ndarray, values: np.ndarray) -> None:
+        m = len(self._main)
+        in_main = rows < m
+        getattr(self._main, name)[rows[in_main]] = values[in_main]
+        getattr(self._delta, name)[rows[~in_main] - m] = values[~in_main]
+
+    def _all(self, name: str) -> np.ndarray:
+        return np.concatenate([getattr(self._main, name), getattr(self._delta, name)])
+
+    def _append(self, keys: np.ndarray, segment: int, docs: np.ndarray, cmps: np.ndarray) -> None:
+        """Add keys not tracked yet."""
+        if not len(keys):
+            return
+        order = np.argsort(keys)
+        new = _Run(keys=keys[order], segs=np.full(len(keys), segment, np.int32), docs=docs[order], cmps=cmps[order])
+        self._delta = self._delta.merged(new)
+        if len(self._delta) > max(_MIN_MERGE, len(self._main) // 8):
+            self._main, self._delta = self._main.merged(self._delta), _Run()
+
+    def _drop(self, mask: np.ndarray) -> int:
+        count = int(mask.sum())
+        if count:
+            m = len(self._main)
+            self._main, self._delta = self._main.without(mask[:m]), self._delta.without(mask[m:])
+        return count
+
+
+def _exclusive_group_max(values: np.ndarray, group_of: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """For rows sorted by group: the max of ``base[group]`` and the group's earlier values (segmented scan).
+
+    Values are replaced by dense ranks (order kept), and each group's ranks are lifted above every earlier group's,
+    so one global ``maximum.accumulate`` never carries a maximum across groups."""
+    n = len(values)
+    starts = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]])
+    both = np.concatenate([values, base])
+    uniq, inverse = np.unique(both, return_inverse=True)
+    ranks, base_ranks = inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
+    lift = np.int64(len(uniq) + 1)
+    lifted = ranks + group_of.astype(np.int64) * lift
+    shifted = np.empty(n, np.int64)  # row i sees rows before it in its group, and the group's base
+    shifted[1:] = lifted[:-1]
+    shifted[starts] = base_ranks + np.arange(len(starts), dtype=np.int64) * lift
+    running = np.maximum.accumulate(shifted)
+    return uniq[running - group_of.astype(np.int64) * lift]

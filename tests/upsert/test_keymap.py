@@ -1,0 +1,146 @@
+"""The upsert key map against a plain Python model: random versions, deletes, out-of-order rows, segment copies
+(commit and download), dropped segments and TTL, fed in random batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cuvee.upsert.keymap import KeyMap, Versions
+
+
+@dataclass
+class Model:
+    """Row by row, the rules as the issue states them."""
+
+    keys: dict[int, tuple[int, int, float, bool]] = field(default_factory=dict)  # key -> (segment, doc, cmp, deleted)
+    largest: float = -np.inf
+
+    def add(self, segment: int, rows: list[tuple[int, float, int, bool]],
+            replacing: int | None = None) -> list[bool]:
+        """Returns each row's out-of-order flag."""
+        owned = {k for k, v in self.keys.items() if v[0] == replacing}
+        flags = []
+        for key, cmp, doc, delete in rows:
+            current = self.keys.get(key)
+            flags.append(current is not None and key not in owned and cmp < current[2])
+            if flags[-1]:
+                continue
+            owned.discard(key)
+            self.keys[key] = (segment, doc, cmp, delete)
+            self.largest = max(self.largest, cmp)
+        for key in [k for k, v in self.keys.items() if v[0] == replacing]:
+            del self.keys[key]
+        return flags
+
+    def valid(self) -> set[tuple[int, int]]:
+        return {(s, d) for s, d, _, deleted in self.keys.values() if not deleted}
+
+
+def versions(rows: list[tuple[int, float, int, bool]]) -> Versions:
+    return Versions(np.array([r[0] for r in rows], np.uint64), np.array([r[1] for r in rows], np.float64),
+                    np.array([r[2] for r in rows], np.int32), np.array([r[3] for r in rows], bool))
+
+
+def bitmap_state(valid: set[tuple[int, int]], segment: int, changes) -> None:  # type: ignore[no-untyped-def]
+    """What a server does with a batch's changes."""
+    for seg, docs in changes.invalid.items():
+        for doc in docs:
+            valid.discard((seg, int(doc)))
+    valid.update((segment, int(doc)) for doc in changes.valid)
+
+
+ROW = st.tuples(st.integers(0, 12), st.integers(0, 6).map(float), st.booleans())
+STEP = st.one_of(
+    st.tuples(st.just("rows"), st.lists(ROW, min_size=1, max_size=25)),
+    st.tuples(st.just("commit"), st.just(None)),  # the consuming segment's committed copy replaces it
+    st.tuples(st.just("drop"), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(STEP, min_size=1, max_size=12))
+def test_key_map_matches_the_model(steps: list) -> None:  # type: ignore[type-arg]
+    km, model = KeyMap(), Model()
+    valid: set[tuple[int, int]] = set()
+    segment, segment_rows = 0, []  # the consuming segment and its rows so far
+    for kind, arg in steps:
+        if kind == "rows":
+            rows = [(k, c, len(segment_rows) + i, d) for i, (k, c, d) in enumerate(arg)]
+            segment_rows += rows
+            changes = km.apply(segment, versions(rows))
+            assert changes.out_of_order.tolist() == model.add(segment, rows)
+            bitmap_state(valid, segment, changes)
+        elif kind == "commit" and segment_rows:
+            committed = segment + 100
+            order = sorted(range(len(segment_rows)), key=lambda i: segment_rows[i][0])  # a sorted column: docs move
+            rows = [(segment_rows[i][0], segment_rows[i][1], new_doc, segment_rows[i][3])
+                    for new_doc, i in enumerate(order)]
+            rows_in_stream_order = sorted(rows, key=lambda r: order[r[2]])
+            changes = km.apply(committed, versions(rows_in_stream_order), replacing=segment)
+            assert changes.out_of_order.tolist() == model.add(committed, rows_in_stream_order, replacing=segment)
+            valid = {v for v in valid if v[0] != segment}  # the consuming copy is dropped whole
+            bitmap_state(valid, committed, changes)
+            segment, segment_rows = segment + 1, []
+        elif kind == "drop":
+            km.remove_segment(arg)
+            for key in [k for k, v in model.keys.items() if v[0] == arg]:
+                del model.keys[key]
+            valid = {v for v in valid if v[0] != arg}
+        assert valid == model.valid()
+        assert len(km) == len(model.keys)
+        for seg in {s for s, _ in model.valid()}:
+            assert km.valid_docs(seg).tolist() == sorted(d for s, d in model.valid() if s == seg)
+
+
+def test_ties_go_to_the_later_row_and_out_of_order_rows_stay_invalid() -> None:
+    km = KeyMap()
+    first = km.apply(0, versions([(1, 5.0, 0, False), (1, 5.0, 1, False), (2, 3.0, 2, False)]))
+    assert first.valid.tolist() == [1, 2] and first.out_of_order.tolist() == [False, False, False]
+    late = km.apply(0, versions([(1, 4.0, 3, False)]))
+    assert late.valid.tolist() == [] and late.out_of_order.tolist() == [True] and late.invalid == {}
+    newer = km.apply(1, versions([(1, 9.0, 0, False)]))
+    assert newer.valid.tolist() == [0] and newer.invalid[0].tolist() == [1]
+
+
+def test_delete_hides_the_key_until_a_newer_row() -> None:
+    km = KeyMap()
+    km.apply(0, versions([(7, 1.0, 0, False)]))
+    gone = km.apply(0, versions([(7, 2.0, 1, True)]))
+    assert gone.valid.tolist() == [] and gone.invalid[0].tolist() == [0]
+    older = km.apply(0, versions([(7, 1.5, 2, False)]))
+    assert older.valid.tolist() == [] and older.out_of_order.tolist() == [True]  # the tombstone keeps it hidden
+    back = km.apply(0, versions([(7, 3.0, 3, False)]))
+    assert back.valid.tolist() == [3] and back.invalid == {}
+
+
+def test_ttl_forgets_old_keys_and_tombstones() -> None:
+    km = KeyMap()
+    km.apply(0, versions([(1, 10.0, 0, False), (2, 50.0, 1, True), (3, 100.0, 2, False)]))
+    assert km.expire(deleted_keys_ttl=40) == 1  # the tombstone of key 2 (50 < 100 - 40)
+    assert km.expire(metadata_ttl=80) == 1  # key 1 (10 < 100 - 80)
+    found, _, docs, _ = km.lookup(np.array([1, 2, 3], np.uint64))
+    assert found.tolist() == [False, False, True] and docs[2] == 2
+
+
+def test_preload_trusts_snapshots_and_refuses_duplicates() -> None:
+    km = KeyMap()
+    km.preload(3, np.array([1, 2], np.uint64), np.array([5.0, 6.0]), np.array([0, 4], np.int32))
+    assert km.valid_docs(3).tolist() == [0, 4]
+    with pytest.raises(ValueError, match="valid twice"):
+        km.preload(4, np.array([2], np.uint64), np.array([7.0]), np.array([0], np.int32))
+
+
+def test_many_keys_stay_compact() -> None:
+    km = KeyMap()
+    rng = np.random.default_rng(1)
+    n = 200_000
+    for start in range(0, n, 20_000):
+        keys = rng.integers(0, 2**63, 20_000, dtype=np.uint64)
+        km.apply(start // 20_000, Versions(keys, np.full(20_000, float(start)), np.arange(20_000, dtype=np.int32)))
+    assert len(km) == n
+    assert km.bytes_per_key == 24  # key, segment, doc, comparison; no index, no slack
