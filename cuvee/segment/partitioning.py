@@ -7,10 +7,12 @@ function gives, or segments built by Pinot's jobs and ours would disagree. Suppo
 - ``Modulo``: ``value % numPartitions`` (Java's truncating remainder, made non-negative) on integer columns;
 - ``Murmur``: ``(murmur2(utf8(str(value))) & 0x7fffffff) % numPartitions``, Kafka's murmur2 (Pinot's default
   Murmur variant), on string and integer columns;
-- ``HashCode``: ``abs(javaHashCode(value)) % numPartitions`` on string and integer columns.
+- ``HashCode``: ``abs(String.hashCode(str(value))) % numPartitions`` (Kafka's ``abs``: ``Integer.MIN_VALUE`` →
+  0) on string and integer columns.
 
-Hashes are computed once per distinct value (a column has far fewer distinct values than rows, usually), then
-mapped back to rows vectorised. A null value goes to partition 0.
+Pinot hashes a value's text for both hash functions, whatever the column's type. Hashes are computed once per
+distinct value (a column has far fewer distinct values than rows, usually), then mapped back to rows vectorised.
+A null is partitioned as the column's default null value, the value the segment stores for it (Pinot's rule).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class PartitionSpec:
     column: str
     function: str
     num_partitions: int
+    null_value: Any = None  # what a null is partitioned as (the schema's default null value)
 
 
 def partition_spec(index_config_extra: dict[str, Any], schema: Schema) -> PartitionSpec | None:
@@ -60,7 +63,7 @@ def partition_spec(index_config_extra: dict[str, Any], schema: Schema) -> Partit
     if data_type not in allowed:
         raise UserError(f"{where}: {canonical} partitioning needs a column of type "
                         f"{' or '.join(t.value for t in allowed)}, not {data_type.value}")
-    return PartitionSpec(column, canonical, spec["numPartitions"])
+    return PartitionSpec(column, canonical, spec["numPartitions"], schema.column(column).null_value)
 
 
 def partitions(values: pa.Array, spec: PartitionSpec) -> np.ndarray:
@@ -68,13 +71,14 @@ def partitions(values: pa.Array, spec: PartitionSpec) -> np.ndarray:
     n = len(values)
     if n == 0:
         return np.zeros(0, np.int32)
+    if values.null_count and spec.null_value is not None:
+        values = values.fill_null(pa.scalar(spec.null_value).cast(values.type))
     if spec.function == "Modulo":
         ints = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
         rem = np.fmod(ints, spec.num_partitions)  # Java's %: truncating, the sign of the dividend
         return np.where(rem < 0, rem + spec.num_partitions, rem).astype(np.int32)
     encoded = pc.dictionary_encode(values)
-    is_long = pa.types.is_int64(values.type)
-    hashes = np.array([_hash(v, spec.function, is_long) for v in encoded.dictionary.to_pylist()], dtype=np.int64)
+    hashes = np.array([_hash(str(v), spec.function) for v in encoded.dictionary.to_pylist()], dtype=np.int64)
     per_value = _non_negative(hashes, spec) if len(hashes) else np.zeros(0, np.int32)
     indices = encoded.indices
     out = per_value[indices.fill_null(0).to_numpy(zero_copy_only=False)] if len(per_value) else np.zeros(n, np.int32)
@@ -86,27 +90,18 @@ def partitions(values: pa.Array, spec: PartitionSpec) -> np.ndarray:
 def _non_negative(hashes: np.ndarray, spec: PartitionSpec) -> np.ndarray:
     if spec.function == "Murmur":
         return ((hashes & 0x7FFFFFFF) % spec.num_partitions).astype(np.int32)
-    rem = np.fmod(np.abs(hashes), spec.num_partitions)  # HashCode: Math.abs(hashCode) % n
-    return np.where(rem < 0, rem + spec.num_partitions, rem).astype(np.int32)
+    kafka_abs = np.where(hashes == -(2**31), 0, np.abs(hashes))  # HashCode: Kafka's abs(hashCode) % n
+    return (kafka_abs % spec.num_partitions).astype(np.int32)
 
 
-def _hash(value: Any, function: str, is_long: bool) -> int:
-    if function == "Murmur":
-        return murmur2(str(value).encode())
-    return java_hash_code(value, is_long=is_long)
+def _hash(text: str, function: str) -> int:
+    return murmur2(text.encode()) if function == "Murmur" else java_string_hash(text)
 
 
-def java_hash_code(value: Any, *, is_long: bool = False) -> int:
-    """Java's ``hashCode`` of a String (UTF-16 code units), an Integer, or (``is_long``) a Long, as a signed
-    32-bit int."""
-    if isinstance(value, int):
-        if not is_long:
-            return value
-        bits = value & 0xFFFFFFFFFFFFFFFF
-        h = (bits ^ (bits >> 32)) & 0xFFFFFFFF
-    else:
-        h = 0
-        data = str(value).encode("utf-16-be")
-        for i in range(0, len(data), 2):
-            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units) as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h

@@ -7,7 +7,7 @@ import pytest
 
 from cuvee.config import Schema
 from cuvee.errors import UserError
-from cuvee.segment.partitioning import PartitionSpec, java_hash_code, partition_spec, partitions
+from cuvee.segment.partitioning import PartitionSpec, java_string_hash, partition_spec, partitions
 from cuvee.spi.stream import murmur2
 
 SCHEMA = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
@@ -24,12 +24,11 @@ def signed(h: int) -> int:
 
 
 def test_hashes_match_java_and_kafka() -> None:
-    # Kafka's UtilsTest values for murmur2; Java's String.hashCode, Long.hashCode
+    # Kafka's UtilsTest values for murmur2; Java's String.hashCode (UTF-16 code units: a non-BMP character is two)
     assert [signed(murmur2(s.encode())) for s in ("21", "foobar", "abc")] == [-973932308, -790332482, 479470107]
-    assert java_hash_code("hello") == 99162322
-    assert java_hash_code("polygenelubricants") == -(2**31)
-    assert java_hash_code(-1, is_long=True) == 0 and java_hash_code(-1) == -1
-    assert java_hash_code(2**32 + 5, is_long=True) == 4
+    assert java_string_hash("hello") == 99162322 and java_string_hash("10") == 1567
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert java_string_hash("\U0001F600") == 0xD83D * 31 + 0xDE00
 
 
 def test_partitions_per_function() -> None:
@@ -43,13 +42,18 @@ def test_partitions_per_function() -> None:
     assert partitions(pa.array([21], pa.int32()), ints).tolist() == [(murmur2(b"21") & 0x7FFFFFFF) % 8]
     hashcode = PartitionSpec("s", "HashCode", 10)
     assert partitions(pa.array(["hello", "abc"]), hashcode).tolist() == [99162322 % 10, 96354 % 10]
+    assert partitions(pa.array(["polygenelubricants"]), PartitionSpec("s", "HashCode", 3)).tolist() == [0]
+    assert partitions(pa.array([10], pa.int32()), PartitionSpec("i", "HashCode", 8)).tolist() == [1567 % 8]  # "10"
     assert partitions(pa.array([], pa.string()), hashcode).tolist() == []
+    with_default = PartitionSpec("s", "Murmur", 8, null_value="null")  # a null is partitioned as the stored "null"
+    assert partitions(pa.array([None], pa.string()), with_default).tolist() == [(murmur2(b"null") & 0x7FFFFFFF) % 8]
 
 
 def test_configs_are_checked_against_the_schema() -> None:
     assert partition_spec({}, SCHEMA) is None
-    assert partition_spec(config("s", numPartitions=4), SCHEMA) == PartitionSpec("s", "Murmur", 4)  # Pinot's default
-    assert partition_spec(config("i", functionName="modulo", numPartitions=3), SCHEMA) == PartitionSpec("i", "Modulo", 3)
+    assert partition_spec(config("s", numPartitions=4), SCHEMA) == PartitionSpec("s", "Murmur", 4, "null")  # default
+    assert partition_spec(config("i", functionName="modulo", numPartitions=3), SCHEMA) == \
+        PartitionSpec("i", "Modulo", 3, -(2**31))
     for bad, message in ((config("s", functionName="Modulo", numPartitions=4), "needs a column of type"),
                          (config("d", functionName="Murmur", numPartitions=4), "needs a column of type"),
                          (config("s", functionName="Crc32", numPartitions=4), "not supported"),
