@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from cuvee.cluster.records import IdealState, PendingDeletion
 from cuvee.cluster.store import ClusterStore
+from cuvee.controller.table_locks import TABLE_LOCKS, TableBusy
 from cuvee.spi.deepstore import DeepStore, DeepStoreError, ObjectNotFoundError
 from cuvee.spi.metastore import MetadataStoreError
 
@@ -27,6 +28,11 @@ def delete_segments(store: ClusterStore, table: str, names: Iterable[str], now_m
     wanted = set(names)
     if not wanted:
         return []
+    with TABLE_LOCKS.hold(table):
+        return _delete(store, table, wanted, now_ms, grace_ms, reason)
+
+
+def _delete(store: ClusterStore, table: str, wanted: set[str], now_ms: int, grace_ms: int, reason: str) -> list[str]:
 
     def drop(ideal: IdealState) -> IdealState:
         for name in wanted & set(ideal.segments):
@@ -57,31 +63,49 @@ def schedule_archive_deletion(store: ClusterStore, table: str, segment: str, dow
               PendingDeletion(table, segment, download_uri, delete_after_ms))
 
 
+def cancel_archive_deletion(store: ClusterStore, table: str, segment: str, download_uri: str) -> None:
+    """An archive pushed again is served again: forget its pending deletion, if any."""
+    store.delete(store.paths.pending_deletion(table, segment, download_uri))  # False when none was pending
+
+
 def purge_due(store: ClusterStore, deep_store: DeepStore | None, now_ms: int) -> int:
     """Delete the deep-store objects whose grace period has passed; returns how many were deleted."""
     purged = 0
     for path, pending in store.pending_deletions():
         if pending.delete_after_ms > now_ms:
             continue
-        current = store.find_segment(pending.table, pending.segment)
-        reused = current is not None and current.record.download_uri == pending.download_uri
-        if deep_store is not None and not reused:
-            try:
-                key = deep_store.key_of(pending.download_uri)
-            except DeepStoreError as exc:  # not in this deep store (configuration changed): nothing we may delete
-                log.warning("not deleting %s: %s", pending.download_uri, exc)
-                key = None
-            try:
-                if key is not None:
-                    deep_store.delete(key)
-                    purged += 1
-            except ObjectNotFoundError:
-                pass  # already gone: nothing to purge, forget it
-            except DeepStoreError as exc:  # the deep store is down or the URI foreign: keep it, retry next pass
-                log.warning("cannot delete %s from the deep store yet: %s", pending.download_uri, exc)
-                continue
         try:
-            store.delete(path)
-        except MetadataStoreError as exc:
-            log.warning("cannot forget the pending deletion %s: %s", path, exc)
+            with TABLE_LOCKS.hold(pending.table):  # no push of this table re-registers the archive meanwhile
+                purged += _purge(store, deep_store, path, pending)
+        except TableBusy:
+            log.info("not purging %s now: %s is being pushed to; next pass", pending.download_uri, pending.table)
+    return purged
+
+
+def _purge(store: ClusterStore, deep_store: DeepStore | None, path: str, pending: PendingDeletion) -> int:
+    """Delete one due archive (unless its segment points at it again) and forget it; 1 if an object went."""
+    if store.metastore.exists(path) is None:
+        return 0  # called off since the listing (pushed again)
+    current = store.find_segment(pending.table, pending.segment)
+    reused = current is not None and current.record.download_uri == pending.download_uri
+    purged = 0
+    if deep_store is not None and not reused:
+        try:
+            key = deep_store.key_of(pending.download_uri)
+        except DeepStoreError as exc:  # not in this deep store (configuration changed): nothing we may delete
+            log.warning("not deleting %s: %s", pending.download_uri, exc)
+            key = None
+        try:
+            if key is not None:
+                deep_store.delete(key)
+                purged = 1
+        except ObjectNotFoundError:
+            pass  # already gone: nothing to purge, forget it
+        except DeepStoreError as exc:  # the deep store is down or the URI foreign: keep it, retry next pass
+            log.warning("cannot delete %s from the deep store yet: %s", pending.download_uri, exc)
+            return 0
+    try:
+        store.delete(path)
+    except MetadataStoreError as exc:
+        log.warning("cannot forget the pending deletion %s: %s", path, exc)
     return purged

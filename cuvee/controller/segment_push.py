@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,8 @@ from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.errors import BadRequest, Conflict
-from cuvee.controller.segment_deletion import schedule_archive_deletion
+from cuvee.controller.segment_deletion import cancel_archive_deletion, schedule_archive_deletion
+from cuvee.controller.table_locks import TABLE_LOCKS
 from cuvee.errors import UserError
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
@@ -112,36 +113,14 @@ def parse_push(body: Any) -> list[PushedSegment]:
     return pushed
 
 
-class _TableLocks:
-    """One lock per table name: a table's pushes run one at a time in this process (the leader's), so two pushes of
-    one name cannot interleave their record and ideal-state writes (record of one, CRC of the other)."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
-
-    def __call__(self, table: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(table, threading.Lock())
-
-
-_PUSH_LOCKS = _TableLocks()
-
-
 def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: TableConfig,
                       pushed: Sequence[PushedSegment], now_ms: int, deletion_grace_ms: int) -> list[str]:
     """Check, then write records and the ideal state. Every user error is raised before anything is written. An
-    archive a push replaces (same name, other download URI) is deleted after ``deletion_grace_ms``."""
-    with _PUSH_LOCKS(table.name_with_type):
-        return _register(store, deep_store, table, pushed, now_ms, deletion_grace_ms)
-
-
-def _register(store: ClusterStore, deep_store: DeepStore | None, table: TableConfig,
-              pushed: Sequence[PushedSegment], now_ms: int, deletion_grace_ms: int) -> list[str]:
+    archive a push replaces (same name, other download URI) is deleted after ``deletion_grace_ms``. The checks
+    that read the deep store run before the table's lock (``TABLE_LOCKS``); the writes run under it."""
     name = table.name_with_type
     if deep_store is None:
         raise BadRequest("this controller has no deep store configured; segments cannot be pushed")
-    _check_lineage(store, name, pushed)
     for segment in pushed:
         try:
             key = deep_store.key_of(segment.download_uri)
@@ -156,6 +135,14 @@ def _register(store: ClusterStore, deep_store: DeepStore | None, table: TableCon
             raise BadRequest(f"segment {segment.name}: timeMin {segment.time_min} is after timeMax {segment.time_max}")
         if not present:
             raise BadRequest(f"segment {segment.name}: nothing at {segment.download_uri}; upload it first")
+    with TABLE_LOCKS.hold(name):
+        return _register(store, table, pushed, now_ms, deletion_grace_ms)
+
+
+def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSegment], now_ms: int,
+              deletion_grace_ms: int) -> list[str]:
+    name = table.name_with_type
+    _check_lineage(store, name, pushed)
     instances = eligible_instances(store.instances(), set(store.live_instance_ids()),
                                    offline_server_tag(table.tenants.server))
     found = store.ideal_state(name)
@@ -175,13 +162,18 @@ def _register(store: ClusterStore, deep_store: DeepStore | None, table: TableCon
                                total_docs=segment.total_docs, size_bytes=segment.size_bytes, crc=segment.crc,
                                time_min=segment.time_min, time_max=segment.time_max,
                                download_uri=segment.download_uri, commit_time_ms=now_ms)
-        store.put(store.paths.segment(name, segment.name), record)
+        # the archive pushed is served from now on: a deletion pending for it (it was replaced, or its segment
+        # deleted, and is now pushed again) is called off
+        cancel_archive_deletion(store, name, segment.name, segment.download_uri)
         if old is not None and old.record.download_uri and old.record.download_uri != segment.download_uri:
-            # after the grace period, so a server still loading the old copy or a Spark read planned on it finishes
+            # scheduled before the record moves on, so a crash in between leaks nothing (the purge skips an archive
+            # the record still points at); deleted after the grace period, so a server still loading the old copy
+            # or a Spark read planned on it finishes
             schedule_archive_deletion(store, name, segment.name, old.record.download_uri,
                                       now_ms + deletion_grace_ms)
             log.info("%s/%s replaced; its previous archive %s is deleted after the grace period", name,
                      segment.name, old.record.download_uri)
+        store.put(store.paths.segment(name, segment.name), record)
     crcs = {s.name: s.crc for s in pushed}
     try:
         store.update_ideal_state(name, lambda ideal: place_offline_segments(
@@ -224,7 +216,8 @@ def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, arc
         time_min = meta.start_time if isinstance(meta.start_time, int) else None
         time_max = meta.end_time if isinstance(meta.end_time, int) else None
         described = (segment.name, segment.crc, segment.total_docs, segment.size_bytes)
-    key = f"{table.name_with_type}/{described[0]}{archive_suffix(archive)}"  # stored as sent
+    # stored as sent, under a key of its own: a push never overwrites an archive a segment may still point at
+    key = f"{table.name_with_type}/{described[0]}.{uuid.uuid4().hex[:12]}{archive_suffix(archive)}"
     try:
         uri = deep_store.put(archive, key)
     except DeepStoreError as exc:

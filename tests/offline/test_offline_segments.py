@@ -68,12 +68,14 @@ def test_push_replace_and_delete(cluster: InProcessCluster, tmp_path: Path) -> N
     listed = http.get(f"{ctl}/segments/sales", params={"type": "OFFLINE"}).json()
     assert listed == [{"OFFLINE": ["sales_a", "sales_b"]}]
 
+    uri_b = cluster.segment_metadata("sales", "sales_b")["downloadUri"]
+    assert uri_b.endswith(".tar.zst") and "/sales_OFFLINE/sales_b." in uri_b  # a key of its own per tar push
     deleted = http.delete(f"{ctl}/segments/sales/sales_b", params={"type": "OFFLINE"})
     assert deleted.status_code == 200, deleted.text
     wait_count(cluster, 10)
     assert http.get(f"{ctl}/segments/sales/sales_b/metadata").status_code == 404
     deep = open_deepstore(cluster.deep_store)
-    assert deep.exists("sales_OFFLINE/sales_b.tar.zst")  # kept through the grace period
+    assert deep.exists(deep.key_of(uri_b))  # kept through the grace period
 
     assert http.delete(f"{ctl}/segments/sales").status_code == 400  # type is required to delete everything
     assert http.delete(f"{ctl}/segments/sales", params={"type": "OFFLINE"}).status_code == 200

@@ -110,6 +110,16 @@ def test_an_archive_replaced_by_name_is_purged_after_the_grace(cluster: InProces
     assert deep_objects(cluster, "byname_OFFLINE") == {"byname_x.run2"}
     assert count(cluster, "byname") == 5
 
+    # back and forth: run2 is replaced by run3, then pushed again before any purge: its deletion is called off
+    third = build_archive(tmp_path / "c", "byname_x", rows(range(7), 10 * DAY))
+    uri_c = deep.put(third, f"byname_OFFLINE/byname_x.run3{ARCHIVE_SUFFIX}")
+    for archive, uri in ((third, uri_c), (second, uri_b)):
+        assert http.post(f"{ctl}/v2/segments", params=push,
+                         json={"segments": [describe(archive, uri)]}).status_code == 200
+    cluster.controller.retention.run_pass()
+    assert deep_objects(cluster, "byname_OFFLINE") == {"byname_x.run2"}  # run3 purged, run2 served and kept
+    wait_until(lambda: count(cluster, "byname") == 5, 20)
+
 
 def test_realtime_retention_never_deletes_a_consuming_segment(cluster: InProcessCluster) -> None:
     http, ctl = cluster.http, cluster.controller_url
