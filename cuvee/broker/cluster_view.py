@@ -315,26 +315,29 @@ class ClusterView:
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
                        ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]]]:
-        """Each offline segment's end time (``SegmentRecord.time_max``) and (CRC, push time). Cached by name and
-        the ideal state's CRC: a refresh reads only the records of segments new (or pushed again with other content)
-        since the last one, and retries those it could not read."""
+        """Each offline segment's end time (``SegmentRecord.time_max``, None when unknown) and (CRC, push time).
+        Cached by name and the ideal state's CRC, whatever the end time: a refresh reads only the records of
+        segments new (or pushed again with other content) since the last one, and those it could not read."""
         known_end = old.end_times if old is not None else {}
         known_for = old.read_for if old is not None else {}
         end_times: dict[str, int | None] = {}
         read_for: dict[str, tuple[int | None, int | None]] = {}
         for segment in ideal.segments:
             crc = ideal.crcs.get(segment)
-            if segment in known_for and known_for[segment][0] == crc and known_end.get(segment) is not None:
-                end_times[segment], read_for[segment] = known_end[segment], known_for[segment]
+            if segment in known_for and known_for[segment][0] == crc:
+                end_times[segment], read_for[segment] = known_end.get(segment), known_for[segment]
                 continue
             try:
                 found = self.store.find_segment(name, segment)
             except (RecordFormatError, MetadataStoreError, ValueError) as exc:
                 log.warning("table %s: metadata of segment %s cannot be read: %s", name, segment, exc)
-                found = None
-            record = found.record if found is not None else None
-            end_times[segment] = record.time_max if record is not None else None
-            read_for[segment] = (crc, record.commit_time_ms if record is not None else None)
+                end_times[segment] = None  # not cached: read again next refresh
+                continue
+            if found is None:
+                end_times[segment] = None  # the record comes first on a push: a delete in flight; read again
+                continue
+            end_times[segment] = found.record.time_max
+            read_for[segment] = (crc, found.record.commit_time_ms)
         return end_times, read_for
 
     def _read_servers(self) -> dict[str, str]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,7 +234,7 @@ def router(ctl: Controller) -> APIRouter:
             ideal.record.segments if ideal is not None else {}, view.segments if view is not None else {},
             hidden_segments(ctl.store.lineage(full)),
             {name: r.commit_time_ms if r is not None else None for name, r in records.items()},
-            int(time.time() * 1000), int(ctl.config.new_segment_grace_seconds * 1000))
+            ctl.clock_ms(), int(ctl.config.new_segment_grace_seconds * 1000))
         ends = [r.time_max if (r := records[name]) is not None else None for name in expected]
         value = compute_time_boundary(ends, step, offline.segments.push_frequency)
         if value is None:

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import pyarrow as pa
 
@@ -35,7 +35,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 def pack(segment_dir: str | Path, out_file: str | Path | None = None) -> Path:
-    """Write ``<segment_dir>.tar.gz`` (or ``out_file``) holding ``<segment_name>/...``; returns its path."""
+    """Write ``<segment_dir>.tar.zst`` (or ``out_file``) holding ``<segment_name>/...``; returns its path."""
     source = Path(segment_dir)
     name = read_metadata(source).segment_name
     target = Path(out_file) if out_file is not None else source.with_name(source.name + ARCHIVE_SUFFIX)
@@ -58,6 +58,7 @@ def _member(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
 
 
 MAX_MEMBERS = 10_000  # a segment is a few files per column
+MAX_NAME = 1024  # a member's path: a segment name and a column file name
 
 
 def unpack(archive: str | Path, dest_dir: str | Path, *, overwrite: bool = False,
@@ -89,7 +90,7 @@ def _extract(archive: Path, work: Path, max_bytes: int | None) -> str:
     top: str | None = None
     total, members = 0, 0
     try:
-        with _decompressed(archive) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+        with _decompressed(archive, max_bytes) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
                 members += 1
                 total += member.size
@@ -113,7 +114,7 @@ def _extract(archive: Path, work: Path, max_bytes: int | None) -> str:
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError, pa.ArrowException) as exc:
         if isinstance(exc, FileNotFoundError) and not archive.exists():
             raise
-        raise CorruptSegmentError(f"segment archive {archive} is damaged: {exc}") from exc
+        raise CorruptSegmentError(f"segment archive {archive} is damaged: {str(exc)[:300]}") from exc
     if top is None:
         raise CorruptSegmentError(f"segment archive {archive} is empty")
     return top
@@ -126,27 +127,54 @@ def archive_suffix(archive: str | Path) -> str:
 
 
 @contextmanager
-def _decompressed(archive: Path) -> Iterator[BinaryIO]:
-    """The archive's tar stream, whichever codec packed it (zstd, or gzip for ``.tar.gz``)."""
+def _decompressed(archive: Path, max_bytes: int | None = None) -> Iterator[BinaryIO]:
+    """The archive's tar stream, whichever codec packed it (zstd, or gzip for ``.tar.gz``); with ``max_bytes``,
+    capped a little above it (room for the headers of ``MAX_MEMBERS`` members)."""
     with open(archive, "rb") as raw:
         magic = raw.read(4)
         raw.seek(0)
         if magic.startswith(_ZSTD_MAGIC):
-            with pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), _CODEC) as stream:
-                yield cast(BinaryIO, stream)
+            opened: Any = pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), _CODEC)
         elif magic.startswith(_GZIP_MAGIC):
-            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-                yield cast(BinaryIO, stream)
+            opened = gzip.GzipFile(fileobj=raw, mode="rb")
         else:
             raise CorruptSegmentError(f"segment archive {archive} is neither zstd nor gzip compressed")
+        with opened as stream:
+            if max_bytes is None:
+                yield cast(BinaryIO, stream)
+            else:
+                yield cast(BinaryIO, _Capped(stream, max_bytes + 2 * 512 * (MAX_MEMBERS + 2), archive))
 
 
 def _safe_parts(archive: Path, member: tarfile.TarInfo) -> tuple[str, ...]:
     if not (member.isfile() or member.isdir()):
-        raise CorruptSegmentError(f"{archive}: refusing member {member.name!r}: only regular files and directories")
+        raise CorruptSegmentError(f"{archive}: refusing member {_shown(member.name)}: only regular files and "
+                                  "directories")
+    if len(member.name) > MAX_NAME:
+        raise CorruptSegmentError(f"{archive}: refusing member {_shown(member.name)}: name too long")
     path = PurePosixPath(member.name)
     parts = tuple(p for p in path.parts if p not in ("", "."))
     if path.is_absolute() or not parts or ".." in parts or "\\" in member.name:
-        raise CorruptSegmentError(f"{archive}: refusing unsafe member path {member.name!r}")
+        raise CorruptSegmentError(f"{archive}: refusing unsafe member path {_shown(member.name)}")
     return parts
+
+
+def _shown(name: str) -> str:
+    """A member name for an error message: an archive from outside may carry a name of any length."""
+    return repr(name) if len(name) <= 200 else repr(name[:200]) + f"… ({len(name)} characters)"
+
+
+class _Capped:
+    """A stream that refuses to yield more than ``limit`` bytes: tar headers (GNU long names, pax records) are
+    read whole into memory before any member size can be checked, so an upload's tar stream is capped as such."""
+
+    def __init__(self, stream: BinaryIO, limit: int, archive: Path):
+        self._stream, self._left, self._archive = stream, limit, archive
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size if size is not None and size >= 0 else self._left + 1)
+        self._left -= len(data)
+        if self._left < 0:
+            raise CorruptSegmentError(f"segment archive {self._archive} unpacks to more than allowed")
+        return data
 

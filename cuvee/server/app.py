@@ -82,7 +82,7 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
                     yield block
 
         headers = {"Content-Length": str(archive.stat().st_size)}
-        return StreamingResponse(chunks(), media_type="application/zstd", headers=headers)
+        return StreamingResponse(chunks(), media_type="application/octet-stream", headers=headers)
 
     @app.get(SERVER_CONSUMING_SEGMENTS_INFO)
     def consuming_info(table: str) -> Any:

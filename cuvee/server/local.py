@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from cuvee.cluster.paths import check_name
-from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
+from cuvee.segment.archive import ARCHIVE_SUFFIX, archive_suffix, pack
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
 
@@ -76,7 +76,9 @@ class LocalSegments:
 
     def delete(self, table: str, segment: str) -> None:
         shutil.rmtree(self.segment_dir(table, segment), ignore_errors=True)
-        self.archive_path(table, segment).unlink(missing_ok=True)
+        archive = self.archive_path(table, segment)
+        archive.unlink(missing_ok=True)
+        archive.with_name(check_name("segment", segment) + ".tar.gz").unlink(missing_ok=True)  # before zstd
 
     def delete_table_if_empty(self, table: str) -> None:
         table_dir = self.table_dir(table)
@@ -93,7 +95,11 @@ class LocalSegments:
         return target
 
     def keep_archive(self, table: str, segment: str, downloaded: Path) -> None:
-        """Keep a downloaded archive as the peer cache (it has the bytes ``archive`` would pack)."""
+        """Keep a downloaded zstd archive as the peer cache (the bytes ``archive`` would pack); a gzip one (an
+        older deep store, a hand-made tar push) is dropped, and ``archive`` packs the segment anew when asked."""
+        if archive_suffix(downloaded) != ARCHIVE_SUFFIX:
+            downloaded.unlink(missing_ok=True)
+            return
         target = self.archive_path(table, segment)
         target.parent.mkdir(parents=True, exist_ok=True)
         downloaded.replace(target)

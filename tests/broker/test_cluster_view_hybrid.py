@@ -96,6 +96,9 @@ def test_a_refresh_reads_only_new_segments_metadata(view: tuple[ClusterStore, Cl
     wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 8 * DAY_MS), 5)
     v.refresh()
     assert read == ["h_9"]
+    read.clear()
+    v.refresh()
+    assert read == []  # cached by name and CRC
     add_offline(store, {"h_9": 20 * DAY_MS}, crc=2)  # pushed again under its name, other content: read again
     wait_until(lambda: filters(v)[0][1] == TimeFilter("ts", "<=", 19 * DAY_MS), 5)
 

@@ -151,3 +151,29 @@ def test_unknown_compression_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CorruptSegmentError, match="neither zstd nor gzip"):
         unpack(plain, tmp_path / "dest")
     assert list((tmp_path / "dest").iterdir()) == []
+
+
+def _long_name_archive(path: Path, length: int) -> Path:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("events_0/" + "a" * length)
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pa.CompressedOutputStream(str(path), "zstd") as out:
+        out.write(raw.getvalue())
+    return path
+
+
+def test_an_upload_cannot_balloon_through_tar_headers(tmp_path: Path) -> None:
+    """A tiny archive whose GNU long name is huge: tarfile reads names whole, so an upload's stream is capped, and
+    no error message echoes a long name back."""
+    bomb = _long_name_archive(tmp_path / "bomb.tar.zst", 30_000_000)
+    assert bomb.stat().st_size < 10_000
+    with pytest.raises(CorruptSegmentError, match="more than allowed") as refused:
+        unpack(bomb, tmp_path / "dest", max_bytes=1 << 20)
+    assert len(str(refused.value)) < 1_000
+    long_name = _long_name_archive(tmp_path / "long.tar.zst", 5_000)
+    for cap in (None, 1 << 20):
+        with pytest.raises(CorruptSegmentError, match=r"name too long") as refused:
+            unpack(long_name, tmp_path / "dest2", max_bytes=cap)
+        assert len(str(refused.value)) < 1_000
