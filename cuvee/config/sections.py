@@ -231,15 +231,30 @@ class PartialUpsertStrategy(str, enum.Enum):
     MIN = "MIN"
 
 
+HASH_FUNCTIONS = ("NONE", "MD5", "MURMUR3")  # accepted as Pinot spells them; keys are always 64-bit hashes here
+CONSISTENCY_MODES = ("NONE", "SYNC", "SNAPSHOT")
+
+
 @dataclass(frozen=True)
 class UpsertConfig:
-    """``upsertConfig``: keep only the latest version of each primary key (DESIGN.md section 10)."""
+    """``upsertConfig``: keep only the latest version of each primary key (DESIGN.md section 10).
+
+    ``snapshot`` / ``preload``: Pinot's ENABLE | DISABLE (or the older ``enableSnapshot`` / ``enablePreload``
+    booleans); None when not given, and then on (``snapshot_enabled``, ``preload_enabled``): a restart that
+    preloads valid-docs snapshots is what keeps an upsert server's restart near an append-only one's."""
 
     mode: UpsertMode = UpsertMode.NONE
     # Empty means "the table's time column", as in Pinot.
     comparison_columns: tuple[str, ...] = ()
     delete_record_column: str | None = None
     metadata_ttl: float = 0.0
+    deleted_keys_ttl: float = 0.0
+    drop_out_of_order_record: bool = False
+    out_of_order_record_column: str | None = None
+    hash_function: str = "NONE"
+    snapshot: bool | None = None
+    preload: bool | None = None
+    consistency_mode: str = "NONE"
     partial_upsert_strategies: dict[str, PartialUpsertStrategy] = field(default_factory=dict, hash=False)
     default_partial_upsert_strategy: PartialUpsertStrategy = PartialUpsertStrategy.OVERWRITE
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
@@ -247,6 +262,14 @@ class UpsertConfig:
     @property
     def enabled(self) -> bool:
         return self.mode is not UpsertMode.NONE
+
+    @property
+    def snapshot_enabled(self) -> bool:
+        return self.snapshot is not False
+
+    @property
+    def preload_enabled(self) -> bool:
+        return self.preload is not False and self.snapshot_enabled
 
     @classmethod
     def parse(cls, obj: JsonObject) -> UpsertConfig:
@@ -267,6 +290,13 @@ class UpsertConfig:
             comparison_columns=comparison,
             delete_record_column=obj.string("deleteRecordColumn"),
             metadata_ttl=obj.number("metadataTTL", minimum=0) or 0.0,
+            deleted_keys_ttl=obj.number("deletedKeysTTL", minimum=0) or 0.0,
+            drop_out_of_order_record=bool(obj.boolean("dropOutOfOrderRecord")),
+            out_of_order_record_column=obj.string("outOfOrderRecordColumn"),
+            hash_function=obj.string("hashFunction", choices=HASH_FUNCTIONS) or "NONE",
+            snapshot=_enablement(obj, "snapshot", "enableSnapshot"),
+            preload=_enablement(obj, "preload", "enablePreload"),
+            consistency_mode=obj.string("consistencyMode", choices=CONSISTENCY_MODES) or "NONE",
             partial_upsert_strategies=strategies,
             default_partial_upsert_strategy=PartialUpsertStrategy(default_strategy or "OVERWRITE"),
             extra=obj.extras(),
@@ -282,10 +312,33 @@ class UpsertConfig:
         _put(out, "deleteRecordColumn", self.delete_record_column)
         if self.metadata_ttl:
             out["metadataTTL"] = self.metadata_ttl
+        if self.deleted_keys_ttl:
+            out["deletedKeysTTL"] = self.deleted_keys_ttl
+        if self.drop_out_of_order_record:
+            out["dropOutOfOrderRecord"] = True
+        _put(out, "outOfOrderRecordColumn", self.out_of_order_record_column)
+        if self.hash_function != "NONE":
+            out["hashFunction"] = self.hash_function
+        for key, value in (("snapshot", self.snapshot), ("preload", self.preload)):
+            if value is not None:
+                out[key] = "ENABLE" if value else "DISABLE"
+        if self.consistency_mode != "NONE":
+            out["consistencyMode"] = self.consistency_mode
         _put(out, "partialUpsertStrategies", {k: v.value for k, v in self.partial_upsert_strategies.items()})
         if self.default_partial_upsert_strategy is not PartialUpsertStrategy.OVERWRITE:
             out["defaultPartialUpsertStrategy"] = self.default_partial_upsert_strategy.value
         return out
+
+
+def _enablement(obj: JsonObject, key: str, legacy: str) -> bool | None:
+    """Pinot's ``Enablement`` (ENABLE | DISABLE | DEFAULT), or its older boolean key; None for the default."""
+    value = obj.string(key, choices=("ENABLE", "DISABLE", "DEFAULT"))
+    old = obj.boolean(legacy)
+    if value is not None and old is not None:
+        obj.report(legacy, f"give {key} or {legacy}, not both")
+    if value is not None:
+        return None if value == "DEFAULT" else value == "ENABLE"
+    return old
 
 
 def _parse_strategies(obj: JsonObject) -> dict[str, PartialUpsertStrategy]:

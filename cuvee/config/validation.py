@@ -81,12 +81,25 @@ def _upsert_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:
             yield _unknown(schema, column, path)
         elif not schema.column(column).single_value:
             yield ConfigIssue(path, f"{column!r} is multi-valued; a comparison column must be single-valued")
-    if upsert.metadata_ttl > 0:
-        comparison = table.comparison_columns
-        numeric = (len(comparison) == 1 and schema.has_column(comparison[0])
-                   and schema.column(comparison[0]).data_type.is_numeric)
-        if not numeric:
-            yield ConfigIssue(f"{base}.metadataTTL", "needs exactly one numeric comparison column")
+    comparison = table.comparison_columns
+    numeric = (len(comparison) == 1 and schema.has_column(comparison[0])
+               and schema.column(comparison[0]).data_type.is_numeric)
+    for key, ttl in (("metadataTTL", upsert.metadata_ttl), ("deletedKeysTTL", upsert.deleted_keys_ttl)):
+        if ttl > 0 and not numeric:
+            yield ConfigIssue(f"{base}.{key}", "needs exactly one numeric comparison column")
+    if upsert.deleted_keys_ttl > 0 and upsert.delete_record_column is None:
+        yield ConfigIssue(f"{base}.deletedKeysTTL", "needs deleteRecordColumn (it forgets deleted keys)")
+    out_of_order = upsert.out_of_order_record_column
+    if out_of_order is not None:
+        path = f"{base}.outOfOrderRecordColumn"
+        if upsert.drop_out_of_order_record:
+            yield ConfigIssue(path, "dropOutOfOrderRecord drops the rows this column would mark; set one of them")
+        elif not schema.has_column(out_of_order):
+            yield _unknown(schema, out_of_order, path)
+        elif not _is_single_boolean(schema, out_of_order):
+            yield ConfigIssue(path, f"{out_of_order!r} must be a single-valued BOOLEAN column")
+    if upsert.preload is True and upsert.snapshot is False:
+        yield ConfigIssue(f"{base}.preload", "preload reads valid-docs snapshots: it needs snapshot enabled")
     delete_column = upsert.delete_record_column
     if delete_column is not None:
         path = f"{base}.deleteRecordColumn"

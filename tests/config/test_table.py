@@ -91,7 +91,9 @@ def test_upsert_table_reads_stream_from_ingestion_config(fixture_doc: Doc) -> No
         "group_topics": PartialUpsertStrategy.UNION,
         "venue_name": PartialUpsertStrategy.IGNORE,
     }
-    assert table.upsert.extra == {"hashFunction": "NONE", "enableSnapshot": True}
+    assert table.upsert.extra == {}
+    assert (table.upsert.hash_function, table.upsert.snapshot, table.upsert.preload) == ("NONE", True, None)
+    assert table.upsert.snapshot_enabled and table.upsert.preload_enabled
     assert table.routing.instance_selector_type == "strictReplicaGroup"
     assert table.stream is not None and table.stream.topic_name == "rsvp"
     assert table.stream.flush_threshold_rows == 100_000
@@ -288,6 +290,22 @@ def test_upsert_config_problems() -> None:
         "$.upsertConfig.defaultPartialUpsertStrategy",
     }
     assert "'MULTIPLY' is not one of OVERWRITE" in found["$.upsertConfig.partialUpsertStrategies.x"]
+
+
+def test_upsert_keys_of_pinot_are_read_and_checked() -> None:
+    table = TableConfig.from_json(realtime(upsertConfig={
+        "mode": "FULL", "deleteRecordColumn": "deleted", "deletedKeysTTL": 3600, "outOfOrderRecordColumn": "late",
+        "hashFunction": "murmur3", "snapshot": "DISABLE", "preload": "DEFAULT", "consistencyMode": "SNAPSHOT"}))
+    upsert = table.upsert
+    assert upsert is not None
+    assert (upsert.deleted_keys_ttl, upsert.out_of_order_record_column, upsert.hash_function) == (3600, "late", "MURMUR3")
+    assert (upsert.snapshot, upsert.preload, upsert.consistency_mode) == (False, None, "SNAPSHOT")
+    assert not upsert.snapshot_enabled and not upsert.preload_enabled  # preload reads snapshots
+    assert TableConfig.from_json(table.to_json()) == table
+    found = errors(realtime(upsertConfig={"mode": "FULL", "hashFunction": "SHA1", "consistencyMode": "EVENTUAL",
+                                          "snapshot": "ENABLE", "enableSnapshot": False, "preload": "MAYBE"}))
+    assert set(found) == {"$.upsertConfig.hashFunction", "$.upsertConfig.consistencyMode",
+                          "$.upsertConfig.enableSnapshot", "$.upsertConfig.preload"}
 
 
 def test_upsert_mode_is_required_and_none_disables() -> None:

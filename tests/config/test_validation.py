@@ -115,6 +115,20 @@ def test_metadata_ttl_needs_one_numeric_comparison_column() -> None:
     assert problems(good) == {}
 
 
+def test_deleted_keys_ttl_out_of_order_column_and_preload_are_checked() -> None:
+    base = {"mode": "FULL", "comparisonColumn": "version"}
+    assert problems(table(upsertConfig={**base, "deletedKeysTTL": 60})) == {
+        "$.upsertConfig.deletedKeysTTL": "needs deleteRecordColumn (it forgets deleted keys)"}
+    assert problems(table(upsertConfig={**base, "deletedKeysTTL": 60, "deleteRecordColumn": "deleted"})) == {}
+    assert problems(table(upsertConfig={**base, "outOfOrderRecordColumn": "city"})) == {
+        "$.upsertConfig.outOfOrderRecordColumn": "'city' must be a single-valued BOOLEAN column"}
+    both = problems(table(upsertConfig={**base, "outOfOrderRecordColumn": "deleted", "dropOutOfOrderRecord": True}))
+    assert "set one of them" in both["$.upsertConfig.outOfOrderRecordColumn"]
+    assert problems(table(upsertConfig={**base, "outOfOrderRecordColumn": "deleted"})) == {}
+    assert problems(table(upsertConfig={**base, "snapshot": "DISABLE", "preload": "ENABLE"})) == {
+        "$.upsertConfig.preload": "preload reads valid-docs snapshots: it needs snapshot enabled"}
+
+
 def test_partial_upsert_strategies_are_checked_against_the_schema() -> None:
     config = table(segmentsConfig={"timeColumnName": "ts"}, upsertConfig={
         "mode": "PARTIAL",
