@@ -6,7 +6,9 @@ Rows arrive a batch at a time (``apply``); the map answers with the docs that be
 being valid, which the server applies to its valid-docs bitmaps in one step for readers.
 
 Rules (Pinot's upsertConfig):
-- a row whose comparison value is ≥ the key's current one wins (a tie goes to the later offset, i.e. the later row);
+- a row whose comparison value is ≥ the key's current one wins (a tie goes to the later offset: the later row of a
+  segment, or the row of the later segment, by the segments' *rank*, their order in the stream, so a segment
+  loaded late, such as an old segment downloaded after a restart, does not win ties it lost in the stream);
   the key's previous doc becomes invalid; a smaller comparison value is *out of order*: stored, never valid;
 - a delete row that wins leaves a *tombstone*: the key has no valid doc, and older versions arriving later stay
   invalid; a newer row brings the key back;
@@ -92,6 +94,7 @@ class KeyMap:
     def __init__(self) -> None:
         self._main, self._delta = _Run(), _Run()
         self.largest_comparison = -np.inf
+        self._ranks: dict[int, int] = {}  # segment id -> its order in the stream (ties go to the later)
 
     # ---- reading ----------------------------------------------------------------------------------------------
 
@@ -120,10 +123,12 @@ class KeyMap:
 
     # ---- writing ----------------------------------------------------------------------------------------------
 
-    def apply(self, segment: int, rows: Versions, *, replacing: int | None = None) -> Changes:
-        """Add ``rows`` of ``segment`` (in stream order). ``replacing``: a segment these rows are a copy of (the
-        committed form of a consuming segment, a downloaded copy): keys it held are re-decided by these rows
+    def apply(self, segment: int, rows: Versions, *, rank: int | None = None, replacing: int | None = None) -> Changes:
+        """Add ``rows`` of ``segment`` (in stream order). ``rank``: the segment's order in the stream (its sequence
+        number; default the segment id). ``replacing``: a segment these rows are a copy of (the committed form of
+        a consuming segment, a downloaded copy; give it the same rank): keys it held are re-decided by these rows
         alone, and its docs are not reported invalid (the caller drops that segment whole)."""
+        self._ranks[segment] = segment if rank is None else rank
         n = len(rows.keys)
         if n == 0:
             return Changes()
@@ -147,11 +152,18 @@ class KeyMap:
         owned = np.zeros(len(starts), bool)  # held by the segment these rows replace: decided anew by these rows
         if replacing is not None and len(self):
             owned = present & (self._read("segs", at) == replacing)
-        base = np.where(present & ~owned, stored, -np.inf)
+        against = present & ~owned
+        # a stored version from a later segment keeps ties: against it a row must be strictly greater
+        later = np.zeros(len(starts), bool)
+        if against.any():
+            later[against] = self._rank_of(self._read("segs", at[against])) > self._ranks[segment]
+        stored = np.where(against, stored, -np.inf)
 
-        # a row wins if its value is >= every earlier value of its key (the stored version included)
-        before = _exclusive_group_max(cmps[order], group_of, base)
-        wins = cmps[order] >= before
+        # a row wins if its value is >= every earlier row's of its key in this batch and beats the stored version
+        sorted_cmps = cmps[order]
+        before = _exclusive_group_max(sorted_cmps, group_of, np.full(len(starts), -np.inf))
+        base, keeps_ties = stored[group_of], later[group_of]
+        wins = (sorted_cmps >= before) & ((sorted_cmps > base) | ((sorted_cmps == base) & ~keeps_ties))
         out_of_order = np.zeros(n, bool)
         out_of_order[order] = ~wins
 
@@ -184,9 +196,11 @@ class KeyMap:
         self.largest_comparison = max(self.largest_comparison, float(cmps.max()))
         return Changes(valid=np.sort(new_docs[new_docs >= 0]), invalid=invalid, out_of_order=out_of_order)
 
-    def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray) -> None:
+    def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, *,
+                rank: int | None = None) -> None:
         """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
         of a partition's segments hold each key valid exactly once; a key seen twice is refused)."""
+        self._ranks[segment] = segment if rank is None else rank
         keys = np.asarray(keys, np.uint64)
         if (self._find(keys) >= 0).any() or len(np.unique(keys)) != len(keys):
             raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree, rebuild the "
@@ -197,6 +211,7 @@ class KeyMap:
 
     def remove_segment(self, segment: int) -> int:
         """Stop tracking the keys whose version is in ``segment`` (it was dropped); returns how many."""
+        self._ranks.pop(segment, None)
         return self._drop(self._all("segs") == segment)
 
     def expire(self, metadata_ttl: float = 0.0, deleted_keys_ttl: float = 0.0) -> int:
@@ -210,6 +225,12 @@ class KeyMap:
         if deleted_keys_ttl > 0:
             old |= tomb & (cmps < self.largest_comparison - deleted_keys_ttl)
         return self._drop(old)
+
+    def _rank_of(self, segs: np.ndarray) -> np.ndarray:
+        ids = np.fromiter(self._ranks, np.int64, len(self._ranks))
+        ranks = np.fromiter(self._ranks.values(), np.int64, len(self._ranks))
+        order = np.argsort(ids)
+        return ranks[order][np.searchsorted(ids[order], segs)]
 
     # ---- storage: rows 0..len(main)-1 are the main run's, the rest the delta run's -----------------------------
 

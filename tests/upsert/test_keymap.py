@@ -18,17 +18,24 @@ class Model:
     """Row by row, the rules as the issue states them."""
 
     keys: dict[int, tuple[int, int, float, bool]] = field(default_factory=dict)  # key -> (segment, doc, cmp, deleted)
+    ranks: dict[int, int] = field(default_factory=dict)
     largest: float = -np.inf
 
-    def add(self, segment: int, rows: list[tuple[int, float, int, bool]],
-            replacing: int | None = None) -> list[bool]:
+    def add(self, segment: int, rows: list[tuple[int, float, int, bool]], replacing: int | None = None,
+            rank: int | None = None) -> list[bool]:
         """Returns each row's out-of-order flag."""
+        self.ranks[segment] = segment if rank is None else rank
         owned = {k for k, v in self.keys.items() if v[0] == replacing}
         flags = []
         for key, cmp, doc, delete in rows:
             current = self.keys.get(key)
-            flags.append(current is not None and key not in owned and cmp < current[2])
-            if flags[-1]:
+            if current is None or key in owned:
+                loses = False
+            else:
+                tie_kept = self.ranks[current[0]] > self.ranks[segment]
+                loses = cmp < current[2] or (cmp == current[2] and tie_kept)
+            flags.append(loses)
+            if loses:
                 continue
             owned.discard(key)
             self.keys[key] = (segment, doc, cmp, delete)
@@ -57,6 +64,7 @@ def bitmap_state(valid: set[tuple[int, int]], segment: int, changes) -> None:  #
 ROW = st.tuples(st.integers(0, 12), st.integers(0, 6).map(float), st.booleans())
 STEP = st.one_of(
     st.tuples(st.just("rows"), st.lists(ROW, min_size=1, max_size=25)),
+    st.tuples(st.just("late"), st.lists(ROW, min_size=1, max_size=10)),  # an old segment loaded late (a download)
     st.tuples(st.just("commit"), st.just(None)),  # the consuming segment's committed copy replaces it
     st.tuples(st.just("drop"), st.integers(0, 3)),
 )
@@ -75,14 +83,21 @@ def test_key_map_matches_the_model(steps: list) -> None:  # type: ignore[type-ar
             changes = km.apply(segment, versions(rows))
             assert changes.out_of_order.tolist() == model.add(segment, rows)
             bitmap_state(valid, segment, changes)
+        elif kind == "late":
+            late_id = 1000 + len(model.ranks)
+            rows = [(k, c, i, d) for i, (k, c, d) in enumerate(arg)]
+            changes = km.apply(late_id, versions(rows), rank=-late_id)  # earlier in the stream than anything
+            assert changes.out_of_order.tolist() == model.add(late_id, rows, rank=-late_id)
+            bitmap_state(valid, late_id, changes)
         elif kind == "commit" and segment_rows:
             committed = segment + 100
             order = sorted(range(len(segment_rows)), key=lambda i: segment_rows[i][0])  # a sorted column: docs move
             rows = [(segment_rows[i][0], segment_rows[i][1], new_doc, segment_rows[i][3])
                     for new_doc, i in enumerate(order)]
             rows_in_stream_order = sorted(rows, key=lambda r: order[r[2]])
-            changes = km.apply(committed, versions(rows_in_stream_order), replacing=segment)
-            assert changes.out_of_order.tolist() == model.add(committed, rows_in_stream_order, replacing=segment)
+            changes = km.apply(committed, versions(rows_in_stream_order), replacing=segment, rank=segment)
+            assert changes.out_of_order.tolist() == model.add(committed, rows_in_stream_order, replacing=segment,
+                                                              rank=segment)
             valid = {v for v in valid if v[0] != segment}  # the consuming copy is dropped whole
             bitmap_state(valid, committed, changes)
             segment, segment_rows = segment + 1, []
@@ -105,6 +120,15 @@ def test_ties_go_to_the_later_row_and_out_of_order_rows_stay_invalid() -> None:
     assert late.valid.tolist() == [] and late.out_of_order.tolist() == [True] and late.invalid == {}
     newer = km.apply(1, versions([(1, 9.0, 0, False)]))
     assert newer.valid.tolist() == [0] and newer.invalid[0].tolist() == [1]
+
+
+def test_ties_with_a_later_segment_are_kept_by_it() -> None:
+    km = KeyMap()
+    km.apply(5, versions([(1, 7.0, 0, False)]))
+    old = km.apply(2, versions([(1, 7.0, 0, False), (2, 1.0, 1, False)]))  # segment 2 came before 5 in the stream
+    assert old.valid.tolist() == [1] and old.out_of_order.tolist() == [True, False]
+    newer = km.apply(6, versions([(1, 7.0, 0, False)]))
+    assert newer.valid.tolist() == [0] and newer.invalid == {5: np.array([0])}
 
 
 def test_delete_hides_the_key_until_a_newer_row() -> None:
