@@ -1,0 +1,103 @@
+"""One partition's upsert state on a server, published to queries one consistent view at a time.
+
+Writers (the partition's consumer; segment loads, commits and drops) change the key map and the segments' valid
+docs under one lock and then swap in a new ``UpsertView``: an immutable map from segment to (what the query reads,
+its valid docs as a frozen bitmap). Readers take a view and read only through it, so a query sees every segment of
+the partition as of one instant: a key's old doc invalid *and* its new doc valid, or neither change; a consuming
+segment and its committed copy are never both in a view, and never both absent.
+
+Order inside one change, for a consuming segment's batch: the rows are appended to the segment first (not yet
+published), the key map decides, the caller's ``publish`` makes the rows readable (``num_docs``), and only then is
+the new view swapped in. A reader that took the previous view may see the new rows in the segment, but the
+previous view's bitmap does not mark them valid, so it still reads the previous state exactly.
+
+Bitmaps are copied on write (only those a change touches), so a view handed to a query never changes under it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pyroaring import BitMap, FrozenBitMap
+
+from cuvee.upsert.keymap import Changes, KeyMap, Versions
+
+
+@dataclass(frozen=True)
+class UpsertView:
+    """What a query reads of a partition: per segment id, its reader handle and its valid docs."""
+
+    segments: Mapping[int, tuple[Any, FrozenBitMap]] = field(default_factory=dict)
+    version: int = 0
+
+    def valid_count(self) -> int:
+        return sum(len(bits) for _, bits in self.segments.values())
+
+
+class PartitionUpsert:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys = KeyMap()
+        self._valid: dict[int, FrozenBitMap] = {}
+        self._handles: dict[int, Any] = {}
+        self._view = UpsertView()
+
+    @property
+    def view(self) -> UpsertView:
+        return self._view
+
+    @property
+    def key_map(self) -> KeyMap:
+        """For metrics and snapshots; change it only through this object."""
+        return self._keys
+
+    def add(self, segment: int, rows: Versions, handle: Any, *, rank: int | None = None,
+            replacing: int | None = None, publish: Callable[[], None] | None = None) -> Changes:
+        """Rows of ``segment`` (read through ``handle``) in stream order. ``replacing``: the segment these rows are a
+        copy of, dropped from the view in the same step. ``publish``: makes the rows readable, run just before the
+        new view is swapped in."""
+        with self._lock:
+            changes = self._keys.apply(segment, rows, rank=rank, replacing=replacing)
+            valid = dict(self._valid)
+            handles = dict(self._handles)
+            if replacing is not None:
+                valid.pop(replacing, None)
+                handles.pop(replacing, None)
+            for seg, docs in changes.invalid.items():
+                if seg in valid:
+                    bits = BitMap(valid[seg])
+                    bits.difference_update(BitMap(docs.astype(np.uint32)))
+                    valid[seg] = FrozenBitMap(bits)
+            bits = BitMap(valid.get(segment, FrozenBitMap()))
+            bits.update(changes.valid.astype(np.uint32))
+            valid[segment] = FrozenBitMap(bits)
+            handles[segment] = handle
+            if publish is not None:
+                publish()
+            self._install(valid, handles)
+        return changes
+
+    def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, handle: Any, *,
+                rank: int | None = None) -> None:
+        """A committed segment's valid docs from its snapshot (restart), trusted."""
+        with self._lock:
+            self._keys.preload(segment, keys, comparisons, docs, rank=rank)
+            valid = {**self._valid, segment: FrozenBitMap(np.asarray(docs, np.uint32))}
+            self._install(valid, {**self._handles, segment: handle})
+
+    def remove(self, segment: int) -> None:
+        """The segment left this server: its keys are no longer tracked, its docs no longer read."""
+        with self._lock:
+            self._keys.remove_segment(segment)
+            valid, handles = dict(self._valid), dict(self._handles)
+            valid.pop(segment, None)
+            handles.pop(segment, None)
+            self._install(valid, handles)
+
+    def _install(self, valid: dict[int, FrozenBitMap], handles: dict[int, Any]) -> None:
+        self._valid, self._handles = valid, handles
+        self._view = UpsertView({s: (handles[s], valid[s]) for s in valid}, self._view.version + 1)
