@@ -1,0 +1,46 @@
+"""A batch of decoded rows as the key map's ``Versions``: key hashes, comparison values, delete flags. Pure.
+
+Comparison values: the first comparison column (``upsertConfig.comparisonColumns``, else the time column) that is
+not null in the row, as a float (TIMESTAMP as epoch milliseconds; integers are exact up to 2**53). With several
+comparison columns Pinot compares the column each new row sets against the same column of the stored version; here
+they are folded into one value, which matches Pinot when the columns share a scale (the usual case: several
+timestamps). A row whose comparison columns are all null compares as the smallest value (it loses against any
+stored version). A null delete flag is false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cuvee.upsert.hashing import key_hashes
+from cuvee.upsert.keymap import Versions
+
+
+def versions_of(rows: pa.Table | pa.RecordBatch, primary_key: Sequence[str], comparison: Sequence[str],
+                delete_column: str | None, first_doc: int) -> Versions:
+    """``rows`` (docs ``first_doc``, ``first_doc + 1``, ...) as key-map input."""
+    n = rows.num_rows
+    values = np.full(n, -np.inf)
+    unset = np.ones(n, bool)
+    for name in comparison:
+        column = rows.column(name)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
+        numbers = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        present = unset & np.asarray(column.is_valid()) & ~np.isnan(numbers)
+        values[present] = numbers[present]
+        unset &= ~present
+    deletes = None
+    if delete_column is not None:
+        flags = rows.column(delete_column)
+        deletes = np.asarray(pc.fill_null(flags, False).to_numpy(zero_copy_only=False), bool)
+    return Versions(key_hashes(rows, primary_key), values, np.arange(first_doc, first_doc + n, dtype=np.int32),
+                    deletes)

@@ -1,0 +1,28 @@
+"""Decoded rows to key-map input: the first non-null comparison column, timestamps in milliseconds, delete flags."""
+
+from __future__ import annotations
+
+import datetime
+
+import numpy as np
+import pyarrow as pa
+
+from cuvee.upsert.hashing import key_hashes
+from cuvee.upsert.rows import versions_of
+
+
+def test_versions_of_a_batch() -> None:
+    at = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    rows = pa.table({
+        "user": ["a", "b", "a", "c"],
+        "updated": pa.array([None, 5, None, None], pa.int64()),
+        "ts": pa.array([at, at, None, at], pa.timestamp("ms", tz="UTC")),
+        "deleted": pa.array([False, None, True, False]),
+    })
+    v = versions_of(rows, ["user"], ["updated", "ts"], "deleted", first_doc=10)
+    millis = int(at.timestamp() * 1000)
+    assert v.comparisons.tolist() == [millis, 5.0, -np.inf, millis]  # first non-null column; none: smallest
+    assert v.docs.tolist() == [10, 11, 12, 13]
+    assert v.deletes is not None and v.deletes.tolist() == [False, False, True, False]
+    assert v.keys.tolist() == key_hashes(rows, ["user"]).tolist() and v.keys[0] == v.keys[2]
+    assert versions_of(rows, ["user"], ["updated"], None, 0).deletes is None
