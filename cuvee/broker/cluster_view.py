@@ -69,6 +69,7 @@ class TableEntry:
     # those ONLINE in the external view), and per segment the (CRC, push time) its end time was read for
     expected: frozenset[str] | None = None
     read_for: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    strict: bool = False  # one replica per partition per query: upsert tables, instanceSelectorType strictReplicaGroup
 
     @property
     def hold_back(self) -> bool:
@@ -78,7 +79,7 @@ class TableEntry:
     def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
         """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule), over the
         segments lineage lets queries read."""
-        routing = route(self.visible, available, request_number, hold_back=self.hold_back)
+        routing = route(self.visible, available, request_number, hold_back=self.hold_back, strict=self.strict)
         if not self.absent:
             return routing
         return dataclasses.replace(routing, unavailable=tuple(sorted({*routing.unavailable, *self.absent})))
@@ -311,7 +312,8 @@ class ClusterView:
             step = millis_per_value(schema, config.time_column)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, step, config.segments.push_frequency, end_times, override,
-                          expected, read_for)
+                          expected, read_for, strict=config.is_upsert
+                          or config.routing.instance_selector_type == "strictReplicaGroup")
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
                        ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]]]:

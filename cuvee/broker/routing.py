@@ -79,9 +79,13 @@ def _partition_key(segment: str) -> tuple[str, int, int]:
     return (f"{name.table}\x00{name.partition}", name.sequence, 0)
 
 
-def route(view: Assignment, available: Set[str], request_number: int = 0, *, hold_back: bool = True) -> RoutingTable:
+def route(view: Assignment, available: Set[str], request_number: int = 0, *, hold_back: bool = True,
+          strict: bool = False) -> RoutingTable:
     """Route one query over the external view ``view`` ({segment: {instance: state}}). ``hold_back=False`` for
-    pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first."""
+    pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first. ``strict``
+    (upsert tables, ``instanceSelectorType: strictReplicaGroup``): all routed segments of a stream partition are
+    read from one replica that can serve every one of them, rotating between queries, because each replica decides
+    alone which doc of a key is valid and only one replica's decisions are consistent with each other."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for segment in view:
         group, sequence, _ = _partition_key(segment)
@@ -111,6 +115,8 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
             else:
                 unavailable.append(segment)
             blocked = True
+    if strict:
+        choices = _one_replica_per_partition(choices, request_number)
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
         # Committed segments are identical on every replica: rotate them per request to balance load. A consuming
@@ -125,6 +131,25 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
         unavailable=tuple(sorted(unavailable)),
         held_back=tuple(sorted(held_back)),
     )
+
+
+def _one_replica_per_partition(choices: list[_Choice], request_number: int) -> list[_Choice]:
+    """Each partition's choices narrowed to one instance able to serve all of them (rotated by request, offset per
+    partition so partitions spread over replicas). A partition no single replica can serve whole (servers being
+    replaced) keeps its per-segment choices."""
+    groups: dict[str, list[_Choice]] = {}
+    for choice in choices:
+        groups.setdefault(_partition_key(choice.segment)[0], []).append(choice)
+    out: list[_Choice] = []
+    for group, members in groups.items():
+        common = set(members[0].candidates).intersection(*(m.candidates for m in members[1:]))
+        if not common:
+            out += members
+            continue
+        ordered = sorted(common)
+        instance = ordered[(request_number + zlib.crc32(group.encode())) % len(ordered)]
+        out += [_Choice(m.segment, (instance,), m.consuming) for m in members]
+    return out
 
 
 def _capped(candidates: tuple[str, ...], successor: Mapping[str, SegmentState],

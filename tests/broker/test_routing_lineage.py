@@ -3,6 +3,7 @@ routed set in one step, and a hybrid table's halves split at Pinot's time bounda
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -127,3 +128,12 @@ def test_one_half_alone_is_read_unfiltered() -> None:
     assert [(t.entry, t.time_filter) for t in query_targets(realtime, None)] == [(realtime, None)]
     assert [(t.entry, t.time_filter) for t in query_targets(None, off)] == [(off, None)]
     assert query_targets(None, None) == []
+
+
+def test_a_strict_entry_routes_each_partition_to_one_replica() -> None:
+    segments = [segment_name(0, i) for i in range(4)]
+    view = {s: {"A": ON, "B": ON} for s in segments}
+    strict = dataclasses.replace(entry("t_REALTIME", view), strict=True)
+    for request in range(4):
+        assert len({inst for inst, segs in strict.route(ALL, request).servers.items() if segs}) == 1
+    assert len(entry("t_REALTIME", view).route(ALL, 1).servers) == 2
