@@ -37,6 +37,7 @@ queries. Only *available* instances count (live, and registered with an address)
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
@@ -84,8 +85,8 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
     """Route one query over the external view ``view`` ({segment: {instance: state}}). ``hold_back=False`` for
     pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first. ``strict``
     (upsert tables, ``instanceSelectorType: strictReplicaGroup``): all routed segments of a stream partition are
-    read from one replica that can serve every one of them, rotating between queries, because each replica decides
-    alone which doc of a key is valid and only one replica's decisions are consistent with each other."""
+    read from one replica, because each replica decides alone which doc of a key is valid and only one replica's
+    decisions are consistent with each other (``_one_replica_per_partition``)."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for segment in view:
         group, sequence, _ = _partition_key(segment)
@@ -116,7 +117,8 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
                 unavailable.append(segment)
             blocked = True
     if strict:
-        choices = _one_replica_per_partition(choices, request_number)
+        choices, split = _one_replica_per_partition(choices, request_number)
+        unavailable += split
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
         # Committed segments are identical on every replica: rotate them per request to balance load. A consuming
@@ -133,23 +135,30 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
     )
 
 
-def _one_replica_per_partition(choices: list[_Choice], request_number: int) -> list[_Choice]:
-    """Each partition's choices narrowed to one instance able to serve all of them (rotated by request, offset per
-    partition so partitions spread over replicas). A partition no single replica can serve whole (servers being
-    replaced) keeps its per-segment choices."""
+def _one_replica_per_partition(choices: list[_Choice], request_number: int) -> tuple[list[_Choice], list[str]]:
+    """Each partition's choices narrowed to one instance: one that serves all of them, else the one serving most,
+    the segments it cannot serve then unavailable (mixing replicas could show two versions of a key, or none).
+    A partition with a consuming segment is read from the same replica every query (a stable hash, as route()
+    does for consuming segments: successive queries never see a key's value go back); a partition of committed
+    segments only rotates between queries. Returns (choices, unavailable segments)."""
     groups: dict[str, list[_Choice]] = {}
     for choice in choices:
         groups.setdefault(_partition_key(choice.segment)[0], []).append(choice)
     out: list[_Choice] = []
+    unavailable: list[str] = []
     for group, members in groups.items():
-        common = set(members[0].candidates).intersection(*(m.candidates for m in members[1:]))
-        if not common:
-            out += members
-            continue
-        ordered = sorted(common)
-        instance = ordered[(request_number + zlib.crc32(group.encode())) % len(ordered)]
-        out += [_Choice(m.segment, (instance,), m.consuming) for m in members]
-    return out
+        counts = Counter(instance for m in members for instance in m.candidates)
+        most = max(counts.values())
+        ordered = sorted(instance for instance, count in counts.items() if count == most)
+        spread = zlib.crc32(group.encode())
+        turn = spread if any(m.consuming for m in members) else request_number + spread
+        instance = ordered[turn % len(ordered)]
+        for m in members:
+            if instance in m.candidates:
+                out.append(_Choice(m.segment, (instance,), m.consuming))
+            else:
+                unavailable.append(m.segment)
+    return out, unavailable
 
 
 def _capped(candidates: tuple[str, ...], successor: Mapping[str, SegmentState],

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _FIELDS = ("keys", "segs", "docs", "cmps")
-_DTYPES = {"keys": np.uint64, "segs": np.int32, "docs": np.int32, "cmps": np.float64}
+_DTYPES = {"keys": np.uint64, "segs": np.int32, "docs": np.int32}
+INT_SMALLEST = np.iinfo(np.int64).min  # an integer comparison value that loses to every other
 _MIN_MERGE = 65_536  # the delta run is merged into the main run past this many keys, or an eighth of the main run
 
 
@@ -39,7 +40,7 @@ class Versions:
     """Rows of one segment in stream order: each row's key hash, comparison value, doc id, and delete flag."""
 
     keys: np.ndarray  # uint64
-    comparisons: np.ndarray  # float64 (exact for integers up to 2**53: epoch millis, counters)
+    comparisons: np.ndarray  # the key map's comparison dtype: int64 (exact) or float64
     docs: np.ndarray  # int32
     deletes: np.ndarray | None = None  # bool
 
@@ -62,9 +63,10 @@ class Changes:
 class _Run:
     """Entries sorted by key, one array per field."""
 
-    def __init__(self, **arrays: np.ndarray):
+    def __init__(self, cmp_dtype: type, **arrays: np.ndarray):
+        self.cmp_dtype = cmp_dtype
         for name in _FIELDS:
-            setattr(self, name, arrays.get(name, np.zeros(0, _DTYPES[name])))
+            setattr(self, name, arrays.get(name, np.zeros(0, _DTYPES.get(name, cmp_dtype))))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -83,17 +85,25 @@ class _Run:
     def merged(self, other: _Run) -> _Run:
         """Both runs as one (``other``'s keys are not in this one)."""
         at = np.searchsorted(self.keys, other.keys)
-        return _Run(**{name: np.insert(getattr(self, name), at, getattr(other, name)) for name in _FIELDS})
+        return _Run(self.cmp_dtype, **{name: np.insert(getattr(self, name), at, getattr(other, name))
+                                       for name in _FIELDS})
 
     def without(self, drop: np.ndarray) -> _Run:
         keep = ~drop
-        return _Run(**{name: getattr(self, name)[keep] for name in _FIELDS})
+        return _Run(self.cmp_dtype, **{name: getattr(self, name)[keep] for name in _FIELDS})
 
 
 class KeyMap:
-    def __init__(self) -> None:
-        self._main, self._delta = _Run(), _Run()
-        self.largest_comparison = -np.inf
+    """``comparison_dtype``: int64 for integer and time comparison columns (exact over the whole range), float64
+    for floating-point ones."""
+
+    def __init__(self, comparison_dtype: type = np.float64) -> None:
+        if comparison_dtype not in (np.int64, np.float64):
+            raise ValueError("comparison values are int64 or float64")
+        self._cmp_dtype = comparison_dtype
+        self._smallest = INT_SMALLEST if comparison_dtype is np.int64 else -np.inf
+        self._main, self._delta = _Run(comparison_dtype), _Run(comparison_dtype)
+        self.largest_comparison: int | float | None = None  # the largest finite one seen (TTLs count back from it)
         self._ranks: dict[int, int] = {}  # segment id -> its order in the stream (ties go to the later)
 
     # ---- reading ----------------------------------------------------------------------------------------------
@@ -128,15 +138,21 @@ class KeyMap:
         number; default the segment id). ``replacing``: a segment these rows are a copy of (the committed form of
         a consuming segment, a downloaded copy; give it the same rank): keys it held are re-decided by these rows
         alone, and its docs are not reported invalid (the caller drops that segment whole)."""
+        if replacing is not None and replacing == segment:
+            raise ValueError("a copy replacing a segment needs an id of its own")
         self._ranks[segment] = segment if rank is None else rank
         n = len(rows.keys)
         if n == 0:
+            if replacing is not None:
+                self.remove_segment(replacing)  # an empty copy: the replaced segment's keys go with it
             return Changes()
         keys = np.asarray(rows.keys, np.uint64)
-        cmps = np.asarray(rows.comparisons, np.float64)
+        cmps = np.asarray(rows.comparisons)
+        if cmps.dtype != self._cmp_dtype:
+            raise ValueError(f"comparison values are {cmps.dtype}, this key map holds {np.dtype(self._cmp_dtype)}")
         docs = np.asarray(rows.docs, np.int32)
         deletes = np.zeros(n, bool) if rows.deletes is None else np.asarray(rows.deletes, bool)
-        if np.isnan(cmps).any():
+        if cmps.dtype == np.float64 and np.isnan(cmps).any():
             raise ValueError("comparison values must not be NaN (null comparison values are the caller's to fill)")
 
         order = np.argsort(keys, kind="stable")  # groups of one key, stream order kept inside each
@@ -148,7 +164,7 @@ class KeyMap:
         existing = self._find(group_keys)
         present = existing >= 0
         at = np.maximum(existing, 0)
-        stored = self._read("cmps", at) if len(self) else np.zeros(len(at))
+        stored = self._read("cmps", at) if len(self) else np.zeros(len(at), self._cmp_dtype)
         owned = np.zeros(len(starts), bool)  # held by the segment these rows replace: decided anew by these rows
         if replacing is not None and len(self):
             owned = present & (self._read("segs", at) == replacing)
@@ -157,11 +173,11 @@ class KeyMap:
         later = np.zeros(len(starts), bool)
         if against.any():
             later[against] = self._rank_of(self._read("segs", at[against])) > self._ranks[segment]
-        stored = np.where(against, stored, -np.inf)
+        stored = np.where(against, stored, self._smallest).astype(self._cmp_dtype, copy=False)
 
         # a row wins if its value is >= every earlier row's of its key in this batch and beats the stored version
         sorted_cmps = cmps[order]
-        before = _exclusive_group_max(sorted_cmps, group_of, np.full(len(starts), -np.inf))
+        before = _exclusive_group_max(sorted_cmps, group_of, np.full(len(starts), self._smallest, self._cmp_dtype))
         base, keeps_ties = stored[group_of], later[group_of]
         wins = (sorted_cmps >= before) & ((sorted_cmps > base) | ((sorted_cmps == base) & ~keeps_ties))
         out_of_order = np.zeros(n, bool)
@@ -193,7 +209,7 @@ class KeyMap:
             self._append(group_keys[fresh], segment, new_docs[picked], cmps[new_rows[picked]])
         if replacing is not None:
             self.remove_segment(replacing)  # keys only the replaced copy had (none, for a true copy)
-        self.largest_comparison = max(self.largest_comparison, float(cmps.max()))
+        self._saw(cmps)
         return Changes(valid=np.sort(new_docs[new_docs >= 0]), invalid=invalid, out_of_order=out_of_order)
 
     def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, *,
@@ -205,9 +221,8 @@ class KeyMap:
         if (self._find(keys) >= 0).any() or len(np.unique(keys)) != len(keys):
             raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree, rebuild the "
                              "partition without preload")
-        self._append(keys, segment, np.asarray(docs, np.int32), np.asarray(comparisons, np.float64))
-        if len(comparisons):
-            self.largest_comparison = max(self.largest_comparison, float(np.max(comparisons)))
+        self._append(keys, segment, np.asarray(docs, np.int32), np.asarray(comparisons, self._cmp_dtype))
+        self._saw(np.asarray(comparisons, self._cmp_dtype))
 
     def remove_segment(self, segment: int) -> int:
         """Stop tracking the keys whose version is in ``segment`` (it was dropped); returns how many."""
@@ -216,15 +231,35 @@ class KeyMap:
 
     def expire(self, metadata_ttl: float = 0.0, deleted_keys_ttl: float = 0.0) -> int:
         """Forget keys older than the largest comparison value minus the TTL (0: never); returns how many."""
-        if not len(self) or self.largest_comparison == -np.inf:
+        if not len(self) or self.largest_comparison is None:
             return 0
         cmps, tomb = self._all("cmps"), self._all("docs") < 0
         old = np.zeros(len(self), bool)
         if metadata_ttl > 0:
-            old |= cmps < self.largest_comparison - metadata_ttl
+            old |= cmps < self._threshold(metadata_ttl)
         if deleted_keys_ttl > 0:
-            old |= tomb & (cmps < self.largest_comparison - deleted_keys_ttl)
+            old |= tomb & (cmps < self._threshold(deleted_keys_ttl))
         return self._drop(old)
+
+    def _threshold(self, ttl: float) -> np.generic:
+        """The largest comparison value minus ``ttl``, in the map's dtype (exact for integers)."""
+        assert self.largest_comparison is not None
+        if self._cmp_dtype is np.int64:
+            return np.int64(max(int(self.largest_comparison) - int(ttl), INT_SMALLEST))
+        return np.float64(self.largest_comparison - ttl)
+
+    def tombstones(self, segment: int) -> np.ndarray:
+        """The docs of ``segment``'s delete rows that hide their keys (a snapshot keeps them: without them an older
+        version could bring a deleted key back after a restart)."""
+        segs, docs = self._all("segs"), self._all("docs")
+        return np.sort(-1 - docs[(segs == segment) & (docs < 0)])
+
+    def _saw(self, cmps: np.ndarray) -> None:
+        """Track the largest finite comparison value (the TTLs count back from it)."""
+        finite = cmps[np.isfinite(cmps)] if cmps.dtype == np.float64 else cmps[cmps != INT_SMALLEST]
+        if len(finite):
+            top = finite.max().item()
+            self.largest_comparison = top if self.largest_comparison is None else max(self.largest_comparison, top)
 
     def _rank_of(self, segs: np.ndarray) -> np.ndarray:
         ids = np.fromiter(self._ranks, np.int64, len(self._ranks))
@@ -247,7 +282,7 @@ class KeyMap:
         if not len(self._delta):
             return getattr(self._main, name)[rows]
         in_main = rows < m
-        out = np.empty(len(rows), _DTYPES[name])
+        out = np.empty(len(rows), _DTYPES.get(name, self._cmp_dtype))
         out[in_main] = getattr(self._main, name)[rows[in_main]]
         out[~in_main] = getattr(self._delta, name)[rows[~in_main] - m]
         return out
@@ -266,10 +301,11 @@ class KeyMap:
         if not len(keys):
             return
         order = np.argsort(keys)
-        new = _Run(keys=keys[order], segs=np.full(len(keys), segment, np.int32), docs=docs[order], cmps=cmps[order])
+        new = _Run(self._cmp_dtype, keys=keys[order], segs=np.full(len(keys), segment, np.int32), docs=docs[order],
+                   cmps=cmps[order])
         self._delta = self._delta.merged(new)
         if len(self._delta) > max(_MIN_MERGE, len(self._main) // 8):
-            self._main, self._delta = self._main.merged(self._delta), _Run()
+            self._main, self._delta = self._main.merged(self._delta), _Run(self._cmp_dtype)
 
     def _drop(self, mask: np.ndarray) -> int:
         count = int(mask.sum())

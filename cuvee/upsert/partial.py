@@ -8,7 +8,7 @@ same rows in the same offset order, replicas store the same bytes (same CRC). St
 - ``FORCE_OVERWRITE``: the new value, null included;
 - ``IGNORE``: the previous value, or the new one when there was none;
 - ``INCREMENT``: previous + new; ``MAX`` / ``MIN``: the larger / smaller (a null side counts as absent);
-- ``APPEND``: previous list then new list; ``UNION``: the same without repeats, first occurrence kept.
+- ``APPEND``: previous list then new list; ``UNION``: the distinct values of both, sorted (Pinot's TreeSet).
 
 Primary-key and comparison columns always take the new value. A key seen several times in one batch is merged in
 *rounds* (``occurrence_rounds``): each round holds at most one row per key and merges against the rows before it,
@@ -42,8 +42,9 @@ def occurrence_rounds(keys: np.ndarray) -> list[np.ndarray]:
 
 def merge_rows(previous: pa.Table, has_previous: np.ndarray, new: pa.Table,
                strategies: Mapping[str, S], default: S, always_new: Sequence[str]) -> pa.Table:
-    """``new`` merged with ``previous`` (aligned row by row; ``has_previous`` false where the key had no version).
-    Both tables have the same columns and types."""
+    """``new`` merged with ``previous`` (aligned row by row). ``has_previous`` must be false where the key has no
+    live version: never stored, deleted (a tombstone), and for rows that are themselves out of order (Pinot merges
+    none of these). Both tables have the same columns and types."""
     columns = []
     mask = pa.array(has_previous)
     for name in new.column_names:
@@ -84,5 +85,5 @@ def _lists(old: pa.Array, new: pa.Array, *, unique: bool) -> pa.Array:
         olds, news = old.take(pa.array(both)).to_pylist(), new.take(pa.array(both)).to_pylist()
         for row, a, b in zip(both, olds, news):
             joined = list(a) + list(b)
-            out[row] = list(dict.fromkeys(joined)) if unique else joined
+            out[row] = sorted(set(joined)) if unique else joined
     return pa.array(out, type=new.type)

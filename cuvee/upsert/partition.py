@@ -6,16 +6,18 @@ its valid docs as a frozen bitmap). Readers take a view and read only through it
 the partition as of one instant: a key's old doc invalid *and* its new doc valid, or neither change; a consuming
 segment and its committed copy are never both in a view, and never both absent.
 
-Order inside one change, for a consuming segment's batch: the rows are appended to the segment first (not yet
-published), the key map decides, the caller's ``publish`` makes the rows readable (``num_docs``), and only then is
-the new view swapped in. A reader that took the previous view may see the new rows in the segment, but the
-previous view's bitmap does not mark them valid, so it still reads the previous state exactly.
+Order inside one change, for a consuming segment's batch: the rows are appended to the segment (not yet
+published), the caller's ``publish`` makes them readable (``num_docs``; for a committed copy, the registry swap),
+the key map decides, and only then is the new view swapped in. A reader that took the previous view may see the
+new rows, but the previous view's bitmap does not mark them valid, so it still reads the previous state exactly;
+and if the key map refuses the rows, they stay published but never valid, with map and bitmaps in agreement.
 
 Bitmaps are copied on write (only those a change touches), so a view handed to a query never changes under it.
 """
 
 from __future__ import annotations
 
+import array
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,9 +41,9 @@ class UpsertView:
 
 
 class PartitionUpsert:
-    def __init__(self) -> None:
+    def __init__(self, comparison_dtype: type = np.float64) -> None:
         self._lock = threading.Lock()
-        self._keys = KeyMap()
+        self._keys = KeyMap(comparison_dtype)
         self._valid: dict[int, FrozenBitMap] = {}
         self._handles: dict[int, Any] = {}
         self._view = UpsertView()
@@ -50,10 +52,15 @@ class PartitionUpsert:
     def view(self) -> UpsertView:
         return self._view
 
-    @property
-    def key_map(self) -> KeyMap:
-        """For metrics and snapshots; change it only through this object."""
-        return self._keys
+    def snapshot(self, segment: int) -> tuple[np.ndarray, np.ndarray]:
+        """(valid docs, tombstone docs) of ``segment``, consistent with each other: what a restart preloads."""
+        with self._lock:
+            return self._keys.valid_docs(segment), self._keys.tombstones(segment)
+
+    def stats(self) -> tuple[int, float]:
+        """(keys tracked, metadata bytes per key)."""
+        with self._lock:
+            return len(self._keys), self._keys.bytes_per_key
 
     def add(self, segment: int, rows: Versions, handle: Any, *, rank: int | None = None,
             replacing: int | None = None, publish: Callable[[], None] | None = None) -> Changes:
@@ -61,6 +68,8 @@ class PartitionUpsert:
         copy of, dropped from the view in the same step. ``publish``: makes the rows readable, run just before the
         new view is swapped in."""
         with self._lock:
+            if publish is not None:
+                publish()
             changes = self._keys.apply(segment, rows, rank=rank, replacing=replacing)
             valid = dict(self._valid)
             handles = dict(self._handles)
@@ -69,24 +78,23 @@ class PartitionUpsert:
                 handles.pop(replacing, None)
             for seg, docs in changes.invalid.items():
                 if seg in valid:
-                    bits = BitMap(valid[seg])
-                    bits.difference_update(BitMap(docs.astype(np.uint32)))
-                    valid[seg] = FrozenBitMap(bits)
-            bits = BitMap(valid.get(segment, FrozenBitMap()))
-            bits.update(changes.valid.astype(np.uint32))
-            valid[segment] = FrozenBitMap(bits)
+                    valid[seg] = valid[seg] - FrozenBitMap(_uint32(docs))
+            valid[segment] = valid.get(segment, FrozenBitMap()) | FrozenBitMap(_uint32(changes.valid))
             handles[segment] = handle
-            if publish is not None:
-                publish()
             self._install(valid, handles)
         return changes
 
     def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, handle: Any, *,
-                rank: int | None = None) -> None:
-        """A committed segment's valid docs from its snapshot (restart), trusted."""
+                deleted: np.ndarray | None = None, rank: int | None = None) -> None:
+        """A committed segment's snapshot (restart), trusted: the keys, comparison values and docs of its valid
+        rows, and ``deleted``, a bool per row of those that are tombstones (delete rows that hide their key: kept in
+        the key map, never valid)."""
+        docs = np.asarray(docs, np.int32)
+        tomb = np.zeros(len(docs), bool) if deleted is None else np.asarray(deleted, bool)
         with self._lock:
-            self._keys.preload(segment, keys, comparisons, docs, rank=rank)
-            valid = {**self._valid, segment: FrozenBitMap(np.asarray(docs, np.uint32))}
+            self._keys.preload(segment, keys, comparisons, np.where(tomb, -1 - docs, docs).astype(np.int32),
+                               rank=rank)
+            valid = {**self._valid, segment: FrozenBitMap(_uint32(docs[~tomb]))}
             self._install(valid, {**self._handles, segment: handle})
 
     def remove(self, segment: int) -> None:
@@ -101,3 +109,8 @@ class PartitionUpsert:
     def _install(self, valid: dict[int, FrozenBitMap], handles: dict[int, Any]) -> None:
         self._valid, self._handles = valid, handles
         self._view = UpsertView({s: (handles[s], valid[s]) for s in valid}, self._view.version + 1)
+
+
+def _uint32(docs: np.ndarray) -> array.array:  # type: ignore[type-arg]
+    """Docs in the form pyroaring takes in bulk (a numpy array is taken element by element)."""
+    return array.array("I", np.asarray(docs, np.uint32).tobytes())

@@ -153,27 +153,30 @@ def test_a_consuming_segment_is_read_from_the_same_replica_by_every_query() -> N
     assert set(tables[0].servers) == {"s1", "s2"}, "consuming segments should still spread across replicas"
 
 
-def test_strict_replica_group_reads_a_partition_from_one_replica_rotating_between_queries() -> None:
-    p0 = [segment_name(0, i) for i in range(3)]
-    p1 = [segment_name(1, i) for i in range(3)]
-    view = {**{s: {"A": ON, "B": ON} for s in p0[:2] + p1[:2]}, p0[2]: {"A": CO, "B": CO}, p1[2]: {"A": CO, "B": CO}}
+def test_strict_replica_group_reads_a_partition_from_one_replica() -> None:
+    p0 = [segment_name(0, i) for i in range(3)]  # committed segments and a consuming one
+    p1 = [segment_name(1, i) for i in range(2)]  # committed segments only
+    view = {**{s: {"A": ON, "B": ON} for s in p0[:2] + p1}, p0[2]: {"A": CO, "B": CO}}
     used: dict[int, set[str]] = {0: set(), 1: set()}
     for request in range(6):
-        where = routed(route(view, ALL, request, strict=True))
+        table = route(view, ALL, request, strict=True)
+        where = routed(table)
+        assert set(where) == set(p0 + p1) and table.unavailable == ()
         for partition, names in ((0, p0), (1, p1)):
             replicas = {where[s] for s in names}
             assert len(replicas) == 1, "a partition's segments must come from one replica"
             used[partition] |= replicas
-    assert used == {0: {"A", "B"}, 1: {"A", "B"}}  # balanced between queries
+    assert len(used[0]) == 1  # consuming: the same replica every query (a key's value never goes back)
+    assert used[1] == {"A", "B"}  # committed only: balanced between queries
     loose = routed(route(view, ALL, 1))
     assert len({loose[s] for s in p0[:2]}) == 2  # without strict, committed segments spread per segment
 
 
-def test_strict_routing_picks_the_replica_serving_the_whole_partition_or_falls_back() -> None:
+def test_strict_routing_never_mixes_replicas_within_a_partition() -> None:
     s0, s1, s2 = (segment_name(0, i) for i in range(3))
     view = {s0: {"A": ON, "B": ON}, s1: {"A": ON, "B": OFF}, s2: {"A": CO, "B": CO}}
     for request in range(4):
         assert set(routed(route(view, ALL, request, strict=True)).values()) == {"A"}  # only A holds all three
-    split = {s0: {"A": ON}, s1: {"B": ON}, s2: {"A": CO, "B": CO}}  # no replica holds all: per segment
+    split = {s0: {"A": ON}, s1: {"B": ON}, s2: {"A": CO}}  # no replica holds all: the one holding most, rest 305
     table = route(split, ALL, 0, strict=True)
-    assert routed(table)[s0] == "A" and routed(table)[s1] == "B" and table.unavailable == ()
+    assert routed(table) == {s0: "A", s2: "A"} and table.unavailable == (s1,)

@@ -131,6 +131,27 @@ def test_ties_with_a_later_segment_are_kept_by_it() -> None:
     assert newer.valid.tolist() == [0] and newer.invalid == {5: np.array([0])}
 
 
+def test_integer_comparisons_are_exact_and_misuse_is_refused() -> None:
+    km = KeyMap(np.int64)
+    rows = Versions(np.array([1], np.uint64), np.array([2**53 + 1], np.int64), np.array([0], np.int32))
+    km.apply(5, rows)
+    older = km.apply(2, Versions(np.array([1], np.uint64), np.array([2**53], np.int64), np.array([0], np.int32)))
+    assert older.out_of_order.tolist() == [True]  # 2**53 < 2**53 + 1: not a tie, as float64 would make it
+    with pytest.raises(ValueError, match="id of its own"):
+        km.apply(5, rows, replacing=5)
+    with pytest.raises(ValueError, match="int64"):
+        km.apply(6, versions([(1, 1.0, 0, False)]))
+    km.apply(9, Versions(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int32)), replacing=5)
+    assert len(km) == 0  # an empty copy takes the replaced segment's keys with it
+
+
+def test_tombstones_are_reported_for_snapshots_and_infinity_does_not_drive_ttl() -> None:
+    km = KeyMap()
+    km.apply(0, versions([(1, 1.0, 0, False), (1, 2.0, 1, True), (2, np.inf, 2, False), (3, 1.5, 3, False)]))
+    assert km.tombstones(0).tolist() == [1] and km.valid_docs(0).tolist() == [2, 3]
+    assert km.largest_comparison == 2.0 and km.expire(metadata_ttl=10) == 0
+
+
 def test_delete_hides_the_key_until_a_newer_row() -> None:
     km = KeyMap()
     km.apply(0, versions([(7, 1.0, 0, False)]))

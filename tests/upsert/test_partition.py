@@ -79,3 +79,22 @@ def test_views_never_show_two_versions_or_none() -> None:
     assert not failures, failures[:5]
     assert state.view.valid_count() == len(existing)
 
+
+
+def test_snapshot_and_preload_keep_deleted_keys_hidden() -> None:
+    before = PartitionUpsert()
+    rows = Versions(np.array([1, 2, 1], np.uint64), np.array([1.0, 1.0, 2.0]), np.arange(3, dtype=np.int32),
+                    np.array([False, False, True]))
+    before.add(0, rows, Segment([1, 2, 1], [1.0, 1.0, 2.0]))
+    valid, tombstones = before.snapshot(0)
+    assert valid.tolist() == [1] and tombstones.tolist() == [2]  # key 1 deleted by doc 2
+
+    after = PartitionUpsert()  # a restart: preload the snapshot
+    docs = np.concatenate([valid, tombstones])
+    after.preload(0, np.array([2, 1], np.uint64), np.array([1.0, 2.0]), docs, Segment([1, 2, 1], [1.0, 1.0, 2.0]),
+                  deleted=np.array([False, True]))
+    assert sorted(after.view.segments[0][1]) == [1]  # the tombstone is tracked, never valid
+    late = after.add(1, Versions(np.array([1], np.uint64), np.array([1.5]), np.array([0], np.int32)),
+                     Segment([1], [1.5]))
+    assert late.out_of_order.tolist() == [True] and after.view.valid_count() == 1  # the deleted key stays hidden
+    assert after.stats()[0] == 2

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from cuvee.upsert.hashing import key_hashes
+from cuvee.upsert.keymap import INT_SMALLEST
 from cuvee.upsert.rows import versions_of
 
 
@@ -21,8 +22,13 @@ def test_versions_of_a_batch() -> None:
     })
     v = versions_of(rows, ["user"], ["updated", "ts"], "deleted", first_doc=10)
     millis = int(at.timestamp() * 1000)
-    assert v.comparisons.tolist() == [millis, 5.0, -np.inf, millis]  # first non-null column; none: smallest
+    assert v.comparisons.dtype == np.int64  # integer and time columns compare exactly
+    assert v.comparisons.tolist() == [millis, 5, INT_SMALLEST, millis]  # first non-null column; none: smallest
     assert v.docs.tolist() == [10, 11, 12, 13]
     assert v.deletes is not None and v.deletes.tolist() == [False, False, True, False]
     assert v.keys.tolist() == key_hashes(rows, ["user"]).tolist() and v.keys[0] == v.keys[2]
     assert versions_of(rows, ["user"], ["updated"], None, 0).deletes is None
+    big = pa.table({"user": ["a", "a"], "v": pa.array([2**53 + 1, 2**53], pa.int64())})
+    assert versions_of(big, ["user"], ["v"], None, 0).comparisons.tolist() == [2**53 + 1, 2**53]  # no rounding
+    floats = pa.table({"user": ["a", "b"], "score": [0.5, None]})
+    assert versions_of(floats, ["user"], ["score"], None, 0).comparisons.tolist() == [0.5, -np.inf]
