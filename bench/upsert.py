@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument("--updates", type=float, default=0.5, help="share of rows after the first pass that update")
     args = parser.parse_args()
     rng = np.random.default_rng(7)
-    km = KeyMap()
+    km = KeyMap(np.int64)  # comparison values are epoch millis, as with a time column
     hash_s = apply_s = 0.0
     rows = 0
     # first pass: every key once (inserts); second pass: updates of random existing keys, some out of order
@@ -38,7 +38,7 @@ def main() -> int:
         t0 = time.perf_counter()
         keys = key_hashes(batch, ["user", "region"])
         t1 = time.perf_counter()
-        km.apply(0, Versions(keys, np.full(len(ids), 1.0), np.arange(len(ids), dtype=np.int32) + start))
+        km.apply(0, Versions(keys, np.full(len(ids), 1, np.int64), np.arange(len(ids), dtype=np.int32) + start))
         t2 = time.perf_counter()
         hash_s, apply_s, rows = hash_s + t1 - t0, apply_s + t2 - t1, rows + len(ids)
     insert_rate = rows / (hash_s + apply_s)
@@ -48,7 +48,7 @@ def main() -> int:
     for start in range(0, updates, args.batch):
         ids = rng.integers(0, args.keys, min(args.batch, updates - start))
         batch = pa.table({"user": pa.array(np.char.add("user-", ids.astype(str))), "region": pa.array(ids % 7)})
-        cmps = rng.choice([0.5, 2.0], len(ids), p=[0.1, 0.9])  # a tenth arrive out of order
+        cmps = rng.choice(np.array([0, 2], np.int64), len(ids), p=[0.1, 0.9])  # a tenth arrive out of order
         t0 = time.perf_counter()
         keys = key_hashes(batch, ["user", "region"])
         t1 = time.perf_counter()
