@@ -63,9 +63,14 @@ def schedule_archive_deletion(store: ClusterStore, table: str, segment: str, dow
               PendingDeletion(table, segment, download_uri, delete_after_ms))
 
 
-def cancel_archive_deletion(store: ClusterStore, table: str, segment: str, download_uri: str) -> None:
-    """An archive pushed again is served again: forget its pending deletion, if any."""
-    store.delete(store.paths.pending_deletion(table, segment, download_uri))  # False when none was pending
+def cancel_archive_deletions(store: ClusterStore, table: str, archives: Iterable[tuple[str, str]]) -> None:
+    """Archives (segment, download URI) pushed again are served again: forget their pending deletions. One listing
+    of the pending deletions, then a delete per archive actually pending (a push of many segments costs no more)."""
+    pending = {f"{store.paths.pending_deletions}/{name}" for name in store.children(store.paths.pending_deletions)}
+    for segment, uri in archives:
+        path = store.paths.pending_deletion(table, segment, uri)
+        if path in pending:
+            store.delete(path)
 
 
 def purge_due(store: ClusterStore, deep_store: DeepStore | None, now_ms: int) -> int:

@@ -29,7 +29,7 @@ from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.errors import BadRequest, Conflict
-from cuvee.controller.segment_deletion import cancel_archive_deletion, schedule_archive_deletion
+from cuvee.controller.segment_deletion import cancel_archive_deletions, schedule_archive_deletion
 from cuvee.controller.table_locks import TABLE_LOCKS
 from cuvee.errors import UserError
 from cuvee.lineage.model import LineageState
@@ -155,6 +155,9 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
     except AssignmentError as exc:
         raise BadRequest(f"table {name}: {exc} (servers must carry tag "
                          f"{offline_server_tag(table.tenants.server)!r})") from None
+    # the archives pushed are served from now on: deletions pending for them (replaced, or their segment deleted,
+    # and now pushed again) are called off
+    cancel_archive_deletions(store, name, [(s.name, s.download_uri) for s in pushed])
     for segment in pushed:
         old = store.find_segment(name, segment.name)
         created = old.record.creation_time_ms if old is not None else now_ms
@@ -162,9 +165,6 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
                                total_docs=segment.total_docs, size_bytes=segment.size_bytes, crc=segment.crc,
                                time_min=segment.time_min, time_max=segment.time_max,
                                download_uri=segment.download_uri, commit_time_ms=now_ms)
-        # the archive pushed is served from now on: a deletion pending for it (it was replaced, or its segment
-        # deleted, and is now pushed again) is called off
-        cancel_archive_deletion(store, name, segment.name, segment.download_uri)
         if old is not None and old.record.download_uri and old.record.download_uri != segment.download_uri:
             # scheduled before the record moves on, so a crash in between leaks nothing (the purge skips an archive
             # the record still points at); deleted after the grace period, so a server still loading the old copy

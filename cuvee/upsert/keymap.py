@@ -128,8 +128,8 @@ class KeyMap:
 
     def valid_docs(self, segment: int) -> np.ndarray:
         """The docs of ``segment`` the map holds valid, sorted (what its valid-docs bitmap must equal)."""
-        segs, docs = self._all("segs"), self._all("docs")
-        return np.sort(docs[(segs == segment) & (docs >= 0)])
+        docs = self._docs_of(segment)
+        return np.sort(docs[docs >= 0])
 
     # ---- writing ----------------------------------------------------------------------------------------------
 
@@ -251,8 +251,12 @@ class KeyMap:
     def tombstones(self, segment: int) -> np.ndarray:
         """The docs of ``segment``'s delete rows that hide their keys (a snapshot keeps them: without them an older
         version could bring a deleted key back after a restart)."""
-        segs, docs = self._all("segs"), self._all("docs")
-        return np.sort(-1 - docs[(segs == segment) & (docs < 0)])
+        docs = self._docs_of(segment)
+        return np.sort(-1 - docs[docs < 0])
+
+    def _docs_of(self, segment: int) -> np.ndarray:
+        """The stored docs (tombstones negative) of the keys whose version is in ``segment``."""
+        return self._all("docs")[self._all("segs") == segment]
 
     def _saw(self, cmps: np.ndarray) -> None:
         """Track the largest finite comparison value (the TTLs count back from it)."""

@@ -116,6 +116,8 @@ def test_an_archive_replaced_by_name_is_purged_after_the_grace(cluster: InProces
     for archive, uri in ((third, uri_c), (second, uri_b)):
         assert http.post(f"{ctl}/v2/segments", params=push,
                          json={"segments": [describe(archive, uri)]}).status_code == 200
+    pending = [p.download_uri for _, p in cluster.controller.store.pending_deletions()]
+    assert uri_c in pending and uri_b not in pending  # pushing run2 again called its deletion off
     cluster.controller.retention.run_pass()
     assert deep_objects(cluster, "byname_OFFLINE") == {"byname_x.run2"}  # run3 purged, run2 served and kept
     wait_until(lambda: count(cluster, "byname") == 5, 20)
