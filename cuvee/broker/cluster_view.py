@@ -73,8 +73,10 @@ class TableEntry:
 
     @property
     def hold_back(self) -> bool:
-        """Routing's ``hold_back``: a pauseless table reads both consuming segments of a partition mid-commit."""
-        return not self.pauseless
+        """Routing's ``hold_back``: a pauseless table reads both consuming segments of a partition mid-commit, and
+        so does a strict (upsert) one: a replica's newest version of a key may already be in the next consuming
+        segment, its older doc invalid, so holding that segment back would hide the key."""
+        return not (self.pauseless or self.strict)
 
     def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
         """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule), over the

@@ -117,7 +117,7 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
                 unavailable.append(segment)
             blocked = True
     if strict:
-        choices, split = _one_replica_per_partition(choices, request_number)
+        choices, split = _one_replica_per_partition(choices, view, available, request_number)
         unavailable += split
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
@@ -135,11 +135,14 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
     )
 
 
-def _one_replica_per_partition(choices: list[_Choice], request_number: int) -> tuple[list[_Choice], list[str]]:
-    """Each partition's choices narrowed to one instance: one that serves all of them, else the one serving most,
-    the segments it cannot serve then unavailable (mixing replicas could show two versions of a key, or none).
-    A partition with a consuming segment is read from the same replica every query (a stable hash, as route()
-    does for consuming segments: successive queries never see a key's value go back); a partition of committed
+def _one_replica_per_partition(choices: list[_Choice], view: Assignment, available: Set[str],
+                               request_number: int) -> tuple[list[_Choice], list[str]]:
+    """Each partition's choices narrowed to one instance: one that serves (ONLINE or CONSUMING) all of them, else
+    the one serving most, the segments it does not serve then unavailable (mixing replicas could show two versions
+    of a key, or none). A segment mid-commit (ONLINE on one replica, still CONSUMING on another) is read from
+    whichever the partition's replica is: that server's own copy is consistent with its other segments. A
+    partition with a consuming segment is read from the same replica every query (a stable hash, as route() does
+    for consuming segments: successive queries never see a key's value go back); a partition of committed
     segments only rotates between queries. Returns (choices, unavailable segments)."""
     groups: dict[str, list[_Choice]] = {}
     for choice in choices:
@@ -147,17 +150,21 @@ def _one_replica_per_partition(choices: list[_Choice], request_number: int) -> t
     out: list[_Choice] = []
     unavailable: list[str] = []
     for group, members in groups.items():
-        counts = Counter(instance for m in members for instance in m.candidates)
+        serving = {m.segment: {i: s for i, s in view[m.segment].items()
+                               if i in available and s in (SegmentState.ONLINE, SegmentState.CONSUMING)}
+                   for m in members}
+        counts = Counter(instance for replicas in serving.values() for instance in replicas)
         most = max(counts.values())
         ordered = sorted(instance for instance, count in counts.items() if count == most)
         spread = zlib.crc32(group.encode())
         turn = spread if any(m.consuming for m in members) else request_number + spread
         instance = ordered[turn % len(ordered)]
         for m in members:
-            if instance in m.candidates:
-                out.append(_Choice(m.segment, (instance,), m.consuming))
-            else:
+            state = serving[m.segment].get(instance)
+            if state is None:
                 unavailable.append(m.segment)
+            else:
+                out.append(_Choice(m.segment, (instance,), state is SegmentState.CONSUMING))
     return out, unavailable
 
 

@@ -98,6 +98,10 @@ def _upsert_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:
             yield _unknown(schema, out_of_order, path)
         elif not _is_single_boolean(schema, out_of_order):
             yield ConfigIssue(path, f"{out_of_order!r} must be a single-valued BOOLEAN column")
+    if table.ingestion.pauseless_consumption:
+        yield ConfigIssue("$.ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled",
+                          "upsert tables cannot use pauseless consumption yet (a capped consuming segment's rows "
+                          "past its end would stay in the key map)")
     if upsert.preload is True and upsert.snapshot is False:
         yield ConfigIssue(f"{base}.preload", "preload reads valid-docs snapshots: it needs snapshot enabled")
     delete_column = upsert.delete_record_column

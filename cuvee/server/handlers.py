@@ -26,6 +26,7 @@ from cuvee.server.local import LocalSegments
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.transitions import Transition
+from cuvee.upsert.table import TableUpsert, UpsertTables
 
 log = logging.getLogger(__name__)
 S = SegmentState
@@ -86,6 +87,7 @@ class SegmentTransitions:
         fetcher: SegmentFetcher,
         states: CurrentStates,
         make_consuming: ConsumingFactory,
+        upserts: UpsertTables | None = None,
     ):
         self._store = store
         self._registry = registry
@@ -93,6 +95,7 @@ class SegmentTransitions:
         self._fetcher = fetcher
         self._states = states
         self._make_consuming = make_consuming
+        self._upserts = upserts  # upsert tables: committed copies and releases go through their key maps
         self._lock = threading.Lock()
         self._consuming: dict[Key, Consuming] = {}
         self._stoppers: dict[Key, Callable[[], None]] = {}
@@ -286,6 +289,9 @@ class SegmentTransitions:
         with self._lock:
             self._consuming.pop((table, segment), None)
             stop = self._stoppers.pop((table, segment), None)
+        upsert = self._upsert(table)
+        if upsert is not None:
+            upsert.remove(segment)
         self._registry.remove(table, segment)
         if stop is not None:
             stop()
@@ -308,7 +314,26 @@ class SegmentTransitions:
         with self._lock:
             self._unreleased[key] = self._unreleased.get(key, 0) + 1
             self._drop_pending.discard(key)
-        self._registry.put(table, CommittedSegment(segment), on_release=_once(lambda: self._committed_released(key)))
+
+        def publish() -> None:
+            self._registry.put(table, CommittedSegment(segment),
+                               on_release=_once(lambda: self._committed_released(key)))
+
+        upsert = self._upsert(table)
+        if upsert is None:
+            publish()
+            return
+        # the key map re-decides the segment's keys from this copy, in one step with the registry swap
+        upsert.serve(segment.name, segment, segment.to_arrow(upsert.columns), publish)
+
+    def _upsert(self, table: str) -> TableUpsert | None:
+        if self._upserts is None or not table.endswith("_REALTIME"):
+            return None
+        try:
+            return self._upserts.get(table)
+        except CuveeError as exc:  # the table's config is gone (deleted): nothing left to keep valid
+            log.warning("upsert state of %s unavailable: %s", table, exc)
+            return None
 
     def _committed_released(self, key: Key) -> None:
         """A committed entry no query holds any more: delete its files now if it was dropped meanwhile."""

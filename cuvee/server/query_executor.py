@@ -21,18 +21,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cuvee.errors import CuveeError
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import sandboxed_cursor
-from cuvee.server.queryable import QueryableSegment, query_table
-from cuvee.server.registry import SegmentRegistry
+from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
+from cuvee.server.registry import Acquired, SegmentRegistry
+from cuvee.upsert.table import TableUpsert, UpsertTables, valid_rows
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +58,63 @@ class _Counts:
     freshness_ms: int | None = None
 
 
+_CONSISTENT_TRIES = 100
+Valid = dict[str, tuple[Any, Any]]  # segment name -> (the copy's token, its valid docs)
+
+
+def _token(segment: QueryableSegment) -> Any:
+    """What identifies a segment's copy to the upsert views: the consuming segment, or the immutable one."""
+    if isinstance(segment, ConsumingView):
+        return segment.consuming
+    if isinstance(segment, CommittedSegment):
+        return segment.segment
+    return segment
+
+
 class QueryExecutor:
     """Executes ``ServerQueryRequest``s against a registry. Thread-safe: one cursor per query."""
 
     def __init__(self, registry: SegmentRegistry, *, clock: Callable[[], float] = time.monotonic,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), upserts: UpsertTables | None = None):
         self.registry = registry
         self._clock = clock
         self._wall_ms = wall_ms
+        self._upserts = upserts
+
+    @contextmanager
+    def _acquire(self, request: ServerQueryRequest) -> Iterator[tuple[Acquired, Valid | None]]:
+        """The segments to read and, for an upsert table, each one's valid docs from the same instant.
+
+        An upsert table is read by *partition*: every segment this server's view of a requested segment's partition
+        holds, whether or not the broker listed it. The broker's external view lags the server (a consuming segment
+        started a moment ago, a commit mid-transition), and a key's newest doc may be in a segment the broker does
+        not know yet while its older doc is already invalid; reading the partition whole from this one replica
+        (the broker routes a partition to one replica) shows each key exactly once. The views are taken first,
+        then the segments; a segment swapped for its committed copy in between (the acquired copy is not the one
+        the view names) makes it try again. Only segments the broker asked for count as missing."""
+        upsert = self._upsert(request.table)
+        if upsert is None:
+            with self.registry.acquire(request.table, request.segments) as acquired:
+                yield acquired, None
+            return
+        asked = set(request.segments)
+        for attempt in range(_CONSISTENT_TRIES):
+            valid = upsert.views(request.segments)
+            names = sorted(asked | set(valid))
+            with self.registry.acquire(request.table, names) as acquired:
+                consistent = all(valid.get(s.name, (None,))[0] is _token(s) for s in acquired.segments)
+                if consistent or attempt == _CONSISTENT_TRIES - 1:
+                    yield Acquired(acquired.segments, [m for m in acquired.missing if m in asked],
+                                   [d for d in acquired.deleted if d in asked]), valid
+                    return
+
+    def _upsert(self, table: str) -> TableUpsert | None:
+        if self._upserts is None or not table.endswith("_REALTIME"):
+            return None
+        try:
+            return self._upserts.get(table)
+        except CuveeError:
+            return None
 
     def execute(self, request: ServerQueryRequest) -> tuple[pa.Table | None, ServerQueryStats]:
         """The partial result (None if nothing ran) and the statistics; never raises for a bad query."""
@@ -71,13 +124,13 @@ class QueryExecutor:
         result: pa.Table | None = None
         docs_scanned = 0
         errors: list[ServerException] = []
-        with self.registry.acquire(request.table, request.segments) as acquired:
+        with self._acquire(request) as (acquired, valid):
             missing = list(acquired.missing)
             try:
                 _check_select(request.sql)
                 if request.docs_scanned_sql is not None:
                     _check_select(request.docs_scanned_sql)
-                tables = self._views(acquired.segments, counts, errors)
+                tables = self._views(acquired.segments, counts, errors, valid)
                 if tables:
                     union = _union(tables)
                     self._check_deadline(deadline, request.timeout_ms)
@@ -105,13 +158,21 @@ class QueryExecutor:
         )
         return result, stats
 
-    def _views(self, segments: Sequence[QueryableSegment], counts: _Counts,
-               errors: list[ServerException]) -> list[pa.Table]:
-        """Each held segment's Arrow view; a segment that cannot produce one is reported, the others still run."""
+    def _views(self, segments: Sequence[QueryableSegment], counts: _Counts, errors: list[ServerException],
+               valid: Valid | None = None) -> list[pa.Table]:
+        """Each held segment's Arrow view (an upsert table's: its valid rows only); a segment that cannot produce
+        one is reported, the others still run."""
         tables: list[pa.Table] = []
         for segment in segments:
             try:
                 table = query_table(segment)
+                if valid is not None:
+                    token, bits = valid.get(segment.name, (None, None))
+                    if token is not _token(segment):
+                        errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
+                                                      f"segment {segment.name} is being replaced; query again"))
+                        continue
+                    table = valid_rows(table, bits)
             except Exception as exc:  # a broken segment must not take the whole server answer down
                 log.exception("segment %s cannot be read for a query", segment.name)
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),

@@ -27,6 +27,7 @@ from cuvee.protocol.query import (
 from cuvee.query import QueryErrorCode
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.registry import SegmentRegistry
+from cuvee.upsert.table import UpsertTables
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,9 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def query_router(registry: SegmentRegistry, *, executor: QueryExecutor | None = None,
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> APIRouter:
-    """The server's query endpoint over ``registry``."""
-    run = executor or QueryExecutor(registry)
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, upserts: UpsertTables | None = None) -> APIRouter:
+    """The server's query endpoint over ``registry`` (upsert tables read through ``upserts``' valid docs)."""
+    run = executor or QueryExecutor(registry, upserts=upserts)
     router = APIRouter()
 
     @router.post(SERVER_QUERY_PATH)

@@ -23,6 +23,7 @@ from fastapi import APIRouter
 
 from cuvee.cluster.records import InstanceInfo, SegmentRecord
 from cuvee.cluster.store import ClusterStore
+from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
 from cuvee.node.http import HttpService
 from cuvee.node.session import SessionHolder
@@ -39,18 +40,19 @@ from cuvee.server.tables import TableCatalog
 from cuvee.server.transitions import ErrorBackoff
 from cuvee.spi.deepstore import DeepStore
 from cuvee.spi.metastore import NodeExistsError
+from cuvee.upsert.table import UpsertTables
 
 log = logging.getLogger(__name__)
 
 
-def _default_routers(registry: SegmentRegistry) -> list[APIRouter]:
+def _default_routers(registry: SegmentRegistry, upserts: UpsertTables) -> list[APIRouter]:
     """The query routes (written by the broker side); absent modules simply mean no query endpoint yet."""
     try:
         from cuvee.server.query_routes import query_router
     except ImportError:
         log.warning("cuvee.server.query_routes is not available: this server answers no queries")
         return []
-    return [query_router(registry)]
+    return [query_router(registry, upserts=upserts)]
 
 
 class Server:
@@ -61,6 +63,7 @@ class Server:
         self.registry = SegmentRegistry()
         self.local = LocalSegments(Path(config.data_dir))
         self._extra_routers = extra_routers
+        self.upserts = UpsertTables(self._table_context)  # reads the catalog only once a segment needs it
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds
@@ -94,7 +97,7 @@ class Server:
         cfg = self.config
         assert self.metastore is not None and self.deep_store is not None
         self.store = ClusterStore(self.metastore, cfg.cluster)
-        routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry)
+        routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry, self.upserts)
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server")
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
         self.states = CurrentStates(self.store, self.instance_id)
@@ -105,7 +108,8 @@ class Server:
                                       http_timeout_seconds=cfg.download_timeout_seconds, stopping=self._stopping)
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               fetcher=self.fetcher, states=self.states,
-                                              make_consuming=self._make_consuming_override or self._make_consuming)
+                                              make_consuming=self._make_consuming_override or self._make_consuming,
+                                              upserts=self.upserts)
         self._register_instance()
         self.states.reset()
         loaded = self.transitions.load_local()
@@ -218,4 +222,9 @@ class Server:
             fetch_committed=lambda committed: self.fetcher.fetch(table, committed),
             config=self.config.consumer,
             build_slots=self._build_slots,
+            upsert=self.upserts.get(table),
         )
+
+    def _table_context(self, table: str) -> tuple[TableConfig, Schema]:
+        context = self.catalog.get(table)
+        return context.config, context.schema

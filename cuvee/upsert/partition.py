@@ -42,7 +42,7 @@ class UpsertView:
 
 class PartitionUpsert:
     def __init__(self, comparison_dtype: type = np.float64) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a publish callback may read the (previous) view
         self._keys = KeyMap(comparison_dtype)
         self._valid: dict[int, FrozenBitMap] = {}
         self._handles: dict[int, Any] = {}
@@ -50,7 +50,9 @@ class PartitionUpsert:
 
     @property
     def view(self) -> UpsertView:
-        return self._view
+        """The current view; waits for a change in progress (its publish may already have swapped the registry)."""
+        with self._lock:
+            return self._view
 
     def snapshot(self, segment: int) -> tuple[np.ndarray, np.ndarray]:
         """(valid docs, tombstone docs) of ``segment``, consistent with each other: what a restart preloads."""

@@ -129,6 +129,12 @@ def test_deleted_keys_ttl_out_of_order_column_and_preload_are_checked() -> None:
         "$.upsertConfig.preload": "preload reads valid-docs snapshots: it needs snapshot enabled"}
 
 
+def test_upsert_tables_cannot_be_pauseless_yet() -> None:
+    config = table(upsertConfig={"mode": "FULL", "comparisonColumn": "version"},
+                   ingestionConfig={"streamIngestionConfig": {"pauselessConsumptionEnabled": True}})
+    assert "pauseless" in problems(config)["$.ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled"]
+
+
 def test_partial_upsert_strategies_are_checked_against_the_schema() -> None:
     config = table(segmentsConfig={"timeColumnName": "ts"}, upsertConfig={
         "mode": "PARTIAL",

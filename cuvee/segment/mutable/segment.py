@@ -26,7 +26,7 @@ Contract (for the consumer, the query engine and the immutable segment builder):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,8 @@ from cuvee.config.table import IndexingConfig
 from cuvee.errors import UserError
 from cuvee.segment.mutable.columns import Column, DictStore, MultiValueColumn, SingleValueColumn, make_store
 from cuvee.segment.mutable.inverted import InvertedIndex
+
+BeforePublish = Callable[[pa.RecordBatch, int, Callable[[], None]], None]
 
 # Elements preallocated per row for a multi-value column (the store doubles when it needs more).
 MULTI_VALUE_ELEMENTS_PER_ROW = 2
@@ -118,8 +120,12 @@ class MutableSegment:
     def is_dictionary_encoded(self, column: str) -> bool:
         return isinstance(self._column(column).store, DictStore)
 
-    def append(self, batch: pa.RecordBatch, offsets: Sequence[int] | np.ndarray) -> int:
-        """Append the leading rows of ``batch`` that fit; returns how many were taken."""
+    def append(self, batch: pa.RecordBatch, offsets: Sequence[int] | np.ndarray, *,
+               before_publish: BeforePublish | None = None) -> int:
+        """Append the leading rows of ``batch`` that fit; returns how many were taken. ``before_publish(rows,
+        first_doc, publish)``, if given, runs once the rows are written and must call ``publish()`` to make them
+        readable (an upsert table decides which docs are valid in the same step); if it raises, the segment is
+        broken (rows past ``num_docs`` were written) and the error propagates."""
         if self._broken is not None:
             raise RuntimeError(f"segment {self.name!r} failed during an earlier append: {self._broken}")
         stream_offsets = np.asarray(offsets, dtype=np.int64)
@@ -142,7 +148,18 @@ class MutableSegment:
         if self.start_offset is None:
             self.start_offset = int(stream_offsets[0])
         self.end_offset = int(stream_offsets[taken - 1]) + 1
-        self.num_docs = first_doc + taken  # publish: readers may now see these rows
+
+        def publish() -> None:
+            self.num_docs = first_doc + taken  # readers may now see these rows
+
+        if before_publish is None:
+            publish()
+            return taken
+        try:
+            before_publish(batch, first_doc, publish)
+        except BaseException as error:
+            self._broken = error
+            raise
         return taken
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -26,6 +26,7 @@ from cuvee.decode.base import BadRecord
 from cuvee.decode.transform import RowTransformer
 from cuvee.protocol.completion import StopReason
 from cuvee.segment.mutable import MutableSegment
+from cuvee.segment.mutable.segment import BeforePublish
 from cuvee.segment.mutable.buffers import GrowingArray
 from cuvee.server.consuming.config import ConsumerConfig
 from cuvee.spi.stream import OffsetOutOfRangeError, StreamConsumer, StreamError
@@ -85,6 +86,8 @@ class PartitionConsumer:
         # ``ConsumingSegment.cap``): consumption stops at it and rows at or past it are not served.
         self.cap: int | None = None
         self.rows_filtered = 0  # rows the filter dropped (offsets consumed, rows not kept)
+        # Runs between writing a batch's rows and publishing them (upsert tables: MutableSegment.append)
+        self.before_publish: BeforePublish | None = None
         # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
         # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
         self.parked = False
@@ -188,7 +191,7 @@ class PartitionConsumer:
         if good.num_rows > room:
             good, offsets = good.slice(0, room), offsets[:room]
         try:
-            taken = self.segment.append(good, offsets) if good.num_rows else 0
+            taken = self.segment.append(good, offsets, before_publish=self.before_publish) if good.num_rows else 0
         except (ValueError, RuntimeError) as exc:
             raise ConsumeError(f"{self.name}: cannot append rows at offset {self.offset}: {exc}") from exc
         if taken:

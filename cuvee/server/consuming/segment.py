@@ -66,6 +66,7 @@ from cuvee.server.consuming.fsm import (
 from cuvee.server.queryable import encoded_logical_table
 from cuvee.spi.deepstore import DeepStore
 from cuvee.stream import open_consumer
+from cuvee.upsert.table import TableUpsert
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class ConsumingSegment:
         config: ConsumerConfig,
         clock: Callable[[], float] = time.time,
         build_slots: threading.Semaphore | None = None,
+        upsert: TableUpsert | None = None,
     ):
         if table.stream is None:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
@@ -144,6 +146,9 @@ class ConsumingSegment:
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
+        if upsert is not None:  # the key map decides each batch's valid docs before the rows are published
+            self._consumer.before_publish = lambda rows, first, publish: upsert.ingest(
+                self.name, self, rows, first, publish)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards go_online / stop against each other
         self._built: ImmutableSegment | None = None

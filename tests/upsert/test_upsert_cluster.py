@@ -1,0 +1,80 @@
+"""Upsert through the broker on an in-process cluster (2 servers, 2 replicas, frequent commits): the seed's
+AccountBalance example, and counts that equal the keys produced at every poll while segments commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.waiting import wait_until
+
+TABLE = "balances"
+SCHEMA = {
+    "schemaName": TABLE,
+    "dimensionFieldSpecs": [{"name": "user", "dataType": "STRING"}],
+    "metricFieldSpecs": [{"name": "balance", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+    "primaryKeyColumns": ["user"],
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessCluster]:
+    with InProcessCluster(tmp_path_factory.mktemp("upsert"), servers=2) as cluster:
+        cluster.create_topic(TABLE, 2)
+        cluster.add_schema(SCHEMA)
+        configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "60"})
+        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME",
+                           "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
+                           "tableIndexConfig": {"streamConfigs": configs},
+                           "routing": {"instanceSelectorType": "strictReplicaGroup"},
+                           "upsertConfig": {"mode": "FULL"}})
+        cluster.configs = configs  # type: ignore[attr-defined]
+        yield cluster
+
+
+def produce(cluster: InProcessCluster, rows: list[dict]) -> None:  # type: ignore[type-arg]
+    cluster.produce(cluster.configs, rows, key_field="user")  # type: ignore[attr-defined]
+
+
+def answer(cluster: InProcessCluster, sql: str) -> list[list]:  # type: ignore[type-arg]
+    doc = cluster.query(sql)
+    assert not doc.get("exceptions"), doc["exceptions"]
+    return doc["resultTable"]["rows"]
+
+
+def test_account_balance_example(cluster: InProcessCluster) -> None:
+    produce(cluster, [{"user": "abc-12", "balance": 100, "ts": 1}, {"user": "abc-13", "balance": 102, "ts": 1}])
+    wait_until(lambda: answer(cluster, f"SELECT COUNT(*) FROM {TABLE} WHERE user LIKE 'abc-%'")[0][0] == 2, 30)
+    produce(cluster, [{"user": "abc-12", "balance": 200, "ts": 2}])
+    wait_until(lambda: answer(cluster, f"SELECT balance FROM {TABLE} WHERE user = 'abc-12'") == [[200]], 30)
+    assert answer(cluster, f"SELECT AVG(balance) FROM {TABLE} WHERE user LIKE 'abc-%'") == [[151.0]]
+    produce(cluster, [{"user": "abc-13", "balance": 300, "ts": 2}, {"user": "abc-13", "balance": 50, "ts": 0}])
+    wait_until(lambda: answer(cluster, f"SELECT AVG(balance) FROM {TABLE} WHERE user LIKE 'abc-%'") == [[250.0]], 30)
+    assert answer(cluster, f"SELECT balance FROM {TABLE} WHERE user = 'abc-13'") == [[300]]  # the late row lost
+
+
+def test_counts_stay_exact_while_segments_commit(cluster: InProcessCluster) -> None:
+    users = [f"u{i:03d}" for i in range(80)]
+    produced: dict[str, int] = {}
+    for version in range(1, 6):  # 400 rows: segments of 60 rows commit several times per partition
+        produce(cluster, [{"user": u, "balance": version * 1000 + i, "ts": 100 + version} for i, u in enumerate(users)])
+        produced.update({u: version * 1000 + i for i, u in enumerate(users)})
+        seen: list[int] = []
+
+        def converged() -> bool:
+            count, total = answer(cluster, f"SELECT COUNT(*), SUM(balance) FROM {TABLE} WHERE user LIKE 'u%'")[0]
+            seen.append(int(count))
+            return int(count) == len(users) and int(total) == sum(produced.values())
+
+        wait_until(converged, 60, interval=0.05, message=f"version {version} never became the only one")
+        assert all(n <= len(users) for n in seen), f"a key was counted twice: {seen}"
+        if version > 1:
+            assert all(n == len(users) for n in seen), f"a key was missing while updating: {seen}"
+    assert len(cluster.committed_segments(TABLE)) >= 4
+    distinct = answer(cluster, f"SELECT COUNT(DISTINCT user) FROM {TABLE} WHERE user LIKE 'u%'")[0][0]
+    assert distinct == len(users)
