@@ -25,6 +25,7 @@ from cuvee.server.download import SegmentFetcher
 from cuvee.server.local import LocalSegments
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
+from cuvee.server.tables import TableNotFoundError
 from cuvee.server.transitions import Transition
 from cuvee.upsert.table import TableUpsert, UpsertTables
 
@@ -206,6 +207,9 @@ class SegmentTransitions:
         if paused:
             consuming.set_paused(True)
         self._cap_from_successor(table, consuming)
+        upsert = self._upsert(table)
+        if upsert is not None:
+            upsert.start(segment, consuming)  # in the partition's views before a query can be routed to it
         self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
         consuming.start()
 
@@ -289,12 +293,12 @@ class SegmentTransitions:
         with self._lock:
             self._consuming.pop((table, segment), None)
             stop = self._stoppers.pop((table, segment), None)
+        self._registry.remove(table, segment)
+        if stop is not None:
+            stop()  # the consume thread is done: no batch can reach the upsert state after the removal
         upsert = self._upsert(table)
         if upsert is not None:
             upsert.remove(segment)
-        self._registry.remove(table, segment)
-        if stop is not None:
-            stop()
 
     def _drop(self, table: str, segment: str) -> None:
         key = (table, segment)
@@ -331,7 +335,7 @@ class SegmentTransitions:
             return None
         try:
             return self._upserts.get(table)
-        except CuveeError as exc:  # the table's config is gone (deleted): nothing left to keep valid
+        except TableNotFoundError as exc:  # the table's config is gone (deleted): nothing left to keep valid
             log.warning("upsert state of %s unavailable: %s", table, exc)
             return None
 

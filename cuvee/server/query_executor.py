@@ -30,12 +30,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.errors import CuveeError
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import sandboxed_cursor
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
+from cuvee.server.tables import TableNotFoundError
 from cuvee.upsert.table import TableUpsert, UpsertTables, valid_rows
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class QueryExecutor:
             return None
         try:
             return self._upserts.get(table)
-        except CuveeError:
+        except TableNotFoundError:  # the table is gone: its segments are reported missing as for any table
             return None
 
     def execute(self, request: ServerQueryRequest) -> tuple[pa.Table | None, ServerQueryStats]:

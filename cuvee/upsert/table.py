@@ -21,9 +21,15 @@ import numpy as np
 import pyarrow as pa
 
 from cuvee.config import Schema, TableConfig
+from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.upsert.keymap import Versions
 from cuvee.upsert.partition import PartitionUpsert, UpsertView
 from cuvee.upsert.rows import comparison_dtype, versions_of
+
+
+class UpsertStateError(CuveeError):
+    """A segment's rows reached the upsert state out of turn (not started, or released)."""
 
 
 class TableUpsert:
@@ -44,11 +50,24 @@ class TableUpsert:
         return list(dict.fromkeys([*self.primary_key, *self.comparison,
                                    *([self.delete_column] if self.delete_column else [])]))
 
+    def start(self, segment: str, token: Any) -> None:
+        """A consuming segment about to be served: in the views from now on, with no valid doc yet (a query
+        routed to it before its first row must find it there)."""
+        llc = LLCSegmentName.parse(segment)
+        state, sid = self._state_and_id(llc.partition, segment, new_copy=True)
+        empty = np.zeros(0, np.int32)
+        state.add(sid, Versions(np.zeros(0, np.uint64), np.zeros(0, self._dtype), empty), token, rank=llc.sequence)
+
     def ingest(self, segment: str, token: Any, rows: pa.Table | pa.RecordBatch, first_doc: int,
                publish: Callable[[], None]) -> None:
-        """A consuming segment's new rows (docs from ``first_doc``), written but not yet readable."""
+        """A consuming segment's new rows (docs from ``first_doc``), written but not yet readable. Refused for a
+        segment not started or already removed (a batch racing its release must not re-create it)."""
         llc = LLCSegmentName.parse(segment)
-        state, sid = self._state_and_id(llc.partition, segment, new_copy=False)
+        with self._lock:
+            sid = self._ids.get(segment)
+            state = self._partitions.get(llc.partition)
+        if sid is None or state is None:
+            raise UpsertStateError(f"segment {segment} is not consuming in the upsert state of this server")
         versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, first_doc)
         state.add(sid, versions, token, rank=llc.sequence, publish=publish)
 
@@ -99,7 +118,7 @@ def _name_of(token: Any) -> str:
 def valid_rows(table: pa.Table, bits: Any) -> pa.Table:
     """The rows of a segment's query table that its valid-docs bitmap marks (docs past the table are not read)."""
     mask = np.zeros(table.num_rows, bool)
-    docs = np.fromiter(bits, np.int64, len(bits))
+    docs = np.asarray(bits.to_array(), np.int64)
     mask[docs[docs < table.num_rows]] = True
     return table.filter(pa.array(mask))
 

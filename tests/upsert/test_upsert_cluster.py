@@ -47,6 +47,17 @@ def answer(cluster: InProcessCluster, sql: str) -> list[list]:  # type: ignore[t
     return doc["resultTable"]["rows"]
 
 
+def test_a_table_without_rows_answers(cluster: InProcessCluster) -> None:
+    """Consuming segments with no row yet are in the servers' views: queries answer, without an error."""
+    def routed_consuming() -> bool:
+        routing = cluster.http.get(f"{cluster.broker_url}/debug/routingTable/{TABLE}").json()
+        return len(routing.get("consuming", [])) == 2  # one per partition, from one replica each
+
+    wait_until(routed_consuming, 30)
+    for _ in range(5):
+        assert answer(cluster, f"SELECT COUNT(*) FROM {TABLE}") == [[0]]
+
+
 def test_account_balance_example(cluster: InProcessCluster) -> None:
     produce(cluster, [{"user": "abc-12", "balance": 100, "ts": 1}, {"user": "abc-13", "balance": 102, "ts": 1}])
     wait_until(lambda: answer(cluster, f"SELECT COUNT(*) FROM {TABLE} WHERE user LIKE 'abc-%'")[0][0] == 2, 30)
