@@ -65,6 +65,16 @@ def _timeout_ms(options: Mapping[str, str], default: int) -> int:
     return default
 
 
+def _skip_upsert(options: Mapping[str, str]) -> bool:
+    """Pinot's ``skipUpsert`` query option: an upsert table's every row (all versions of each key)."""
+    for key, value in options.items():
+        if key.lower() == "skipupsert":
+            if value.lower() not in ("true", "false"):
+                raise QueryError(QueryErrorCode.SQL_PARSING, f"skipUpsert must be true or false, got {value[:40]!r}")
+            return value.lower() == "true"
+    return False
+
+
 def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
     return ExecutionStats(
         numDocsScanned=stats.numDocsScanned, totalDocs=stats.totalDocs,
@@ -170,6 +180,7 @@ class QueryHandler:
         plan = await asyncio.to_thread(plan_sql, sql, self.view.resolve)
         options.update(plan.options)
         timeout_ms = _timeout_ms(options, cfg.timeout_ms)
+        skip_upsert = _skip_upsert(options)
         rows = (plan.limit or 0) + plan.offset
         if rows > cfg.max_response_rows:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,
@@ -186,7 +197,7 @@ class QueryHandler:
         for target in targets:  # a hybrid table: both halves at once, each server told its side of the boundary
             routing = target.entry.route(frozenset(servers), number)
             routings.append(routing)
-            calls += self._calls(str(number), plan, target, routing, servers, deadline)
+            calls += self._calls(str(number), plan, target, routing, servers, deadline, skip_upsert)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait) if calls else []
         return await asyncio.to_thread(self._answer, number, started, plan, targets[0].entry, routings, replies,
@@ -211,11 +222,11 @@ class QueryHandler:
             exceptions=exceptions)
 
     def _calls(self, request_id: str, plan: QueryPlan, target: QueryTarget, routing: RoutingTable,
-               servers: Mapping[str, str], deadline: float) -> list[ServerCall]:
+               servers: Mapping[str, str], deadline: float, skip_upsert: bool = False) -> list[ServerCall]:
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
         return [ServerCall(instance, servers[instance], ServerQueryRequest(
                     request_id, target.entry.name, plan.server_sql, segments, remaining_ms, plan.docs_scanned_sql,
-                    plan.docs_column, target.time_filter))
+                    plan.docs_column, target.time_filter, skip_upsert))
                 for instance, segments in routing.servers.items()]
 
     @staticmethod

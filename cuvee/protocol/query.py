@@ -118,6 +118,7 @@ class ServerQueryRequest:
     docs_scanned_sql: str | None = None
     docs_column: str | None = None
     time_filter: TimeFilter | None = None
+    skip_upsert: bool = False  # queryOptions skipUpsert=true: an upsert table's every row, not only the latest
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -129,7 +130,8 @@ class ServerQueryRequest:
         return {"requestId": self.request_id, "table": self.table, "sql": self.sql, "segments": list(self.segments),
                 "timeoutMs": self.timeout_ms, "docsScannedSql": self.docs_scanned_sql,
                 "docsColumn": self.docs_column,
-                "timeFilter": self.time_filter.to_dict() if self.time_filter is not None else None}
+                "timeFilter": self.time_filter.to_dict() if self.time_filter is not None else None,
+                **({"skipUpsert": True} if self.skip_upsert else {})}  # absent unless set: older servers refuse it
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -137,7 +139,10 @@ class ServerQueryRequest:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
-                          "timeFilter"}, what)
+                          "timeFilter", "skipUpsert"}, what)
+        skip_upsert = doc.get("skipUpsert", False)
+        if not isinstance(skip_upsert, bool):
+            raise QueryWireError(f"{what}: skipUpsert must be a boolean")
         docs_sql = _optional_string(doc, "docsScannedSql", what)
         docs_column = _optional_string(doc, "docsColumn", what)
         raw_filter = doc.get("timeFilter")
@@ -145,7 +150,7 @@ class ServerQueryRequest:
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
-                   docs_column=docs_column, time_filter=time_filter)
+                   docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

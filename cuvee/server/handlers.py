@@ -47,6 +47,7 @@ class Consuming(Protocol):
     def last_ingestion_ms(self) -> int | None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
+    def halt(self) -> None: ...
     def force_commit(self) -> None: ...
     def set_paused(self, paused: bool) -> None: ...
     def cap(self, end_offset: int) -> None: ...
@@ -198,6 +199,7 @@ class SegmentTransitions:
         if not record.is_consuming:  # IN_PROGRESS, or COMMITTING (pauseless): consumed up to its fixed end offset
             raise TransitionError(f"cannot consume {table}/{segment}: its metadata is {record.status.value}")
         self._cap_predecessor(table, record)
+        upsert = self._upsert(table, refresh=True)  # before the factory: the consumer feeds this same state
         consuming = self._make_consuming(table, record)
         stop = _once(consuming.stop)
         with self._lock:
@@ -207,7 +209,6 @@ class SegmentTransitions:
         if paused:
             consuming.set_paused(True)
         self._cap_from_successor(table, consuming)
-        upsert = self._upsert(table)
         if upsert is not None:
             upsert.start(segment, consuming)  # in the partition's views before a query can be routed to it
         self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
@@ -291,14 +292,20 @@ class SegmentTransitions:
 
     def _release(self, table: str, segment: str) -> None:
         with self._lock:
-            self._consuming.pop((table, segment), None)
+            consuming = self._consuming.pop((table, segment), None)
             stop = self._stoppers.pop((table, segment), None)
-        self._registry.remove(table, segment)
-        if stop is not None:
-            stop()  # the consume thread is done: no batch can reach the upsert state after the removal
         upsert = self._upsert(table)
-        if upsert is not None:
-            upsert.remove(segment)
+        if upsert is None:
+            self._registry.remove(table, segment)
+        else:
+            if consuming is not None:
+                consuming.halt()  # no batch reaches the key map after this; its rows stay readable meanwhile
+            # leaves the registry and the partition's views in one step; a consuming copy's keys fall back to
+            # their versions in the other segments rather than vanish until the stream brings them again
+            upsert.remove(segment, redecide=consuming is not None,
+                          publish=lambda: self._registry.remove(table, segment))
+        if stop is not None:
+            stop()
 
     def _drop(self, table: str, segment: str) -> None:
         key = (table, segment)
@@ -323,18 +330,19 @@ class SegmentTransitions:
             self._registry.put(table, CommittedSegment(segment),
                                on_release=_once(lambda: self._committed_released(key)))
 
-        upsert = self._upsert(table)
+        upsert = self._upsert(table, refresh=True)
         if upsert is None:
             publish()
             return
         # the key map re-decides the segment's keys from this copy, in one step with the registry swap
         upsert.serve(segment.name, segment, segment.to_arrow(upsert.columns), publish)
 
-    def _upsert(self, table: str) -> TableUpsert | None:
+    def _upsert(self, table: str, *, refresh: bool = False) -> TableUpsert | None:
+        """The table's upsert state (``refresh``: when a segment arrives, so a re-created table is seen afresh)."""
         if self._upserts is None or not table.endswith("_REALTIME"):
             return None
         try:
-            return self._upserts.get(table)
+            return self._upserts.get(table, refresh=refresh)
         except TableNotFoundError as exc:  # the table's config is gone (deleted): nothing left to keep valid
             log.warning("upsert state of %s unavailable: %s", table, exc)
             return None

@@ -36,7 +36,7 @@ from cuvee.query.execute import sandboxed_cursor
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
-from cuvee.upsert.table import TableUpsert, UpsertTables, valid_rows
+from cuvee.upsert.table import VALID_COLUMN, TableUpsert, UpsertTables, valid_mask
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,10 @@ class QueryExecutor:
         not know yet while its older doc is already invalid; reading the partition whole from this one replica
         (the broker routes a partition to one replica) shows each key exactly once. The views are taken first,
         then the segments; a segment swapped for its committed copy in between (the acquired copy is not the one
-        the view names) makes it try again. Only segments the broker asked for count as missing."""
-        upsert = self._upsert(request.table)
+        the view names), or one the view names that has left the registry, makes it try again (both change in one
+        step for readers, so the next try sees them agree). Segments the broker asked for, and segments a view
+        names, count as missing: a partition's valid doc is never skipped without saying so."""
+        upsert = None if request.skip_upsert else self._upsert(request.table)
         if upsert is None:
             with self.registry.acquire(request.table, request.segments) as acquired:
                 yield acquired, None
@@ -102,9 +104,10 @@ class QueryExecutor:
             valid = upsert.views(request.segments)
             names = sorted(asked | set(valid))
             with self.registry.acquire(request.table, names) as acquired:
-                consistent = all(valid.get(s.name, (None,))[0] is _token(s) for s in acquired.segments)
+                consistent = (all(valid.get(s.name, (None,))[0] is _token(s) for s in acquired.segments)
+                              and not any(m in valid for m in acquired.missing))
                 if consistent or attempt == _CONSISTENT_TRIES - 1:
-                    yield Acquired(acquired.segments, [m for m in acquired.missing if m in asked],
+                    yield Acquired(acquired.segments, [m for m in acquired.missing if m in asked or m in valid],
                                    [d for d in acquired.deleted if d in asked]), valid
                     return
 
@@ -160,8 +163,8 @@ class QueryExecutor:
 
     def _views(self, segments: Sequence[QueryableSegment], counts: _Counts, errors: list[ServerException],
                valid: Valid | None = None) -> list[pa.Table]:
-        """Each held segment's Arrow view (an upsert table's: its valid rows only); a segment that cannot produce
-        one is reported, the others still run."""
+        """Each held segment's Arrow view (an upsert table's with a column marking its valid docs, which the scan
+        filters on); a segment that cannot produce one is reported, the others still run."""
         tables: list[pa.Table] = []
         for segment in segments:
             try:
@@ -172,7 +175,7 @@ class QueryExecutor:
                         errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
                                                       f"segment {segment.name} is being replaced; query again"))
                         continue
-                    table = valid_rows(table, bits)
+                    table = table.append_column(VALID_COLUMN, valid_mask(table.num_rows, bits))
             except Exception as exc:  # a broken segment must not take the whole server answer down
                 log.exception("segment %s cannot be read for a query", segment.name)
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
@@ -199,7 +202,7 @@ class QueryExecutor:
         timer.daemon = True
         timer.start()
         try:
-            _bind(con, union, request.time_filter)
+            _bind(con, union, request.time_filter, upsert=VALID_COLUMN in union.column_names)
             result = con.sql(request.sql).to_arrow_table()
             docs = total_docs
             if request.docs_column is not None:
@@ -223,15 +226,27 @@ class QueryExecutor:
 _UNFILTERED = "cuvee_unfiltered"
 
 
-def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilter | None) -> None:
-    """``cuvee_segments`` on this cursor: the union, or (a hybrid table's half) only the rows the time filter keeps,
-    as a TEMP view (private to this cursor, lazy: no row is copied). The predicate is built here from the
+def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilter | None, *,
+          upsert: bool = False) -> None:
+    """``cuvee_segments`` on this cursor: the union, or only the rows the time filter keeps (a hybrid table's half)
+    and the valid docs (an upsert table, by its ``VALID_COLUMN``, which the view does not show), as a TEMP view
+    (private to this cursor, lazy: no row is copied, the scan filters). The predicate is built here from the
     structured filter (a quoted identifier, an operator from a fixed set, an integer), never from request text.
     TIMESTAMP columns compare as epoch milliseconds, the unit of the boundary; rows whose time is NULL belong to
     neither half."""
-    if time_filter is None:
+    if time_filter is None and not upsert:
         con.register(SERVER_RELATION, union)
         return
+    con.register(_UNFILTERED, union)
+    shown = f'* EXCLUDE ("{VALID_COLUMN}")' if upsert else "*"
+    keep = [f'"{VALID_COLUMN}"'] if upsert else []
+    if time_filter is not None:
+        keep.append(_time_predicate(union, time_filter))
+    con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT {shown} FROM {_UNFILTERED} WHERE {' AND '.join(keep)}")
+
+
+def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
+    """The time filter as SQL over ``union``'s column (see ``_bind``)."""
     if time_filter.column not in union.column_names:
         raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"time filter column {time_filter.column!r} is not in the table")
     column_type = union.schema.field(time_filter.column).type
@@ -243,9 +258,7 @@ def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilt
     elif not pa.types.is_integer(column_type):
         raise _Failed(QueryErrorCode.QUERY_EXECUTION,
                       f"time filter column {time_filter.column!r} is {column_type}, not an epoch or TIMESTAMP column")
-    con.register(_UNFILTERED, union)
-    con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT * FROM {_UNFILTERED} "
-                f"WHERE {quoted} {time_filter.op} {int(time_filter.value)}")
+    return f"{quoted} {time_filter.op} {int(time_filter.value)}"
 
 
 def _take_docs_column(result: pa.Table, name: str) -> tuple[pa.Table, int]:

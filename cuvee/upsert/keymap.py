@@ -126,6 +126,14 @@ class KeyMap:
         at = np.where(found, rows, 0)
         return found, self._read("segs", at), self._read("docs", at), self._read("cmps", at)
 
+    def keys_of(self, segment: int) -> np.ndarray:
+        """The keys whose version (a valid doc or a tombstone) is in ``segment``."""
+        return self._all("keys")[self._all("segs") == segment]
+
+    def rank(self, segment: int) -> int | None:
+        """``segment``'s order in the stream, None once it is not tracked."""
+        return self._ranks.get(segment)
+
     def valid_docs(self, segment: int) -> np.ndarray:
         """The docs of ``segment`` the map holds valid, sorted (what its valid-docs bitmap must equal)."""
         docs = self._docs_of(segment)

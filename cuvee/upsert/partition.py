@@ -13,6 +13,13 @@ new rows, but the previous view's bitmap does not mark them valid, so it still r
 and if the key map refuses the rows, they stay published but never valid, with map and bitmaps in agreement.
 
 Bitmaps are copied on write (only those a change touches), so a view handed to a query never changes under it.
+
+A key whose version leaves (a consuming copy released, or replaced by a committed copy that ends before the rows
+holding the key's newest version: a replica that read past the committed end) is *re-decided* from the partition's
+other segments, read again through ``versions`` in stream order: its previous version becomes valid again, so the
+key is never absent from a view while a row of it is still on this server (Pinot drops such keys until the stream
+brings them back). Committed segments leave without it (a partition moving away or retention would pay a scan of
+the partition per segment); their keys leave with them.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pyroaring import BitMap, FrozenBitMap
+from pyroaring import FrozenBitMap
 
 from cuvee.upsert.keymap import Changes, KeyMap, Versions
 
@@ -41,7 +48,11 @@ class UpsertView:
 
 
 class PartitionUpsert:
-    def __init__(self, comparison_dtype: type = np.float64) -> None:
+    def __init__(self, comparison_dtype: type = np.float64,
+                 versions: Callable[[Any], Versions] | None = None) -> None:
+        """``versions(handle)``: a segment's rows (all its readable docs) as key-map input, for re-deciding keys;
+        None: keys that leave are not re-decided."""
+        self._versions = versions
         self._lock = threading.RLock()  # re-entrant: a publish callback may read the (previous) view
         self._keys = KeyMap(comparison_dtype)
         self._valid: dict[int, FrozenBitMap] = {}
@@ -72,17 +83,17 @@ class PartitionUpsert:
         with self._lock:
             if publish is not None:
                 publish()
+            held = self._held_by(replacing)
             changes = self._keys.apply(segment, rows, rank=rank, replacing=replacing)
             valid = dict(self._valid)
             handles = dict(self._handles)
             if replacing is not None:
                 valid.pop(replacing, None)
                 handles.pop(replacing, None)
-            for seg, docs in changes.invalid.items():
-                if seg in valid:
-                    valid[seg] = valid[seg] - FrozenBitMap(_uint32(docs))
-            valid[segment] = valid.get(segment, FrozenBitMap()) | FrozenBitMap(_uint32(changes.valid))
+            _apply(valid, segment, changes)
             handles[segment] = handle
+            if held is not None:
+                self._redecide(held, valid, handles, exclude={segment})
             self._install(valid, handles)
         return changes
 
@@ -99,18 +110,63 @@ class PartitionUpsert:
             valid = {**self._valid, segment: FrozenBitMap(_uint32(docs[~tomb]))}
             self._install(valid, {**self._handles, segment: handle})
 
-    def remove(self, segment: int) -> None:
-        """The segment left this server: its keys are no longer tracked, its docs no longer read."""
+    def remove(self, segment: int, *, redecide: bool = False, publish: Callable[[], None] | None = None) -> None:
+        """The segment left this server: its docs are no longer read, and its keys are re-decided from the other
+        segments (``redecide``) or no longer tracked. ``publish`` (the registry's removal) runs in the same step."""
         with self._lock:
+            if publish is not None:
+                publish()
+            held = self._held_by(segment) if redecide else None
             self._keys.remove_segment(segment)
             valid, handles = dict(self._valid), dict(self._handles)
             valid.pop(segment, None)
             handles.pop(segment, None)
+            if held is not None:
+                self._redecide(held, valid, handles, exclude={segment})
             self._install(valid, handles)
+
+    @property
+    def empty(self) -> bool:
+        """No segment left in this partition."""
+        with self._lock:
+            return not self._handles
+
+    def _held_by(self, segment: int | None) -> np.ndarray | None:
+        """The keys whose version is in ``segment`` (those that may need re-deciding once it leaves)."""
+        if segment is None or self._versions is None:
+            return None
+        return self._keys.keys_of(segment)
+
+    def _redecide(self, held: np.ndarray, valid: dict[int, FrozenBitMap], handles: dict[int, Any], *,
+                  exclude: set[int]) -> None:
+        """Keys of ``held`` the map no longer tracks get their version back from the other segments: each
+        segment's rows of those keys applied again in stream order (out-of-order and deleted rows as before)."""
+        assert self._versions is not None
+        found = self._keys.lookup(held)[0] if len(held) else np.zeros(0, bool)
+        lost = np.unique(held[~found])
+        if not len(lost):
+            return
+        ranked = sorted((self._keys.rank(s) or 0, s) for s in handles if s not in exclude)
+        for rank, seg in ranked:
+            rows = self._versions(handles[seg])
+            mine = np.isin(rows.keys, lost)
+            if not mine.any():
+                continue
+            subset = Versions(rows.keys[mine], rows.comparisons[mine], rows.docs[mine],
+                              None if rows.deletes is None else rows.deletes[mine])
+            _apply(valid, seg, self._keys.apply(seg, subset, rank=rank))
 
     def _install(self, valid: dict[int, FrozenBitMap], handles: dict[int, Any]) -> None:
         self._valid, self._handles = valid, handles
         self._view = UpsertView({s: (handles[s], valid[s]) for s in valid}, self._view.version + 1)
+
+
+def _apply(valid: dict[int, FrozenBitMap], segment: int, changes: Changes) -> None:
+    """``changes`` made by rows of ``segment`` applied to the (copied) bitmaps."""
+    for seg, docs in changes.invalid.items():
+        if seg in valid:
+            valid[seg] = valid[seg] - FrozenBitMap(_uint32(docs))
+    valid[segment] = valid.get(segment, FrozenBitMap()) | FrozenBitMap(_uint32(changes.valid))
 
 
 def _uint32(docs: np.ndarray) -> array.array:  # type: ignore[type-arg]

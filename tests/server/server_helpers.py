@@ -127,6 +127,9 @@ class ScriptedConsuming:
     def stop(self) -> None:
         self.calls.append("stop")
 
+    def halt(self) -> None:
+        self.calls.append("halt")
+
     def force_commit(self) -> None:
         self.calls.append("force_commit")
 

@@ -98,3 +98,79 @@ def test_snapshot_and_preload_keep_deleted_keys_hidden() -> None:
                      Segment([1], [1.5]))
     assert late.out_of_order.tolist() == [True] and after.view.valid_count() == 1  # the deleted key stays hidden
     assert after.stats()[0] == 2
+
+
+# ---- keys re-decided when a copy holding their newest version leaves ----------------------------------------
+
+
+class Rows:
+    """A handle whose rows the state can read again (``versions``): key, comparison value and delete flag per doc."""
+
+    def __init__(self, rows: list[tuple[int, float, bool]]) -> None:
+        self.rows = rows
+        self.num_docs = len(rows)
+
+    def versions(self) -> Versions:
+        keys = np.array([k for k, _, _ in self.rows], np.uint64)
+        cmps = np.array([c for _, c, _ in self.rows], np.float64)
+        return Versions(keys, cmps, np.arange(len(self.rows), dtype=np.int32),
+                        np.array([d for _, _, d in self.rows], bool))
+
+
+def add(state: PartitionUpsert, sid: int, handle: Rows, rank: int, replacing: int | None = None) -> None:
+    state.add(sid, handle.versions(), handle, rank=rank, replacing=replacing)
+
+
+def valid_rows(state: PartitionUpsert) -> dict[int, tuple[float, int]]:
+    """key -> (comparison value, rank of the handle holding it) of every valid doc; a key valid twice fails."""
+    out: dict[int, tuple[float, int]] = {}
+    for handle, bits in state.view.segments.values():
+        for doc in bits:
+            key, cmp, _ = handle.rows[doc]
+            assert key not in out, f"key {key} valid twice"
+            out[key] = (cmp, handle.rank)
+    return out
+
+
+def ranked(rows: list[tuple[int, float, bool]], rank: int) -> Rows:
+    handle = Rows(rows)
+    handle.rank = rank  # type: ignore[attr-defined]
+    return handle
+
+
+def test_a_shorter_committed_copy_gives_the_tail_keys_their_previous_version_back() -> None:
+    """A replica read past the committed end (DISCARD): its copy's tail leaves with it, and the keys whose newest
+    version was there get their previous version back instead of vanishing until the stream brings them again."""
+    state = PartitionUpsert(versions=Rows.versions)
+    old = ranked([(1, 10, False), (2, 10, False), (3, 10, False)], 0)
+    add(state, 0, old, 0)
+    consuming = ranked([(1, 20, False), (2, 20, False), (4, 20, False)], 1)  # 2 and 4 are past the end
+    add(state, 1, consuming, 1)
+    committed = ranked([(1, 20, False)], 1)
+    add(state, 2, committed, 1, replacing=1)
+    assert valid_rows(state) == {1: (20, 1), 2: (10, 0), 3: (10, 0)}  # 4 exists only past the end: gone
+
+
+def test_a_released_consuming_copy_hands_its_keys_back_to_the_other_segments() -> None:
+    """Out-of-order rows stay invalid and a delete in another segment stays applied when keys are re-decided."""
+    state = PartitionUpsert(versions=Rows.versions)
+    first = ranked([(1, 10, False), (2, 10, False), (3, 10, False)], 0)
+    second = ranked([(3, 30, True)], 1)  # deletes key 3
+    consuming = ranked([(1, 20, False), (2, 20, False)], 2)
+    later = ranked([(1, 5, False)], 3)  # out of order for key 1, whichever version it meets
+    for sid, handle in enumerate([first, second, consuming, later]):
+        add(state, sid, handle, handle.rank)
+    assert valid_rows(state) == {1: (20, 2), 2: (20, 2)}
+    state.remove(2, redecide=True)
+    assert valid_rows(state) == {1: (10, 0), 2: (10, 0)}
+    state.remove(0)  # a committed segment leaves without re-deciding: its keys leave with it
+    assert valid_rows(state) == {}
+
+
+def test_without_a_way_to_read_rows_again_keys_leave_with_their_segment() -> None:
+    state = PartitionUpsert()
+    first, consuming = ranked([(1, 10, False)], 0), ranked([(1, 20, False)], 1)
+    add(state, 0, first, 0)
+    add(state, 1, consuming, 1)
+    state.remove(1, redecide=True)
+    assert valid_rows(state) == {}

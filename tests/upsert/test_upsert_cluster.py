@@ -20,6 +20,15 @@ SCHEMA = {
                             "granularity": "1:MILLISECONDS"}],
     "primaryKeyColumns": ["user"],
 }
+DELETING = "orders"
+DELETING_SCHEMA = {
+    "schemaName": DELETING,
+    "dimensionFieldSpecs": [{"name": "id", "dataType": "INT"}, {"name": "deleted", "dataType": "BOOLEAN"}],
+    "metricFieldSpecs": [{"name": "amount", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+    "primaryKeyColumns": ["id"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +43,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessClust
                            "routing": {"instanceSelectorType": "strictReplicaGroup"},
                            "upsertConfig": {"mode": "FULL"}})
         cluster.configs = configs  # type: ignore[attr-defined]
+        cluster.create_topic(DELETING, 1)
+        cluster.add_schema(DELETING_SCHEMA)
+        deleting = cluster.log_stream_configs(DELETING, **{"realtime.segment.flush.threshold.rows": "7"})
+        cluster.add_table({"tableName": DELETING, "tableType": "REALTIME",
+                           "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
+                           "tableIndexConfig": {"streamConfigs": deleting},
+                           "upsertConfig": {"mode": "FULL", "deleteRecordColumn": "deleted"}})
+        cluster.deleting = deleting  # type: ignore[attr-defined]
         yield cluster
 
 
@@ -41,8 +58,8 @@ def produce(cluster: InProcessCluster, rows: list[dict]) -> None:  # type: ignor
     cluster.produce(cluster.configs, rows, key_field="user")  # type: ignore[attr-defined]
 
 
-def answer(cluster: InProcessCluster, sql: str) -> list[list]:  # type: ignore[type-arg]
-    doc = cluster.query(sql)
+def answer(cluster: InProcessCluster, sql: str, **options: str) -> list[list]:  # type: ignore[type-arg]
+    doc = cluster.query(sql, **options)
     assert not doc.get("exceptions"), doc["exceptions"]
     return doc["resultTable"]["rows"]
 
@@ -89,3 +106,33 @@ def test_counts_stay_exact_while_segments_commit(cluster: InProcessCluster) -> N
     assert len(cluster.committed_segments(TABLE)) >= 4
     distinct = answer(cluster, f"SELECT COUNT(DISTINCT user) FROM {TABLE} WHERE user LIKE 'u%'")[0][0]
     assert distinct == len(users)
+
+
+def test_skip_upsert_sees_every_version(cluster: InProcessCluster) -> None:
+    """Runs after the test above: 400 rows of 80 keys (and the example's rows, outside u%)."""
+    sql = f"SELECT COUNT(*) FROM {TABLE} WHERE user LIKE 'u%'"
+    wait_until(lambda: answer(cluster, sql, skipUpsert="true") == [[400]], 30)
+    assert answer(cluster, sql) == [[80]]
+    assert answer(cluster, sql, skipUpsert="false") == [[80]]
+    bad = cluster.query(sql, skipUpsert="maybe")
+    assert bad["exceptions"] and "skipUpsert" in bad["exceptions"][0]["message"]
+
+
+def test_a_deleted_key_is_hidden_until_a_newer_row_brings_it_back(cluster: InProcessCluster) -> None:
+    """Segments of 7 rows: the versions, the delete and the re-insert land in different segments."""
+    def rows(ids: range, ts: int, deleted: bool = False, amount: int = 1) -> list[dict]:  # type: ignore[type-arg]
+        return [{"id": i, "amount": amount, "ts": ts, "deleted": deleted} for i in ids]
+
+    def count() -> int:
+        return int(answer(cluster, f"SELECT COUNT(*) FROM {DELETING}")[0][0])
+
+    produce_to = cluster.deleting  # type: ignore[attr-defined]
+    cluster.produce(produce_to, rows(range(10), 1) + rows(range(10), 2, amount=2), key_field="id")
+    wait_until(lambda: answer(cluster, f"SELECT COUNT(*), SUM(amount) FROM {DELETING}") == [[10, 20]], 30)
+    cluster.produce(produce_to, rows(range(4), 3, deleted=True), key_field="id")
+    wait_until(lambda: count() == 6, 30)
+    cluster.produce(produce_to, rows(range(2), 2, amount=5), key_field="id")  # older than the delete: stays hidden
+    cluster.produce(produce_to, rows(range(1), 4, amount=9), key_field="id")  # newer: back
+    wait_until(lambda: count() == 7, 30)
+    assert answer(cluster, f"SELECT id, amount FROM {DELETING} WHERE id < 4") == [[0, 9]]
+    assert answer(cluster, f"SELECT COUNT(*) FROM {DELETING}", skipUpsert="true") == [[27]]

@@ -36,6 +36,10 @@ class GrowingArray:
         self._array[self._size : needed] = values
         self._size = needed
 
+    def truncate(self, size: int) -> None:
+        """Forget the items from ``size`` on (they were recorded ahead of a step that then took fewer)."""
+        self._size = min(self._size, max(size, 0))
+
     def head(self, count: int) -> np.ndarray:
         """The first ``count`` items (a view, no copy)."""
         return self._array[:count]

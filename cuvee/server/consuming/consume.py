@@ -190,12 +190,17 @@ class PartitionConsumer:
             room = min(room, row_limit - self.rows)
         if good.num_rows > room:
             good, offsets = good.slice(0, room), offsets[:room]
+        # The rows' offsets are recorded before the rows are published: a capped reader counts the rows it may
+        # see by them (``rows_below``), and a published row it could not count would vanish from its answer (an
+        # upsert table's valid doc among them: a key missing from a query).
+        recorded = self.row_offsets.size
+        self.row_offsets.append(np.asarray(offsets, dtype=np.int64))
         try:
             taken = self.segment.append(good, offsets, before_publish=self.before_publish) if good.num_rows else 0
         except (ValueError, RuntimeError) as exc:
+            self.row_offsets.truncate(recorded)
             raise ConsumeError(f"{self.name}: cannot append rows at offset {self.offset}: {exc}") from exc
-        if taken:
-            self.row_offsets.append(np.asarray(offsets[:taken], dtype=np.int64))
+        self.row_offsets.truncate(recorded + taken)
         if taken < kept:
             # Stopped inside the batch (row limit or capacity): end right after the last row taken.
             reached = int(offsets[taken - 1]) + 1 if taken else self.offset

@@ -146,6 +146,7 @@ class ConsumingSegment:
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
+        self._upsert = upsert
         if upsert is not None:  # the key map decides each batch's valid docs before the rows are published
             self._consumer.before_publish = lambda rows, first, publish: upsert.ingest(
                 self.name, self, rows, first, publish)
@@ -196,6 +197,10 @@ class ConsumingSegment:
             consumer.cap = end_offset
             log.info("%s: capped at offset %d, where the next segment starts", self.name, end_offset)
 
+    def halt(self) -> None:
+        """Stop consuming and wait for the consume thread to end; the rows stay readable until ``stop``."""
+        self._halt()
+
     def _halt(self) -> None:
         self._interrupt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -213,9 +218,11 @@ class ConsumingSegment:
         return 0 if mutable is None else self._visible(mutable)
 
     def _visible(self, mutable: MutableSegment) -> int:
-        """The published rows a reader may see: all of them, or those below the cap (see ``cap``)."""
+        """The published rows a reader may see: all of them, or those below the cap (see ``cap``). An upsert
+        table's readers see all of them, filtered by the valid docs: a row past the cap may be its key's newest
+        version on this replica until the next segment reads it again (and then it is no longer valid)."""
         cap = self._consumer.cap
-        return mutable.num_docs if cap is None else self._consumer.rows_below(cap)
+        return mutable.num_docs if cap is None or self._upsert is not None else self._consumer.rows_below(cap)
 
     @property
     def last_ingestion_ms(self) -> int | None:
