@@ -70,18 +70,20 @@ class TableEntry:
     expected: frozenset[str] | None = None
     read_for: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
     strict: bool = False  # one replica per partition per query: upsert tables, instanceSelectorType strictReplicaGroup
+    upsert: bool = False  # an upsert table: its servers read a partition whole (see ``hold_back``)
 
     @property
     def hold_back(self) -> bool:
         """Routing's ``hold_back``: a pauseless table reads both consuming segments of a partition mid-commit, and
-        so does a strict (upsert) one: a replica's newest version of a key may already be in the next consuming
+        so does an upsert one: a replica's newest version of a key may already be in the next consuming
         segment, its older doc invalid, so holding that segment back would hide the key."""
-        return not (self.pauseless or self.strict)
+        return not (self.pauseless or self.upsert)
 
     def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
         """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule), over the
         segments lineage lets queries read."""
-        routing = route(self.visible, available, request_number, hold_back=self.hold_back, strict=self.strict)
+        routing = route(self.visible, available, request_number, hold_back=self.hold_back, strict=self.strict,
+                        upsert=self.upsert)
         if not self.absent:
             return routing
         return dataclasses.replace(routing, unavailable=tuple(sorted({*routing.unavailable, *self.absent})))
@@ -315,7 +317,7 @@ class ClusterView:
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, step, config.segments.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
-                          or config.routing.instance_selector_type == "strictReplicaGroup")
+                          or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert)
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
                        ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]]]:

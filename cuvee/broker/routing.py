@@ -81,12 +81,14 @@ def _partition_key(segment: str) -> tuple[str, int, int]:
 
 
 def route(view: Assignment, available: Set[str], request_number: int = 0, *, hold_back: bool = True,
-          strict: bool = False) -> RoutingTable:
+          strict: bool = False, upsert: bool = False) -> RoutingTable:
     """Route one query over the external view ``view`` ({segment: {instance: state}}). ``hold_back=False`` for
     pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first. ``strict``
     (upsert tables, ``instanceSelectorType: strictReplicaGroup``): all routed segments of a stream partition are
     read from one replica, because each replica decides alone which doc of a key is valid and only one replica's
-    decisions are consistent with each other (``_one_replica_per_partition``)."""
+    decisions are consistent with each other (``_one_replica_per_partition``). ``upsert``: the chosen replica
+    reads its own copy of a segment mid-commit, even one still CONSUMING there (its server reads the partition
+    whole, consistently); a strict table without upsert reads only the copies routing chose."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for segment in view:
         group, sequence, _ = _partition_key(segment)
@@ -117,7 +119,7 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
                 unavailable.append(segment)
             blocked = True
     if strict:
-        choices, split = _one_replica_per_partition(choices, view, available, request_number)
+        choices, split = _one_replica_per_partition(choices, view, available, request_number, upsert)
         unavailable += split
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
@@ -136,11 +138,13 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
 
 
 def _one_replica_per_partition(choices: list[_Choice], view: Assignment, available: Set[str],
-                               request_number: int) -> tuple[list[_Choice], list[str]]:
-    """Each partition's choices narrowed to one instance: one that serves (ONLINE or CONSUMING) all of them, else
-    the one serving most, the segments it does not serve then unavailable (mixing replicas could show two versions
-    of a key, or none). A segment mid-commit (ONLINE on one replica, still CONSUMING on another) is read from
-    whichever the partition's replica is: that server's own copy is consistent with its other segments. A
+                               request_number: int, upsert: bool) -> tuple[list[_Choice], list[str]]:
+    """Each partition's choices narrowed to one instance: one that serves all of them, else the one serving most,
+    the segments it does not serve then unavailable (mixing replicas could show two versions of a key, or none).
+    For an upsert table a segment mid-commit (ONLINE on one replica, still CONSUMING on another) is read from
+    whichever the partition's replica is (ONLINE or CONSUMING there): that server's own copy is consistent with its
+    other segments; otherwise only the candidates routing chose count (an ONLINE segment is never read from a
+    lagging consuming copy: committed rows are never missed). A
     partition with a consuming segment is read from the same replica every query (a stable hash, as route() does
     for consuming segments: successive queries never see a key's value go back); a partition of committed
     segments only rotates between queries. Returns (choices, unavailable segments)."""
@@ -150,9 +154,13 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
     out: list[_Choice] = []
     unavailable: list[str] = []
     for group, members in groups.items():
-        serving = {m.segment: {i: s for i, s in view[m.segment].items()
-                               if i in available and s in (SegmentState.ONLINE, SegmentState.CONSUMING)}
-                   for m in members}
+        if upsert:
+            serving = {m.segment: {i: s for i, s in view[m.segment].items()
+                                   if i in available and s in (SegmentState.ONLINE, SegmentState.CONSUMING)}
+                       for m in members}
+        else:
+            state_of = {True: SegmentState.CONSUMING, False: SegmentState.ONLINE}
+            serving = {m.segment: {i: state_of[m.consuming] for i in m.candidates} for m in members}
         counts = Counter(instance for replicas in serving.values() for instance in replicas)
         most = max(counts.values())
         ordered = sorted(instance for instance, count in counts.items() if count == most)

@@ -49,9 +49,21 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
     if old is not None and old.stream is not None and table.stream is not None:
         if (old.stream.stream_type, old.stream.topic_name) != (table.stream.stream_type, table.stream.topic_name):
             raise BadRequest(f"table {table.name_with_type!r}: the stream type and topic cannot change")
+    if old is not None and _upsert_rules(old) != _upsert_rules(table):
+        raise BadRequest(f"table {table.name_with_type!r}: upsertConfig's mode, comparison columns and delete "
+                         "column cannot change on an existing table (servers decide its keys by them); delete the "
+                         "table and create it again")
     catalog.check_against_schema(table)
     catalog.update_table_config(table)
     return table
+
+
+def _upsert_rules(table: TableConfig) -> tuple[object, ...]:
+    """What decides an upsert table's keys on the servers (the primary key is the schema's)."""
+    upsert = table.upsert
+    if not table.is_upsert or upsert is None:
+        return ("NONE",)
+    return (upsert.mode, tuple(table.comparison_columns), upsert.delete_record_column)
 
 
 def delete_table(store: ClusterStore, name: str, now_ms: int, grace_ms: int) -> list[str]:

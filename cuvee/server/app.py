@@ -97,6 +97,15 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
             consuming[name].force_commit()
         return {"forceCommitted": done, "notConsuming": [n for n in names if n not in consuming]}
 
+    @app.get("/tables/{table}/upsert")
+    def upsert_state(table: str) -> Any:
+        """An upsert table's key maps on this server: keys, bytes per key, valid docs per partition, and how many
+        segments a restart preloaded from snapshots."""
+        state = server.upserts.known().get(table)
+        if state is None:
+            return _error(404, f"{table[:256]} has no upsert state on {server.instance_id}")
+        return {"table": table, **state.stats()}
+
     @app.get("/tables/{table}/badRecords")
     def bad_records(table: str) -> Any:
         out = []

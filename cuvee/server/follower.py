@@ -139,7 +139,9 @@ class IdealStateFollower:
             self._watches[table] = self._store.metastore.watch(self._store.paths.ideal_state(table), self._on_event)
         found = self._store.ideal_state(table)
         wanted: dict[str, SegmentState] = {}
-        if found is not None:
+        if found is None:
+            self._transitions.table_gone(table)
+        else:
             ideal = found.record
             wanted = {seg: r[self._instance_id] for seg, r in ideal.segments.items() if self._instance_id in r}
             self._transitions.set_paused(table, ideal.paused)

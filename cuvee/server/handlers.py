@@ -209,9 +209,14 @@ class SegmentTransitions:
         if paused:
             consuming.set_paused(True)
         self._cap_from_successor(table, consuming)
-        if upsert is not None:
-            upsert.start(segment, consuming)  # in the partition's views before a query can be routed to it
-        self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
+
+        def publish() -> None:
+            self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
+
+        if upsert is None:
+            publish()
+        else:
+            upsert.start(segment, consuming, publish)  # in the partition's views in the same step
         consuming.start()
 
     def _cap_predecessor(self, table: str, record: SegmentRecord) -> None:
@@ -285,6 +290,12 @@ class SegmentTransitions:
             if held is not None and not held.is_consuming and getattr(held, "crc", crc) != crc:
                 stale.append(name)
         return stale
+
+    def table_gone(self, table: str) -> None:
+        """The table's ideal state is gone (the table was deleted): its upsert state is forgotten, so a table
+        created again under the name starts afresh while the old segments are dropped."""
+        if self._upserts is not None:
+            self._upserts.retire(table)
 
     def segment_deleted(self, table: str, segment: str) -> None:
         """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""

@@ -6,6 +6,7 @@ Layout under ``data_dir``::
                                                segments build here too
     <tableWithType>/.archives/<segment>.tar.zst the segment packed for peers (deterministic, so built on demand)
     <tableWithType>/.downloads/                downloads in progress
+    <tableWithType>/.upsert/                   an upsert table's valid-docs snapshots (cuvee.upsert.snapshot)
 
 A local copy is trusted only when its metadata CRC equals the committed metadata's CRC and its files still hash to
 it; anything else is deleted and downloaded again.
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 ARCHIVES = ".archives"
 DOWNLOADS = ".downloads"
+UPSERT_SNAPSHOTS = ".upsert"
 
 
 class LocalSegments:

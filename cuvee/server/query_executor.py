@@ -59,6 +59,7 @@ class _Counts:
 
 
 _CONSISTENT_TRIES = 100
+_UNAVAILABLE: dict[str, tuple[Any, Any]] = {}  # _acquire's answer when the upsert state cannot be read
 Valid = dict[str, tuple[Any, Any]]  # segment name -> (the copy's token, its valid docs)
 
 
@@ -94,7 +95,12 @@ class QueryExecutor:
         the view names), or one the view names that has left the registry, makes it try again (both change in one
         step for readers, so the next try sees them agree). Segments the broker asked for, and segments a view
         names, count as missing: a partition's valid doc is never skipped without saying so."""
-        upsert = None if request.skip_upsert else self._upsert(request.table)
+        try:
+            upsert = None if request.skip_upsert else self._upsert(request.table)
+        except Exception:  # noqa: BLE001 - the store is unreachable or the config unreadable: no answer, not 500
+            log.exception("the upsert state of %s is unavailable", request.table)
+            yield Acquired([], list(request.segments), []), _UNAVAILABLE
+            return
         if upsert is None:
             with self.registry.acquire(request.table, request.segments) as acquired:
                 yield acquired, None
@@ -129,6 +135,11 @@ class QueryExecutor:
         errors: list[ServerException] = []
         with self._acquire(request) as (acquired, valid):
             missing = list(acquired.missing)
+            if valid is _UNAVAILABLE:
+                errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
+                                              f"the upsert state of {request.table[:256]} is unavailable on this "
+                                              "server; query again"))
+                valid = None
             try:
                 _check_select(request.sql)
                 if request.docs_scanned_sql is not None:
@@ -168,7 +179,10 @@ class QueryExecutor:
         tables: list[pa.Table] = []
         for segment in segments:
             try:
-                table = query_table(segment)
+                if valid is not None and isinstance(segment, ConsumingView):
+                    table = segment.query_table(past_cap=True)  # the valid docs decide, past the cap too
+                else:
+                    table = query_table(segment)
                 if valid is not None:
                     token, bits = valid.get(segment.name, (None, None))
                     if token is not _token(segment):

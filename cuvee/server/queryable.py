@@ -95,9 +95,10 @@ class ConsumingView:
     def to_arrow(self) -> pa.Table:
         return self.consuming.snapshot()
 
-    def query_table(self) -> pa.Table:
-        """The published prefix for queries, single-value dictionary columns left encoded (see the module doc)."""
-        return self.consuming.encoded_snapshot()
+    def query_table(self, *, past_cap: bool = False) -> pa.Table:
+        """The published prefix for queries, single-value dictionary columns left encoded (see the module doc);
+        ``past_cap``: rows past the cap too (an upsert table's reader, filtering by valid docs)."""
+        return self.consuming.encoded_snapshot(past_cap=past_cap)
 
     def __repr__(self) -> str:
         return f"ConsumingView({self.name!r}, docs={self.num_docs})"

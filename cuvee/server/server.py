@@ -34,7 +34,7 @@ from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import Backoff, SegmentFetcher
 from cuvee.server.follower import IdealStateFollower
 from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransitions
-from cuvee.server.local import LocalSegments
+from cuvee.server.local import UPSERT_SNAPSHOTS, LocalSegments
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableCatalog
 from cuvee.server.transitions import ErrorBackoff
@@ -63,7 +63,8 @@ class Server:
         self.registry = SegmentRegistry()
         self.local = LocalSegments(Path(config.data_dir))
         self._extra_routers = extra_routers
-        self.upserts = UpsertTables(self._table_context)  # reads the catalog only once a segment needs it
+        # reads the catalog only once a segment needs it; snapshots beside the table's segments
+        self.upserts = UpsertTables(self._table_context, lambda table: self.local.table_dir(table) / UPSERT_SNAPSHOTS)
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds

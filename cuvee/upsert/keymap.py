@@ -60,6 +60,26 @@ class Changes:
     out_of_order: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
 
+@dataclass
+class _Decision:
+    """``KeyMap._decide``'s working: the rows grouped by key (``order``, ``starts``), where each key is stored, and
+    which rows win."""
+
+    keys: np.ndarray
+    cmps: np.ndarray
+    docs: np.ndarray
+    deletes: np.ndarray
+    order: np.ndarray
+    starts: np.ndarray
+    group_keys: np.ndarray
+    group_of: np.ndarray
+    existing: np.ndarray
+    present: np.ndarray
+    owned: np.ndarray
+    wins: np.ndarray
+    out_of_order: np.ndarray
+
+
 class _Run:
     """Entries sorted by key, one array per field."""
 
@@ -154,42 +174,10 @@ class KeyMap:
             if replacing is not None:
                 self.remove_segment(replacing)  # an empty copy: the replaced segment's keys go with it
             return Changes()
-        keys = np.asarray(rows.keys, np.uint64)
-        cmps = np.asarray(rows.comparisons)
-        if cmps.dtype != self._cmp_dtype:
-            raise ValueError(f"comparison values are {cmps.dtype}, this key map holds {np.dtype(self._cmp_dtype)}")
-        docs = np.asarray(rows.docs, np.int32)
-        deletes = np.zeros(n, bool) if rows.deletes is None else np.asarray(rows.deletes, bool)
-        if cmps.dtype == np.float64 and np.isnan(cmps).any():
-            raise ValueError("comparison values must not be NaN (null comparison values are the caller's to fill)")
-
-        order = np.argsort(keys, kind="stable")  # groups of one key, stream order kept inside each
-        sorted_keys = keys[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        group_keys = sorted_keys[starts]
-        group_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
-
-        existing = self._find(group_keys)
-        present = existing >= 0
-        at = np.maximum(existing, 0)
-        stored = self._read("cmps", at) if len(self) else np.zeros(len(at), self._cmp_dtype)
-        owned = np.zeros(len(starts), bool)  # held by the segment these rows replace: decided anew by these rows
-        if replacing is not None and len(self):
-            owned = present & (self._read("segs", at) == replacing)
-        against = present & ~owned
-        # a stored version from a later segment keeps ties: against it a row must be strictly greater
-        later = np.zeros(len(starts), bool)
-        if against.any():
-            later[against] = self._rank_of(self._read("segs", at[against])) > self._ranks[segment]
-        stored = np.where(against, stored, self._smallest).astype(self._cmp_dtype, copy=False)
-
-        # a row wins if its value is >= every earlier row's of its key in this batch and beats the stored version
-        sorted_cmps = cmps[order]
-        before = _exclusive_group_max(sorted_cmps, group_of, np.full(len(starts), self._smallest, self._cmp_dtype))
-        base, keeps_ties = stored[group_of], later[group_of]
-        wins = (sorted_cmps >= before) & ((sorted_cmps > base) | ((sorted_cmps == base) & ~keeps_ties))
-        out_of_order = np.zeros(n, bool)
-        out_of_order[order] = ~wins
+        d = self._decide(rows, self._ranks[segment], replacing)
+        keys, cmps, docs, deletes, order = d.keys, d.cmps, d.docs, d.deletes, d.order
+        starts, group_keys, group_of, existing, present = d.starts, d.group_keys, d.group_of, d.existing, d.present
+        owned, wins, out_of_order = d.owned, d.wins, d.out_of_order
 
         # each key's last winning row is its new version
         win_pos = np.flatnonzero(wins)
@@ -220,17 +208,79 @@ class KeyMap:
         self._saw(cmps)
         return Changes(valid=np.sort(new_docs[new_docs >= 0]), invalid=invalid, out_of_order=out_of_order)
 
+    def out_of_order(self, rows: Versions, rank: int) -> np.ndarray:
+        """Which of ``rows`` (of a segment of ``rank``, in stream order) ``apply`` would find out of order, without
+        changing anything: what ``dropOutOfOrderRecord`` drops and ``outOfOrderRecordColumn`` marks before the
+        rows are stored."""
+        if not len(rows.keys):
+            return np.zeros(0, bool)
+        return self._decide(rows, rank, None).out_of_order
+
+    def _decide(self, rows: Versions, rank: int, replacing: int | None) -> _Decision:
+        """Which rows win against the stored versions and the earlier rows of their key (no change made)."""
+        n = len(rows.keys)
+        keys = np.asarray(rows.keys, np.uint64)
+        cmps = np.asarray(rows.comparisons)
+        if cmps.dtype != self._cmp_dtype:
+            raise ValueError(f"comparison values are {cmps.dtype}, this key map holds {np.dtype(self._cmp_dtype)}")
+        docs = np.asarray(rows.docs, np.int32)
+        deletes = np.zeros(n, bool) if rows.deletes is None else np.asarray(rows.deletes, bool)
+        if cmps.dtype == np.float64 and np.isnan(cmps).any():
+            raise ValueError("comparison values must not be NaN (null comparison values are the caller's to fill)")
+
+        order = np.argsort(keys, kind="stable")  # groups of one key, stream order kept inside each
+        sorted_keys = keys[order]
+        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+        group_keys = sorted_keys[starts]
+        group_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+
+        existing = self._find(group_keys)
+        present = existing >= 0
+        at = np.maximum(existing, 0)
+        stored = self._read("cmps", at) if len(self) else np.zeros(len(at), self._cmp_dtype)
+        owned = np.zeros(len(starts), bool)  # held by the segment these rows replace: decided anew by these rows
+        if replacing is not None and len(self):
+            owned = present & (self._read("segs", at) == replacing)
+        against = present & ~owned
+        # a stored version from a later segment keeps ties: against it a row must be strictly greater
+        later = np.zeros(len(starts), bool)
+        if against.any():
+            later[against] = self._rank_of(self._read("segs", at[against])) > rank
+        stored = np.where(against, stored, self._smallest).astype(self._cmp_dtype, copy=False)
+
+        # a row wins if its value is >= every earlier row's of its key in this batch and beats the stored version
+        sorted_cmps = cmps[order]
+        before = _exclusive_group_max(sorted_cmps, group_of, np.full(len(starts), self._smallest, self._cmp_dtype))
+        base, keeps_ties = stored[group_of], later[group_of]
+        wins = (sorted_cmps >= before) & ((sorted_cmps > base) | ((sorted_cmps == base) & ~keeps_ties))
+        out_of_order = np.zeros(n, bool)
+        out_of_order[order] = ~wins
+        return _Decision(keys, cmps, docs, deletes, order, starts, group_keys, group_of, existing, present, owned,
+                         wins, out_of_order)
+
     def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, *,
                 rank: int | None = None) -> None:
         """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
         of a partition's segments hold each key valid exactly once; a key seen twice is refused)."""
+        self.check_preload(keys, segment)
         self._ranks[segment] = segment if rank is None else rank
+        keys = np.asarray(keys, np.uint64)
+        self._append(keys, segment, np.asarray(docs, np.int32), np.asarray(comparisons, self._cmp_dtype))
+        self._saw(np.asarray(comparisons, self._cmp_dtype))
+
+    def check_preload(self, keys: np.ndarray, segment: int | None = None) -> None:
+        """Raises ValueError if a key of a snapshot is tracked already or twice in it (snapshots that disagree)."""
         keys = np.asarray(keys, np.uint64)
         if (self._find(keys) >= 0).any() or len(np.unique(keys)) != len(keys):
             raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree, rebuild the "
                              "partition without preload")
-        self._append(keys, segment, np.asarray(docs, np.int32), np.asarray(comparisons, self._cmp_dtype))
-        self._saw(np.asarray(comparisons, self._cmp_dtype))
+
+    def forget(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stop tracking ``keys``; returns the segments and stored docs (tombstones negative) they had."""
+        mask = np.isin(self._all("keys"), np.asarray(keys, np.uint64))
+        segs, docs = self._all("segs")[mask], self._all("docs")[mask]
+        self._drop(mask)
+        return segs, docs
 
     def remove_segment(self, segment: int) -> int:
         """Stop tracking the keys whose version is in ``segment`` (it was dropped); returns how many."""
@@ -261,6 +311,13 @@ class KeyMap:
         version could bring a deleted key back after a restart)."""
         docs = self._docs_of(segment)
         return np.sort(-1 - docs[docs < 0])
+
+    def tombstones_by_segment(self) -> dict[int, np.ndarray]:
+        """``tombstones`` of every segment that has some, in one pass (a snapshot round takes them all)."""
+        segs, docs = self._all("segs"), self._all("docs")
+        dead = docs < 0
+        segs, docs = segs[dead], -1 - docs[dead]
+        return {int(seg): np.sort(docs[segs == seg]) for seg in np.unique(segs)}
 
     def _docs_of(self, segment: int) -> np.ndarray:
         """The stored docs (tombstones negative) of the keys whose version is in ``segment``."""

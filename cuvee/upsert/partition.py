@@ -25,6 +25,7 @@ the partition per segment); their keys leave with them.
 from __future__ import annotations
 
 import array
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ import numpy as np
 from pyroaring import FrozenBitMap
 
 from cuvee.upsert.keymap import Changes, KeyMap, Versions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,16 +73,36 @@ class PartitionUpsert:
         with self._lock:
             return self._keys.valid_docs(segment), self._keys.tombstones(segment)
 
+    def capture(self, segments: list[int]) -> dict[int, tuple[FrozenBitMap, np.ndarray]]:
+        """Each of ``segments``' (valid docs, tombstone docs) from one instant: a snapshot round."""
+        with self._lock:
+            tombs = self._keys.tombstones_by_segment()
+            none = np.zeros(0, np.int32)
+            return {s: (self._valid.get(s, FrozenBitMap()), tombs.get(s, none)) for s in segments}
+
+    def out_of_order(self, rows: Versions, rank: int) -> np.ndarray:
+        """Which of ``rows`` the key map would find out of order now (``KeyMap.out_of_order``)."""
+        with self._lock:
+            return self._keys.out_of_order(rows, rank)
+
+    def expire(self, metadata_ttl: float, deleted_keys_ttl: float) -> int:
+        """Stop tracking keys past their TTLs (``KeyMap.expire``); their docs keep the validity they have."""
+        with self._lock:
+            return self._keys.expire(metadata_ttl, deleted_keys_ttl)
+
     def stats(self) -> tuple[int, float]:
         """(keys tracked, metadata bytes per key)."""
         with self._lock:
             return len(self._keys), self._keys.bytes_per_key
 
     def add(self, segment: int, rows: Versions, handle: Any, *, rank: int | None = None,
-            replacing: int | None = None, publish: Callable[[], None] | None = None) -> Changes:
+            replacing: int | None = None, publish: Callable[[], None] | None = None,
+            shorter: bool = False) -> Changes:
         """Rows of ``segment`` (read through ``handle``) in stream order. ``replacing``: the segment these rows are a
-        copy of, dropped from the view in the same step. ``publish``: makes the rows readable, run just before the
-        new view is swapped in."""
+        copy of, dropped from the view in the same step; ``shorter``: the copy lacks rows the replaced one had (a
+        replica that read past the committed end), so every key the replaced copy held is decided again from all
+        segments (its version may be in an earlier segment, not in this copy's out-of-order rows). ``publish``:
+        makes the rows readable, run just before the new view is swapped in."""
         with self._lock:
             if publish is not None:
                 publish()
@@ -93,18 +116,30 @@ class PartitionUpsert:
             _apply(valid, segment, changes)
             handles[segment] = handle
             if held is not None:
-                self._redecide(held, valid, handles, exclude={segment})
+                if shorter:
+                    self._redecide(held, valid, handles, exclude=set(), reset=True)
+                else:
+                    self._redecide(held, valid, handles, exclude={segment})
             self._install(valid, handles)
         return changes
 
+    def handle(self, segment: int) -> Any:
+        """The reader handle of ``segment`` (None if it is not in the partition)."""
+        with self._lock:
+            return self._handles.get(segment)
+
     def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, handle: Any, *,
-                deleted: np.ndarray | None = None, rank: int | None = None) -> None:
+                deleted: np.ndarray | None = None, rank: int | None = None,
+                publish: Callable[[], None] | None = None) -> None:
         """A committed segment's snapshot (restart), trusted: the keys, comparison values and docs of its valid
         rows, and ``deleted``, a bool per row of those that are tombstones (delete rows that hide their key: kept in
-        the key map, never valid)."""
+        the key map, never valid). Raises ValueError, changing nothing, when a key is already tracked."""
         docs = np.asarray(docs, np.int32)
         tomb = np.zeros(len(docs), bool) if deleted is None else np.asarray(deleted, bool)
         with self._lock:
+            self._keys.check_preload(keys)
+            if publish is not None:
+                publish()
             self._keys.preload(segment, keys, comparisons, np.where(tomb, -1 - docs, docs).astype(np.int32),
                                rank=rank)
             valid = {**self._valid, segment: FrozenBitMap(_uint32(docs[~tomb]))}
@@ -138,17 +173,31 @@ class PartitionUpsert:
         return self._keys.keys_of(segment)
 
     def _redecide(self, held: np.ndarray, valid: dict[int, FrozenBitMap], handles: dict[int, Any], *,
-                  exclude: set[int]) -> None:
-        """Keys of ``held`` the map no longer tracks get their version back from the other segments: each
-        segment's rows of those keys applied again in stream order (out-of-order and deleted rows as before)."""
+                  exclude: set[int], reset: bool = False) -> None:
+        """Keys of ``held`` the map no longer tracks (``reset``: all of them, forgotten first) get their version
+        back from the segments of ``handles`` but ``exclude``: each segment's rows of those keys applied again in
+        stream order (out-of-order and deleted rows as before). A segment that cannot be read is logged and
+        skipped: its keys then stay as they are rather than fail the change."""
         assert self._versions is not None
-        found = self._keys.lookup(held)[0] if len(held) else np.zeros(0, bool)
-        lost = np.unique(held[~found])
+        if reset:
+            segs, docs = self._keys.forget(held)
+            live = docs >= 0
+            for seg in np.unique(segs[live]):
+                if int(seg) in valid:
+                    valid[int(seg)] = valid[int(seg)] - FrozenBitMap(_uint32(docs[live & (segs == seg)]))
+            lost = np.unique(held)
+        else:
+            found = self._keys.lookup(held)[0] if len(held) else np.zeros(0, bool)
+            lost = np.unique(held[~found])
         if not len(lost):
             return
         ranked = sorted((self._keys.rank(s) or 0, s) for s in handles if s not in exclude)
         for rank, seg in ranked:
-            rows = self._versions(handles[seg])
+            try:
+                rows = self._versions(handles[seg])
+            except Exception:  # noqa: BLE001 - a released or broken copy: its keys are not re-decided
+                log.exception("re-deciding upsert keys: segment %d cannot be read", seg)
+                continue
             mine = np.isin(rows.keys, lost)
             if not mine.any():
                 continue

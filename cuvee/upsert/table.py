@@ -13,19 +13,27 @@ it differ); its rank is its LLC sequence number, its place in the stream. A copy
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyroaring import FrozenBitMap
 
 from cuvee.config import Schema, TableConfig
 from cuvee.errors import CuveeError
-from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.upsert.keymap import Versions
 from cuvee.upsert.partition import PartitionUpsert, UpsertView
+from cuvee.upsert.snapshot import Snapshot, SnapshotStore
 from cuvee.upsert.rows import comparison_dtype, versions_of
+
+
+log = logging.getLogger(__name__)
 
 
 class UpsertStateError(CuveeError):
@@ -33,16 +41,34 @@ class UpsertStateError(CuveeError):
 
 
 class TableUpsert:
-    def __init__(self, config: TableConfig, schema: Schema):
+    """``snapshots``: where the table's valid-docs snapshots live on this server (None: no snapshots, no preload).
+    A snapshot round runs, and the TTLs are applied, when a partition's consuming segment starts (Pinot's moment:
+    the committed segments' state is then complete until the next commit)."""
+
+    def __init__(self, config: TableConfig, schema: Schema, snapshots: SnapshotStore | None = None):
+        upsert = config.upsert
         self.primary_key = schema.primary_key_columns
         self.comparison = config.comparison_columns
-        self.delete_column = config.upsert.delete_record_column if config.upsert is not None else None
+        self.delete_column = upsert.delete_record_column if upsert is not None else None
         types = [schema.column(c).arrow_type() for c in self.comparison]
         self._dtype = comparison_dtype(types)
+        self._ttls = (upsert.metadata_ttl, upsert.deleted_keys_ttl) if upsert is not None else (0.0, 0.0)
+        self._drop_out_of_order = bool(upsert is not None and upsert.drop_out_of_order_record)
+        self._out_of_order_column = upsert.out_of_order_record_column if upsert is not None else None
+        self._out_of_order_type = (schema.column(self._out_of_order_column).arrow_type()
+                                   if self._out_of_order_column else None)
+        self._snapshots = snapshots if upsert is not None and upsert.snapshot_enabled else None
+        self._preload_on = self._snapshots is not None and upsert is not None and upsert.preload_enabled
         self._lock = threading.Lock()
         self._partitions: dict[int, PartitionUpsert] = {}
         self._ids: dict[str, int] = {}  # segment name -> id of the copy now tracked
+        self._crcs: dict[str, int] = {}  # committed segment name -> CRC of the copy tracked
         self._next = itertools.count()
+        # snapshots to preload, per partition, until the partition's first consuming segment starts (restart only)
+        self._preloads: dict[int, dict[str, Snapshot]] = {}
+        self._persisted: dict[str, tuple[FrozenBitMap, np.ndarray]] = {}  # last snapshot written per segment
+        self._round_lock = threading.Lock()
+        self.preloaded = 0  # segments whose keys came from a snapshot (a restart's figure)
 
     def same_rules(self, other: TableUpsert) -> bool:
         """Whether ``other`` decides keys as this one does."""
@@ -55,13 +81,78 @@ class TableUpsert:
         return list(dict.fromkeys([*self.primary_key, *self.comparison,
                                    *([self.delete_column] if self.delete_column else [])]))
 
-    def start(self, segment: str, token: Any) -> None:
-        """A consuming segment about to be served: in the views from now on, with no valid doc yet (a query
-        routed to it before its first row must find it there)."""
+    def start(self, segment: str, token: Any, publish: Callable[[], None] | None = None) -> None:
+        """A consuming segment about to be served: in the views, with no valid doc yet, in one step with
+        ``publish`` (its registry entry), so a query routed to it finds it in both."""
         llc = LLCSegmentName.parse(segment)
-        state, sid = self._state_and_id(llc.partition, segment, new_copy=True)
+        state, sid = self._state_and_new_id(llc.partition)
+        with self._lock:
+            self._preloads[llc.partition] = {}  # from now on keys change: a snapshot loaded earlier is stale
+        if any(self._ttls):
+            state.expire(*self._ttls)
+        self._snapshot_round(llc.partition, state)
         empty = np.zeros(0, np.int32)
-        state.add(sid, Versions(np.zeros(0, np.uint64), np.zeros(0, self._dtype), empty), token, rank=llc.sequence)
+        state.add(sid, Versions(np.zeros(0, np.uint64), np.zeros(0, self._dtype), empty), token, rank=llc.sequence,
+                  publish=publish)
+        with self._lock:
+            self._ids[segment] = sid
+
+    def _snapshot_round(self, partition: int, state: PartitionUpsert) -> None:
+        """Persist the valid docs of the partition's committed segments whose state changed since the last round
+        (``cuvee.upsert.snapshot``). A failure to write is logged: the restart then decides keys from the rows."""
+        if self._snapshots is None:
+            return
+        with self._lock:
+            committed = {name: (self._ids[name], crc) for name, crc in self._crcs.items()
+                         if name in self._ids and LLCSegmentName.parse(name).partition == partition}
+        with self._round_lock:
+            captured = state.capture([sid for sid, _ in committed.values()])
+            changed: dict[str, Snapshot] = {}
+            kept: dict[str, int] = {}
+            for name, (sid, crc) in committed.items():
+                valid, tombs = captured[sid]
+                last = self._persisted.get(name)
+                if last is not None and last[0] is valid and np.array_equal(last[1], tombs):
+                    kept[name] = crc
+                else:
+                    docs = np.frombuffer(valid.to_array(), np.uint32) if len(valid) else np.zeros(0, np.uint32)
+                    changed[name] = Snapshot(crc, docs, np.asarray(tombs))
+            try:
+                self._snapshots.write_round(partition, time.time_ns(), changed, kept)
+            except OSError as exc:
+                log.warning("upsert snapshot of partition %d not written: %s", partition, exc)
+                return
+            for name in changed:
+                self._persisted[name] = captured[committed[name][0]]
+
+    @property
+    def prepares(self) -> bool:
+        """Whether a batch must pass ``prepare`` before it is stored."""
+        return self._drop_out_of_order or self._out_of_order_column is not None
+
+    def prepare(self, segment: str, rows: pa.RecordBatch, offsets: np.ndarray
+                ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
+        """A consuming segment's batch before it is stored: rows older than their key's current version are
+        dropped (``dropOutOfOrderRecord``; returned as skipped offsets) or marked in ``outOfOrderRecordColumn``.
+        Every replica decides the same from the same stream, so their copies stay identical."""
+        offsets = np.asarray(offsets, np.int64)
+        llc = LLCSegmentName.parse(segment)
+        with self._lock:
+            state = self._partitions.get(llc.partition)
+            known = segment in self._ids
+        if state is None or not known:
+            raise UpsertStateError(f"segment {segment} is not consuming in the upsert state of this server")
+        versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
+        late = state.out_of_order(versions, llc.sequence)
+        if self._drop_out_of_order:
+            keep = pa.array(~late)
+            return rows.filter(keep), offsets[~late], offsets[late]
+        assert self._out_of_order_column is not None and self._out_of_order_type is not None
+        at = rows.schema.get_field_index(self._out_of_order_column)
+        marks = pa.array(late).cast(self._out_of_order_type)
+        field = pa.field(self._out_of_order_column, marks.type)
+        rows = rows.set_column(at, field, marks) if at >= 0 else rows.append_column(field, marks)
+        return rows, offsets, offsets[:0]
 
     def ingest(self, segment: str, token: Any, rows: pa.Table | pa.RecordBatch, first_doc: int,
                publish: Callable[[], None]) -> None:
@@ -80,23 +171,76 @@ class TableUpsert:
         """A committed copy of ``segment`` (its rows in doc order) replaces whatever copy was tracked, in one step
         with ``publish`` (the registry swap)."""
         llc = LLCSegmentName.parse(segment)
+        crc = int(getattr(token, "crc", 0) or 0)
         with self._lock:
             replacing = self._ids.get(segment)
-        state, sid = self._state_and_id(llc.partition, segment, new_copy=True)
-        versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
-        state.add(sid, versions, token, rank=llc.sequence, replacing=replacing, publish=publish)
+            snapshot = self._preload_snapshot(llc.partition, segment) if replacing is None else None
+        state, sid = self._state_and_new_id(llc.partition)
+        if not (snapshot is not None and snapshot.crc == crc
+                and self._preload(state, sid, llc.sequence, token, rows, snapshot, publish)):
+            versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)  # may raise
+            replaced = state.handle(replacing) if replacing is not None else None
+            shorter = replaced is not None and rows.num_rows < _readable_docs(replaced)
+            state.add(sid, versions, token, rank=llc.sequence, replacing=replacing, publish=publish,
+                      shorter=shorter)
+        with self._lock:  # only now: a failure above leaves the tracked copy as it was
+            self._ids[segment] = sid
+            self._crcs[segment] = crc
+
+    def _preload_snapshot(self, partition: int, segment: str) -> Snapshot | None:
+        """The snapshot to preload ``segment`` from (once; under ``_lock``), while the partition has not started."""
+        if not self._preload_on or self._snapshots is None:
+            return None
+        if partition not in self._preloads:
+            self._preloads[partition] = self._snapshots.load(partition)
+        return self._preloads[partition].pop(segment, None)
+
+    def _preload(self, state: PartitionUpsert, sid: int, rank: int, token: Any, rows: pa.Table, snapshot: Snapshot,
+                 publish: Callable[[], None]) -> bool:
+        """Add a committed copy from its snapshot: only its valid and tombstone rows are read, nothing compared.
+        False (nothing changed) when the snapshot does not fit the rows or the keys tracked already."""
+        docs = np.union1d(snapshot.valid, snapshot.tombstones).astype(np.int64)
+        if len(docs) and docs[-1] >= rows.num_rows:
+            log.warning("snapshot of %s names doc %d of %d: decided from its rows", _name_of(token), docs[-1],
+                        rows.num_rows)
+            return False
+        picked = versions_of(rows.take(pa.array(docs)), self.primary_key, self.comparison, None, 0)
+        try:
+            state.preload(sid, picked.keys, picked.comparisons, docs, token,
+                          deleted=np.isin(docs, snapshot.tombstones), rank=rank, publish=publish)
+        except ValueError as exc:
+            log.warning("snapshot of %s not preloaded (%s): decided from its rows", _name_of(token), exc)
+            return False
+        with self._lock:
+            self.preloaded += 1
+        return True
 
     def remove(self, segment: str, *, redecide: bool = False, publish: Callable[[], None] | None = None) -> None:
         """``segment`` leaves (``publish``: its removal from the registry, in the same step for readers). With
         ``redecide`` (a consuming copy) its keys fall back to their versions in the partition's other segments."""
         with self._lock:
             sid = self._ids.pop(segment, None)
+            self._crcs.pop(segment, None)
+            self._persisted.pop(segment, None)
             state = self._partitions.get(LLCSegmentName.parse(segment).partition)
         if sid is None or state is None:
             if publish is not None:
                 publish()
             return
         state.remove(sid, redecide=redecide, publish=publish)
+
+    def stats(self) -> dict[str, Any]:
+        """Per partition: keys tracked, metadata bytes per key, valid docs, segments; and segments preloaded."""
+        with self._lock:
+            partitions = dict(self._partitions)
+            preloaded = self.preloaded
+        out: dict[str, Any] = {}
+        for partition, state in sorted(partitions.items()):
+            keys, per_key = state.stats()
+            view = state.view
+            out[str(partition)] = {"keys": keys, "bytesPerKey": round(per_key, 2), "validDocs": view.valid_count(),
+                                   "segments": len(view.segments)}
+        return {"partitions": out, "preloadedSegments": preloaded}
 
     @property
     def empty(self) -> bool:
@@ -108,14 +252,14 @@ class TableUpsert:
         """A copy's rows as key-map input (re-deciding keys): a committed segment's columns, or the readable rows
         of a consuming one."""
         if hasattr(token, "snapshot"):
-            rows = token.snapshot().select(self.columns)
+            rows = token.snapshot(past_cap=True).select(self.columns)
         else:
             rows = token.to_arrow(self.columns)
         return versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
 
     def views(self, segments: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """Segment name → (token, valid docs) for the partitions of ``segments``, each partition's from one view."""
-        partitions = {LLCSegmentName.parse(s).partition for s in segments}
+        partitions = {llc.partition for llc in map(_llc_or_none, segments) if llc is not None}
         with self._lock:
             states = [self._partitions[p] for p in partitions if p in self._partitions]
         out: dict[str, tuple[Any, Any]] = {}
@@ -125,19 +269,32 @@ class TableUpsert:
                 out[_name_of(token)] = (token, bits)
         return out
 
-    def _state_and_id(self, partition: int, segment: str, *, new_copy: bool) -> tuple[PartitionUpsert, int]:
+    def _state_and_new_id(self, partition: int) -> tuple[PartitionUpsert, int]:
+        """The partition's state and an id for a new copy (the caller records it once the copy is in)."""
         with self._lock:
             state = self._partitions.get(partition)
             if state is None:
                 state = self._partitions[partition] = PartitionUpsert(self._dtype, self._versions_of_copy)
-            sid = self._ids.get(segment)
-            if sid is None or new_copy:
-                sid = self._ids[segment] = next(self._next)
-            return state, sid
+            return state, next(self._next)
+
+
+def _llc_or_none(segment: str) -> LLCSegmentName | None:
+    """A realtime segment's parsed name; None for another name (it belongs to no stream partition)."""
+    try:
+        return LLCSegmentName.parse(segment)
+    except InvalidSegmentNameError:
+        return None
 
 
 def _name_of(token: Any) -> str:
     return str(token.name)
+
+
+def _readable_docs(token: Any) -> int:
+    """A copy's docs as the key map saw them: a consuming segment's published rows (past any cap), a committed
+    segment's total."""
+    published = getattr(token, "published_docs", None)
+    return int(published if published is not None else token.num_docs)
 
 
 VALID_COLUMN = "__cuvee_valid"  # the column a query's scan filters on (never shown: the server's view drops it)
@@ -159,8 +316,11 @@ class UpsertTables:
     again (with another upsert config, or none) is then seen afresh, while a table whose state holds segments keeps
     it (an upsert config changed under live segments applies after they leave)."""
 
-    def __init__(self, context: Callable[[str], tuple[TableConfig, Schema]]):
+    def __init__(self, context: Callable[[str], tuple[TableConfig, Schema]],
+                 snapshot_dir: Callable[[str], Path] | None = None):
+        """``snapshot_dir(table)``: where a table's valid-docs snapshots live (None: none are kept)."""
         self._context = context
+        self._snapshot_dir = snapshot_dir
         self._lock = threading.Lock()
         self._tables: dict[str, TableUpsert | None] = {}
 
@@ -170,13 +330,19 @@ class UpsertTables:
             if table in self._tables and not refresh:
                 return self._tables[table]
         config, schema = self._context(table)
-        made = TableUpsert(config, schema) if config.is_upsert else None
+        snapshots = SnapshotStore(self._snapshot_dir(table)) if self._snapshot_dir is not None else None
+        made = TableUpsert(config, schema, snapshots) if config.is_upsert else None
         with self._lock:
             current = self._tables.get(table)
             if current is not None and (not current.empty or (made is not None and current.same_rules(made))):
                 return current
             self._tables[table] = made
             return made
+
+    def retire(self, table: str) -> None:
+        """Forget the table's state (it was deleted); segments of it still held leave without it."""
+        with self._lock:
+            self._tables.pop(table, None)
 
     def known(self) -> Mapping[str, TableUpsert | None]:
         with self._lock:

@@ -180,3 +180,16 @@ def test_strict_routing_never_mixes_replicas_within_a_partition() -> None:
     split = {s0: {"A": ON}, s1: {"B": ON}, s2: {"A": CO}}  # no replica holds all: the one holding most, rest 305
     table = route(split, ALL, 0, strict=True)
     assert routed(table) == {s0: "A", s2: "A"} and table.unavailable == (s1,)
+
+
+def test_only_an_upsert_table_reads_a_replica_still_consuming_a_committed_segment() -> None:
+    """Mid-commit, B still consumes s1 that A has committed. An upsert server reads its partition whole and
+    consistently, so B may be chosen; a strict table without upsert must never read the lagging copy (committed
+    rows would be missed), so only A serves the partition."""
+    s0, s1, s2 = (segment_name(0, i) for i in range(3))
+    view = {s0: {"A": ON, "B": ON}, s1: {"A": ON, "B": CO}, s2: {"A": CO, "B": CO}}
+    for request in range(4):
+        assert set(routed(route(view, ALL, request, strict=True)).values()) == {"A"}
+        upsert = route(view, ALL, request, hold_back=False, strict=True, upsert=True)
+        assert upsert.unavailable == () and len(set(routed(upsert).values())) == 1
+        assert set(routed(upsert)) == {s0, s1, s2}

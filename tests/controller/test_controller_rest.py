@@ -76,6 +76,8 @@ def test_table_lifecycle(leader: Controller, side_store: ClusterStore, log_dir: 
     stored = get(url, "/tables/events").json()["REALTIME"]
     assert stored["tableIndexConfig"]["streamConfigs"]["realtime.segment.flush.threshold.rows"] == "5000"
     _error(httpx.put(url + "/tables/events", json=table_doc(log_dir, topic="other")), 400, "cannot change")
+    upserted = {**table_doc(log_dir), "upsertConfig": {"mode": "FULL", "comparisonColumns": ["ts"]}}
+    _error(httpx.put(url + "/tables/events", json=upserted), 400, "upsertConfig's mode")  # servers decide keys by it
     _error(httpx.put(url + "/tables/events", json=table_doc(log_dir, name="x")), 400, "does not match")
     _error(httpx.put(url + "/tables/x", json=table_doc(log_dir, name="x")), 404, "does not exist")
 

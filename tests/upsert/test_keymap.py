@@ -80,7 +80,11 @@ def test_key_map_matches_the_model(steps: list) -> None:  # type: ignore[type-ar
         if kind == "rows":
             rows = [(k, c, len(segment_rows) + i, d) for i, (k, c, d) in enumerate(arg)]
             segment_rows += rows
+            before = len(km)
+            predicted = km.out_of_order(versions(rows), rank=segment)  # what is dropped or marked before storing
+            assert len(km) == before
             changes = km.apply(segment, versions(rows))
+            assert predicted.tolist() == changes.out_of_order.tolist()
             assert changes.out_of_order.tolist() == model.add(segment, rows)
             bitmap_state(valid, segment, changes)
         elif kind == "late":

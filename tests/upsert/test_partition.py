@@ -174,3 +174,17 @@ def test_without_a_way_to_read_rows_again_keys_leave_with_their_segment() -> Non
     add(state, 1, consuming, 1)
     state.remove(1, redecide=True)
     assert valid_rows(state) == {}
+
+
+def test_a_shorter_copy_decides_its_keys_again_with_every_segment() -> None:
+    """The consuming copy held an out-of-order row (3) and, past the committed end, the key's newest (10); the
+    committed copy has only the 3. The key's version is the 8 of the segment before, not the copy's late row."""
+    state = PartitionUpsert(versions=Rows.versions)
+    before = ranked([(1, 8, False), (2, 8, True)], 0)  # key 2 deleted there
+    add(state, 0, before, 0)
+    consuming = ranked([(1, 3, False), (2, 4, False), (1, 10, False), (2, 10, False)], 1)
+    add(state, 1, consuming, 1)
+    assert valid_rows(state) == {1: (10, 1), 2: (10, 1)}
+    committed = ranked([(1, 3, False), (2, 4, False)], 1)
+    state.add(2, committed.versions(), committed, rank=1, replacing=1, shorter=True)
+    assert valid_rows(state) == {1: (8, 0)}  # and key 2 stays deleted, not brought back by its late row

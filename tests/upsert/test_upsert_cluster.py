@@ -136,3 +136,41 @@ def test_a_deleted_key_is_hidden_until_a_newer_row_brings_it_back(cluster: InPro
     wait_until(lambda: count() == 7, 30)
     assert answer(cluster, f"SELECT id, amount FROM {DELETING} WHERE id < 4") == [[0, 9]]
     assert answer(cluster, f"SELECT COUNT(*) FROM {DELETING}", skipUpsert="true") == [[27]]
+
+
+def late_table(cluster: InProcessCluster, name: str, **upsert: object) -> dict[str, str]:
+    cluster.create_topic(name, 1)
+    cluster.add_schema({**DELETING_SCHEMA, "schemaName": name})
+    configs = cluster.log_stream_configs(name, **{"realtime.segment.flush.threshold.rows": "4"})
+    cluster.add_table({"tableName": name, "tableType": "REALTIME",
+                       "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
+                       "tableIndexConfig": {"streamConfigs": configs},
+                       "upsertConfig": {"mode": "FULL", **upsert}})
+    return configs
+
+
+def test_out_of_order_rows_dropped_or_marked_and_keys_forgotten_after_their_ttl(cluster: InProcessCluster) -> None:
+    """Rows older than their key's version: dropped (never stored), or stored and marked; and a key whose version
+    is older than the newest comparison value minus metadataTTL is forgotten once the next segment starts, so a
+    late row of it counts as a new key (Pinot's TTL contract: no update arrives later than the TTL)."""
+    dropping = late_table(cluster, "dropping", dropOutOfOrderRecord=True)
+    marking = late_table(cluster, "marking", outOfOrderRecordColumn="deleted")  # any BOOLEAN column will do
+    forgetting = late_table(cluster, "forgetting", metadataTTL=100)
+    rows = [{"id": 1, "amount": 1, "ts": 50}, {"id": 1, "amount": 2, "ts": 30}, {"id": 2, "amount": 3, "ts": 10},
+            {"id": 1, "amount": 4, "ts": 50}]
+    for configs in (dropping, marking, forgetting):
+        cluster.produce(configs, rows, key_field="id")
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM marking", skipUpsert="true") == [[4]], 30)
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM dropping", skipUpsert="true") == [[3]], 30)
+    for table in ("dropping", "marking"):
+        assert answer(cluster, f"SELECT id, amount FROM {table} ORDER BY id") == [[1, 4], [2, 3]]
+    assert answer(cluster, "SELECT amount FROM marking WHERE deleted = true", skipUpsert="true") == [[2]]
+
+    # forgetting: the 4 rows filled a segment; the next one starts with keys older than 500 - 100 forgotten
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM forgetting") == [[2]], 30)
+    cluster.produce(forgetting, [{"id": 3, "amount": 5, "ts": 500}], key_field="id")
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM forgetting") == [[3]], 30)
+    cluster.produce(forgetting, [{"id": 4, "amount": 1, "ts": 500} for _ in range(3)], key_field="id")
+    wait_until(lambda: len(cluster.committed_segments("forgetting_REALTIME")) >= 2, 30)
+    cluster.produce(forgetting, [{"id": 2, "amount": 6, "ts": 5}], key_field="id")  # older, but 2 is forgotten
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM forgetting WHERE id = 2") == [[2]], 30)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from cuvee.decode import BadRecordLog, Decoder
 from cuvee.decode.base import BadRecord
@@ -88,6 +89,10 @@ class PartitionConsumer:
         self.rows_filtered = 0  # rows the filter dropped (offsets consumed, rows not kept)
         # Runs between writing a batch's rows and publishing them (upsert tables: MutableSegment.append)
         self.before_publish: BeforePublish | None = None
+        # Runs on a batch before it is stored: (rows, offsets) -> (rows to store, their offsets, offsets skipped,
+        # counted as filtered). Upsert tables drop or mark out-of-order rows here.
+        self.before_write: Callable[[pa.RecordBatch, np.ndarray], tuple[pa.RecordBatch, np.ndarray, np.ndarray]] \
+            | None = None
         # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
         # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
         self.parked = False
@@ -184,6 +189,9 @@ class PartitionConsumer:
                 good, offsets = good.slice(0, 0), offsets[:0]
             else:
                 good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
+        if self.before_write is not None and good.num_rows:
+            good, offsets, skipped = self.before_write(good, offsets)
+            dropped = np.concatenate([np.asarray(dropped, np.int64), np.asarray(skipped, np.int64)])
         kept = good.num_rows
         room = self.segment.capacity - self.rows
         if row_limit is not None:

@@ -146,7 +146,8 @@ class ConsumingSegment:
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
-        self._upsert = upsert
+        if upsert is not None and upsert.prepares:  # out-of-order rows dropped or marked before they are stored
+            self._consumer.before_write = lambda rows, offsets: upsert.prepare(self.name, rows, offsets)
         if upsert is not None:  # the key map decides each batch's valid docs before the rows are published
             self._consumer.before_publish = lambda rows, first, publish: upsert.ingest(
                 self.name, self, rows, first, publish)
@@ -198,7 +199,9 @@ class ConsumingSegment:
             log.info("%s: capped at offset %d, where the next segment starts", self.name, end_offset)
 
     def halt(self) -> None:
-        """Stop consuming and wait for the consume thread to end; the rows stay readable until ``stop``."""
+        """Before ``stop``: stop consuming and wait for the consume thread to end (a build or a download in
+        progress is cut short, as by ``stop``); the rows stay readable until ``stop``."""
+        self._closing.set()
         self._halt()
 
     def _halt(self) -> None:
@@ -217,12 +220,19 @@ class ConsumingSegment:
         mutable = self._mutable
         return 0 if mutable is None else self._visible(mutable)
 
-    def _visible(self, mutable: MutableSegment) -> int:
+    @property
+    def published_docs(self) -> int:
+        """Every published row, past the cap too (what an upsert table's key map has seen)."""
+        mutable = self._mutable
+        return 0 if mutable is None else mutable.num_docs
+
+    def _visible(self, mutable: MutableSegment, past_cap: bool = False) -> int:
         """The published rows a reader may see: all of them, or those below the cap (see ``cap``). An upsert
-        table's readers see all of them, filtered by the valid docs: a row past the cap may be its key's newest
-        version on this replica until the next segment reads it again (and then it is no longer valid)."""
+        table's readers ask for all of them (``past_cap``), filtered by the valid docs: a row past the cap may be its
+        key's newest version on this replica until the next segment reads it again (and then it is no longer
+        valid); a reader of every row (``skipUpsert``) stays below the cap, or it would read rows twice."""
         cap = self._consumer.cap
-        return mutable.num_docs if cap is None or self._upsert is not None else self._consumer.rows_below(cap)
+        return mutable.num_docs if cap is None or past_cap else self._consumer.rows_below(cap)
 
     @property
     def last_ingestion_ms(self) -> int | None:
@@ -231,23 +241,23 @@ class ConsumingSegment:
             return c.caught_up_ms
         return c.last_message_ms
 
-    def snapshot(self) -> pa.Table:
+    def snapshot(self, *, past_cap: bool = False) -> pa.Table:
         """The rows consumed so far (a consistent prefix), in the schema's logical types."""
         mutable = self._mutable
         if mutable is None:
             return self.schema.arrow_schema().empty_table()
-        return building.logical_table(mutable.snapshot(self._visible(mutable)), self.schema)
+        return building.logical_table(mutable.snapshot(self._visible(mutable, past_cap)), self.schema)
 
     def to_arrow(self) -> pa.Table:
         return self.snapshot()
 
-    def encoded_snapshot(self) -> pa.Table:
+    def encoded_snapshot(self, *, past_cap: bool = False) -> pa.Table:
         """The same prefix with single-value dictionary columns left encoded: what queries read (DuckDB reads them
         as plain values, and decoding per query was the main cost of a query)."""
         mutable = self._mutable
         if mutable is None:
             return self.schema.arrow_schema().empty_table()
-        return encoded_logical_table(mutable.snapshot(self._visible(mutable)), self.schema.arrow_schema())
+        return encoded_logical_table(mutable.snapshot(self._visible(mutable, past_cap)), self.schema.arrow_schema())
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
