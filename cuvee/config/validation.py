@@ -113,7 +113,6 @@ def _upsert_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:
             yield ConfigIssue(path, f"{delete_column!r} must be a single-valued BOOLEAN column")
     if upsert.mode is UpsertMode.PARTIAL:
         yield from _partial_upsert_issues(table, schema)
-        yield ConfigIssue(f"{base}.mode", "PARTIAL upsert is not served yet (rows would be stored unmerged); use FULL")
 
 
 def _is_single_boolean(schema: Schema, column: str) -> bool:

@@ -30,6 +30,10 @@ class CurrentStates:
         self._dirty: set[str] = set()  # tables whose last write failed
         self.write_failures = 0  # store writes that failed (inspectable)
 
+    @property
+    def instance_id(self) -> str:
+        return self._instance_id
+
     def reset(self) -> None:
         """Forget every current state this instance wrote before (a restart holds nothing yet)."""
         self._store.delete(self._store.paths.current_states(self._instance_id))

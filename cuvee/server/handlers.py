@@ -51,6 +51,7 @@ class Consuming(Protocol):
     def force_commit(self) -> None: ...
     def set_paused(self, paused: bool) -> None: ...
     def cap(self, end_offset: int) -> None: ...
+    def set_gate(self, gate: Callable[[threading.Event], bool]) -> None: ...
     def info(self) -> dict: ...
     def go_online(self, record: SegmentRecord) -> ImmutableSegment: ...
     def snapshot(self) -> pa.Table: ...
@@ -90,6 +91,7 @@ class SegmentTransitions:
         states: CurrentStates,
         make_consuming: ConsumingFactory,
         upserts: UpsertTables | None = None,
+        gate_poll_seconds: float = 0.1,
     ):
         self._store = store
         self._registry = registry
@@ -98,6 +100,7 @@ class SegmentTransitions:
         self._states = states
         self._make_consuming = make_consuming
         self._upserts = upserts  # upsert tables: committed copies and releases go through their key maps
+        self._gate_poll_seconds = gate_poll_seconds  # how often an upsert consumer checks its predecessors
         self._lock = threading.Lock()
         self._consuming: dict[Key, Consuming] = {}
         self._stoppers: dict[Key, Callable[[], None]] = {}
@@ -217,7 +220,43 @@ class SegmentTransitions:
             publish()
         else:
             upsert.start(segment, consuming, publish)  # in the partition's views in the same step
+            consuming.set_gate(lambda interrupted: self._upsert_gate(table, segment, upsert, interrupted))
         consuming.start()
+
+    def _upsert_gate(self, table: str, segment: str, upsert: TableUpsert, interrupted: threading.Event) -> bool:
+        """An upsert consumer's first step: wait until every earlier segment of its partition that the ideal state
+        places ONLINE here is served here committed (a commit in flight, a download after a restart), so each row
+        is decided, merged or dropped against the same versions on every replica; then the table's TTLs and
+        snapshot round run at this clean moment (no consuming rows yet). False if interrupted first."""
+        while True:
+            try:
+                if self._predecessors_served(table, segment):
+                    break
+            except Exception:  # noqa: BLE001 - the store may be briefly unreachable: ask again
+                log.warning("%s: cannot tell whether earlier segments are served yet", segment, exc_info=True)
+            if interrupted.wait(self._gate_poll_seconds):
+                return False
+        upsert.ready(segment)
+        return True
+
+    def _predecessors_served(self, table: str, segment: str) -> bool:
+        own = LLCSegmentName.parse(segment)
+        found = self._store.ideal_state(table)
+        if found is None:
+            return True  # the table is gone: the segment is about to be dropped
+        me = self._states.instance_id
+        for name, replicas in found.record.segments.items():
+            if replicas.get(me) is not S.ONLINE:
+                continue
+            try:
+                llc = LLCSegmentName.parse(name)
+            except InvalidSegmentNameError:
+                continue
+            if llc.partition == own.partition and llc.sequence < own.sequence:
+                held = self._registry.get(table, name)
+                if held is None or held.is_consuming:
+                    return False
+        return True
 
     def _cap_predecessor(self, table: str, record: SegmentRecord) -> None:
         """The partition's previous segment, still consuming here (a pauseless commit in flight), ends where this

@@ -128,6 +128,10 @@ class KeyMap:
 
     # ---- reading ----------------------------------------------------------------------------------------------
 
+    @property
+    def comparison_dtype(self) -> type:
+        return self._cmp_dtype
+
     def __len__(self) -> int:
         """Keys tracked, tombstones included."""
         return len(self._main) + len(self._delta)
@@ -288,23 +292,28 @@ class KeyMap:
         return self._drop(self._all("segs") == segment)
 
     def expire(self, metadata_ttl: float = 0.0, deleted_keys_ttl: float = 0.0) -> int:
-        """Forget keys older than the largest comparison value minus the TTL (0: never); returns how many."""
-        if not len(self) or self.largest_comparison is None:
+        """Forget keys older than the largest comparison value tracked minus the TTL (0: never); returns how many.
+        The largest *tracked* value, not the largest ever seen: replicas whose maps hold the same versions expire
+        the same keys, even if one of them once read rows it later discarded (past a committed end)."""
+        if not len(self):
             return 0
         cmps, tomb = self._all("cmps"), self._all("docs") < 0
+        finite = cmps[np.isfinite(cmps)] if self._cmp_dtype is np.float64 else cmps
+        if not len(finite):
+            return 0
+        newest = finite.max()
         old = np.zeros(len(self), bool)
         if metadata_ttl > 0:
-            old |= cmps < self._threshold(metadata_ttl)
+            old |= cmps < self._threshold(newest, metadata_ttl)
         if deleted_keys_ttl > 0:
-            old |= tomb & (cmps < self._threshold(deleted_keys_ttl))
+            old |= tomb & (cmps < self._threshold(newest, deleted_keys_ttl))
         return self._drop(old)
 
-    def _threshold(self, ttl: float) -> np.generic:
-        """The largest comparison value minus ``ttl``, in the map's dtype (exact for integers)."""
-        assert self.largest_comparison is not None
+    def _threshold(self, newest: np.generic, ttl: float) -> np.generic:
+        """``newest`` minus ``ttl``, in the map's dtype (exact for integers)."""
         if self._cmp_dtype is np.int64:
-            return np.int64(max(int(self.largest_comparison) - int(ttl), INT_SMALLEST))
-        return np.float64(self.largest_comparison - ttl)
+            return np.int64(max(int(newest) - int(ttl), INT_SMALLEST))
+        return np.float64(float(newest) - ttl)
 
     def tombstones(self, segment: int) -> np.ndarray:
         """The docs of ``segment``'s delete rows that hide their keys (a snapshot keeps them: without them an older

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pyroaring import FrozenBitMap
 
 from cuvee.upsert.keymap import Changes, KeyMap, Versions
@@ -73,17 +74,47 @@ class PartitionUpsert:
         with self._lock:
             return self._keys.valid_docs(segment), self._keys.tombstones(segment)
 
-    def capture(self, segments: list[int]) -> dict[int, tuple[FrozenBitMap, np.ndarray]]:
-        """Each of ``segments``' (valid docs, tombstone docs) from one instant: a snapshot round."""
+    def capture(self, segments: Mapping[int, str]) -> dict[int, tuple[str, FrozenBitMap, np.ndarray]]:
+        """(name, valid docs, tombstone docs) of each of ``segments`` (id → name) still in the partition, from one
+        instant: a snapshot round."""
         with self._lock:
             tombs = self._keys.tombstones_by_segment()
             none = np.zeros(0, np.int32)
-            return {s: (self._valid.get(s, FrozenBitMap()), tombs.get(s, none)) for s in segments}
+            return {s: (name, self._valid.get(s, FrozenBitMap()), tombs.get(s, none))
+                    for s, name in segments.items() if s in self._handles}
+
+    def rebuild(self) -> None:
+        """Decide every key again from all segments' rows, in stream order (a restart whose snapshots could not
+        all be used)."""
+        assert self._versions is not None
+        with self._lock:
+            ranks = {s: self._keys.rank(s) or 0 for s in self._handles}
+            fresh = KeyMap(self._keys.comparison_dtype)
+            valid: dict[int, FrozenBitMap] = {}
+            for seg in sorted(self._handles, key=lambda s: (ranks[s], s)):
+                _apply(valid, seg, fresh.apply(seg, self._versions(self._handles[seg]), rank=ranks[seg]))
+            self._keys = fresh
+            self._install(valid, dict(self._handles))
 
     def out_of_order(self, rows: Versions, rank: int) -> np.ndarray:
         """Which of ``rows`` the key map would find out of order now (``KeyMap.out_of_order``)."""
         with self._lock:
             return self._keys.out_of_order(rows, rank)
+
+    def previous_rows(self, rows: Versions, rank: int, read: Callable[[Any, np.ndarray], pa.Table]
+                      ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, pa.Table]]]:
+        """For partial upsert, from one instant: which of ``rows`` are out of order, which have a live stored
+        version (not deleted), and those versions' rows: (row indices, their previous rows read through
+        ``read(handle, docs)``) per segment holding some."""
+        with self._lock:
+            late = self._keys.out_of_order(rows, rank)
+            found, segs, docs, _ = self._keys.lookup(rows.keys)
+            live = found & (docs >= 0) & np.isin(segs, np.fromiter(self._handles, np.int64, len(self._handles)))
+            parts = []
+            for seg in np.unique(segs[live]):
+                at = np.flatnonzero(live & (segs == seg))
+                parts.append((at, read(self._handles[int(seg)], docs[at].astype(np.int64))))
+            return late, live, parts
 
     def expire(self, metadata_ttl: float, deleted_keys_ttl: float) -> int:
         """Stop tracking keys past their TTLs (``KeyMap.expire``); their docs keep the validity they have."""

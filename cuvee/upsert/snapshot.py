@@ -102,38 +102,46 @@ class SnapshotStore:
             return {}
 
     def write_round(self, partition: int, round_id: int, changed: Mapping[str, Snapshot],
-                    kept: Mapping[str, int]) -> None:
-        """Write ``changed`` segments' snapshots, then the manifest naming them and the ``kept`` ones (name → CRC,
-        unchanged since their last round), then delete files no manifest names any more."""
+                    kept: Mapping[str, Snapshot]) -> set[str]:
+        """Write ``changed`` segments' snapshots, then the manifest naming them and the ``kept`` ones (unchanged
+        since their last round: their file is named again, or written if the last manifest lacks it), then delete
+        files no manifest names any more. Returns the segments the new manifest names."""
         self.directory.mkdir(parents=True, exist_ok=True)
         previous = self._entries(partition)
         entries: dict[str, dict[str, object]] = {}
+        for name, snap in kept.items():
+            old = previous.get(name)
+            if old is not None and old["crc"] == snap.crc:
+                entries[name] = old
+            else:
+                changed = {**changed, name: snap}  # the last manifest lost it: write it again
         for name, snap in changed.items():
-            file = f"{name}.{round_id}.vd"
+            file = _safe_file(f"{name}.{round_id}.vd")
             _write_atomically(self.directory / file, encode(snap))
             entries[name] = {"crc": snap.crc, "file": file}
-        for name, crc in kept.items():
-            old = previous.get(name)
-            if old is None or int(old["crc"]) != crc:  # nothing on disk for it: the round cannot name it
-                log.warning("no earlier snapshot of %s (crc %d): left out of the round", name, crc)
-                continue
-            entries[name] = old
         _write_atomically(self._manifest(partition), orjson.dumps({"round": round_id, "segments": entries}))
         named = {str(e["file"]) for e in entries.values()}
         for old in previous.values():
-            if str(old["file"]) not in named:
-                (self.directory / _safe_file(str(old["file"]))).unlink(missing_ok=True)
+            if old["file"] not in named:
+                (self.directory / old["file"]).unlink(missing_ok=True)
+        return set(entries)
 
     def _entries(self, partition: int) -> dict[str, dict[str, object]]:
+        """The last manifest's well-formed entries (a damaged manifest counts as none)."""
         try:
             entries = orjson.loads(self._manifest(partition).read_bytes())["segments"]
-            return {str(k): v for k, v in entries.items() if isinstance(v, dict)}
-        except (OSError, ValueError, KeyError, TypeError):
+            out: dict[str, dict[str, object]] = {}
+            for name, entry in entries.items():
+                if isinstance(entry, dict) and isinstance(entry.get("crc"), int) and isinstance(entry.get("file"), str):
+                    _safe_file(entry["file"])
+                    out[str(name)] = {"crc": entry["crc"], "file": entry["file"]}
+            return out
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
 
 def _safe_file(name: str) -> str:
-    if "/" in name or "\\" in name or name.startswith("."):
+    if not name or "/" in name or "\\" in name or "\x00" in name or name.startswith("."):
         raise SnapshotError(f"bad snapshot file name {name[:80]!r}")
     return name
 

@@ -25,9 +25,11 @@ import pyarrow as pa
 from pyroaring import FrozenBitMap
 
 from cuvee.config import Schema, TableConfig
+from cuvee.config.sections import PartialUpsertStrategy, UpsertMode
 from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.upsert.keymap import Versions
+from cuvee.upsert.partial import merge_rows, occurrence_rounds
 from cuvee.upsert.partition import PartitionUpsert, UpsertView
 from cuvee.upsert.snapshot import Snapshot, SnapshotStore
 from cuvee.upsert.rows import comparison_dtype, versions_of
@@ -53,12 +55,19 @@ class TableUpsert:
         types = [schema.column(c).arrow_type() for c in self.comparison]
         self._dtype = comparison_dtype(types)
         self._ttls = (upsert.metadata_ttl, upsert.deleted_keys_ttl) if upsert is not None else (0.0, 0.0)
+        self._partial = upsert is not None and upsert.mode is UpsertMode.PARTIAL
+        self._strategies = dict(upsert.partial_upsert_strategies) if upsert is not None else {}
+        self._default_strategy = (upsert.default_partial_upsert_strategy if upsert is not None
+                                  else PartialUpsertStrategy.OVERWRITE)
         self._drop_out_of_order = bool(upsert is not None and upsert.drop_out_of_order_record)
         self._out_of_order_column = upsert.out_of_order_record_column if upsert is not None else None
         self._out_of_order_type = (schema.column(self._out_of_order_column).arrow_type()
                                    if self._out_of_order_column else None)
         self._snapshots = snapshots if upsert is not None and upsert.snapshot_enabled else None
         self._preload_on = self._snapshots is not None and upsert is not None and upsert.preload_enabled
+        self._rules = (self.primary_key, self.comparison, self.delete_column, self._dtype, self._partial,
+                       tuple(sorted((k, v.value) for k, v in self._strategies.items())), self._default_strategy,
+                       self._drop_out_of_order, self._out_of_order_column, self._ttls)
         self._lock = threading.Lock()
         self._partitions: dict[int, PartitionUpsert] = {}
         self._ids: dict[str, int] = {}  # segment name -> id of the copy now tracked
@@ -67,13 +76,13 @@ class TableUpsert:
         # snapshots to preload, per partition, until the partition's first consuming segment starts (restart only)
         self._preloads: dict[int, dict[str, Snapshot]] = {}
         self._persisted: dict[str, tuple[FrozenBitMap, np.ndarray]] = {}  # last snapshot written per segment
+        self._preloaded_rank: dict[int, int] = {}  # per partition: the latest segment preloaded at restart
         self._round_lock = threading.Lock()
         self.preloaded = 0  # segments whose keys came from a snapshot (a restart's figure)
 
     def same_rules(self, other: TableUpsert) -> bool:
         """Whether ``other`` decides keys as this one does."""
-        return ((self.primary_key, self.comparison, self.delete_column, self._dtype)
-                == (other.primary_key, other.comparison, other.delete_column, other._dtype))
+        return self._rules == other._rules
 
     @property
     def columns(self) -> list[str]:
@@ -88,47 +97,65 @@ class TableUpsert:
         state, sid = self._state_and_new_id(llc.partition)
         with self._lock:
             self._preloads[llc.partition] = {}  # from now on keys change: a snapshot loaded earlier is stale
-        if any(self._ttls):
-            state.expire(*self._ttls)
-        self._snapshot_round(llc.partition, state)
         empty = np.zeros(0, np.int32)
         state.add(sid, Versions(np.zeros(0, np.uint64), np.zeros(0, self._dtype), empty), token, rank=llc.sequence,
                   publish=publish)
         with self._lock:
             self._ids[segment] = sid
 
+    def ready(self, segment: str) -> None:
+        """A consuming segment is about to read its first row and every earlier committed segment of its partition
+        is served here: the clean moment (no consuming rows decided yet, the same versions on every replica) to
+        apply the TTLs and write a snapshot round. Skipped while another consuming copy of the partition holds
+        rows: its rows have already invalidated committed docs, and a snapshot must not keep that."""
+        llc = LLCSegmentName.parse(segment)
+        with self._lock:
+            state = self._partitions.get(llc.partition)
+            others = [n for n in self._ids if n not in self._crcs and n != segment
+                      and LLCSegmentName.parse(n).partition == llc.partition]
+        if state is None:
+            return
+        busy = [n for n in others if _readable_docs(state.handle(self._ids.get(n, -1)) or _NO_ROWS) > 0]
+        if busy:
+            log.info("%s: TTLs and snapshot round skipped: %s still consuming here", segment, ", ".join(busy))
+            return
+        if any(self._ttls):
+            state.expire(*self._ttls)
+        try:
+            self._snapshot_round(llc.partition, state)
+        except Exception:  # noqa: BLE001 - a snapshot is an optimisation: never fail consumption for it
+            log.exception("upsert snapshot of %s partition %d failed; a restart decides keys from the rows",
+                          segment, llc.partition)
+
     def _snapshot_round(self, partition: int, state: PartitionUpsert) -> None:
-        """Persist the valid docs of the partition's committed segments whose state changed since the last round
-        (``cuvee.upsert.snapshot``). A failure to write is logged: the restart then decides keys from the rows."""
+        """Persist the valid docs of the partition's committed segments (``cuvee.upsert.snapshot``): written for
+        those whose state changed since the last round, named again for the others."""
         if self._snapshots is None:
             return
-        with self._lock:
-            committed = {name: (self._ids[name], crc) for name, crc in self._crcs.items()
-                         if name in self._ids and LLCSegmentName.parse(name).partition == partition}
         with self._round_lock:
-            captured = state.capture([sid for sid, _ in committed.values()])
+            with self._lock:
+                committed = {name: (self._ids[name], crc) for name, crc in self._crcs.items()
+                             if name in self._ids and LLCSegmentName.parse(name).partition == partition}
+            captured = state.capture({sid: name for name, (sid, _) in committed.items()})
             changed: dict[str, Snapshot] = {}
-            kept: dict[str, int] = {}
-            for name, (sid, crc) in committed.items():
-                valid, tombs = captured[sid]
+            kept: dict[str, Snapshot] = {}
+            for sid, (name, valid, tombs) in captured.items():
+                crc = committed[name][1]
+                docs = np.frombuffer(valid.to_array(), np.uint32) if len(valid) else np.zeros(0, np.uint32)
+                snap = Snapshot(crc, docs, np.asarray(tombs))
                 last = self._persisted.get(name)
-                if last is not None and last[0] is valid and np.array_equal(last[1], tombs):
-                    kept[name] = crc
-                else:
-                    docs = np.frombuffer(valid.to_array(), np.uint32) if len(valid) else np.zeros(0, np.uint32)
-                    changed[name] = Snapshot(crc, docs, np.asarray(tombs))
-            try:
-                self._snapshots.write_round(partition, time.time_ns(), changed, kept)
-            except OSError as exc:
-                log.warning("upsert snapshot of partition %d not written: %s", partition, exc)
-                return
-            for name in changed:
-                self._persisted[name] = captured[committed[name][0]]
+                same = last is not None and last[0] is valid and np.array_equal(last[1], tombs)
+                (kept if same else changed)[name] = snap
+            written = self._snapshots.write_round(partition, time.time_ns(), changed, kept)
+            with self._lock:
+                for sid, (name, valid, tombs) in captured.items():
+                    if name in written and self._ids.get(name) == sid:  # still the copy tracked
+                        self._persisted[name] = (valid, tombs)
 
     @property
     def prepares(self) -> bool:
         """Whether a batch must pass ``prepare`` before it is stored."""
-        return self._drop_out_of_order or self._out_of_order_column is not None
+        return self._partial or self._drop_out_of_order or self._out_of_order_column is not None
 
     def prepare(self, segment: str, rows: pa.RecordBatch, offsets: np.ndarray
                 ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
@@ -143,16 +170,55 @@ class TableUpsert:
         if state is None or not known:
             raise UpsertStateError(f"segment {segment} is not consuming in the upsert state of this server")
         versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
-        late = state.out_of_order(versions, llc.sequence)
+        if self._partial:
+            late, rows = self._merged(state, versions, llc.sequence, rows)
+        else:
+            late = state.out_of_order(versions, llc.sequence)
         if self._drop_out_of_order:
             keep = pa.array(~late)
             return rows.filter(keep), offsets[~late], offsets[late]
-        assert self._out_of_order_column is not None and self._out_of_order_type is not None
+        if self._out_of_order_column is None or self._out_of_order_type is None:
+            return rows, offsets, offsets[:0]
         at = rows.schema.get_field_index(self._out_of_order_column)
         marks = pa.array(late).cast(self._out_of_order_type)
         field = pa.field(self._out_of_order_column, marks.type)
         rows = rows.set_column(at, field, marks) if at >= 0 else rows.append_column(field, marks)
         return rows, offsets, offsets[:0]
+
+    def _merged(self, state: PartitionUpsert, versions: Versions, rank: int, batch: pa.RecordBatch
+                ) -> tuple[np.ndarray, pa.RecordBatch]:
+        """Partial upsert: each row merged with its key's previous version (``cuvee.upsert.partial``), so the
+        stored row is complete. The previous version of a key's first row in the batch is its stored live version;
+        of a later row, the batch's last row of the key that was not out of order. Out-of-order rows are stored
+        as they came (never valid); a delete row is stored as it came and leaves no previous version."""
+        rows = pa.Table.from_batches([batch])
+        late, live, parts = state.previous_rows(versions, rank, lambda handle, docs: _rows_at(handle, docs,
+                                                                                              rows.schema))
+        deletes = np.zeros(len(late), bool) if versions.deletes is None else np.asarray(versions.deletes, bool)
+        previous = rows  # any rows of the right schema: only those marked live are read
+        if parts:
+            at = np.concatenate([a for a, _ in parts])
+            got = pa.concat_tables([t for _, t in parts])
+            index = np.arange(len(late))
+            index[at] = len(late) + np.arange(len(at))
+            previous = pa.concat_tables([rows, got]).take(pa.array(index))
+        keys, first, group_of = np.unique(versions.keys, return_index=True, return_inverse=True)  # first row of each
+        current, has = previous.take(pa.array(first)), live[first].copy()
+        always_new = [*self.primary_key, *self.comparison]
+        pieces, order = [], []
+        for picked in occurrence_rounds(versions.keys):
+            groups = group_of[picked]
+            wins = ~late[picked]
+            merged = merge_rows(current.take(pa.array(groups)), has[groups] & wins & ~deletes[picked],
+                                rows.take(pa.array(picked)), self._strategies, self._default_strategy, always_new)
+            pieces.append(merged)
+            order.append(picked)
+            moved = np.arange(len(keys))
+            moved[groups[wins]] = len(keys) + np.flatnonzero(wins)
+            current = pa.concat_tables([current, merged]).take(pa.array(moved))
+            has[groups[wins]] = ~deletes[picked][wins]
+        merged_all = pa.concat_tables(pieces).take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+        return late, merged_all.combine_chunks().to_batches()[0] if merged_all.num_rows else batch
 
     def ingest(self, segment: str, token: Any, rows: pa.Table | pa.RecordBatch, first_doc: int,
                publish: Callable[[], None]) -> None:
@@ -174,26 +240,45 @@ class TableUpsert:
         crc = int(getattr(token, "crc", 0) or 0)
         with self._lock:
             replacing = self._ids.get(segment)
-            snapshot = self._preload_snapshot(llc.partition, segment) if replacing is None else None
+        snapshot = self._preload_snapshot(llc.partition, segment) if replacing is None else None
         state, sid = self._state_and_new_id(llc.partition)
-        if not (snapshot is not None and snapshot.crc == crc
-                and self._preload(state, sid, llc.sequence, token, rows, snapshot, publish)):
+        if snapshot is not None and snapshot.crc == crc and self._preload(state, sid, llc.sequence, token, rows,
+                                                                          snapshot, publish):
+            with self._lock:
+                self._preloaded_rank[llc.partition] = max(self._preloaded_rank.get(llc.partition, -1),
+                                                          llc.sequence)
+        else:
             versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)  # may raise
             replaced = state.handle(replacing) if replacing is not None else None
             shorter = replaced is not None and rows.num_rows < _readable_docs(replaced)
             state.add(sid, versions, token, rank=llc.sequence, replacing=replacing, publish=publish,
                       shorter=shorter)
+            with self._lock:
+                after_preloaded = self._preloaded_rank.get(llc.partition, -1) >= llc.sequence
+            if after_preloaded:
+                # decided from its rows after later segments were preloaded: a snapshot may have dropped what
+                # this segment's rows need (an expired tombstone); decide the whole partition from its rows
+                log.info("%s: decided from its rows after later snapshots were preloaded; rebuilding partition %d",
+                         segment, llc.partition)
+                state.rebuild()
+                with self._lock:
+                    self._preloaded_rank.pop(llc.partition, None)
         with self._lock:  # only now: a failure above leaves the tracked copy as it was
             self._ids[segment] = sid
             self._crcs[segment] = crc
 
     def _preload_snapshot(self, partition: int, segment: str) -> Snapshot | None:
-        """The snapshot to preload ``segment`` from (once; under ``_lock``), while the partition has not started."""
+        """The snapshot to preload ``segment`` from (once), while the partition has not started consuming."""
         if not self._preload_on or self._snapshots is None:
             return None
-        if partition not in self._preloads:
-            self._preloads[partition] = self._snapshots.load(partition)
-        return self._preloads[partition].pop(segment, None)
+        with self._lock:
+            loaded = partition in self._preloads
+        if not loaded:
+            found = self._snapshots.load(partition)  # file reads outside the lock
+            with self._lock:
+                self._preloads.setdefault(partition, found)
+        with self._lock:
+            return self._preloads[partition].pop(segment, None)
 
     def _preload(self, state: PartitionUpsert, sid: int, rank: int, token: Any, rows: pa.Table, snapshot: Snapshot,
                  publish: Callable[[], None]) -> bool:
@@ -278,6 +363,14 @@ class TableUpsert:
             return state, next(self._next)
 
 
+def _rows_at(token: Any, docs: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """Rows ``docs`` of a copy in ``schema`` (a consuming segment's published rows, past any cap; a committed
+    segment's columns): the previous versions partial upsert merges with."""
+    names = list(schema.names)
+    table = token.snapshot(past_cap=True).select(names) if hasattr(token, "snapshot") else token.to_arrow(names)
+    return table.take(pa.array(docs)).cast(schema)
+
+
 def _llc_or_none(segment: str) -> LLCSegmentName | None:
     """A realtime segment's parsed name; None for another name (it belongs to no stream partition)."""
     try:
@@ -288,6 +381,13 @@ def _llc_or_none(segment: str) -> LLCSegmentName | None:
 
 def _name_of(token: Any) -> str:
     return str(token.name)
+
+
+class _NoRows:
+    num_docs = 0
+
+
+_NO_ROWS = _NoRows()
 
 
 def _readable_docs(token: Any) -> int:

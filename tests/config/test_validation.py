@@ -46,10 +46,7 @@ def problems(config: TableConfig, schema: Schema = SCHEMA) -> dict[str, str]:
 def test_example_tables_fit_their_schemas(fixture_doc: Doc, schema: str, table_doc: str) -> None:
     config = TableConfig.from_json(fixture_doc(table_doc))
     found = {i.path: i.message for i in table_schema_issues(config, Schema.from_json(fixture_doc(schema)))}
-    if table_doc == "rsvp_upsert_table":  # a PARTIAL table: everything fits, but PARTIAL is not served yet
-        assert list(found) == ["$.upsertConfig.mode"] and "not served yet" in found["$.upsertConfig.mode"]
-    else:
-        assert found == {}
+    assert found == {}
 
 
 def test_every_index_column_must_exist() -> None:
@@ -160,7 +157,6 @@ def test_partial_upsert_strategies_are_checked_against_the_schema() -> None:
         "$.upsertConfig.partialUpsertStrategies.amount":
             "APPEND needs a multi-valued column, 'amount' is single-valued",
         "$.upsertConfig.partialUpsertStrategies.ghost": "column 'ghost' is not in schema 'orders'",
-        "$.upsertConfig.mode": "PARTIAL upsert is not served yet (rows would be stored unmerged); use FULL",
     }
 
 

@@ -3,6 +3,7 @@ servers with a scripted consumer, and polling with a deadline."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -129,6 +130,9 @@ class ScriptedConsuming:
 
     def halt(self) -> None:
         self.calls.append("halt")
+
+    def set_gate(self, gate: Callable[[threading.Event], bool]) -> None:
+        self.calls.append("set_gate")
 
     def force_commit(self) -> None:
         self.calls.append("force_commit")

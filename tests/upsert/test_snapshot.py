@@ -32,11 +32,11 @@ def test_rounds_keep_only_what_the_manifest_names(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path / ".upsert")
     assert store.load(0) == {}
     store.write_round(0, 1, {"a": snap(11, [0, 1]), "b": snap(12, [2])}, {})
-    store.write_round(0, 2, {"b": snap(12, [])}, {"a": 11})  # a unchanged: its round-1 file stays named
+    store.write_round(0, 2, {"b": snap(12, [])}, {"a": snap(11, [0, 1])})  # a unchanged: its round-1 file stays
     loaded = store.load(0)
     assert same(loaded["a"], snap(11, [0, 1])) and same(loaded["b"], snap(12, []))
     assert sorted(p.name for p in store.directory.glob("*.vd")) == ["a.1.vd", "b.2.vd"]
-    store.write_round(0, 3, {}, {"b": 12})  # a left the partition
+    assert store.write_round(0, 3, {}, {"b": snap(12, [])}) == {"b"}  # a left the partition
     assert set(store.load(0)) == {"b"} and sorted(p.name for p in store.directory.glob("*.vd")) == ["b.2.vd"]
     assert store.load(1) == {}  # partitions are separate
 
@@ -57,3 +57,11 @@ def test_an_unreadable_snapshot_disables_the_whole_partition(tmp_path: Path) -> 
     assert store.load(0) == {}
     (tmp_path / "partition-0.json").write_text('{"segments": {"a": {"crc": 11, "file": "../../etc/passwd"}}}')
     assert store.load(0) == {}
+
+
+def test_a_kept_segment_the_last_manifest_lacks_is_written_again(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    store.write_round(0, 1, {"a": snap(11, [0])}, {})
+    (tmp_path / "partition-0.json").write_text('{"segments": []}')  # damaged (valid JSON, wrong shape)
+    assert store.write_round(0, 2, {}, {"a": snap(11, [0])}) == {"a"}
+    assert same(store.load(0)["a"], snap(11, [0]))

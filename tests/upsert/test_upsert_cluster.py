@@ -3,6 +3,7 @@ AccountBalance example, and counts that equal the keys produced at every poll wh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +175,75 @@ def test_out_of_order_rows_dropped_or_marked_and_keys_forgotten_after_their_ttl(
     wait_until(lambda: len(cluster.committed_segments("forgetting_REALTIME")) >= 2, 30)
     cluster.produce(forgetting, [{"id": 2, "amount": 6, "ts": 5}], key_field="id")  # older, but 2 is forgotten
     wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM forgetting WHERE id = 2") == [[2]], 30)
+
+
+PARTIAL_SCHEMA = {
+    "schemaName": "merged",
+    "dimensionFieldSpecs": [{"name": "id", "dataType": "INT"}, {"name": "city", "dataType": "STRING"},
+                            {"name": "first_city", "dataType": "STRING"},
+                            {"name": "tags", "dataType": "STRING", "singleValueField": False},
+                            {"name": "events", "dataType": "STRING", "singleValueField": False}],
+    "metricFieldSpecs": [{"name": "clicks", "dataType": "LONG"}, {"name": "best", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+    "primaryKeyColumns": ["id"],
+}
+
+
+def test_partial_upsert_merges_every_strategy_across_batches_and_commits(cluster: InProcessCluster) -> None:
+    """Segments of 3 rows: a key's previous version is in the same batch, the consuming segment or a committed
+    one. A late row (ts 0) is stored as it came and never merged into the key."""
+    cluster.create_topic("merged", 1)
+    cluster.add_schema(PARTIAL_SCHEMA)
+    configs = cluster.log_stream_configs("merged", **{"realtime.segment.flush.threshold.rows": "3"})
+    cluster.add_table({"tableName": "merged", "tableType": "REALTIME",
+                       "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
+                       "tableIndexConfig": {"streamConfigs": configs},
+                       "upsertConfig": {"mode": "PARTIAL", "defaultPartialUpsertStrategy": "OVERWRITE",
+                                        "partialUpsertStrategies": {"clicks": "INCREMENT", "best": "MAX",
+                                                                    "first_city": "IGNORE", "tags": "UNION",
+                                                                    "events": "APPEND"}}})
+
+    def row(key: int, ts: int, clicks: int, best: int, city: str | None, first: str, tags: list[str],
+            events: list[str]) -> dict:  # type: ignore[type-arg]
+        return {"id": key, "ts": ts, "clicks": clicks, "best": best, "city": city, "first_city": first,
+                "tags": tags, "events": events}
+
+    cluster.produce(configs, [row(1, 1, 1, 5, "a", "a", ["x"], ["e1"]), row(2, 1, 10, 1, "b", "b", ["y"], ["e1"])],
+                    key_field="id")
+    sql = "SELECT id, clicks, best, city, first_city, tags, events FROM merged ORDER BY id"
+    wait_until(lambda: len(answer(cluster, sql)) == 2, 30)
+    cluster.produce(configs, [row(1, 2, 2, 3, None, "z", ["w", "x"], ["e2"]),
+                              row(1, 0, 100, 100, "late", "late", ["late"], ["late"]),
+                              row(2, 3, 5, 7, "c", "q", ["y"], ["e3"]),
+                              row(1, 4, 3, 4, "d", "y", ["v"], ["e4"])], key_field="id")
+    expected = [[1, 6, 5, "d", "a", ["v", "w", "x"], ["e1", "e2", "e4"]],
+                [2, 15, 7, "c", "b", ["y"], ["e1", "e3"]]]
+    wait_until(lambda: answer(cluster, sql) == expected, 30, message=lambda: f"merged: {answer(cluster, sql)}")
+    assert answer(cluster, "SELECT COUNT(*) FROM merged", skipUpsert="true") == [[6]]
+    wait_until(lambda: len(cluster.committed_segments("merged_REALTIME")) == 2, 30)  # both full segments
+    assert answer(cluster, sql) == expected  # the same from the committed copies
+
+
+def test_the_worked_example_of_docs_upsert_md(cluster: InProcessCluster) -> None:
+    """examples/accounts/ as docs/upsert.md walks through it (its stream moved to this cluster's log)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "accounts"
+    schema = json.loads((example / "schema.json").read_text())
+    table = json.loads((example / "table.json").read_text())
+    local = cluster.log_stream_configs("accounts")
+    table["tableIndexConfig"]["streamConfigs"]["stream.log.dir"] = local["stream.log.dir"]
+    configs = table["tableIndexConfig"]["streamConfigs"]
+    cluster.create_topic("accounts", 2)
+    cluster.add_schema(schema)
+    cluster.add_table(table)
+
+    def produce_file(name: str) -> None:
+        rows = [json.loads(line) for line in (example / name).read_text().splitlines() if line.strip()]
+        cluster.produce(configs, rows, key_field="account")
+
+    sql = "SELECT account, balance FROM accounts ORDER BY account"
+    produce_file("balances.jsonl")
+    wait_until(lambda: answer(cluster, sql) == [["abc-12", 100], ["abc-13", 102], ["abc-14", 50]], 30)
+    produce_file("updates.jsonl")
+    wait_until(lambda: answer(cluster, sql) == [["abc-12", 200], ["abc-13", 102]], 30)
+    assert answer(cluster, "SELECT COUNT(*) FROM accounts", skipUpsert="true") == [[6]]

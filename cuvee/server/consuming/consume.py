@@ -190,7 +190,11 @@ class PartitionConsumer:
             else:
                 good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
         if self.before_write is not None and good.num_rows:
-            good, offsets, skipped = self.before_write(good, offsets)
+            try:
+                good, offsets, skipped = self.before_write(good, offsets)
+            except Exception as exc:  # noqa: BLE001 - reported as this replica's consume failure, never a dead thread
+                raise ConsumeError(f"{self.name}: preparing rows at offset {self.offset} failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
             dropped = np.concatenate([np.asarray(dropped, np.int64), np.asarray(skipped, np.int64)])
         kept = good.num_rows
         room = self.segment.capacity - self.rows

@@ -152,6 +152,7 @@ class ConsumingSegment:
             self._consumer.before_publish = lambda rows, first, publish: upsert.ingest(
                 self.name, self, rows, first, publish)
         self._thread: threading.Thread | None = None
+        self._gate: Callable[[threading.Event], bool] | None = None  # see set_gate
         self._lock = threading.Lock()  # guards go_online / stop against each other
         self._built: ImmutableSegment | None = None
         self._online: ImmutableSegment | None = None
@@ -287,8 +288,17 @@ class ConsumingSegment:
 
     # ---- the consume thread ----
 
+    def set_gate(self, gate: Callable[[threading.Event], bool]) -> None:
+        """Before the first row: ``gate(interrupted)`` blocks until consumption may begin (an upsert table waits for
+        the partition's committed segments to be served here, so every row is decided against all of them);
+        False (interrupted) ends the thread."""
+        self._gate = gate
+
     def _run(self) -> None:
         try:
+            gate = self._gate
+            if gate is not None and not gate(self._interrupt):
+                return
             started = self.consume_started = self._clock()
             try:
                 reason = self._consume_to_end(started)

@@ -1,0 +1,196 @@
+"""Upsert on a server against append-only on the same rows: issue 7's server-level figures.
+
+    .venv/bin/python bench/upsert_server.py [--rows 2000000] [--keys 500000] [--segments 8] [--repeat 5]
+
+- **ingest**: CPU seconds (``time.process_time``) for a consuming segment to take the stream's rows, a batch of
+  10,000 at a time as a consumer does: JSON messages decoded and stored, append-only against upsert (the key map
+  deciding each batch between writing and publishing it) (target ≥ 0.7×). The storing step alone is shown too:
+  the harshest ratio, with the decoding both pay left out.
+- **query**: median latency of a few queries over the upsert segment (every row stored, the valid ones marked and
+  filtered in DuckDB's scan, as the server does) against an append-only segment holding only those valid rows
+  (target overhead ≤ 20 %).
+- **restart**: the committed segments loaded as a restarting server does (load + CRC check), append-only against
+  upsert deciding keys from the rows, and upsert preloading valid-docs snapshots (target ≤ 2× append-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import orjson
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from cuvee.config import Schema, TableConfig
+from cuvee.decode.json import JsonDecoder
+from cuvee.segment.builder import build_segment
+from cuvee.segment.immutable import ImmutableSegment
+from cuvee.segment.mutable import MutableSegment
+from cuvee.server.query_executor import _bind
+from cuvee.server.queryable import encoded_logical_table
+from cuvee.upsert.snapshot import SnapshotStore
+from cuvee.upsert.table import VALID_COLUMN, TableUpsert, valid_mask
+
+SCHEMA = Schema.from_json({
+    "schemaName": "accounts", "primaryKeyColumns": ["id"],
+    "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}, {"name": "region", "dataType": "STRING"}],
+    "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}]})
+CONFIG = TableConfig.from_json({
+    "tableName": "accounts", "tableType": "REALTIME", "segmentsConfig": {"timeColumnName": "ts"},
+    "tableIndexConfig": {"streamConfigs": {"streamType": "log", "stream.log.topic.name": "accounts",
+                                           "stream.log.dir": "/nonexistent/not-read"}},
+    "upsertConfig": {"mode": "FULL"}})
+QUERIES = ["SELECT COUNT(*) FROM cuvee_segments",
+           "SELECT SUM(v), MAX(ts) FROM cuvee_segments",
+           "SELECT region, COUNT(*), SUM(v) FROM cuvee_segments GROUP BY region",
+           "SELECT id, v FROM cuvee_segments WHERE v > 900000 ORDER BY v DESC LIMIT 10"]
+BATCH = 10_000
+
+
+def rows(count: int, keys: int) -> pa.Table:
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, keys, count)
+    return pa.table({"id": ids, "region": pa.array(np.char.add("r", (ids % 16).astype(str))),
+                     "v": rng.integers(0, 1_000_000, count), "ts": np.arange(count, dtype=np.int64)})
+
+
+def name(sequence: int) -> str:
+    return f"accounts__0__{sequence}__20260101T0000Z"
+
+
+def ingest(data: pa.Table, upsert: TableUpsert | None, messages: list[bytes] | None = None
+           ) -> tuple[float, MutableSegment]:
+    """CPU seconds to store ``data`` (decoding ``messages``, its rows as JSON, first when given)."""
+    segment = MutableSegment(SCHEMA, CONFIG.indexing, data.num_rows, name=name(1000 if messages is None else 1001))
+    decoder = JsonDecoder(SCHEMA)
+    hook = None
+    if upsert is not None:
+        upsert.start(segment.name, segment)
+
+        def hook(batch: pa.RecordBatch, first: int, publish: Callable[[], None]) -> None:
+            upsert.ingest(segment.name, segment, batch, first, publish)
+
+    batches = data.to_batches(BATCH)
+    started = time.process_time()
+    offset = 0
+    for batch in batches:
+        offsets = np.arange(offset, offset + batch.num_rows)
+        if messages is not None:
+            batch = decoder.decode(messages[offset:offset + batch.num_rows], offsets).batch
+        segment.append(batch, offsets, before_publish=hook)
+        offset += len(offsets)
+    return time.process_time() - started, segment
+
+
+def query_ms(con_factory: Callable[[], duckdb.DuckDBPyConnection], repeat: int) -> list[float]:
+    out = []
+    for sql in QUERIES:
+        times = []
+        for _ in range(repeat):
+            con = con_factory()
+            t0 = time.perf_counter()
+            con.sql(sql).fetchall()
+            times.append((time.perf_counter() - t0) * 1000)
+            con.close()
+        out.append(statistics.median(times))
+    return out
+
+
+def restart_s(paths: list[Path], upsert: Callable[[], TableUpsert] | None) -> float:
+    started = time.perf_counter()
+    state = upsert() if upsert is not None else None
+    for path in paths:
+        segment = ImmutableSegment.load(path)
+        segment.verify_crc()
+        if state is not None:
+            state.serve(segment.name, segment, segment.to_arrow(state.columns), lambda: None)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--keys", type=int, default=500_000)
+    parser.add_argument("--segments", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    data = rows(args.rows, args.keys)
+    console = Console()
+
+    messages = [orjson.dumps(row) for row in data.to_pylist()]
+    ingest(data.slice(0, 4 * BATCH), TableUpsert(CONFIG, SCHEMA), messages[:4 * BATCH])  # warm-up, not counted
+    plain_cpu, _ = ingest(data, None)
+    upsert_state = TableUpsert(CONFIG, SCHEMA)
+    upsert_cpu, stored = ingest(data, upsert_state)
+    plain_dec, _ = ingest(data, None, messages)
+    upsert_dec, _ = ingest(data, TableUpsert(CONFIG, SCHEMA), messages)
+    token, bits = next(iter(upsert_state.views([stored.name]).values()))
+    valid = np.frombuffer(bits.to_array(), np.uint32)
+
+    all_rows = encoded_logical_table(stored.snapshot(stored.num_docs), SCHEMA.arrow_schema())  # as queries read
+    marked = all_rows.append_column(VALID_COLUMN, valid_mask(all_rows.num_rows, bits))
+    latest = all_rows.take(pa.array(valid))
+
+    def upsert_con() -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect()
+        _bind(con, marked, None, upsert=True)
+        return con
+
+    def plain_con() -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect()
+        _bind(con, latest, None)
+        return con
+
+    plain_q, upsert_q = query_ms(plain_con, args.repeat), query_ms(upsert_con, args.repeat)
+
+    work = Path(tempfile.mkdtemp(prefix="cuvee-upsert-bench-"))
+    try:
+        per = -(-args.rows // args.segments)
+        paths = []
+        for seq in range(args.segments):
+            built = build_segment(data.slice(seq * per, per), SCHEMA, CONFIG.indexing, work / "segments", name(seq),
+                                  table_name="accounts_REALTIME", time_column="ts")
+            paths.append(built.path)
+        snapshots = SnapshotStore(work / "snapshots")
+        first = TableUpsert(CONFIG, SCHEMA, snapshots)
+        restart_s(paths, lambda: first)
+        first.start(name(args.segments), ImmutableSegment.load(paths[0]))  # writes the snapshot round
+        plain_r = min(restart_s(paths, None) for _ in range(args.repeat))
+        rows_r = min(restart_s(paths, lambda: TableUpsert(CONFIG, SCHEMA)) for _ in range(args.repeat))
+        preloaded = [TableUpsert(CONFIG, SCHEMA, snapshots) for _ in range(args.repeat)]
+        preload_r = min(restart_s(paths, lambda s=s: s) for s in preloaded)  # type: ignore[misc]
+        assert all(s.preloaded == args.segments for s in preloaded), "the restart did not preload"
+        keys, per_key = first._partitions[0].stats()  # noqa: SLF001 - a bench reads the figure directly
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    table = Table(title=f"upsert vs append-only: {args.rows:,} rows, {args.keys:,} keys, "
+                        f"{len(valid):,} valid, {args.segments} segments")
+    for column in ("figure", "append-only", "upsert", "ratio"):
+        table.add_column(column, justify="right" if column != "figure" else "left")
+    table.add_row("ingest rows / CPU-s (decode + store)", f"{args.rows / plain_dec:,.0f}",
+                  f"{args.rows / upsert_dec:,.0f}", f"{plain_dec / upsert_dec:.2f}×")
+    table.add_row("store only rows / CPU-s", f"{args.rows / plain_cpu:,.0f}", f"{args.rows / upsert_cpu:,.0f}",
+                  f"{plain_cpu / upsert_cpu:.2f}×")
+    for sql, p, u in zip(QUERIES, plain_q, upsert_q):
+        table.add_row(f"query ms: {sql[:48]}", f"{p:.2f}", f"{u:.2f}", f"{u / p:.2f}×")
+    table.add_row("restart s (rows decided)", f"{plain_r:.3f}", f"{rows_r:.3f}", f"{rows_r / plain_r:.2f}×")
+    table.add_row("restart s (preloaded)", f"{plain_r:.3f}", f"{preload_r:.3f}", f"{preload_r / plain_r:.2f}×")
+    table.add_row("key map bytes / key", "", f"{per_key:.1f}", f"{keys:,} keys")
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
