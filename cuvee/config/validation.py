@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 from cuvee.config.json_reader import child_path
-from cuvee.config.schema import DataType, FieldRole, Schema
+from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.config.sections import PartialUpsertStrategy, UpsertMode
 from cuvee.config.table import TableConfig
 
@@ -133,10 +133,31 @@ def _partial_upsert_issues(table: TableConfig, schema: Schema) -> Iterator[Confi
             yield ConfigIssue(path, f"{column!r} is a primary key column; its value cannot be merged")
         elif column in table.comparison_columns:
             yield ConfigIssue(path, f"{column!r} is a comparison column; its value cannot be merged")
-        elif strategy in _NUMERIC_STRATEGIES and not (spec.data_type.is_numeric and spec.single_value):
-            yield ConfigIssue(path, f"{strategy.value} needs a single-valued numeric column, {column!r} is not")
-        elif strategy in _MULTI_VALUE_STRATEGIES and spec.single_value:
-            yield ConfigIssue(path, f"{strategy.value} needs a multi-valued column, {column!r} is single-valued")
+        else:
+            problem = _strategy_problem(strategy, spec)
+            if problem:
+                yield ConfigIssue(path, problem)
+    default = table.upsert.default_partial_upsert_strategy
+    merged = [spec for spec in schema.fields if spec.name not in table.upsert.partial_upsert_strategies
+              and spec.name not in schema.primary_key_columns and spec.name not in table.comparison_columns]
+    for spec in merged:  # the default applies to every other column: it must fit each of them
+        problem = _strategy_problem(default, spec)
+        if problem:
+            yield ConfigIssue("$.upsertConfig.defaultPartialUpsertStrategy",
+                              f"{problem} (give the column a strategy of its own)")
+            break
+
+
+def _strategy_problem(strategy: PartialUpsertStrategy, spec: FieldSpec) -> str | None:
+    """Why ``strategy`` cannot merge column ``spec``, None if it can."""
+    numeric = spec.data_type.is_numeric and spec.single_value
+    if strategy is PartialUpsertStrategy.INCREMENT and spec.data_type is DataType.TIMESTAMP:
+        return f"INCREMENT cannot add TIMESTAMP values, {spec.name!r} is one"
+    if strategy in _NUMERIC_STRATEGIES and not numeric:
+        return f"{strategy.value} needs a single-valued numeric column, {spec.name!r} is not"
+    if strategy in _MULTI_VALUE_STRATEGIES and spec.single_value:
+        return f"{strategy.value} needs a multi-valued column, {spec.name!r} is single-valued"
+    return None
 
 
 def _transform_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:

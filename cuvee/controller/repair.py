@@ -296,9 +296,13 @@ class RepairTask(PeriodicTask):
         assert stream is not None
         table = config.name_with_type
         partition = LLCSegmentName.parse(latest).partition
-        instances = self._instances_for(config, partition)
         ideal = self.store.ideal_state(table)
         assert ideal is not None
+        instances = self._instances_for(config, partition)
+        if config.is_upsert:  # the consuming segment goes where the partition's keys are, if those replicas live
+            live = set(self.store.live_instance_ids())
+            holders = tuple(sorted(i for i in ideal.record.segments.get(latest, {}) if i in live))
+            instances = holders or instances
         now = self.clock_ms()
         successor = next_segment_name(record, self.store.segment_names(table), now)
         rows = next_row_threshold(stream, ideal.record, record)

@@ -91,7 +91,7 @@ class SegmentTransitions:
         states: CurrentStates,
         make_consuming: ConsumingFactory,
         upserts: UpsertTables | None = None,
-        gate_poll_seconds: float = 0.1,
+        gate_poll_seconds: float = 0.25,
     ):
         self._store = store
         self._registry = registry
@@ -228,25 +228,36 @@ class SegmentTransitions:
         places ONLINE here is served here committed (a commit in flight, a download after a restart), so each row
         is decided, merged or dropped against the same versions on every replica; then the table's TTLs and
         snapshot round run at this clean moment (no consuming rows yet). False if interrupted first."""
+        waited, warned = 0.0, 0.0
         while True:
             try:
-                if self._predecessors_served(table, segment):
-                    break
+                missing = self._predecessors_missing(table, segment)
             except Exception:  # noqa: BLE001 - the store may be briefly unreachable: ask again
                 log.warning("%s: cannot tell whether earlier segments are served yet", segment, exc_info=True)
+                missing = ["(unknown)"]
+            if not missing:
+                break
+            if waited - warned >= 30:  # a predecessor in ERROR, or placed elsewhere: say so, keep waiting
+                warned = waited
+                log.warning("%s: upsert consumption waits for %s to be served here (%.0f s so far): its keys must "
+                            "be known before any row is decided", segment, ", ".join(missing[:5]), waited)
             if interrupted.wait(self._gate_poll_seconds):
                 return False
+            waited += self._gate_poll_seconds
         upsert.ready(segment)
         return True
 
-    def _predecessors_served(self, table: str, segment: str) -> bool:
+    def _predecessors_missing(self, table: str, segment: str) -> list[str]:
+        """Earlier committed segments of the partition (ONLINE anywhere in the ideal state) not served here
+        committed: each must be, this server being a replica of the partition (one assigned elsewhere keeps the
+        consumer waiting: its keys are not here)."""
         own = LLCSegmentName.parse(segment)
         found = self._store.ideal_state(table)
         if found is None:
-            return True  # the table is gone: the segment is about to be dropped
-        me = self._states.instance_id
+            return []  # the table is gone: the segment is about to be dropped
+        missing = []
         for name, replicas in found.record.segments.items():
-            if replicas.get(me) is not S.ONLINE:
+            if S.ONLINE not in replicas.values():
                 continue
             try:
                 llc = LLCSegmentName.parse(name)
@@ -255,8 +266,8 @@ class SegmentTransitions:
             if llc.partition == own.partition and llc.sequence < own.sequence:
                 held = self._registry.get(table, name)
                 if held is None or held.is_consuming:
-                    return False
-        return True
+                    missing.append(name)
+        return sorted(missing)
 
     def _cap_predecessor(self, table: str, record: SegmentRecord) -> None:
         """The partition's previous segment, still consuming here (a pauseless commit in flight), ends where this

@@ -85,5 +85,5 @@ def _lists(old: pa.Array, new: pa.Array, *, unique: bool) -> pa.Array:
         olds, news = old.take(pa.array(both)).to_pylist(), new.take(pa.array(both)).to_pylist()
         for row, a, b in zip(both, olds, news):
             joined = list(a) + list(b)
-            out[row] = sorted(set(joined)) if unique else joined
+            out[row] = sorted({v for v in joined if v is not None}) if unique else joined
     return pa.array(out, type=new.type)

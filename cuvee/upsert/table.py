@@ -76,7 +76,9 @@ class TableUpsert:
         # snapshots to preload, per partition, until the partition's first consuming segment starts (restart only)
         self._preloads: dict[int, dict[str, Snapshot]] = {}
         self._persisted: dict[str, tuple[FrozenBitMap, np.ndarray]] = {}  # last snapshot written per segment
-        self._preloaded_rank: dict[int, int] = {}  # per partition: the latest segment preloaded at restart
+        # restart bookkeeping per partition, until it is ready: (lowest rank decided from rows, highest preloaded)
+        self._restart: dict[int, tuple[int | None, int | None]] = {}
+        self._ready: set[int] = set()  # partitions past their restart (a consumer became ready, or rebuilt)
         self._round_lock = threading.Lock()
         self.preloaded = 0  # segments whose keys came from a snapshot (a restart's figure)
 
@@ -95,8 +97,6 @@ class TableUpsert:
         ``publish`` (its registry entry), so a query routed to it finds it in both."""
         llc = LLCSegmentName.parse(segment)
         state, sid = self._state_and_new_id(llc.partition)
-        with self._lock:
-            self._preloads[llc.partition] = {}  # from now on keys change: a snapshot loaded earlier is stale
         empty = np.zeros(0, np.int32)
         state.add(sid, Versions(np.zeros(0, np.uint64), np.zeros(0, self._dtype), empty), token, rank=llc.sequence,
                   publish=publish)
@@ -110,6 +110,9 @@ class TableUpsert:
         rows: its rows have already invalidated committed docs, and a snapshot must not keep that."""
         llc = LLCSegmentName.parse(segment)
         with self._lock:
+            self._preloads[llc.partition] = {}  # from now on keys change: a snapshot loaded earlier is stale
+            self._ready.add(llc.partition)
+            self._restart.pop(llc.partition, None)
             state = self._partitions.get(llc.partition)
             others = [n for n in self._ids if n not in self._crcs and n != segment
                       and LLCSegmentName.parse(n).partition == llc.partition]
@@ -242,30 +245,42 @@ class TableUpsert:
             replacing = self._ids.get(segment)
         snapshot = self._preload_snapshot(llc.partition, segment) if replacing is None else None
         state, sid = self._state_and_new_id(llc.partition)
-        if snapshot is not None and snapshot.crc == crc and self._preload(state, sid, llc.sequence, token, rows,
-                                                                          snapshot, publish):
-            with self._lock:
-                self._preloaded_rank[llc.partition] = max(self._preloaded_rank.get(llc.partition, -1),
-                                                          llc.sequence)
-        else:
+        preloaded = snapshot is not None and snapshot.crc == crc and self._preload(
+            state, sid, llc.sequence, token, rows, snapshot, publish)
+        if not preloaded:
             versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)  # may raise
             replaced = state.handle(replacing) if replacing is not None else None
             shorter = replaced is not None and rows.num_rows < _readable_docs(replaced)
             state.add(sid, versions, token, rank=llc.sequence, replacing=replacing, publish=publish,
                       shorter=shorter)
-            with self._lock:
-                after_preloaded = self._preloaded_rank.get(llc.partition, -1) >= llc.sequence
-            if after_preloaded:
-                # decided from its rows after later segments were preloaded: a snapshot may have dropped what
-                # this segment's rows need (an expired tombstone); decide the whole partition from its rows
-                log.info("%s: decided from its rows after later snapshots were preloaded; rebuilding partition %d",
-                         segment, llc.partition)
-                state.rebuild()
-                with self._lock:
-                    self._preloaded_rank.pop(llc.partition, None)
+        if self._mixed_after(llc.partition, llc.sequence, preloaded):
+            # a segment decided from its rows no later than one preloaded: a snapshot may lack what those rows
+            # need (a tombstone the TTL expired), so the whole partition is decided from its rows, and no more
+            # snapshots are used for it until it is ready
+            log.info("%s: snapshots and rows mixed in partition %d at restart; deciding it from its rows", segment,
+                     llc.partition)
+            state.rebuild()
         with self._lock:  # only now: a failure above leaves the tracked copy as it was
             self._ids[segment] = sid
             self._crcs[segment] = crc
+
+    def _mixed_after(self, partition: int, rank: int, preloaded: bool) -> bool:
+        """Restart bookkeeping (until the partition is ready): True, once, when a segment decided from its rows has
+        a rank no later than a preloaded one's, in whichever order they came."""
+        with self._lock:
+            if partition in self._ready:
+                return False
+            low, high = self._restart.get(partition, (None, None))
+            if preloaded:
+                high = rank if high is None else max(high, rank)
+            else:
+                low = rank if low is None else min(low, rank)
+            self._restart[partition] = (low, high)
+            if low is None or high is None or low > high:
+                return False
+            self._ready.add(partition)  # no more preloads, no second rebuild: rows decide from now on
+            self._preloads[partition] = {}
+            return True
 
     def _preload_snapshot(self, partition: int, segment: str) -> Snapshot | None:
         """The snapshot to preload ``segment`` from (once), while the partition has not started consuming."""
@@ -367,8 +382,20 @@ def _rows_at(token: Any, docs: np.ndarray, schema: pa.Schema) -> pa.Table:
     """Rows ``docs`` of a copy in ``schema`` (a consuming segment's published rows, past any cap; a committed
     segment's columns): the previous versions partial upsert merges with."""
     names = list(schema.names)
-    table = token.snapshot(past_cap=True).select(names) if hasattr(token, "snapshot") else token.to_arrow(names)
-    return table.take(pa.array(docs)).cast(schema)
+    if hasattr(token, "encoded_snapshot"):
+        table = token.encoded_snapshot(past_cap=True).select(names)
+    else:  # a column added to the schema after the segment was built reads as nulls
+        held = set(token.column_names)
+        table = token.to_arrow([n for n in names if n in held], decode=False)
+    taken = table.take(pa.array(docs))  # dictionary columns still encoded: only the picked rows are decoded
+    arrays = []
+    for field in schema:
+        if field.name not in taken.column_names:
+            arrays.append(pa.nulls(len(docs), field.type))
+            continue
+        column = taken.column(field.name).combine_chunks()
+        arrays.append(column.dictionary_decode() if pa.types.is_dictionary(column.type) else column)
+    return pa.Table.from_arrays(arrays, names=names).cast(schema)
 
 
 def _llc_or_none(segment: str) -> LLCSegmentName | None:

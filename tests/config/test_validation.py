@@ -206,3 +206,18 @@ def test_ingestion_expressions_are_checked_against_the_schema() -> None:
     assert problems(config) == {"$.ingestionConfig.filterConfig.filterFunction":
                                 "Groovy scripts are not supported: write the expression in SQL, e.g. "
                                 "\"toEpochDays(ts)\" or \"country = 'NZ'\""}
+
+
+def test_the_default_partial_strategy_must_fit_every_column_it_merges() -> None:
+    """MAX by default would be applied to city (STRING): refused at once, not a consumer failing on every row."""
+    config = table(upsertConfig={"mode": "PARTIAL", "defaultPartialUpsertStrategy": "MAX", "comparisonColumn": "ts",
+                                 "partialUpsertStrategies": {"version": "INCREMENT"}})
+    assert problems(config) == {"$.upsertConfig.defaultPartialUpsertStrategy":
+                                "MAX needs a single-valued numeric column, 'city' is not (give the column a "
+                                "strategy of its own)"}
+    timestamps = Schema.from_json({**SCHEMA.to_json(), "dateTimeFieldSpecs": [
+        {"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH"},
+        {"name": "seen", "dataType": "TIMESTAMP", "format": "TIMESTAMP"}]})
+    config = table(upsertConfig={"mode": "PARTIAL", "comparisonColumn": "ts", "partialUpsertStrategies": {"seen": "INCREMENT"}})
+    assert problems(config, timestamps) == {"$.upsertConfig.partialUpsertStrategies.seen":
+                                            "INCREMENT cannot add TIMESTAMP values, 'seen' is one"}
