@@ -136,7 +136,7 @@ def test_a_deleted_key_is_hidden_until_a_newer_row_brings_it_back(cluster: InPro
     cluster.produce(produce_to, rows(range(1), 4, amount=9), key_field="id")  # newer: back
     wait_until(lambda: count() == 7, 30)
     assert answer(cluster, f"SELECT id, amount FROM {DELETING} WHERE id < 4") == [[0, 9]]
-    assert answer(cluster, f"SELECT COUNT(*) FROM {DELETING}", skipUpsert="true") == [[27]]
+    wait_until(lambda: answer(cluster, f"SELECT COUNT(*) FROM {DELETING}", skipUpsert="true") == [[27]], 30)
 
 
 def late_table(cluster: InProcessCluster, name: str, **upsert: object) -> dict[str, str]:
@@ -165,7 +165,8 @@ def test_out_of_order_rows_dropped_or_marked_and_keys_forgotten_after_their_ttl(
     wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM dropping", skipUpsert="true") == [[3]], 30)
     for table in ("dropping", "marking"):
         assert answer(cluster, f"SELECT id, amount FROM {table} ORDER BY id") == [[1, 4], [2, 3]]
-    assert answer(cluster, "SELECT amount FROM marking WHERE deleted = true", skipUpsert="true") == [[2]]
+    wait_until(lambda: answer(cluster, "SELECT amount FROM marking WHERE deleted = true", skipUpsert="true")
+               == [[2]], 30)
 
     # forgetting: the 4 rows filled a segment; the next one starts with keys older than 500 - 100 forgotten
     wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM forgetting") == [[2]], 30)
@@ -220,7 +221,7 @@ def test_partial_upsert_merges_every_strategy_across_batches_and_commits(cluster
     expected = [[1, 6, 5, "d", "a", ["v", "w", "x"], ["e1", "e2", "e4"]],
                 [2, 15, 7, "c", "b", ["y"], ["e1", "e3"]]]
     wait_until(lambda: answer(cluster, sql) == expected, 30, message=lambda: f"merged: {answer(cluster, sql)}")
-    assert answer(cluster, "SELECT COUNT(*) FROM merged", skipUpsert="true") == [[6]]
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM merged", skipUpsert="true") == [[6]], 30)
     wait_until(lambda: len(cluster.committed_segments("merged_REALTIME")) == 2, 30)  # both full segments
     assert answer(cluster, sql) == expected  # the same from the committed copies
 
@@ -246,4 +247,4 @@ def test_the_worked_example_of_docs_upsert_md(cluster: InProcessCluster) -> None
     wait_until(lambda: answer(cluster, sql) == [["abc-12", 100], ["abc-13", 102], ["abc-14", 50]], 30)
     produce_file("updates.jsonl")
     wait_until(lambda: answer(cluster, sql) == [["abc-12", 200], ["abc-13", 102]], 30)
-    assert answer(cluster, "SELECT COUNT(*) FROM accounts", skipUpsert="true") == [[6]]
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM accounts", skipUpsert="true") == [[6]], 30)
