@@ -165,6 +165,12 @@ class IdealStateFollower:
         with self._lock:
             if key in self._in_flight or self._stopping.is_set():
                 return
+            # the plan was made from current states read earlier: a chain for this segment may have finished
+            # since (and left in_flight), so a plan from before it would run its first step twice
+            current = self._states.get(table, chain[0].segment) or SegmentState.OFFLINE
+            start = chain[0].from_state
+            if current is not start and not (current is SegmentState.ERROR and start is SegmentState.OFFLINE):
+                return  # (an ERROR replica with a new target is planned from OFFLINE)
             self._in_flight.add(key)
         log.info("%s: %s %s", self._instance_id, table, ", ".join(str(t) for t in chain))
         try:

@@ -201,6 +201,11 @@ class SegmentTransitions:
         record = self._record(table, segment)
         if not record.is_consuming:  # IN_PROGRESS, or COMMITTING (pauseless): consumed up to its fixed end offset
             raise TransitionError(f"cannot consume {table}/{segment}: its metadata is {record.status.value}")
+        with self._lock:
+            again = (table, segment) in self._consuming
+        if again:  # started here before (a transition planned twice, or one that failed half way): start afresh,
+            log.warning("%s/%s: started again while consuming here; the earlier consumer is released", table, segment)
+            self._release(table, segment)  # its rows leave views and registry in one step; the stream has them
         self._cap_predecessor(table, record)
         upsert = self._upsert(table, refresh=True)  # before the factory: the consumer feeds this same state
         consuming = self._make_consuming(table, record)

@@ -96,10 +96,12 @@ class TableUpsert:
         """A consuming segment about to be served: in the views, with no valid doc yet, in one step with
         ``publish`` (its registry entry), so a query routed to it finds it in both."""
         llc = LLCSegmentName.parse(segment)
+        with self._lock:
+            earlier = self._ids.get(segment)  # a copy of this name still tracked: replaced, never left orphaned
         state, sid = self._state_and_new_id(llc.partition)
         empty = np.zeros(0, np.int32)
         state.add(sid, Versions(np.zeros(0, np.uint64), np.zeros(0, self._dtype), empty), token, rank=llc.sequence,
-                  publish=publish)
+                  publish=publish, replacing=earlier)
         with self._lock:
             self._ids[segment] = sid
 

@@ -17,6 +17,7 @@ from cuvee.segment.archive import unpack
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.server import Server
+from cuvee.server.transitions import Transition
 from cuvee.spi.deepstore import DeepStore
 
 from tests.server.server_helpers import (
@@ -236,3 +237,22 @@ def test_extra_routers_are_mounted(tmp_path: Path, store: ClusterStore, servers:
     servers.append(server)
     server.start()
     assert httpx.get(server.url + "/ping").json() == {"pong": True}
+
+
+def test_a_segment_started_twice_releases_its_first_consumer(
+    tmp_path: Path, store: ClusterStore, servers: list[Server]
+) -> None:
+    """A chain planned twice (the follower read current states just before the first run recorded CONSUMING):
+    the first consumer is released, not left running beside the second (an upsert table would keep its rows)."""
+    store.put(store.paths.segment(TABLE, SEG),
+              SegmentRecord(SEG, SegmentStatus.IN_PROGRESS, 1, partition=0, sequence=0, start_offset=0,
+                            row_threshold=20))
+    consumers: dict = {"builds": {}}
+    server = start(servers, tmp_path, "s1", consumers)
+    set_ideal(store, {SEG: {"s1": S.CONSUMING}})
+    wait_until(lambda: state_of(store, "s1", SEG) is S.CONSUMING)
+    assert server.transitions.run_chain(TABLE, [Transition(SEG, S.OFFLINE, S.CONSUMING)])
+    first, second = consumers["made"]
+    assert first.calls[-1] == "stop" and second.calls == ["start"]
+    held = server.registry.get(TABLE, SEG)
+    assert isinstance(held, ConsumingView) and held.consuming is second
