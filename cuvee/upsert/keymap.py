@@ -397,9 +397,18 @@ def _exclusive_group_max(values: np.ndarray, group_of: np.ndarray, base: np.ndar
     """For rows sorted by group: the max of ``base[group]`` and the group's earlier values (segmented scan).
 
     Values are replaced by dense ranks (order kept), and each group's ranks are lifted above every earlier group's,
-    so one global ``maximum.accumulate`` never carries a maximum across groups."""
+    so one global ``maximum.accumulate`` never carries a maximum across groups. Groups of one row (most, in a
+    batch or a segment) just see their base: only the rows of repeated keys take the ranked scan."""
     n = len(values)
     starts = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]])
+    repeated = np.diff(np.r_[starts, n]) > 1
+    if not repeated.all():
+        out = base[group_of]
+        if repeated.any():
+            rows = np.flatnonzero(repeated[group_of])
+            dense = np.cumsum(repeated) - 1  # repeated groups renumbered 0..k-1, order kept
+            out[rows] = _exclusive_group_max(values[rows], dense[group_of[rows]], base[repeated])
+        return out
     both = np.concatenate([values, base])
     uniq, inverse = np.unique(both, return_inverse=True)
     ranks, base_ranks = inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
