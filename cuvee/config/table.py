@@ -91,6 +91,18 @@ class TableConfig:
         return self.upsert is not None and self.upsert.enabled
 
     @property
+    def upsert_rules(self) -> tuple[object, ...]:
+        """What decides an upsert table's keys on every replica (with the schema's primary key): equal rules, equal
+        decisions. ``("NONE",)`` for a table without upsert."""
+        upsert = self.upsert
+        if not self.is_upsert or upsert is None:
+            return ("NONE",)
+        return (upsert.mode, self.comparison_columns, upsert.delete_record_column,
+                tuple(sorted((k, v.value) for k, v in upsert.partial_upsert_strategies.items())),
+                upsert.default_partial_upsert_strategy, upsert.drop_out_of_order_record,
+                upsert.out_of_order_record_column, upsert.metadata_ttl, upsert.deleted_keys_ttl)
+
+    @property
     def comparison_columns(self) -> tuple[str, ...]:
         """The columns that order versions of a primary key: the configured ones, else the time column."""
         if self.upsert is not None and self.upsert.comparison_columns:

@@ -49,7 +49,7 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
     if old is not None and old.stream is not None and table.stream is not None:
         if (old.stream.stream_type, old.stream.topic_name) != (table.stream.stream_type, table.stream.topic_name):
             raise BadRequest(f"table {table.name_with_type!r}: the stream type and topic cannot change")
-    if old is not None and _upsert_rules(old) != _upsert_rules(table):
+    if old is not None and old.upsert_rules != table.upsert_rules:
         raise BadRequest(f"table {table.name_with_type!r}: upsertConfig's mode, comparison columns, delete "
                          "column, partial strategies, out-of-order handling and TTLs cannot change on an existing "
                          "table (every replica must decide its keys by the same rules); delete the table and create "
@@ -57,17 +57,6 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
     catalog.check_against_schema(table)
     catalog.update_table_config(table)
     return table
-
-
-def _upsert_rules(table: TableConfig) -> tuple[object, ...]:
-    """What decides an upsert table's keys on the servers (the primary key is the schema's)."""
-    upsert = table.upsert
-    if not table.is_upsert or upsert is None:
-        return ("NONE",)
-    return (upsert.mode, tuple(table.comparison_columns), upsert.delete_record_column,
-            tuple(sorted((k, v.value) for k, v in upsert.partial_upsert_strategies.items())),
-            upsert.default_partial_upsert_strategy, upsert.drop_out_of_order_record,
-            upsert.out_of_order_record_column, upsert.metadata_ttl, upsert.deleted_keys_ttl)
 
 
 def delete_table(store: ClusterStore, name: str, now_ms: int, grace_ms: int) -> list[str]:

@@ -65,9 +65,7 @@ class TableUpsert:
                                    if self._out_of_order_column else None)
         self._snapshots = snapshots if upsert is not None and upsert.snapshot_enabled else None
         self._preload_on = self._snapshots is not None and upsert is not None and upsert.preload_enabled
-        self._rules = (self.primary_key, self.comparison, self.delete_column, self._dtype, self._partial,
-                       tuple(sorted((k, v.value) for k, v in self._strategies.items())), self._default_strategy,
-                       self._drop_out_of_order, self._out_of_order_column, self._ttls)
+        self._rules = (tuple(self.primary_key), self._dtype, config.upsert_rules)
         self._lock = threading.Lock()
         self._partitions: dict[int, PartitionUpsert] = {}
         self._ids: dict[str, int] = {}  # segment name -> id of the copy now tracked
@@ -120,7 +118,8 @@ class TableUpsert:
                       and LLCSegmentName.parse(n).partition == llc.partition]
         if state is None:
             return
-        busy = [n for n in others if _readable_docs(state.handle(self._ids.get(n, -1)) or _NO_ROWS) > 0]
+        handles = [state.handle(self._ids.get(n, -1)) for n in others]
+        busy = [n for n, handle in zip(others, handles) if handle is not None and _readable_docs(handle) > 0]
         if busy:
             log.info("%s: TTLs and snapshot round skipped: %s still consuming here", segment, ", ".join(busy))
             return
@@ -410,13 +409,6 @@ def _llc_or_none(segment: str) -> LLCSegmentName | None:
 
 def _name_of(token: Any) -> str:
     return str(token.name)
-
-
-class _NoRows:
-    num_docs = 0
-
-
-_NO_ROWS = _NoRows()
 
 
 def _readable_docs(token: Any) -> int:

@@ -33,6 +33,13 @@ def log_stream(root: Path, table: str, flush_rows: int) -> dict[str, str]:
             "realtime.segment.flush.threshold.rows": str(flush_rows)}
 
 
+def restart_server(root: Path, name: str) -> subprocess.Popen[bytes]:
+    """Start the ``cuvee cluster up`` server ``name`` again on its own config (same port, same instance id), as a
+    supervisor would after it was killed; terminate it when done."""
+    return subprocess.Popen([sys.executable, "-m", "cuvee", "server", "--config", str(root / "conf" / f"{name}.toml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
+
+
 def start_standby_controller(root: Path) -> tuple[subprocess.Popen[str], str]:
     """A second controller process on the ``cuvee cluster up`` controller's config (another port): it campaigns
     for leadership and answers NOT_LEADER meanwhile. Returns the process and its URL; terminate it when done."""

@@ -8,15 +8,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.testing.process import die_with_parent
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, fast_sqlite
+from tests.e2e.support import FAST, fast_sqlite, restart_server
 from tests.offline.support import SCHEMA, metadata_push, offline_table, rows
 
 DAY = 86_400_000
@@ -48,9 +46,7 @@ def test_a_wiped_server_downloads_its_offline_segments_again(tmp_path: Path) -> 
         shutil.rmtree(data_dir)
         wait_until(lambda: count() == 3000, 60, interval=0.1, message=lambda: f"count after the kill {count()}")
 
-        restarted = subprocess.Popen([sys.executable, "-m", "cuvee", "server", "--config",
-                                      str(tmp_path / "conf" / f"{victim}.toml")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
+        restarted = restart_server(tmp_path, victim)
         url = info["servers"][0]
 
         def serves_all() -> bool:

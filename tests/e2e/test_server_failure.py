@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.testing.process import die_with_parent
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, counts, create_id_table, fast_sqlite, log_stream, produce_ids
+from tests.e2e.support import FAST, counts, create_id_table, fast_sqlite, log_stream, produce_ids, restart_server
 
 TABLE = "failover"
 
@@ -47,10 +45,7 @@ def test_a_killed_server_loses_nothing_and_serves_again_after_restart(tmp_path: 
                    message=lambda: f"count after the kill: {count()}")
 
         # Restart the killed server on its own config: same port, same instance id.
-        restarted = subprocess.Popen([sys.executable, "-m", "cuvee", "server", "--config",
-                                      str(tmp_path / "conf" / f"{victim}.toml")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=die_with_parent())
+        restarted = restart_server(tmp_path, victim)
         url = info["servers"][0]
 
         def serves_committed() -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
 from cuvee.stream import open_admin, open_producer
-from cuvee.testing.process import die_with_parent
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, fast_sqlite, log_stream
+from tests.e2e.support import FAST, fast_sqlite, log_stream, restart_server
 
 TABLE = "accounts"
 KEYS = 600
@@ -80,10 +78,7 @@ def test_a_restarted_upsert_server_preloads_and_answers_alone(metadata: str, tmp
         produce(4, range(0, KEYS, 2))
         wait_until(exact, 90, interval=0.1, message=lambda: f"after the kill: {answer()}")
 
-        restarted = subprocess.Popen([sys.executable, "-m", "cuvee", "server", "--config",
-                                      str(tmp_path / "conf" / "server-0.toml")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=die_with_parent())
+        restarted = restart_server(tmp_path, "server-0")
         url = info["servers"][0]
 
         def preloaded() -> int:

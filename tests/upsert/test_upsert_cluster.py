@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,24 +36,26 @@ DELETING_SCHEMA = {
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessCluster]:
     with InProcessCluster(tmp_path_factory.mktemp("upsert"), servers=2) as cluster:
-        cluster.create_topic(TABLE, 2)
-        cluster.add_schema(SCHEMA)
-        configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "60"})
-        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME",
-                           "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
-                           "tableIndexConfig": {"streamConfigs": configs},
-                           "routing": {"instanceSelectorType": "strictReplicaGroup"},
-                           "upsertConfig": {"mode": "FULL"}})
-        cluster.configs = configs  # type: ignore[attr-defined]
-        cluster.create_topic(DELETING, 1)
-        cluster.add_schema(DELETING_SCHEMA)
-        deleting = cluster.log_stream_configs(DELETING, **{"realtime.segment.flush.threshold.rows": "7"})
-        cluster.add_table({"tableName": DELETING, "tableType": "REALTIME",
-                           "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
-                           "tableIndexConfig": {"streamConfigs": deleting},
-                           "upsertConfig": {"mode": "FULL", "deleteRecordColumn": "deleted"}})
-        cluster.deleting = deleting  # type: ignore[attr-defined]
+        cluster.configs = upsert_table(  # type: ignore[attr-defined]
+            cluster, SCHEMA, partitions=2, flush_rows=60, routing={"instanceSelectorType": "strictReplicaGroup"})
+        cluster.deleting = upsert_table(cluster, DELETING_SCHEMA, flush_rows=7,  # type: ignore[attr-defined]
+                                        deleteRecordColumn="deleted")
         yield cluster
+
+
+def upsert_table(cluster: InProcessCluster, schema: dict[str, Any], *, partitions: int = 1, flush_rows: int,
+                 routing: dict[str, str] | None = None, mode: str = "FULL", **upsert: object) -> dict[str, str]:
+    """A topic, ``schema`` and a 2-replica upsert table of the same name over it; returns its stream configs."""
+    name = schema["schemaName"]
+    cluster.create_topic(name, partitions)
+    cluster.add_schema(schema)
+    configs = cluster.log_stream_configs(name, **{"realtime.segment.flush.threshold.rows": str(flush_rows)})
+    cluster.add_table({"tableName": name, "tableType": "REALTIME",
+                       "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
+                       "tableIndexConfig": {"streamConfigs": configs},
+                       **({"routing": routing} if routing else {}),
+                       "upsertConfig": {"mode": mode, **upsert}})
+    return configs
 
 
 def produce(cluster: InProcessCluster, rows: list[dict]) -> None:  # type: ignore[type-arg]
@@ -140,14 +143,7 @@ def test_a_deleted_key_is_hidden_until_a_newer_row_brings_it_back(cluster: InPro
 
 
 def late_table(cluster: InProcessCluster, name: str, **upsert: object) -> dict[str, str]:
-    cluster.create_topic(name, 1)
-    cluster.add_schema({**DELETING_SCHEMA, "schemaName": name})
-    configs = cluster.log_stream_configs(name, **{"realtime.segment.flush.threshold.rows": "4"})
-    cluster.add_table({"tableName": name, "tableType": "REALTIME",
-                       "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
-                       "tableIndexConfig": {"streamConfigs": configs},
-                       "upsertConfig": {"mode": "FULL", **upsert}})
-    return configs
+    return upsert_table(cluster, {**DELETING_SCHEMA, "schemaName": name}, flush_rows=4, **upsert)
 
 
 def test_out_of_order_rows_dropped_or_marked_and_keys_forgotten_after_their_ttl(cluster: InProcessCluster) -> None:
@@ -194,16 +190,10 @@ PARTIAL_SCHEMA = {
 def test_partial_upsert_merges_every_strategy_across_batches_and_commits(cluster: InProcessCluster) -> None:
     """Segments of 3 rows: a key's previous version is in the same batch, the consuming segment or a committed
     one. A late row (ts 0) is stored as it came and never merged into the key."""
-    cluster.create_topic("merged", 1)
-    cluster.add_schema(PARTIAL_SCHEMA)
-    configs = cluster.log_stream_configs("merged", **{"realtime.segment.flush.threshold.rows": "3"})
-    cluster.add_table({"tableName": "merged", "tableType": "REALTIME",
-                       "segmentsConfig": {"replicasPerPartition": "2", "timeColumnName": "ts"},
-                       "tableIndexConfig": {"streamConfigs": configs},
-                       "upsertConfig": {"mode": "PARTIAL", "defaultPartialUpsertStrategy": "OVERWRITE",
-                                        "partialUpsertStrategies": {"clicks": "INCREMENT", "best": "MAX",
-                                                                    "first_city": "IGNORE", "tags": "UNION",
-                                                                    "events": "APPEND"}}})
+    configs = upsert_table(cluster, PARTIAL_SCHEMA, flush_rows=3, mode="PARTIAL",
+                           defaultPartialUpsertStrategy="OVERWRITE",
+                           partialUpsertStrategies={"clicks": "INCREMENT", "best": "MAX", "first_city": "IGNORE",
+                                                    "tags": "UNION", "events": "APPEND"})
 
     def row(key: int, ts: int, clicks: int, best: int, city: str | None, first: str, tags: list[str],
             events: list[str]) -> dict:  # type: ignore[type-arg]
