@@ -51,6 +51,9 @@ class ServerConfig:
     follower_join_timeout_seconds: float = 10.0  # stop() waits this long for the follower's planning thread
     session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
     session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
+    # Bytes of committed upsert segments' valid rows kept for queries (cuvee.upsert.reads); 0: none kept, every
+    # query filters all stored versions in its scan.
+    upsert_read_cache_bytes: int = 256 * 1024 * 1024
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
 
     def __post_init__(self) -> None:
@@ -63,6 +66,8 @@ class ServerConfig:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.transition_workers < 1 or self.download_max_attempts < 1:
             raise ValueError("transition_workers and download_max_attempts must be at least 1")
+        if self.upsert_read_cache_bytes < 0:
+            raise ValueError("upsert_read_cache_bytes must be 0 (no cache) or positive")
         if self.max_parallel_segment_builds < 0:
             raise ValueError("max_parallel_segment_builds must be 0 (no cap) or positive")
         if not 0 <= self.port < 65536:

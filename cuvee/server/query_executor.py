@@ -36,7 +36,8 @@ from cuvee.query.execute import sandboxed_cursor
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
-from cuvee.upsert.table import VALID_COLUMN, TableUpsert, UpsertTables, valid_mask
+from cuvee.upsert.reads import VALID_COLUMN, ValidRows, scan_tables
+from cuvee.upsert.table import TableUpsert, UpsertTables
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +175,9 @@ class QueryExecutor:
 
     def _views(self, segments: Sequence[QueryableSegment], counts: _Counts, errors: list[ServerException],
                valid: Valid | None = None) -> list[pa.Table]:
-        """Each held segment's Arrow view (an upsert table's with a column marking its valid docs, which the scan
-        filters on); a segment that cannot produce one is reported, the others still run."""
-        tables: list[pa.Table] = []
+        """Each held segment's Arrow view (an upsert table's valid rows: ``cuvee.upsert.reads``); a segment that
+        cannot produce one is reported, the others still run."""
+        parts: list[ValidRows] = []
         for segment in segments:
             try:
                 if valid is not None and isinstance(segment, ConsumingView):
@@ -189,13 +190,17 @@ class QueryExecutor:
                         errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
                                                       f"segment {segment.name} is being replaced; query again"))
                         continue
-                    table = table.append_column(VALID_COLUMN, valid_mask(table.num_rows, bits))
+                    assert self._upserts is not None
+                    part = self._upserts.reads.read(segment.name, token, table, bits,
+                                                    committed=not isinstance(segment, ConsumingView))
+                else:
+                    part = ValidRows(table, False)
             except Exception as exc:  # a broken segment must not take the whole server answer down
                 log.exception("segment %s cannot be read for a query", segment.name)
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
                                               f"segment {segment.name} cannot be read: {type(exc).__name__}: {exc}"))
                 continue
-            tables.append(table)
+            parts.append(part)
             counts.total_docs += table.num_rows
             counts.non_empty += 1 if table.num_rows else 0
             if segment.is_consuming:
@@ -203,7 +208,7 @@ class QueryExecutor:
                 fresh = segment.last_ingestion_ms
                 fresh = self._wall_ms() if fresh is None else fresh  # nothing consumed yet: nothing is stale
                 counts.freshness_ms = fresh if counts.freshness_ms is None else min(counts.freshness_ms, fresh)
-        return tables
+        return scan_tables(parts)
 
     def _check_deadline(self, deadline: float, timeout_ms: int) -> None:
         if self._clock() >= deadline:

@@ -64,7 +64,8 @@ class Server:
         self.local = LocalSegments(Path(config.data_dir))
         self._extra_routers = extra_routers
         # reads the catalog only once a segment needs it; snapshots beside the table's segments
-        self.upserts = UpsertTables(self._table_context, lambda table: self.local.table_dir(table) / UPSERT_SNAPSHOTS)
+        self.upserts = UpsertTables(self._table_context, lambda table: self.local.table_dir(table) / UPSERT_SNAPSHOTS,
+                                    read_cache_bytes=config.upsert_read_cache_bytes)
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds

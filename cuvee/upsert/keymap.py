@@ -19,7 +19,8 @@ Keys are 64-bit hashes (``cuvee.upsert.hashing``) in flat numpy arrays, not Pyth
 segment, 4 of doc, 8 of comparison value, 24 bytes per key and no index beside them. The arrays are two runs sorted
 by key, like a small LSM tree: a large main run, and a delta run that takes each batch's new keys (a copy of the
 delta only); when the delta outgrows an eighth of the main run it is merged into it. A batch finds its keys by
-binary search in both runs (``searchsorted``, vectorised). A tombstone is stored as a negative doc (``-1 - doc``),
+binary search in both runs (``searchsorted``, vectorised). A restart's preloaded segments are set aside sorted and
+merged by one sort when the map is next used. A tombstone is stored as a negative doc (``-1 - doc``),
 so it costs nothing extra. Nothing loops per row in Python.
 """
 
@@ -80,6 +81,10 @@ class _Decision:
     out_of_order: np.ndarray
 
 
+class SnapshotConflict(ValueError):
+    """Preloaded snapshots that hold a key valid twice: the partition must be decided from its rows."""
+
+
 class _Run:
     """Entries sorted by key, one array per field."""
 
@@ -103,10 +108,20 @@ class _Run:
         return np.where(self.keys[pos] == keys, pos, -1)
 
     def merged(self, other: _Run) -> _Run:
-        """Both runs as one (``other``'s keys are not in this one)."""
-        at = np.searchsorted(self.keys, other.keys)
-        return _Run(self.cmp_dtype, **{name: np.insert(getattr(self, name), at, getattr(other, name))
-                                       for name in _FIELDS})
+        """Both runs as one (``other``'s keys are not in this one): each of ``other``'s entries goes where binary
+        search puts it, shifted by the entries of ``other`` before it; one pass per field, no sort."""
+        if not len(other):
+            return self
+        at = np.searchsorted(self.keys, other.keys) + np.arange(len(other))
+        mine = np.ones(len(self) + len(other), bool)
+        mine[at] = False
+        arrays = {}
+        for name in _FIELDS:
+            out = np.empty(len(mine), _DTYPES.get(name, self.cmp_dtype))
+            out[at] = getattr(other, name)
+            out[mine] = getattr(self, name)
+            arrays[name] = out
+        return _Run(self.cmp_dtype, **arrays)
 
     def without(self, drop: np.ndarray) -> _Run:
         keep = ~drop
@@ -123,6 +138,7 @@ class KeyMap:
         self._cmp_dtype = comparison_dtype
         self._smallest = INT_SMALLEST if comparison_dtype is np.int64 else -np.inf
         self._main, self._delta = _Run(comparison_dtype), _Run(comparison_dtype)
+        self._pending: list[_Run] = []  # preloaded segments not merged yet (``settle``)
         self.largest_comparison: int | float | None = None  # the largest finite one seen (TTLs count back from it)
         self._ranks: dict[int, int] = {}  # segment id -> its order in the stream (ties go to the later)
 
@@ -134,11 +150,12 @@ class KeyMap:
 
     def __len__(self) -> int:
         """Keys tracked, tombstones included."""
-        return len(self._main) + len(self._delta)
+        return len(self._main) + len(self._delta) + sum(len(r) for r in self._pending)
 
     @property
     def bytes_per_key(self) -> float:
-        return (self._main.nbytes + self._delta.nbytes) / max(len(self), 1)
+        held = self._main.nbytes + self._delta.nbytes + sum(r.nbytes for r in self._pending)
+        return held / max(len(self), 1)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(found, segment, doc, comparison) per key; doc < 0 is a tombstone (no valid doc)."""
@@ -265,19 +282,35 @@ class KeyMap:
     def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, *,
                 rank: int | None = None) -> None:
         """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
-        of a partition's segments hold each key valid exactly once; a key seen twice is refused)."""
-        self.check_preload(keys, segment)
+        of a partition's segments hold each key valid exactly once). Raises ValueError, changing nothing, when a
+        key is twice in ``keys``. The segment's keys are sorted and set aside; the first use of the map after a
+        run of preloads merges them all at once (``settle``), which refuses a key held twice across them."""
+        keys = np.asarray(keys, np.uint64)
+        order = np.argsort(keys)
+        ordered = keys[order]
+        if (ordered[1:] == ordered[:-1]).any():
+            raise ValueError(f"preload of segment {segment}: a key is valid twice in its snapshot")
         self._ranks[segment] = segment if rank is None else rank
-        keys = np.asarray(keys, np.uint64)
-        self._append(keys, segment, np.asarray(docs, np.int32), np.asarray(comparisons, self._cmp_dtype))
-        self._saw(np.asarray(comparisons, self._cmp_dtype))
+        cmps = np.asarray(comparisons, self._cmp_dtype)
+        self._pending.append(_Run(self._cmp_dtype, keys=ordered, segs=np.full(len(keys), segment, np.int32),
+                                  docs=np.asarray(docs, np.int32)[order], cmps=cmps[order]))
+        self._saw(cmps)
 
-    def check_preload(self, keys: np.ndarray, segment: int | None = None) -> None:
-        """Raises ValueError if a key of a snapshot is tracked already or twice in it (snapshots that disagree)."""
-        keys = np.asarray(keys, np.uint64)
-        if (self._find(keys) >= 0).any() or len(np.unique(keys)) != len(keys):
-            raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree, rebuild the "
-                             "partition without preload")
+    def settle(self) -> None:
+        """Merge the preloaded segments set aside into the map: one sort of all keys. Raises ``SnapshotConflict``
+        when a key is then held twice (snapshots that disagree); the preloads are dropped and the caller decides
+        the partition from its rows. Every other method settles first."""
+        if not self._pending:
+            return
+        runs, self._pending = [self._main, self._delta, *self._pending], []
+        keys = np.concatenate([r.keys for r in runs])
+        order = np.argsort(keys, kind="stable")  # timsort: a merge of the already sorted runs
+        keys = keys[order]
+        if (keys[1:] == keys[:-1]).any():
+            raise SnapshotConflict("preloaded snapshots hold a key valid twice; decide the partition from its rows")
+        self._main = _Run(self._cmp_dtype, keys=keys,
+                          **{name: np.concatenate([getattr(r, name) for r in runs])[order] for name in _FIELDS[1:]})
+        self._delta = _Run(self._cmp_dtype)
 
     def forget(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stop tracking ``keys``; returns the segments and stored docs (tombstones negative) they had."""
@@ -349,6 +382,7 @@ class KeyMap:
 
     def _find(self, keys: np.ndarray) -> np.ndarray:
         """Row of each key, -1 if absent."""
+        self.settle()  # every read of the runs starts with _find or _all
         rows = self._main.find(keys)
         if len(self._delta):
             in_delta = self._delta.find(keys)
@@ -372,15 +406,18 @@ class KeyMap:
         getattr(self._delta, name)[rows[~in_main] - m] = values[~in_main]
 
     def _all(self, name: str) -> np.ndarray:
+        self.settle()
         return np.concatenate([getattr(self._main, name), getattr(self._delta, name)])
 
-    def _append(self, keys: np.ndarray, segment: int, docs: np.ndarray, cmps: np.ndarray) -> None:
-        """Add keys not tracked yet."""
+    def _append(self, keys: np.ndarray, segment: int, docs: np.ndarray, cmps: np.ndarray, *,
+                ordered: bool = False) -> None:
+        """Add keys not tracked yet (``ordered``: already sorted)."""
         if not len(keys):
             return
-        order = np.argsort(keys)
-        new = _Run(self._cmp_dtype, keys=keys[order], segs=np.full(len(keys), segment, np.int32), docs=docs[order],
-                   cmps=cmps[order])
+        if not ordered:
+            order = np.argsort(keys)
+            keys, docs, cmps = keys[order], docs[order], cmps[order]
+        new = _Run(self._cmp_dtype, keys=keys, segs=np.full(len(keys), segment, np.int32), docs=docs, cmps=cmps)
         self._delta = self._delta.merged(new)
         if len(self._delta) > max(_MIN_MERGE, len(self._main) // 8):
             self._main, self._delta = self._main.merged(self._delta), _Run(self._cmp_dtype)

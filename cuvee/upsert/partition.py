@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import FrozenBitMap
 
-from cuvee.upsert.keymap import Changes, KeyMap, Versions
+from cuvee.upsert.keymap import Changes, KeyMap, SnapshotConflict, Versions
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,14 @@ class PartitionUpsert:
     def snapshot(self, segment: int) -> tuple[np.ndarray, np.ndarray]:
         """(valid docs, tombstone docs) of ``segment``, consistent with each other: what a restart preloads."""
         with self._lock:
+            self._settled()
             return self._keys.valid_docs(segment), self._keys.tombstones(segment)
 
     def capture(self, segments: Mapping[int, str]) -> dict[int, tuple[str, FrozenBitMap, np.ndarray]]:
         """(name, valid docs, tombstone docs) of each of ``segments`` (id → name) still in the partition, from one
         instant: a snapshot round."""
         with self._lock:
+            self._settled()
             tombs = self._keys.tombstones_by_segment()
             none = np.zeros(0, np.int32)
             return {s: (name, self._valid.get(s, FrozenBitMap()), tombs.get(s, none))
@@ -86,19 +88,34 @@ class PartitionUpsert:
     def rebuild(self) -> None:
         """Decide every key again from all segments' rows, in stream order (a restart whose snapshots could not
         all be used)."""
-        assert self._versions is not None
         with self._lock:
-            ranks = {s: self._keys.rank(s) or 0 for s in self._handles}
-            fresh = KeyMap(self._keys.comparison_dtype)
-            valid: dict[int, FrozenBitMap] = {}
-            for seg in sorted(self._handles, key=lambda s: (ranks[s], s)):
-                _apply(valid, seg, fresh.apply(seg, self._versions(self._handles[seg]), rank=ranks[seg]))
-            self._keys = fresh
-            self._install(valid, dict(self._handles))
+            self._rebuild()
+
+    def _settled(self) -> None:
+        """Merge the snapshots preloaded so far into the key map (``KeyMap.settle``; under the lock). Snapshots
+        that disagree (a key valid in two of them) make the partition decided from its rows."""
+        try:
+            self._keys.settle()
+        except SnapshotConflict as exc:
+            if self._versions is None:
+                raise
+            log.warning("upsert partition: %s", exc)
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        assert self._versions is not None
+        ranks = {s: self._keys.rank(s) or 0 for s in self._handles}
+        fresh = KeyMap(self._keys.comparison_dtype)
+        valid: dict[int, FrozenBitMap] = {}
+        for seg in sorted(self._handles, key=lambda s: (ranks[s], s)):
+            _apply(valid, seg, fresh.apply(seg, self._versions(self._handles[seg]), rank=ranks[seg]))
+        self._keys = fresh
+        self._install(valid, dict(self._handles))
 
     def out_of_order(self, rows: Versions, rank: int) -> np.ndarray:
         """Which of ``rows`` the key map would find out of order now (``KeyMap.out_of_order``)."""
         with self._lock:
+            self._settled()
             return self._keys.out_of_order(rows, rank)
 
     def previous_rows(self, rows: Versions, rank: int, read: Callable[[Any, np.ndarray], pa.Table]
@@ -107,6 +124,7 @@ class PartitionUpsert:
         version (not deleted), and those versions' rows: (row indices, their previous rows read through
         ``read(handle, docs)``) per segment holding some."""
         with self._lock:
+            self._settled()
             late = self._keys.out_of_order(rows, rank)
             found, segs, docs, _ = self._keys.lookup(rows.keys)
             live = found & (docs >= 0) & np.isin(segs, np.fromiter(self._handles, np.int64, len(self._handles)))
@@ -119,6 +137,7 @@ class PartitionUpsert:
     def expire(self, metadata_ttl: float, deleted_keys_ttl: float) -> int:
         """Stop tracking keys past their TTLs (``KeyMap.expire``); their docs keep the validity they have."""
         with self._lock:
+            self._settled()
             return self._keys.expire(metadata_ttl, deleted_keys_ttl)
 
     def stats(self) -> tuple[int, float]:
@@ -135,6 +154,7 @@ class PartitionUpsert:
         segments (its version may be in an earlier segment, not in this copy's out-of-order rows). ``publish``:
         makes the rows readable, run just before the new view is swapped in."""
         with self._lock:
+            self._settled()
             if publish is not None:
                 publish()
             held = self._held_by(replacing)
@@ -168,11 +188,14 @@ class PartitionUpsert:
         docs = np.asarray(docs, np.int32)
         tomb = np.zeros(len(docs), bool) if deleted is None else np.asarray(deleted, bool)
         with self._lock:
-            self._keys.check_preload(keys)
-            if publish is not None:
-                publish()
             self._keys.preload(segment, keys, comparisons, np.where(tomb, -1 - docs, docs).astype(np.int32),
-                               rank=rank)
+                               rank=rank)  # checks first: may raise, changing nothing
+            if publish is not None:
+                try:
+                    publish()
+                except BaseException:
+                    self._keys.remove_segment(segment)
+                    raise
             valid = {**self._valid, segment: FrozenBitMap(_uint32(docs[~tomb]))}
             self._install(valid, {**self._handles, segment: handle})
 
@@ -180,6 +203,7 @@ class PartitionUpsert:
         """The segment left this server: its docs are no longer read, and its keys are re-decided from the other
         segments (``redecide``) or no longer tracked. ``publish`` (the registry's removal) runs in the same step."""
         with self._lock:
+            self._settled()
             if publish is not None:
                 publish()
             held = self._held_by(segment) if redecide else None

@@ -3,7 +3,7 @@
 The server wires three moments in (``cuvee.server``): a consuming segment's batch (``ingest``, between writing
 the rows and publishing them), a committed copy served (``serve``: a commit, a download, a restart's load, a
 reload; it replaces the copy of the same name in the same step as the registry swap), and a segment leaving
-(``remove``). Queries read through ``views`` and ``valid_mask``.
+(``remove``). Queries read through ``views`` and ``cuvee.upsert.reads``.
 
 Each *copy* of a segment gets its own id in the key map (the consuming copy and the committed copy that replaces
 it differ); its rank is its LLC sequence number, its place in the stream. A copy is identified to readers by its
@@ -31,6 +31,7 @@ from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.upsert.keymap import Versions
 from cuvee.upsert.partial import merge_rows, occurrence_rounds
 from cuvee.upsert.partition import PartitionUpsert, UpsertView
+from cuvee.upsert.reads import DEFAULT_CACHE_BYTES, ValidRowCache
 from cuvee.upsert.snapshot import Snapshot, SnapshotStore
 from cuvee.upsert.rows import comparison_dtype, versions_of
 
@@ -245,6 +246,8 @@ class TableUpsert:
         with self._lock:
             replacing = self._ids.get(segment)
         snapshot = self._preload_snapshot(llc.partition, segment) if replacing is None else None
+        if snapshot is not None and self._rows_decided_by(llc.partition, llc.sequence):
+            snapshot = None  # its keys may be valid already in an earlier segment decided from its rows
         state, sid = self._state_and_new_id(llc.partition)
         preloaded = snapshot is not None and snapshot.crc == crc and self._preload(
             state, sid, llc.sequence, token, rows, snapshot, publish)
@@ -264,6 +267,12 @@ class TableUpsert:
         with self._lock:  # only now: a failure above leaves the tracked copy as it was
             self._ids[segment] = sid
             self._crcs[segment] = crc
+
+    def _rows_decided_by(self, partition: int, rank: int) -> bool:
+        """Whether a segment of ``partition`` no later than ``rank`` was decided from its rows in this restart."""
+        with self._lock:
+            low = self._restart.get(partition, (None, None))[0]
+            return low is not None and low <= rank
 
     def _mixed_after(self, partition: int, rank: int, preloaded: bool) -> bool:
         """Restart bookkeeping (until the partition is ready): True, once, when a segment decided from its rows has
@@ -300,7 +309,8 @@ class TableUpsert:
                  publish: Callable[[], None]) -> bool:
         """Add a committed copy from its snapshot: only its valid and tombstone rows are read, nothing compared.
         False (nothing changed) when the snapshot does not fit the rows or the keys tracked already."""
-        docs = np.union1d(snapshot.valid, snapshot.tombstones).astype(np.int64)
+        docs = (np.union1d(snapshot.valid, snapshot.tombstones) if len(snapshot.tombstones)
+                else np.asarray(snapshot.valid)).astype(np.int64)  # both sorted, unique
         if len(docs) and docs[-1] >= rows.num_rows:
             log.warning("snapshot of %s names doc %d of %d: decided from its rows", _name_of(token), docs[-1],
                         rows.num_rows)
@@ -308,7 +318,8 @@ class TableUpsert:
         picked = versions_of(rows.take(pa.array(docs)), self.primary_key, self.comparison, None, 0)
         try:
             state.preload(sid, picked.keys, picked.comparisons, docs, token,
-                          deleted=np.isin(docs, snapshot.tombstones), rank=rank, publish=publish)
+                          deleted=np.isin(docs, snapshot.tombstones) if len(snapshot.tombstones) else None,
+                          rank=rank, publish=publish)
         except ValueError as exc:
             log.warning("snapshot of %s not preloaded (%s): decided from its rows", _name_of(token), exc)
             return False
@@ -418,18 +429,6 @@ def _readable_docs(token: Any) -> int:
     return int(published if published is not None else token.num_docs)
 
 
-VALID_COLUMN = "__cuvee_valid"  # the column a query's scan filters on (never shown: the server's view drops it)
-
-
-def valid_mask(num_rows: int, bits: Any) -> pa.Array:
-    """A boolean per row of a segment's query table: whether its valid-docs bitmap marks the doc. Appended to the
-    segment's rows (no row is copied) for the scan to filter on; docs past the table are not read."""
-    mask = np.zeros(num_rows, bool)
-    docs = np.frombuffer(bits.to_array(), np.uint32) if len(bits) else np.zeros(0, np.uint32)
-    mask[docs[docs < num_rows]] = True
-    return pa.array(mask)
-
-
 class UpsertTables:
     """The server's upsert tables, created the first time a segment of one is served or consumed.
 
@@ -438,8 +437,11 @@ class UpsertTables:
     it (an upsert config changed under live segments applies after they leave)."""
 
     def __init__(self, context: Callable[[str], tuple[TableConfig, Schema]],
-                 snapshot_dir: Callable[[str], Path] | None = None):
-        """``snapshot_dir(table)``: where a table's valid-docs snapshots live (None: none are kept)."""
+                 snapshot_dir: Callable[[str], Path] | None = None, *,
+                 read_cache_bytes: int = DEFAULT_CACHE_BYTES):
+        """``snapshot_dir(table)``: where a table's valid-docs snapshots live (None: none are kept).
+        ``read_cache_bytes``: the budget of the committed segments' valid rows kept for queries (``reads``)."""
+        self.reads = ValidRowCache(read_cache_bytes)
         self._context = context
         self._snapshot_dir = snapshot_dir
         self._lock = threading.Lock()

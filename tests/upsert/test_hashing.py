@@ -28,3 +28,24 @@ def test_composite_keys_differ_by_any_column() -> None:
     assert key_hashes(rows.slice(0, 0), ["a"]).tolist() == []
     with pytest.raises(ValueError):
         key_hashes(rows, [])
+
+
+def test_integer_keys_hash_in_numpy_without_collisions_and_whatever_their_width() -> None:
+    ids = np.arange(-50_000, 50_000, dtype=np.int64)
+    hashes = key_hashes(pa.table({"id": ids}), ["id"])
+    assert hashes.dtype == np.uint64 and len(np.unique(hashes)) == len(ids)  # a bijection: no two ids collide
+    narrow = pa.table({"id": pa.array(ids[:100], pa.int32())})
+    assert (key_hashes(narrow, ["id"]) == hashes[:100]).all()
+    encoded = pa.table({"id": pa.array(ids[:100]).dictionary_encode()})
+    assert (key_hashes(encoded, ["id"]) == hashes[:100]).all()
+    with_null = pa.table({"id": pa.array([1, None, 1, None])})
+    got = key_hashes(with_null, ["id"])
+    assert got[0] == got[2] and got[1] == got[3] and got[0] != got[1]
+
+
+def test_composite_integer_keys_depend_on_every_column_and_its_place() -> None:
+    rows = pa.table({"a": [1, 1, 2, 2, 1], "b": [1, 2, 1, 2, 1]})
+    hashes = key_hashes(rows, ["a", "b"]).tolist()
+    assert len(set(hashes[:4])) == 4 and hashes[0] == hashes[4]
+    swapped = key_hashes(rows, ["b", "a"]).tolist()
+    assert swapped[1] != hashes[1]  # (1, 2) and (2, 1) are different keys

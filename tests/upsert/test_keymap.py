@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuvee.upsert.keymap import KeyMap, Versions
+from cuvee.upsert.keymap import KeyMap, SnapshotConflict, Versions
 
 
 @dataclass
@@ -181,7 +181,15 @@ def test_preload_trusts_snapshots_and_refuses_duplicates() -> None:
     km.preload(3, np.array([1, 2], np.uint64), np.array([5.0, 6.0]), np.array([0, 4], np.int32))
     assert km.valid_docs(3).tolist() == [0, 4]
     with pytest.raises(ValueError, match="valid twice"):
-        km.preload(4, np.array([2], np.uint64), np.array([7.0]), np.array([0], np.int32))
+        km.preload(4, np.array([2, 2], np.uint64), np.array([7.0, 8.0]), np.array([0, 1], np.int32))
+    km.preload(4, np.array([9, 7], np.uint64), np.array([7.0, 8.0]), np.array([0, 1], np.int32))
+    assert len(km) == 4 and km.valid_docs(4).tolist() == [0, 1]  # merged on first use
+    found, segs, docs, cmps = km.lookup(np.array([7, 2, 9, 5], np.uint64))
+    assert found.tolist() == [True, True, True, False] and segs[:3].tolist() == [4, 3, 4]
+    assert docs[:3].tolist() == [1, 4, 0] and cmps[:3].tolist() == [8.0, 6.0, 7.0]
+    km.preload(5, np.array([2], np.uint64), np.array([7.0]), np.array([0], np.int32))  # 2 is segment 3's
+    with pytest.raises(SnapshotConflict):
+        km.lookup(np.array([2], np.uint64))
 
 
 def test_many_keys_stay_compact() -> None:

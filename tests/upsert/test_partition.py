@@ -188,3 +188,14 @@ def test_a_shorter_copy_decides_its_keys_again_with_every_segment() -> None:
     committed = ranked([(1, 3, False), (2, 4, False)], 1)
     state.add(2, committed.versions(), committed, rank=1, replacing=1, shorter=True)
     assert valid_rows(state) == {1: (8, 0)}  # and key 2 stays deleted, not brought back by its late row
+
+
+def test_snapshots_that_disagree_are_found_when_merged_and_the_partition_is_decided_from_rows() -> None:
+    """Two snapshots each holding key 1 valid (a corrupt round): the merge that follows the preloads refuses them and
+    the partition is rebuilt from its rows, so the key ends valid once, at its newer version."""
+    older, newer = ranked([(1, 1.0, False), (2, 1.0, False)], 0), ranked([(1, 2.0, False)], 1)
+    state = PartitionUpsert(versions=Rows.versions)
+    state.preload(0, np.array([1, 2], np.uint64), np.array([1.0, 1.0]), np.array([0, 1]), older, rank=0)
+    state.preload(1, np.array([1], np.uint64), np.array([2.0]), np.array([0]), newer, rank=1)
+    add(state, 2, ranked([(3, 3.0, False)], 2), rank=2)  # the consumer's first batch merges the preloads
+    assert valid_rows(state) == {1: (2.0, 1), 2: (1.0, 0), 3: (3.0, 2)}
