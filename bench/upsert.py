@@ -1,5 +1,5 @@
 """Upsert key map: metadata bytes per key at ten million keys (target ≤ 32) and rows per second through
-``KeyMap.apply`` (keys hashed by DuckDB, then resolved), one partition, batches as a consumer sees them.
+``KeyMap.apply`` (keys hashed as the server hashes them, then resolved), one partition, batches as a consumer sees them.
 
     .venv/bin/python bench/upsert.py [--keys 10000000] [--batch 100000] [--updates 0.5]
 

@@ -2,7 +2,7 @@
 
 One key of one or more columns (a composite key) becomes one ``uint64`` for a whole batch at a time. Keys made of
 integer columns (the common case: ids) are hashed in numpy with SplitMix64's finaliser, a bijection on 64 bits, so
-distinct single-column integer keys never collide, and a batch of 10,000 keys costs microseconds (a DuckDB call
+distinct non-null single-column integer keys never collide (a null key shares its hash with one integer), and a batch of 10,000 keys costs microseconds (a DuckDB call
 costs milliseconds, most of the upsert ingest overhead it was). Other keys (strings, composites with a string) use
 DuckDB's vectorised ``hash``. A table's key columns have fixed types, so one table always takes one path. Hashes
 only ever meet hashes computed by the same process (a restart rebuilds the key map from segments and snapshots of

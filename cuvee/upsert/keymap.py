@@ -283,18 +283,34 @@ class KeyMap:
                 rank: int | None = None) -> None:
         """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
         of a partition's segments hold each key valid exactly once). Raises ValueError, changing nothing, when a
-        key is twice in ``keys``. The segment's keys are sorted and set aside; the first use of the map after a
-        run of preloads merges them all at once (``settle``), which refuses a key held twice across them."""
+        key is twice in ``keys`` or tracked already (decided from rows, or preloaded and merged). The segment's
+        keys are sorted and set aside; the first use of the map after a run of preloads merges them all at once
+        (``settle``), which refuses a key held twice among the preloads set aside."""
         keys = np.asarray(keys, np.uint64)
         order = np.argsort(keys)
         ordered = keys[order]
-        if (ordered[1:] == ordered[:-1]).any():
-            raise ValueError(f"preload of segment {segment}: a key is valid twice in its snapshot")
+        if (ordered[1:] == ordered[:-1]).any() or (self._main.find(ordered) >= 0).any() \
+                or (self._delta.find(ordered) >= 0).any():
+            raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree")
         self._ranks[segment] = segment if rank is None else rank
         cmps = np.asarray(comparisons, self._cmp_dtype)
         self._pending.append(_Run(self._cmp_dtype, keys=ordered, segs=np.full(len(keys), segment, np.int32),
                                   docs=np.asarray(docs, np.int32)[order], cmps=cmps[order]))
         self._saw(cmps)
+
+    @property
+    def settled(self) -> bool:
+        """No preload waits to be merged."""
+        return not self._pending
+
+    def unpreload(self, segment: int) -> bool:
+        """Take back a preload of ``segment`` not merged yet; False if there is none (it was merged)."""
+        kept = [r for r in self._pending if not (len(r) and r.segs[0] == segment)]
+        if len(kept) == len(self._pending):
+            return False
+        self._pending = kept
+        self._ranks.pop(segment, None)
+        return True
 
     def settle(self) -> None:
         """Merge the preloaded segments set aside into the map: one sort of all keys. Raises ``SnapshotConflict``

@@ -65,8 +65,11 @@ class PartitionUpsert:
 
     @property
     def view(self) -> UpsertView:
-        """The current view; waits for a change in progress (its publish may already have swapped the registry)."""
+        """The current view; waits for a change in progress (its publish may already have swapped the registry).
+        Preloads not merged yet are merged first: no view is read before their keys were checked together."""
         with self._lock:
+            if not self._keys.settled:
+                self._settled()
             return self._view
 
     def snapshot(self, segment: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,12 +106,19 @@ class PartitionUpsert:
             self._rebuild()
 
     def _rebuild(self) -> None:
+        """Everything decided anew, then swapped in whole. A segment that cannot be read is logged and left with
+        no valid doc (its keys untracked) rather than leave map and views disagreeing."""
         assert self._versions is not None
         ranks = {s: self._keys.rank(s) or 0 for s in self._handles}
         fresh = KeyMap(self._keys.comparison_dtype)
         valid: dict[int, FrozenBitMap] = {}
         for seg in sorted(self._handles, key=lambda s: (ranks[s], s)):
-            _apply(valid, seg, fresh.apply(seg, self._versions(self._handles[seg]), rank=ranks[seg]))
+            try:
+                rows = self._versions(self._handles[seg])
+            except Exception:  # noqa: BLE001 - a broken copy must not leave the partition half rebuilt
+                log.exception("rebuilding upsert keys: segment %d cannot be read; none of its docs is valid", seg)
+                rows = Versions(np.zeros(0, np.uint64), np.zeros(0, fresh.comparison_dtype), np.zeros(0, np.int32))
+            _apply(valid, seg, fresh.apply(seg, rows, rank=ranks[seg]))
         self._keys = fresh
         self._install(valid, dict(self._handles))
 
@@ -184,7 +194,9 @@ class PartitionUpsert:
                 publish: Callable[[], None] | None = None) -> None:
         """A committed segment's snapshot (restart), trusted: the keys, comparison values and docs of its valid
         rows, and ``deleted``, a bool per row of those that are tombstones (delete rows that hide their key: kept in
-        the key map, never valid). Raises ValueError, changing nothing, when a key is already tracked."""
+        the key map, never valid). Raises ValueError, changing nothing, when a key is already tracked
+        (``KeyMap.preload``); keys shared with other preloads not merged yet are found when the next view is
+        taken or the map is next used, and the partition is then decided from its rows."""
         docs = np.asarray(docs, np.int32)
         tomb = np.zeros(len(docs), bool) if deleted is None else np.asarray(deleted, bool)
         with self._lock:
@@ -194,7 +206,8 @@ class PartitionUpsert:
                 try:
                     publish()
                 except BaseException:
-                    self._keys.remove_segment(segment)
+                    if not self._keys.unpreload(segment):  # merged meanwhile (the publish read the view)
+                        self._keys.remove_segment(segment)
                     raise
             valid = {**self._valid, segment: FrozenBitMap(_uint32(docs[~tomb]))}
             self._install(valid, {**self._handles, segment: handle})

@@ -5,11 +5,14 @@ reads every row and filters the valid ones pays for the invalid rows too: with f
 the rows of the same data held append-only. Three cases, from cheapest:
 
 - every doc of the segment is valid: read as it is, no filter;
-- a *committed* segment: its valid rows are taken once per valid-docs version (bitmaps are copied on write, so a
-  bitmap object *is* a version) and kept in a cache with a byte budget, least recently read evicted first; queries
-  while the segment's keys do not move read only valid rows, as Pinot's valid-doc filter does;
-- otherwise (a consuming segment, whose bitmap changes with every batch, or a cache miss past the budget): the
-  valid-docs bitmap goes to DuckDB's scan as a boolean column, ``VALID_COLUMN``, filtered in the scan itself.
+- a *committed* segment read a second time at the same valid-docs version (bitmaps are copied on write, so a
+  bitmap object *is* a version): its valid rows are taken then and kept in a cache with a byte budget, least
+  recently read evicted first; later queries, while the segment's keys do not move, read only valid rows, as
+  Pinot's valid-doc filter does. Taking rows costs more than filtering them once, so a version read only once
+  (keys moving under steady updates) is never copied;
+- otherwise (a consuming segment, whose bitmap changes with every batch; a committed segment's first read of a
+  version; valid rows that would not fit the budget): the valid-docs bitmap goes to DuckDB's scan as a boolean
+  column, ``VALID_COLUMN``, filtered in the scan itself.
 
 A read mixing the two carries ``VALID_COLUMN`` on every table, true for the rows already taken.
 """
@@ -53,15 +56,17 @@ def _docs(bits: Any, num_rows: int) -> np.ndarray:
 
 
 class ValidRowCache:
-    """Committed segments' valid rows, taken once per valid-docs version, within ``budget_bytes`` (0: no cache).
-    Thread-safe; holds segments weakly (a dropped segment's files are not kept open by the cache)."""
+    """Committed segments' valid rows, taken on the second read of a valid-docs version, within ``budget_bytes``
+    (0: no cache; dictionary columns are charged their indices: the dictionary stays the segment's). Thread-safe;
+    holds segments weakly; ``forget`` drops a segment that left."""
 
     def __init__(self, budget_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if budget_bytes < 0:
             raise ValueError("the valid-row cache budget must be 0 (none) or positive")
         self.budget_bytes = budget_bytes
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, tuple[weakref.ref[Any], Any, pa.Table]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[weakref.ref[Any], Any, pa.Table, int]] = OrderedDict()
+        self._seen: dict[str, tuple[weakref.ref[Any], Any]] = {}  # versions read once, not taken
         self._bytes = 0
         self.hits = self.misses = 0
 
@@ -79,8 +84,10 @@ class ValidRowCache:
             return ValidRows(table.slice(0, 0), False)
         if count == n and bits.max() < n:
             return ValidRows(table, False)
-        if not committed or self.budget_bytes == 0:
-            return ValidRows(table.append_column(VALID_COLUMN, valid_mask(n, bits)), True)
+        masked = ValidRows(table.append_column(VALID_COLUMN, valid_mask(n, bits)), True) if not committed \
+            or self.budget_bytes == 0 or _copied_bytes(table) * count / n > self.budget_bytes else None
+        if masked is not None:
+            return masked
         with self._lock:
             entry = self._entries.get(name)
             if entry is not None and entry[0]() is token and entry[1] is bits:
@@ -88,19 +95,45 @@ class ValidRowCache:
                 self.hits += 1
                 return ValidRows(entry[2], False)
             self.misses += 1
+            seen = self._seen.get(name)
+            second = seen is not None and seen[0]() is token and seen[1] is bits
+            if not second:
+                self._seen[name] = (weakref.ref(token), bits)
+        if not second:
+            return ValidRows(table.append_column(VALID_COLUMN, valid_mask(n, bits)), True)
         taken = table.take(pa.array(_docs(bits, n)))
-        size = taken.nbytes
+        size = _copied_bytes(taken)
         with self._lock:
-            old = self._entries.pop(name, None)
-            if old is not None:
-                self._bytes -= old[2].nbytes
+            self._seen.pop(name, None)
+            self._drop(name)
+            for dead in [k for k, (ref, *_) in self._entries.items() if ref() is None]:
+                self._drop(dead)
             if size <= self.budget_bytes:
-                self._entries[name] = (weakref.ref(token), bits, taken)
+                self._entries[name] = (weakref.ref(token), bits, taken, size)
                 self._bytes += size
                 while self._bytes > self.budget_bytes:
-                    _, (_, _, evicted) = self._entries.popitem(last=False)
-                    self._bytes -= evicted.nbytes
+                    self._drop(next(iter(self._entries)))
         return ValidRows(taken, False)
+
+    def forget(self, name: str) -> None:
+        """Segment ``name`` left (or was replaced): its rows are no longer kept."""
+        with self._lock:
+            self._seen.pop(name, None)
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            self._bytes -= entry[3]
+
+
+def _copied_bytes(table: pa.Table) -> int:
+    """Bytes a copy of ``table``'s rows allocates: a dictionary column's indices (its dictionary is shared)."""
+    size = 0
+    for column in table.columns:
+        for chunk in column.chunks:
+            size += chunk.indices.nbytes if isinstance(chunk, pa.DictionaryArray) else chunk.nbytes
+    return size
 
 
 def scan_tables(parts: Sequence[ValidRows]) -> list[pa.Table]:

@@ -48,8 +48,11 @@ class TableUpsert:
     A snapshot round runs, and the TTLs are applied, when a partition's consuming segment starts (Pinot's moment:
     the committed segments' state is then complete until the next commit)."""
 
-    def __init__(self, config: TableConfig, schema: Schema, snapshots: SnapshotStore | None = None):
+    def __init__(self, config: TableConfig, schema: Schema, snapshots: SnapshotStore | None = None,
+                 reads: ValidRowCache | None = None):
+        """``reads``: the server's cache of committed segments' valid rows (told when a segment leaves)."""
         upsert = config.upsert
+        self._reads = reads
         self.primary_key = schema.primary_key_columns
         self.comparison = config.comparison_columns
         self.delete_column = upsert.delete_record_column if upsert is not None else None
@@ -267,6 +270,8 @@ class TableUpsert:
         with self._lock:  # only now: a failure above leaves the tracked copy as it was
             self._ids[segment] = sid
             self._crcs[segment] = crc
+        if self._reads is not None and replacing is not None:
+            self._reads.forget(segment)  # the rows kept were the replaced copy's
 
     def _rows_decided_by(self, partition: int, rank: int) -> bool:
         """Whether a segment of ``partition`` no later than ``rank`` was decided from its rows in this restart."""
@@ -308,7 +313,7 @@ class TableUpsert:
     def _preload(self, state: PartitionUpsert, sid: int, rank: int, token: Any, rows: pa.Table, snapshot: Snapshot,
                  publish: Callable[[], None]) -> bool:
         """Add a committed copy from its snapshot: only its valid and tombstone rows are read, nothing compared.
-        False (nothing changed) when the snapshot does not fit the rows or the keys tracked already."""
+        False (nothing changed) when the snapshot does not fit the rows or holds a key tracked already."""
         docs = (np.union1d(snapshot.valid, snapshot.tombstones) if len(snapshot.tombstones)
                 else np.asarray(snapshot.valid)).astype(np.int64)  # both sorted, unique
         if len(docs) and docs[-1] >= rows.num_rows:
@@ -335,6 +340,8 @@ class TableUpsert:
             self._crcs.pop(segment, None)
             self._persisted.pop(segment, None)
             state = self._partitions.get(LLCSegmentName.parse(segment).partition)
+        if self._reads is not None:
+            self._reads.forget(segment)
         if sid is None or state is None:
             if publish is not None:
                 publish()
@@ -454,7 +461,7 @@ class UpsertTables:
                 return self._tables[table]
         config, schema = self._context(table)
         snapshots = SnapshotStore(self._snapshot_dir(table)) if self._snapshot_dir is not None else None
-        made = TableUpsert(config, schema, snapshots) if config.is_upsert else None
+        made = TableUpsert(config, schema, snapshots, self.reads) if config.is_upsert else None
         with self._lock:
             current = self._tables.get(table)
             if current is not None and (not current.empty or (made is not None and current.same_rules(made))):

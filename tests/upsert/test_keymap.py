@@ -187,8 +187,11 @@ def test_preload_trusts_snapshots_and_refuses_duplicates() -> None:
     found, segs, docs, cmps = km.lookup(np.array([7, 2, 9, 5], np.uint64))
     assert found.tolist() == [True, True, True, False] and segs[:3].tolist() == [4, 3, 4]
     assert docs[:3].tolist() == [1, 4, 0] and cmps[:3].tolist() == [8.0, 6.0, 7.0]
-    km.preload(5, np.array([2], np.uint64), np.array([7.0]), np.array([0], np.int32))  # 2 is segment 3's
-    with pytest.raises(SnapshotConflict):
+    with pytest.raises(ValueError, match="valid twice"):  # 2 is segment 3's, merged: refused at once
+        km.preload(5, np.array([2], np.uint64), np.array([7.0]), np.array([0], np.int32))
+    km.preload(5, np.array([20], np.uint64), np.array([7.0]), np.array([0], np.int32))
+    km.preload(6, np.array([20], np.uint64), np.array([8.0]), np.array([0], np.int32))  # both set aside ...
+    with pytest.raises(SnapshotConflict):  # ... and refused together when merged
         km.lookup(np.array([2], np.uint64))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from cuvee.upsert.keymap import Versions
 from cuvee.upsert.partition import PartitionUpsert
@@ -199,3 +200,19 @@ def test_snapshots_that_disagree_are_found_when_merged_and_the_partition_is_deci
     state.preload(1, np.array([1], np.uint64), np.array([2.0]), np.array([0]), newer, rank=1)
     add(state, 2, ranked([(3, 3.0, False)], 2), rank=2)  # the consumer's first batch merges the preloads
     assert valid_rows(state) == {1: (2.0, 1), 2: (1.0, 0), 3: (3.0, 2)}
+
+
+def test_a_preload_whose_publish_fails_is_taken_back_and_leaves_the_others_whole() -> None:
+    older = ranked([(1, 1.0, False), (2, 1.0, False)], 0)
+    state = PartitionUpsert(versions=Rows.versions)
+    state.preload(0, np.array([1, 2], np.uint64), np.array([1.0, 1.0]), np.array([0, 1]), older, rank=0)
+
+    def failing() -> None:
+        raise OSError("registry swap failed")
+
+    newer = ranked([(1, 2.0, False)], 1)  # disagrees with segment 0's snapshot about key 1
+    with pytest.raises(OSError):
+        state.preload(1, np.array([1], np.uint64), np.array([2.0]), np.array([0]), newer, rank=1, publish=failing)
+    assert state.stats()[0] == 2 and valid_rows(state) == {1: (1.0, 0), 2: (1.0, 0)}
+    add(state, 1, newer, rank=1)  # the caller decides segment 1 from its rows
+    assert valid_rows(state) == {1: (2.0, 1), 2: (1.0, 0)}

@@ -141,3 +141,20 @@ def test_rows_decided_without_snapshots_match(tmp_path: Path) -> None:
     assert visible(plain) == {1: 2, 3: 4, 4: 4}
     assert not list(tmp_path.iterdir())
     assert np.isclose(plain.stats()["partitions"]["0"]["bytesPerKey"], 24.0)
+
+
+def test_a_later_segment_without_a_snapshot_decided_first_keeps_an_older_snapshot_from_doubling_a_key(
+        tmp_path: Path) -> None:
+    """Segment 1 committed after the last round (no snapshot) and updated key 1; on restart it loads before
+    segment 0, whose snapshot still holds key 1 valid. Preloading 0 would show key 1 twice: it is decided from its
+    rows instead."""
+    store = SnapshotStore(tmp_path)
+    live = TableUpsert(config(), SCHEMA, store)
+    first = Committed(0, [(1, 1, False), (2, 1, False)])
+    serve_all(live, [first])
+    consuming = Consuming(1)
+    live.start(consuming.name, consuming)
+    live.ready(consuming.name)  # the round: segment 0 with keys 1 and 2 valid
+    restarted = TableUpsert(config(), SCHEMA, store)
+    serve_all(restarted, [Committed(1, [(1, 5, False)]), Committed(0, [(1, 1, False), (2, 1, False)])])
+    assert visible(restarted) == {1: 5, 2: 1}
