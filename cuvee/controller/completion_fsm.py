@@ -19,6 +19,8 @@ Deliberate differences from Pinot (each closes a hole found while testing the sa
 - nothing aborts while COMMITTING: the shell's metadata writes are in flight;
 - extendBuildTime is accepted only from the committer, also while uploading, and never shortens the lease;
 - a replica that stopped consuming is never picked as committer, and if the committer stops, the FSM aborts;
+- only the segment's replicas take part (the manager answers anyone else FAILED, changing nothing), and a
+  commitEnd whose row count is not the one the committer reported with its offset aborts the election;
 - an FSM whose first lease already ran out aborts instead of picking a committer (it could only grant a dead lease);
 - a replica stopping after the commit is not marked OFFLINE (it would lose a replica of the committed segment).
 
@@ -87,9 +89,11 @@ class CompletionFsm:
         learned_commit_ms: int | None = None,
         committed_offset: int | None = None,
         pinned_offset: int | None = None,
+        members: Iterable[str] | None = None,
     ) -> None:
         self.segment = segment
         self.replicas = frozenset(replicas)
+        self.members = self.replicas | frozenset(members or ())  # who may take part (the manager checks)
         self.config = config or CompletionConfig()
         self.generation = generation
         self.start_ms = now
@@ -99,6 +103,7 @@ class CompletionFsm:
         self.initial_commit_ms = min(initial, self.config.max_commit_ms)
         self.commit_deadline = now + self.initial_commit_ms
         self.reports: dict[str, int] = {}
+        self.rows: dict[str, int] = {}  # rows each replica reported with its offset (commitEnd must match)
         self.lossy: set[str] = set()  # replicas whose last report said they lost messages to retention
         self.excluded: set[str] = set()
         self.winner: str | None = None
@@ -195,6 +200,7 @@ class CompletionFsm:
         inst, offset = req.instance, req.offset
         self.excluded.discard(inst)  # a replica that stopped may have restarted and caught up: accept it again
         self.reports[inst] = offset
+        self.rows[inst] = req.rows
         (self.lossy.add if req.lossy else self.lossy.discard)(inst)
         match self.state:
             case S.PARTIAL_CONSUMING | S.HOLDING:
@@ -341,6 +347,8 @@ class CompletionFsm:
         if self.state is not S.COMMITTER_UPLOADING or not is_winner:
             # Out of step: a committer that skipped a step starts over; anyone else just fails.
             return self._abort_failed() if inst == self.winner else (failed(), [])
+        if req.total_docs != self.rows.get(inst):
+            return self._abort_failed()  # not the rows it reported at this offset: elect again
         self.state = S.COMMITTING
         action = CommitSegmentMetadata(
             segment=self.segment,

@@ -32,7 +32,8 @@ from cuvee.protocol.segment_name import LLCSegmentName
 @dataclass(frozen=True, slots=True)
 class SegmentInfo:
     """What the shell read about a segment when its FSM is created. ``replicas``: the instances holding it
-    CONSUMING in the ideal state (replicas marked OFFLINE are left out, so nobody waits for them).
+    CONSUMING in the ideal state (replicas marked OFFLINE are left out, so nobody waits for them). ``members``: every
+    instance the ideal state lists for the segment, in any state (default: ``replicas``); only they take part.
     ``committed_end_offset``: the end offset if the metadata already says DONE (late replicas then get
     KEEP/DISCARD), else None. ``pinned_end_offset``: the end offset if the metadata says COMMITTING (a pauseless
     commit started: the segment must end exactly there), else None."""
@@ -40,6 +41,7 @@ class SegmentInfo:
     replicas: frozenset[str]
     committed_end_offset: int | None = None
     pinned_end_offset: int | None = None
+    members: frozenset[str] | None = None
 
 
 class CompletionManager:
@@ -53,6 +55,7 @@ class CompletionManager:
         self._fsms: dict[LLCSegmentName, CompletionFsm] = {}
         self._commit_ms: dict[str, int] = {}
         self._generation = 0
+        self.refused = 0  # requests from instances that are not replicas of the segment
 
     @property
     def is_leader(self) -> bool:
@@ -92,9 +95,14 @@ class CompletionManager:
 
     def _request(self, request: Request, now: int, info: SegmentInfo | None) -> tuple[Response | None, list[Action]]:
         fsm = self._fsms.get(request.segment)
+        if fsm is None and info is None:
+            return failed(), []  # no metadata for the segment: nothing to complete
+        members = fsm.members if fsm is not None else _members(info)
+        if request.instance not in members:
+            self.refused += 1
+            return failed(), []  # not a replica of the segment: it takes no part, and nothing changes
         if fsm is None:
-            if info is None:
-                return failed(), []  # no metadata for the segment: nothing to complete
+            assert info is not None
             fsm = self._create(request.segment, info, now)
         response, actions = fsm.handle(request, now)
         self._learn(fsm)
@@ -120,6 +128,7 @@ class CompletionManager:
             learned_commit_ms=self._commit_ms.get(segment.table),
             committed_offset=info.committed_end_offset,
             pinned_offset=info.pinned_end_offset,
+            members=_members(info),
         )
         self._fsms[segment] = fsm
         return fsm
@@ -132,3 +141,9 @@ class CompletionManager:
     def _drop_if_done(self, fsm: CompletionFsm) -> None:
         if fsm.done and self._fsms.get(fsm.segment) is fsm:
             del self._fsms[fsm.segment]
+
+
+def _members(info: SegmentInfo | None) -> frozenset[str]:
+    if info is None:
+        return frozenset()
+    return info.replicas if info.members is None else info.members | info.replicas

@@ -12,6 +12,11 @@ ONLINE. The next request about it creates a fresh FSM that answers KEEP/DISCARD 
 service then runs steps 2 and 3 itself (``SegmentCommitter.finish``, idempotent, one at a time per segment), so
 the replicas' retries complete the commit.
 
+Who calls is checked before anything is read or changed: the caller must be live (registered in the metadata
+store) and listed by the ideal state for the segment (in any state), and a commitEnd's location must be empty
+(deep-store bypass) or the deep-store location of that segment's archive, present there (``location_ok``).
+Anything else is answered FAILED, changes nothing, and is counted (``refused``) and logged (rate-limited).
+
 The replicas' stop reasons (a forced commit teaches the size learner nothing) are kept per segment only while the
 segment has an FSM: they are dropped with it (committed, aborted, leadership lost).
 """
@@ -37,7 +42,7 @@ from cuvee.controller.completion_types import (
     MarkReplicaOffline,
 )
 from cuvee.errors import CuveeError
-from cuvee.protocol.completion import Request, Response, SegmentConsumed, StopReason, failed
+from cuvee.protocol.completion import Request, Response, SegmentCommitEnd, SegmentConsumed, StopReason, failed
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.spi.metastore import MetadataStoreError
 
@@ -51,8 +56,13 @@ class CompletionService:
         committer: SegmentCommitter,
         config: CompletionConfig,
         clock_ms: Callable[[], int],
+        location_ok: Callable[[LLCSegmentName, str], bool] | None = None,
     ):
+        """``location_ok(segment, location)``: whether a commitEnd's non-empty location is where that segment's
+        archive belongs and is present (None: any location; a controller without a deep store cannot tell)."""
         self.store = store
+        self._location_ok = location_ok
+        self.refused = 0  # requests from callers that take no part in the segment (see the module docstring)
         self.committer = committer
         self.clock_ms = clock_ms
         self.manager = CompletionManager(config, leader=False)
@@ -84,6 +94,14 @@ class CompletionService:
 
     def _handle(self, request: Request) -> Response:
         segment = request.segment
+        if self.manager.is_leader:
+            why = self._refusal(request)
+            if why is not None:
+                self.refused += 1
+                if self.refused <= 10 or self.refused % 1000 == 0:  # bounded logging under a flood
+                    log.warning("completion request %s for %s from %r refused (%d so far): %s", request.kind.value,
+                                segment, request.instance[:128], self.refused, why)
+                return failed()
         unfinished = False
         with self._lock:
             info = None
@@ -118,6 +136,18 @@ class CompletionService:
                 response = answer
         return response if response is not None else failed()
 
+    def _refusal(self, request: Request) -> str | None:
+        """Why ``request``'s caller takes no part in its segment, or None (see the module docstring)."""
+        if request.instance not in self.store.live_instance_ids():
+            return "the instance is not live"
+        ideal = self.store.ideal_state(realtime_name(request.segment.table))
+        if ideal is None or request.instance not in ideal.record.segments.get(request.segment.name, {}):
+            return "the ideal state does not list the instance for the segment"
+        if isinstance(request, SegmentCommitEnd) and request.location and self._location_ok is not None \
+                and not self._location_ok(request.segment, request.location):
+            return "the location is not the segment's archive in the deep store"
+        return None
+
     def _prune(self, segment: LLCSegmentName) -> None:
         """Forget the stop reasons of a segment that has no FSM (any more). Call with the lock held."""
         if self.manager.fsm(segment) is None:
@@ -149,7 +179,7 @@ class CompletionService:
         committed = record.end_offset if record.status is SegmentStatus.DONE else None
         pinned = record.end_offset if record.status is SegmentStatus.COMMITTING else None
         unfinished = committed is not None and bool(replicas) and SegmentState.ONLINE not in replicas.values()
-        return SegmentInfo(consuming, committed, pinned), unfinished
+        return SegmentInfo(consuming, committed, pinned, frozenset(replicas)), unfinished
 
     def _mark_offline(self, action: MarkReplicaOffline) -> None:
         table = realtime_name(action.segment.table)

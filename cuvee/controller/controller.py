@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from cuvee.cluster.records import InstanceInfo
+from cuvee.config.table import TableType
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller.commit import SegmentCommitter
 from cuvee.controller.completion_service import CompletionService
@@ -31,7 +32,9 @@ from cuvee.errors import CuveeError
 from cuvee.node.http import DEFAULT_MAX_BODY_BYTES, HttpService
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
-from cuvee.spi.deepstore import DeepStore
+from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.segment.archive import deep_store_key
+from cuvee.spi.deepstore import DeepStore, DeepStoreError
 from cuvee.spi.metastore import LeaderElection, MetadataStoreError, NodeExistsError, SessionState
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,15 @@ class Controller:
         log.info("controller %s serving at %s", self.instance_id, self.url)
         return self
 
+    def _archive_location_ok(self, segment: LLCSegmentName, location: str) -> bool:
+        """A commitEnd's location is this segment's archive in the deep store, and the archive is there."""
+        assert self.deep_store is not None
+        key = deep_store_key(segment.table + TableType.REALTIME.suffix, segment.name)
+        try:
+            return self.deep_store.key_of(location) == key and self.deep_store.exists(key)
+        except (DeepStoreError, OSError, ValueError):
+            return False
+
     def _start_services(self, app: object) -> None:
         assert self.metastore is not None
         self._store = ClusterStore(self.metastore, self.config.cluster)
@@ -97,7 +109,8 @@ class Controller:
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader
         )
-        self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms)
+        self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms,
+                                             self._archive_location_ok if self.deep_store is not None else None)
         self._repair = RepairTask(
             self._store,
             committer,

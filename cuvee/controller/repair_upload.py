@@ -23,7 +23,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.controller.server_client import instance_url
 from cuvee.errors import CuveeError
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH
-from cuvee.segment.archive import ARCHIVE_SUFFIX, unpack
+from cuvee.segment.archive import ARCHIVE_SUFFIX, deep_store_key, unpack
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.spi.deepstore import DeepStore, DeepStoreError
@@ -57,11 +57,6 @@ def plan_uploads(ideal: IdealState, view: ExternalView | None, records: Mapping[
         if peers:
             out.append(UploadPeerOnly(name, peers))
     return out
-
-
-def deep_store_key(table: str, segment: str) -> str:
-    """Where the committers put archives too (``cuvee.server.consuming.build.deep_store_key``)."""
-    return f"{table}/{segment}{ARCHIVE_SUFFIX}"
 
 
 def set_download_uri(uri: str) -> Callable[[SegmentRecord], SegmentRecord]:

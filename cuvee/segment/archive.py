@@ -34,6 +34,12 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+def deep_store_key(table_with_type: str, segment: str) -> str:
+    """``events_REALTIME/events__0__3__20261121T1647Z.tar.zst``: where a committed segment's archive lives in a
+    deep store (committers and repair put it there; the controller checks commitEnd's location against it)."""
+    return f"{table_with_type}/{segment}{ARCHIVE_SUFFIX}"
+
+
 def pack(segment_dir: str | Path, out_file: str | Path | None = None) -> Path:
     """Write ``<segment_dir>.tar.zst`` (or ``out_file``) holding ``<segment_name>/...``; returns its path."""
     source = Path(segment_dir)

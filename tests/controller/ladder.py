@@ -44,7 +44,8 @@ class Ladder:
     def __init__(self, replicas: tuple[str, ...] = (S1, S2, S3), config: CompletionConfig | None = None,
                  *, pauseless: bool = False) -> None:
         self.now = START_MS + 5_000
-        self.replicas = set(replicas)
+        self.replicas = set(replicas)  # CONSUMING in the ideal state
+        self.members = frozenset(replicas)  # listed in the ideal state in any state (an OFFLINE replica too)
         self.pauseless = pauseless
         self.committed_offset: int | None = None
         self.pinned_offset: int | None = None  # COMMITTING at this end offset (pauseless commit start)
@@ -63,7 +64,7 @@ class Ladder:
         info = None
         if self.manager.needs_info(request.segment):
             info = SegmentInfo(frozenset(self.replicas), self.committed_offset,
-                               None if self.committed_offset is not None else self.pinned_offset)
+                               None if self.committed_offset is not None else self.pinned_offset, self.members)
         response, actions = self.manager.handle(request, self.now, info)
         for action in actions:
             if isinstance(action, CommitStarted):

@@ -1,5 +1,9 @@
 """Property test of the completion protocol's safety over random interleavings of replica messages, clock
-advances, commit outcomes, leadership changes and controller failovers:
+advances, commit outcomes, leadership changes and controller failovers, messages from instances that are no
+replica of the segment (made-up ids and near misses of real ones) and replayed messages:
+
+- a stranger's message is answered FAILED (NOT_LEADER when not leader) and changes nothing;
+- a commit carries the row count its committer reported with its offset;
 
 - within one FSM, COMMIT goes to one (replica, offset) only; COMMIT_CONTINUE and commit actions only to that
   FSM's chosen committer, so two replicas are never entitled to commit at once;
@@ -65,12 +69,16 @@ class Cluster:
     told_commit: tuple[str, int] | None = None  # the latest COMMIT / COMMIT_CONTINUE, to drive committers
     told_continue: tuple[str, int] | None = None
     retired: list[CompletionManager] = field(default_factory=list)  # kept alive so their id()s stay unique
+    last: Request | None = None  # the latest request sent, for replays
 
     def send(self, request: Request) -> Response | None:
+        self.last = request
+        if request.instance not in REPLICAS:
+            return self.send_as_stranger(request)
         info = None
         if self.manager.needs_info(SEGMENT):
             info = SegmentInfo(frozenset(self.replicas), self.committed[1] if self.committed else None,
-                               None if self.committed else self.pinned)
+                               None if self.committed else self.pinned, frozenset(REPLICAS))
         response, actions = self.manager.handle(request, self.now, info)
         for action in actions:
             if isinstance(action, CommitStarted):
@@ -81,12 +89,24 @@ class Cluster:
             elif isinstance(action, CommitSegmentMetadata):
                 key = (id(self.manager), action.generation)
                 assert self.grants.get(key) == (action.instance, action.end_offset), "commit by a non-committer"
+                assert action.total_docs == action.end_offset, "committed rows the committer did not report"
                 self.pending.append((self.manager, action))
             else:
                 assert isinstance(action, MarkReplicaOffline)
                 self.replicas.discard(action.instance)
         if response is not None:
             self.check(request, response)
+        return response
+
+    def send_as_stranger(self, request: Request) -> Response | None:
+        """An instance that is no replica of the segment: FAILED, and nothing changes."""
+        before = _fsm_state(self.manager)
+        info = SegmentInfo(frozenset(self.replicas), None, self.pinned, frozenset(REPLICAS)) \
+            if self.manager.needs_info(SEGMENT) else None
+        response, actions = self.manager.handle(request, self.now, info)
+        assert actions == [] and _fsm_state(self.manager) == before, "a stranger changed the election"
+        expected = R.FAILED if self.manager.is_leader else R.NOT_LEADER
+        assert response is not None and response.status is expected
         return response
 
     def check(self, request: Request, response: Response) -> None:
@@ -133,11 +153,20 @@ class Cluster:
         self.manager = CompletionManager(CONFIG, leader=True)
 
 
+def _fsm_state(manager: CompletionManager) -> tuple | None:  # type: ignore[type-arg]
+    fsm = manager.fsm(SEGMENT)
+    if fsm is None:
+        return None
+    return (fsm.generation, fsm.state, dict(fsm.reports), dict(fsm.rows), fsm.winner, fsm.winning_offset,
+            set(fsm.excluded), set(fsm.lossy), fsm.commit_deadline)
+
+
 replica = st.sampled_from(REPLICAS)
+stranger = st.sampled_from(("X1", "S1 ", "s1"))  # a made-up id, and near misses of a real one
 offset = st.sampled_from((10, 20, 30))
 # Weighted: mostly protocol traffic, so elections get far enough for the later states to be exercised.
 KINDS = ["consumed"] * 8 + ["committer"] * 6 + ["finish"] * 2 + ["tick"] * 2
-KINDS += ["start", "end", "extend", "stopped", "restart", "lose", "gain", "failover"]
+KINDS += ["start", "end", "extend", "stopped", "restart", "lose", "gain", "failover", "stranger", "replay"]
 
 
 @st.composite
@@ -147,12 +176,18 @@ def op(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
         case "consumed":  # sometimes from a replica that lost messages to retention (an incomplete copy)
             return (kind, draw(replica), draw(offset), draw(st.sampled_from(list(StopReason))),
                     draw(st.sampled_from((0, 0, 0, 5))))
-        case "start" | "end" | "stopped":
+        case "start" | "stopped":
             return (kind, draw(replica), draw(offset))
+        case "end":
+            at = draw(offset)
+            return (kind, draw(replica), at, draw(st.sampled_from((at, at, 1))))
         case "extend":
             return (kind, draw(replica), draw(offset), draw(st.sampled_from((1, 30, 200))))
         case "restart":
             return (kind, draw(replica))
+        case "stranger":  # any message, as if from a replica, by an instance that is none
+            at = draw(offset)
+            return (kind, draw(stranger), at, draw(st.sampled_from(("consumed", "start", "end", "extend", "stopped"))))
         case "tick":
             return (kind, draw(st.sampled_from((0, 500, 1_000, 3_500, 7_000, 25_000, 200_000))))
         case "finish":
@@ -166,8 +201,9 @@ def apply(cluster: Cluster, step: tuple) -> None:  # type: ignore[type-arg]
         cluster.send(SegmentConsumed(SEGMENT, step[1], step[2], step[2], step[3], messages_lost=step[4]))
     elif kind == "start":
         cluster.send(SegmentCommitStart(SEGMENT, step[1], step[2]))
-    elif kind == "end":
-        cluster.send(SegmentCommitEnd(SEGMENT, step[1], step[2], "file:///x", crc=1, total_docs=1, size_bytes=1))
+    elif kind == "end":  # rows as reported with the offset, or a lie
+        cluster.send(SegmentCommitEnd(SEGMENT, step[1], step[2], "file:///x", crc=1, total_docs=step[3],
+                                      size_bytes=1))
     elif kind == "extend":
         cluster.send(ExtendBuildTime(SEGMENT, step[1], step[2], step[3]))
     elif kind == "stopped":
@@ -175,13 +211,22 @@ def apply(cluster: Cluster, step: tuple) -> None:  # type: ignore[type-arg]
     elif kind == "committer" and cluster.told_continue is not None:
         name, at = cluster.told_continue
         cluster.told_continue = None
-        cluster.send(SegmentCommitEnd(SEGMENT, name, at, "file:///x", crc=1, total_docs=1, size_bytes=1))
+        cluster.send(SegmentCommitEnd(SEGMENT, name, at, "file:///x", crc=1, total_docs=at, size_bytes=1))
     elif kind == "committer" and cluster.told_commit is not None:
         name, at = cluster.told_commit
         cluster.told_commit = None
         cluster.send(SegmentCommitStart(SEGMENT, name, at))
     elif kind == "restart":
         cluster.replicas.add(step[1])
+    elif kind == "stranger":
+        _, who, at, what = step
+        cluster.send({"consumed": SegmentConsumed(SEGMENT, who, at, at, StopReason.ROW_LIMIT),
+                      "start": SegmentCommitStart(SEGMENT, who, at),
+                      "end": SegmentCommitEnd(SEGMENT, who, at, "file:///x", crc=1, total_docs=at, size_bytes=1),
+                      "extend": ExtendBuildTime(SEGMENT, who, at, 30),
+                      "stopped": SegmentStoppedConsuming(SEGMENT, who, at, "lie")}[what])
+    elif kind == "replay" and cluster.last is not None:
+        cluster.send(cluster.last)
     elif kind == "tick":
         cluster.now += step[1]
     elif kind == "finish" and cluster.pending:
@@ -199,7 +244,7 @@ def commit(cluster: Cluster, name: str, at: int) -> bool:
     start = cluster.send(SegmentCommitStart(SEGMENT, name, at))
     if start is None or start.status is not R.COMMIT_CONTINUE:
         return False
-    if cluster.send(SegmentCommitEnd(SEGMENT, name, at, "file:///x", crc=1, total_docs=1, size_bytes=1)) is not None:
+    if cluster.send(SegmentCommitEnd(SEGMENT, name, at, "file:///x", crc=1, total_docs=at, size_bytes=1)) is not None:
         return False
     response = cluster.finish(len(cluster.pending) - 1, True)
     return response is not None and response.status is R.COMMIT_SUCCESS

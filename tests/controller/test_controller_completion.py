@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cuvee.cluster.records import SegmentState, SegmentStatus
+from cuvee.cluster.records import InstanceInfo, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller import Controller, faults
 from cuvee.controller.commit import SegmentCommitter
@@ -224,3 +224,51 @@ def test_commit_older_than_max_completion_time_leaves_step_3_to_repair(
     ideal = side_store.ideal_state(T)
     assert ideal is not None and ideal.record.segments[segment] == {r: SegmentState.CONSUMING for r in replicas}
     assert side_store.segment(T, segment).record.status is SegmentStatus.DONE
+
+
+def test_callers_that_are_no_replica_are_refused_and_change_nothing(
+        start_controller: Callable[..., Controller], side_store: ClusterStore, log_dir: Path, tmp_path: Path) -> None:
+    """A made-up instance, a live server that holds no replica of the segment, an anonymous stop naming nobody real,
+    a commitEnd with rows the committer never reported and one pointing outside the deep store: each FAILED,
+    nothing changed, and the real replicas then commit with exactly what they reported."""
+    deep = tmp_path / "deep"
+    leader = start_controller(deep_store=deep.as_uri())
+    wait_until(lambda: leader.is_leader)
+    segment, replicas = _setup(leader, side_store, log_dir)
+    side_store.register_instance(InstanceInfo("Server_2", "127.0.0.1", {}, ("DefaultTenant_REALTIME",)))
+    side_store.metastore.create(side_store.paths.live("Server_2"), b"", ephemeral=True)  # live, holds no replica
+    before = (side_store.segment(T, segment).record, side_store.ideal_state(T).record)  # type: ignore[union-attr]
+    for who in ("Server_9", "Server_2", " " + replicas[0], replicas[0].lower()):
+        stranger = Replica(who, segment, leader.url)
+        assert stranger.consumed(100).status is S.FAILED
+        assert stranger.commit_start(100).status is S.FAILED
+        assert stranger.commit_end(100).status is S.FAILED
+        assert stranger.stopped(100).status is S.FAILED
+    assert (side_store.segment(T, segment).record, side_store.ideal_state(T).record) == before  # type: ignore[union-attr]
+    assert leader._completion is not None and leader._completion.refused == 16  # noqa: SLF001
+
+    a, b = Replica(replicas[0], segment, leader.url), Replica(replicas[1], segment, leader.url)
+    assert a.consumed(100).status is S.COMMIT
+    assert a.commit_start(100).status is S.COMMIT_CONTINUE
+    lie = SegmentCommitEnd(a.segment, a.instance, 100, "", 77, 6_955, 4096)  # rows it never reported
+    assert a.send(lie).status is S.FAILED
+    assert side_store.segment(T, segment).record.status is SegmentStatus.IN_PROGRESS
+    elsewhere = SegmentCommitEnd(a.segment, a.instance, 100, (tmp_path / "elsewhere").as_uri(), 77, 100, 4096)
+    key = deep / T / f"{segment}.tar.zst"
+    archive_uri = key.as_uri()
+    for location in (elsewhere.location, archive_uri):  # outside the deep store; the right key, but no archive
+        assert a.consumed(100).status is S.COMMIT  # the lie aborted the election; a new one picks a again
+        assert a.commit_start(100).status is S.COMMIT_CONTINUE
+        assert a.send(SegmentCommitEnd(a.segment, a.instance, 100, location, 77, 100, 4096)).status is S.FAILED
+        assert a.consumed(100).status is S.HOLD  # a committer reporting again instead of committing: start over
+    assert side_store.segment(T, segment).record.status is SegmentStatus.IN_PROGRESS
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"an archive")
+    assert a.consumed(100).status is S.COMMIT
+    assert a.commit_start(100).status is S.COMMIT_CONTINUE
+    good = SegmentCommitEnd(a.segment, a.instance, 100, archive_uri, 77, 100, 4096)
+    assert a.send(good).status is S.COMMIT_SUCCESS
+    assert b.consumed(100).status is S.KEEP
+    done = side_store.segment(T, segment).record
+    assert (done.status, done.end_offset, done.total_docs, done.download_uri) == (SegmentStatus.DONE, 100, 100,
+                                                                                  archive_uri)

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cuvee.cluster.records import SegmentRecord
 from cuvee.config import Schema, TableConfig
-from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
+from cuvee.segment.archive import ARCHIVE_SUFFIX, deep_store_key, pack
 from cuvee.segment.builder import build_segment
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
@@ -24,11 +24,6 @@ from cuvee.server.consuming.fsm import BuiltSegment
 from cuvee.spi.deepstore import DeepStore
 
 log = logging.getLogger(__name__)
-
-
-def deep_store_key(table_with_type: str, segment: str) -> str:
-    """``events_REALTIME/events__0__3__20261121T1647Z.tar.zst``: where a committed segment's archive lives."""
-    return f"{table_with_type}/{segment}{ARCHIVE_SUFFIX}"
 
 
 def build_from_mutable(
