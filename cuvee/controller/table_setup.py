@@ -44,6 +44,9 @@ def read_start_offsets(stream: StreamConfig) -> dict[int, int]:
             return {p: consumer.latest_offset(p) for p in range(count)}
     except CuveeError as exc:
         raise BadRequest(f"cannot read stream topic {stream.topic_name!r}: {exc}") from None
+    except Exception:  # noqa: BLE001 - an OS error's text would tell a caller what exists on this host
+        log.exception("reading the start offsets of stream topic %r failed", stream.topic_name)
+        raise BadRequest(f"cannot read stream topic {stream.topic_name!r} at the configured location") from None
 
 
 def latest_offsets(stream: StreamConfig, partitions: set[int]) -> dict[int, int]:

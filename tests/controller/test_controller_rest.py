@@ -122,3 +122,17 @@ def test_instances_and_health(leader: Controller, side_store: ClusterStore) -> N
     assert server["tags"] == ["DefaultTenant_REALTIME"] and server["live"] is True
     health = get(leader.url, "/health").json()
     assert health["status"] == "OK" and health["leader"] is True and health["leaderUrl"] == leader.url
+
+
+def test_names_past_their_limits_and_host_paths_are_clear_400s_that_reveal_nothing(leader: Controller,
+                                                                                   log_dir: Path) -> None:
+    post(leader.url, "/schemas", schema_doc())
+    huge = post(leader.url, "/tables", table_doc(log_dir, name="t" * 10_000))
+    assert huge.status_code == 400 and "at most 128" in huge.json()["error"] and len(huge.text) < 2_000
+    answers = []
+    for where, topic in (("/etc", "hostname"), ("/etc", "ssl"), ("/nonexistent-dir", "hostname")):
+        reply = post(leader.url, "/tables", table_doc(Path(where), topic=topic))
+        assert reply.status_code == 400
+        answers.append(reply.json()["error"].replace(where, "<dir>").replace(topic, "<topic>"))
+    assert len(set(answers)) == 1, answers  # a file, a directory and nothing at all look the same to the caller
+    assert "Errno" not in answers[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from cuvee.errors import UserError
 from cuvee.spi.stream import TopicExistsError, TopicNotFoundError
+
+log = logging.getLogger(__name__)
 
 TOPIC_FILE = "topic.json"
 TOPIC_LOCK_FILE = ".topic.lock"
@@ -93,7 +96,11 @@ class TopicStore:
     def read(self, topic: str) -> TopicMeta:
         try:
             return TopicMeta.from_json((self.topic_dir(topic) / TOPIC_FILE).read_bytes())
-        except FileNotFoundError:
+        except (OSError, ValueError) as exc:
+            # missing, not a directory, unreadable, not a topic file: one answer, so that a caller naming any
+            # directory learns nothing of what exists on this host (the operator finds the cause in the log)
+            if not isinstance(exc, FileNotFoundError):
+                log.warning("topic %r in log directory %s cannot be read: %s", topic, self.root, exc)
             raise TopicNotFoundError(f"topic {topic!r} does not exist in log directory {self.root}") from None
 
     def create(self, topic: str, partitions: int, settings: TopicSettings) -> None:
@@ -196,7 +203,7 @@ class TopicView:
     def meta(self) -> TopicMeta:
         try:
             stat = os.stat(self.dir / TOPIC_FILE)
-        except FileNotFoundError:
+        except OSError:  # missing, not a directory, not readable: one answer, so callers learn nothing of the host
             raise TopicNotFoundError(f"topic {self.topic!r} does not exist in log directory {self.store.root}") from None
         stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if stamp != self._stamp:

@@ -1,0 +1,37 @@
+"""How long names from outside may be, and what they may hold: each becomes a file or directory name somewhere.
+
+A table's raw name is part of every segment name (``<table>__<partition>__<sequence>__<created>``), each segment is
+a directory on every server and an archive in the deep store (``<table>_REALTIME/<segment>.tar.zst``); a column
+is a file in each segment directory (``<column percent-encoded>.<kind>.arrow``). File systems refuse names past
+255 bytes and S3 keys past 1024, so a name is bounded where it is created, with a clear error, instead of a table
+that can never commit (or a delete that fails forever) later.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+MAX_TABLE_NAME = 128  # characters of a raw table name (letters, digits, '_' and '-'): segment names stay < 200
+MAX_SCHEMA_NAME = 128
+MAX_COLUMN_FILE_NAME = 200  # a column name percent-encoded, as its files spell it: + ".inverted.arrow" < 255
+
+
+def name_problem(kind: str, name: str, limit: int) -> str | None:
+    """Why ``name`` cannot be a ``kind`` name (too long, or holding '/', NUL or control characters), else None."""
+    if len(name) > limit:
+        return f"{kind} name is {len(name)} characters long; at most {limit}"
+    if name in (".", "..") or "/" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"{kind} name must not be '.' or '..', nor hold '/' or control characters"
+    return None
+
+
+def column_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a column name (its files could not be written), else None. Any other character is
+    fine: file names spell it percent-encoded."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "column name must not hold control characters"
+    encoded = len(quote(name, safe=""))
+    if encoded > MAX_COLUMN_FILE_NAME:
+        return (f"column name is {encoded} characters once percent-encoded for its file names; at most "
+                f"{MAX_COLUMN_FILE_NAME} (fewer non-ASCII characters)")
+    return None
