@@ -8,11 +8,14 @@ a body that is not a JSON object (400) or one larger than the broker accepts (41
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from cuvee.broker.broker import Broker
@@ -37,7 +40,8 @@ def build_broker_app(broker: Broker) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
-        return _error(500, f"{type(exc).__name__}: {exc}")
+        log.error("internal error", exc_info=exc)  # the details stay in the log: no exception text reaches a client
+        return _error(500, "internal error; the broker log has the details")
 
     async def post_query(request: Request) -> Response:
         body = bytearray()

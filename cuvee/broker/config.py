@@ -31,6 +31,7 @@ class BrokerConfig:
     instance_id: str = ""  # default Broker_<host>_<port> (the port actually bound)
     tags: tuple[str, ...] = (BROKER_TAG,)
     timeout_ms: int = 10_000  # a query's default timeoutMs
+    max_timeout_ms: int = 3_600_000  # a larger timeoutMs query option is refused (150)
     routing_poll_seconds: float = 5.0  # full re-read of tables and external views when a watch event is missed
     # an offline segment pushed this recently and ONLINE nowhere yet is being loaded: neither counted for the
     # hybrid time boundary nor reported unavailable (Pinot's new-segment expiration); afterwards it is both
@@ -53,6 +54,8 @@ class BrokerConfig:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.server_grace_seconds < 0 or self.new_segment_grace_seconds < 0:
             raise ValueError("server_grace_seconds and new_segment_grace_seconds must not be negative")
+        if self.max_timeout_ms < self.timeout_ms:
+            raise ValueError("max_timeout_ms must be at least timeout_ms")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

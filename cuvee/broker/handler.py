@@ -52,15 +52,16 @@ log = logging.getLogger(__name__)
 _LISTED = 10  # segment names quoted in an error message
 
 
-def _timeout_ms(options: Mapping[str, str], default: int) -> int:
+def _timeout_ms(options: Mapping[str, str], default: int, maximum: int) -> int:
     for key, value in options.items():
         if key.lower() == "timeoutms":
-            try:
-                timeout = int(value)
-            except ValueError:
-                raise QueryError(QueryErrorCode.SQL_PARSING, f"timeoutMs must be an integer, got {value!r}") from None
-            if timeout <= 0:
-                raise QueryError(QueryErrorCode.SQL_PARSING, f"timeoutMs must be positive, got {timeout}")
+            text = value.strip()
+            if not text.isdigit() or len(text) > 12:
+                raise QueryError(QueryErrorCode.SQL_PARSING,
+                                 f"timeoutMs must be an integer from 1 to {maximum}, got {value[:40]!r}")
+            timeout = int(text)
+            if not 1 <= timeout <= maximum:
+                raise QueryError(QueryErrorCode.SQL_PARSING, f"timeoutMs must be from 1 to {maximum}, got {timeout}")
             return timeout
     return default
 
@@ -155,8 +156,9 @@ class QueryHandler:
         except QueryError as exc:
             return error_response(exc, request_id=request_id, time_used_ms=self._elapsed_ms(started))
         except Exception as exc:  # a bug must cost one query, never the broker
-            log.exception("query %s failed unexpectedly", request_id)
-            error = QueryError(QueryErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            log.error("query %s failed unexpectedly", request_id, exc_info=exc)
+            error = QueryError(QueryErrorCode.INTERNAL, f"internal error running query {request_id}; the broker log "
+                                                        "has the details")
             return error_response(error, request_id=request_id, time_used_ms=self._elapsed_ms(started))
         finally:
             self._in_flight -= 1
@@ -179,7 +181,7 @@ class QueryHandler:
         options = parse_query_options(query_options)
         plan = await asyncio.to_thread(plan_sql, sql, self.view.resolve)
         options.update(plan.options)
-        timeout_ms = _timeout_ms(options, cfg.timeout_ms)
+        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.max_timeout_ms)
         skip_upsert = _skip_upsert(options)
         rows = (plan.limit or 0) + plan.offset
         if rows > cfg.max_response_rows:

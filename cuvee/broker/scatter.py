@@ -64,7 +64,7 @@ async def _ask(client: httpx.AsyncClient, call: ServerCall, wait_seconds: float)
                        f"{where} did not respond within {call.request.timeout_ms} ms")
     except httpx.HTTPError as exc:
         return _failed(call, QueryErrorCode.SERVER_NOT_RESPONDING,
-                       f"{where} could not be reached: {type(exc).__name__}: {exc}")
+                       f"{where} could not be reached ({type(exc).__name__})")
     if response.status_code != 200:
         return _failed(call, QueryErrorCode.QUERY_EXECUTION,
                        f"{where} answered HTTP {response.status_code}: {response.text[:_MAX_ERROR_TEXT]}")

@@ -49,7 +49,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MetadataStoreError)
     async def _store(_: Request, exc: MetadataStoreError) -> JSONResponse:
         log.warning("metadata store failure: %s", exc)
-        return error_response(503, f"metadata store unavailable: {exc}")
+        return error_response(503, "metadata store unavailable; retry later (the controller log has the details)")
 
     @app.exception_handler(ClusterStateError)
     async def _cluster(_: Request, exc: ClusterStateError) -> JSONResponse:
@@ -57,5 +57,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("internal error")
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+        log.error("internal error", exc_info=exc)
+        return error_response(500, "internal error; the controller log has the details")

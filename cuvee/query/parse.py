@@ -125,11 +125,38 @@ def _strip_option_clause(sql: str) -> tuple[str, dict[str, str]]:
     return sql[: match.start()], options
 
 
+MAX_NESTING = 128  # parentheses inside one another; deeper SQL is refused before it is parsed
+
+
+def nesting_depth(text: str) -> int:
+    """How deep the parentheses of ``text`` nest, outside quoted strings and identifiers (a parser's recursion
+    follows it: deep enough and it exhausts the stack)."""
+    depth = deepest = 0
+    quote: str | None = None
+    for char in text:
+        if quote is not None:
+            if char == quote:
+                quote = None  # a doubled quote closes and reopens: the same depth either way
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    return deepest
+
+
 def _parse_statements(text: str) -> list[exp.Expression]:
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise sql_error(f"the query nests parentheses {depth} deep; at most {MAX_NESTING}")
     try:
         statements = sqlglot.parse(text, read=DIALECT)
     except (SqlglotError, ValueError) as e:
         raise sql_error(str(e).splitlines()[0] if str(e) else "cannot parse the query") from None
+    except RecursionError:  # nesting the parentheses count does not see (a long chain of operators)
+        raise sql_error("the query is nested too deeply to parse") from None
     return [s for s in statements if s is not None]
 
 

@@ -105,7 +105,10 @@ class QueryPlan:
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
     """Parse, validate and plan ``sql`` (QueryError with Pinot's code on failure)."""
-    return plan_query(parse_query(sql, resolve))
+    try:
+        return plan_query(parse_query(sql, resolve))
+    except RecursionError:  # an expression too deep for the planner's recursive steps
+        raise sql_error("the query is nested too deeply to plan") from None
 
 
 def plan_query(parsed: ParsedQuery) -> QueryPlan:

@@ -6,6 +6,7 @@ Query routes (``query_routes.query_router``) are mounted through ``extra_routers
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,8 @@ from starlette.exceptions import HTTPException
 
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
 from cuvee.server.queryable import CommittedSegment
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from cuvee.server.server import Server
@@ -46,7 +49,8 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
-        return _error(500, f"{type(exc).__name__}: {exc}")
+        log.error("internal error", exc_info=exc)  # the details stay in the log: no exception text reaches a client
+        return _error(500, "internal error; the server log has the details")
 
     @app.get("/health")
     def health() -> Any:

@@ -198,7 +198,8 @@ class QueryExecutor:
             except Exception as exc:  # a broken segment must not take the whole server answer down
                 log.exception("segment %s cannot be read for a query", segment.name)
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
-                                              f"segment {segment.name} cannot be read: {type(exc).__name__}: {exc}"))
+                                              f"segment {segment.name} cannot be read ({type(exc).__name__}; the "
+                                              "server log has the details)"))
                 continue
             parts.append(part)
             counts.total_docs += table.num_rows

@@ -1,0 +1,58 @@
+"""What a client sends is bounded with Pinot's error 150 and a message saying the limit, and what goes wrong
+inside the broker reaches the client as a generic message (the traceback stays in the log)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from cuvee.broker import handler as handler_module
+from cuvee.broker.config import BrokerConfig
+from cuvee.broker.handler import QueryHandler
+from tests.broker.test_handler_loop import FakeView
+
+
+def _ask(handler: QueryHandler, sql: str, options: str | None = None) -> dict[str, Any]:
+    return asyncio.run(handler.handle(sql, options))
+
+
+def _error(answer: dict[str, Any]) -> tuple[int, str]:
+    [error] = answer["exceptions"]
+    return error["errorCode"], error["message"]
+
+
+@pytest.fixture
+def handler() -> QueryHandler:
+    return QueryHandler(BrokerConfig(metadata="sqlite:///unused", max_timeout_ms=60_000), FakeView())  # type: ignore[arg-type]
+
+
+def test_timeout_options_are_integers_within_the_configured_maximum(handler: QueryHandler) -> None:
+    for value in ("99999999999999999999", "0", "-5", "1e5", "abc", "60001"):
+        code, message = _error(_ask(handler, "SELECT COUNT(*) FROM events", f"timeoutMs={value}"))
+        assert code == 150 and "timeoutMs must be" in message and "60000" in message
+    assert _ask(handler, "SELECT COUNT(*) FROM events", "timeoutMs=60000")["exceptions"] == []
+    with pytest.raises(ValueError):
+        BrokerConfig(timeout_ms=20_000, max_timeout_ms=10_000)
+
+
+def test_deeply_nested_sql_is_refused_before_it_is_parsed(handler: QueryHandler) -> None:
+    deep = "SELECT COUNT(*) FROM events WHERE " + "(" * 5000 + "ts = 1" + ")" * 5000
+    code, message = _error(_ask(handler, deep))
+    assert code == 150 and "5000 deep" in message
+    chain = "SELECT COUNT(*) FROM events WHERE " + "NOT " * 5000 + "ts = 1"  # no parentheses, still deep
+    code, message = _error(_ask(handler, chain))
+    assert code == 150 and "nested too deeply" in message
+    quoted = "SELECT COUNT(*) FROM events WHERE tag = '" + "(" * 500 + "'"  # parentheses in a string do not nest
+    assert all("deep" not in e["message"] for e in _ask(handler, quoted)["exceptions"])
+
+
+def test_an_unexpected_failure_answers_450_without_its_text(handler: QueryHandler,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any, **__: Any) -> Any:
+        raise ZeroDivisionError("secret /var/lib/cuvee path")
+
+    monkeypatch.setattr(handler_module, "broker_response", broken)
+    code, message = _error(_ask(handler, "SELECT COUNT(*) FROM events"))
+    assert code == 450 and "secret" not in message and "ZeroDivision" not in message and "broker log" in message
