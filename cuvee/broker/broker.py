@@ -24,9 +24,10 @@ from cuvee.broker.hybrid import QueryTarget
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 from cuvee.node.http import HttpService
+from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
-from cuvee.spi.metastore import MetadataStoreError, NodeExistsError
+from cuvee.spi.metastore import MetadataStoreError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class Broker:
         self.config = config
         self.instance_id = config.instance_id
         self.is_serving = False
+        self._sessions: set[str] = set()  # metadata-store sessions this process opened (their live nodes are ours)
         self.metastore: SessionHolder | None = None
         self.store: ClusterStore | None = None
         self.view: ClusterView | None = None
@@ -86,13 +88,8 @@ class Broker:
         assert self.store is not None and self.metastore is not None and self._http is not None
         self.store.register_instance(InstanceInfo(self.instance_id, self._http.host,
                                                   {HTTP_PORT_NAME: self._http.port}, tuple(self.config.tags)))
-        live = self.store.paths.live(self.instance_id)
-        try:
-            self.metastore.create(live, b"", ephemeral=True)
-        except NodeExistsError:  # our previous session's node, not yet expired: replace it with ours
-            log.info("live node of %s left by a previous session: replacing it", self.instance_id)
-            self.metastore.delete(live)
-            self.metastore.create(live, b"", ephemeral=True)
+        go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id, own_sessions=self._sessions)
+        self._sessions.add(self.metastore.session_id)
 
     def stop(self) -> None:
         """Stop serving, then let go of the cluster (idempotent; the live node vanishes with the session)."""

@@ -30,12 +30,13 @@ from cuvee.controller.retention import RetentionTask
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
 from cuvee.node.http import DEFAULT_MAX_BODY_BYTES, HttpService
+from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.segment.archive import deep_store_key
 from cuvee.spi.deepstore import DeepStore, DeepStoreError
-from cuvee.spi.metastore import LeaderElection, MetadataStoreError, NodeExistsError, SessionState
+from cuvee.spi.metastore import LeaderElection, MetadataStoreError, SessionState
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class Controller:
         self.received_segment_bytes = 0  # segment archive bytes received over HTTP (tar pushes)
         self._started = False
         self._lock = threading.Lock()
+        self._sessions: set[str] = set()  # metadata-store sessions this process opened (their live nodes are ours)
 
     # ---- lifecycle ----
 
@@ -233,19 +235,14 @@ class Controller:
         return self._retention
 
     def _register(self, *, renewal: bool = False) -> None:
-        """At start, and again on each new session (``renewal``: a live node left by our expired session is
-        replaced; it is deleted with that session anyway)."""
+        """At start, and again on each new session (``cuvee.node.liveness``: a live node left by one of our
+        sessions is replaced; one of another session is waited for, bounded by the session timeout)."""
         assert self._http is not None
         info = InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port}, (CONTROLLER_TAG,))
         self.store.register_instance(info)
-        live = self.store.paths.live(self.instance_id)
-        try:
-            self.store.metastore.create(live, b"", ephemeral=True)
-        except NodeExistsError:
-            if not renewal:
-                raise CuveeError(f"instance {self.instance_id} is already live (another controller with this id?)") from None
-            self.store.metastore.delete(live)
-            self.store.metastore.create(live, b"", ephemeral=True)
+        metastore = self.store.metastore
+        go_live(metastore, self.store.paths.live(self.instance_id), self.instance_id, own_sessions=self._sessions)
+        self._sessions.add(metastore.session_id)
 
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.is_leader:

@@ -169,6 +169,10 @@ class ZooKeeperMetadataStore(StoreBase):
         return self._session_id
 
     @property
+    def session_timeout_seconds(self) -> float:
+        return self._options.session_timeout
+
+    @property
     def state(self) -> SessionState:
         return self._state
 

@@ -99,6 +99,10 @@ class SessionHolder(MetadataStore):
         return self._current.session_id
 
     @property
+    def session_timeout_seconds(self) -> float:
+        return self._current.session_timeout_seconds
+
+    @property
     def state(self) -> SessionState:
         return self._current.state
 

@@ -26,6 +26,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
 from cuvee.node.http import HttpService
+from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.server.app import build_server_app
@@ -39,7 +40,6 @@ from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableCatalog
 from cuvee.server.transitions import ErrorBackoff
 from cuvee.spi.deepstore import DeepStore
-from cuvee.spi.metastore import NodeExistsError
 from cuvee.upsert.table import UpsertTables
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class Server:
         builds = config.max_parallel_segment_builds
         self._build_slots = threading.BoundedSemaphore(builds) if builds > 0 else None
         self._stopping = threading.Event()
+        self._sessions: set[str] = set()  # metadata-store sessions this process opened (their live nodes are ours)
         self.is_serving = False
         self.instance_id = config.instance_id
         self.metastore: SessionHolder | None = None
@@ -138,12 +139,8 @@ class Server:
 
     def _go_live(self) -> None:
         assert self.metastore is not None
-        live = self.store.paths.live(self.instance_id)
-        try:
-            self.metastore.create(live, ephemeral=True)
-        except NodeExistsError:  # our previous session's node, not yet expired: replace it with ours
-            self.metastore.delete(live)
-            self.metastore.create(live, ephemeral=True)
+        go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id, own_sessions=self._sessions)
+        self._sessions.add(self.metastore.session_id)
 
     def _on_session_renewed(self) -> None:
         """A new metadata-store session (the last one expired): redo what ``start`` did with the store. Current

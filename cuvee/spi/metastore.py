@@ -165,6 +165,11 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def state(self) -> SessionState: ...
 
+    @property
+    def session_timeout_seconds(self) -> float:
+        """How long after its last sign of life a session (and its ephemeral nodes) is gone."""
+        return 10.0
+
     @abc.abstractmethod
     def add_state_listener(self, listener: Callable[[SessionState], None]) -> None: ...
 

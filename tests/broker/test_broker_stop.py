@@ -3,6 +3,7 @@ stop() (HTTP drained, no pool left open), and stop() waits for the routing threa
 
 from __future__ import annotations
 
+import signal
 import threading
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from cuvee.broker.config import BrokerConfig
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.metastore import open_metastore
+from cuvee.node.liveness import InstanceIdTaken
 from tests.broker.helpers import (
     CLUSTER,
     FAST_META,
@@ -28,21 +30,32 @@ from tests.broker.helpers import (
     write_table,
     write_view,
 )
+from tests.metastore.helpers import hold_live_node
 
 
-def test_a_live_node_left_by_a_previous_session_is_replaced(tmp_path: Path) -> None:
-    uri = f"sqlite://{tmp_path / 'meta.db'}?{FAST_META}"
-    previous = open_metastore(uri)  # the broker's previous life, its session not expired yet
-    previous.create(ClusterStore(previous, CLUSTER).paths.live("Broker_fixed"), b"", ephemeral=True)
-    broker = Broker(BrokerConfig(cluster=CLUSTER, metadata=uri, instance_id="Broker_fixed")).start()
-    meta = open_metastore(uri)
+def test_a_broker_killed_and_restarted_at_once_takes_its_place_and_a_live_twin_is_refused(tmp_path: Path) -> None:
+    """The id's live node held by a process that is then SIGKILLed (a supervisor restarting the broker at once):
+    the new broker waits for that session to expire and goes live; while the holder lives, a broker with its id
+    is refused."""
+    uri = f"sqlite://{tmp_path / 'meta.db'}?session_timeout=1&heartbeat_interval=0.1&poll_interval=0.02"
+    live = ClusterStore(open_metastore(uri), CLUSTER)
+    holder = hold_live_node(uri, live.paths.live("Broker_fixed"))
     try:
-        previous.close()  # the old session ends and takes its ephemeral nodes with it
-        store = ClusterStore(meta, CLUSTER)
-        assert "Broker_fixed" in store.live_instance_ids(), "the broker's live node went with the old session"
+        with pytest.raises(InstanceIdTaken, match="Broker_fixed is live in another process"):
+            Broker(BrokerConfig(cluster=CLUSTER, metadata=uri, instance_id="Broker_fixed")).start()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        broker = Broker(BrokerConfig(cluster=CLUSTER, metadata=uri, instance_id="Broker_fixed")).start()
+        try:
+            assert "Broker_fixed" in live.live_instance_ids()
+            node = live.metastore.get(live.paths.live("Broker_fixed"))
+            assert node.data.decode() == broker.metastore.session_id  # type: ignore[union-attr]
+        finally:
+            broker.stop()
     finally:
-        broker.stop()
-        meta.close()
+        if holder.poll() is None:
+            holder.kill()
+        live.metastore.close()
 
 
 def test_stop_closes_the_server_pool_and_opens_none_after(tmp_path: Path) -> None:

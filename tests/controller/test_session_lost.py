@@ -10,6 +10,7 @@ The helpers here are shared by the server's and the broker's LOST tests.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +22,14 @@ import pytest
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.metastore import open_metastore
+from cuvee.controller import Controller
 from cuvee.metastore.sqlite import FAULT_STOP_HEARTBEATS, SqliteMetadataStore
+from cuvee.node.liveness import InstanceIdTaken
 from cuvee.spi.metastore import SessionState
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
+from tests.controller.test_controller_support import CLUSTER, controller_config
+from tests.metastore.helpers import hold_live_node
 
 if TYPE_CHECKING:
     from cuvee.node.session import SessionHolder
@@ -171,3 +176,26 @@ def test_controller_leads_again_after_its_zookeeper_session_expires(tmp_path: Pa
         produce(running, 0, THRESHOLD + 10)
         wait_until(lambda: len(running.committed_segments(TABLE)) == 1, 30, message="no commit after the renewal")
         wait_until(lambda: count(running) == THRESHOLD + 10, 30, message=lambda: f"served {count(running)} rows")
+
+
+def test_a_controller_killed_and_restarted_at_once_rejoins_and_a_live_twin_is_refused(tmp_path: Path) -> None:
+    """Under a supervisor a SIGKILLed controller is started again at once, with its id: it waits for the dead
+    session's live node to expire and takes its place; while the id's holder lives, it refuses to start."""
+    uri = f"sqlite://{tmp_path / 'meta.db'}?session_timeout=1&heartbeat_interval=0.1&poll_interval=0.02"
+    observer = ClusterStore(open_metastore(uri), CLUSTER)
+    holder = hold_live_node(uri, observer.paths.live("Controller_fixed"))
+    try:
+        with pytest.raises(InstanceIdTaken):
+            Controller(controller_config(uri, instance_id="Controller_fixed")).start()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        controller = Controller(controller_config(uri, instance_id="Controller_fixed")).start()
+        try:
+            wait_until(lambda: controller.is_leader, message="the restarted controller never led")
+            assert "Controller_fixed" in observer.live_instance_ids()
+        finally:
+            controller.stop()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        observer.metastore.close()

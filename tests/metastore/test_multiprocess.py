@@ -7,34 +7,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from cuvee.spi.metastore import WatchEvent, WatchEventType
 from tests.metastore.conftest import Backend
-from tests.metastore.helpers import wait_until
+from tests.metastore.helpers import spawn, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
-REPO = Path(__file__).resolve().parents[2]
 SESSION_TIMEOUT = 1.5
-
-
-def spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.metastore.child", *args],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
 
 
 def results(process: subprocess.Popen[str], timeout: float = 60.0) -> list[dict[str, object]]:
