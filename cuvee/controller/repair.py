@@ -10,7 +10,9 @@ carries the repairs out:
   idempotent ``finish``.
 * ``RecreateConsuming``: the partition's latest segment is IN_PROGRESS and every replica is OFFLINE (all consumers
   gave up). A new segment (next sequence) consumes from the same start offset, or from the stream's earliest offset
-  when retention removed it: a warning, and the lost offsets are counted (``GET /tables/{t}/repairStatus``).
+  when retention removed it: a warning, and the lost offsets are counted (``GET /tables/{t}/repairStatus``). The
+  abandoned segment leaves the ideal state in the same update, and its metadata goes: brokers would otherwise
+  report it unavailable (305) and hold back the partition's later segments for as long as it stayed.
 * ``RestartCommitting``: a segment is COMMITTING (a pauseless commit started; its successor consumes from its end
   offset) but every replica gave up (all OFFLINE), and its commit start is older than
   ``max_segment_completion_seconds``. It goes CONSUMING again on the live tagged servers, which consume exactly
@@ -321,7 +323,16 @@ class RepairTask(PeriodicTask):
         if placed:
             log.warning("repair: %s partition %d consumes %s from offset %d on %s", table, partition, successor,
                         start, ", ".join(instances))
+        if placed and all_offline:
+            self._forget_abandoned(table, latest)
         return placed
+
+    def _forget_abandoned(self, table: str, segment: str) -> None:
+        """The metadata of a segment that left the ideal state without committing, if it is still IN_PROGRESS
+        (best effort: a leftover record is in no ideal state, and nothing reads it)."""
+        found = self.store.find_segment(table, segment)
+        if found is not None and found.record.status is SegmentStatus.IN_PROGRESS:
+            self.store.delete(self.store.paths.segment(table, segment), expected_version=found.version)
 
     def status(self, table: str) -> dict[str, Any]:
         stats = self.stats.get(table, TableRepairStats())

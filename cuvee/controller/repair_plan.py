@@ -87,7 +87,9 @@ def place_successor(latest: str, successor: str, instances: tuple[str, ...], *, 
                     ) -> Callable[[IdealState], IdealState]:
     """The ideal state update of a new segment: unchanged unless the plan's premise still holds in the very
     ideal state being updated (not paused, ``latest`` still its partition's latest, and, when ``all_offline``,
-    all its replicas OFFLINE)."""
+    all its replicas OFFLINE). With ``all_offline`` the abandoned ``latest`` leaves the ideal state in the same
+    update: it never committed, its successor re-reads its offsets, and left in place (OFFLINE everywhere) it
+    would make brokers report it unavailable and hold back every later segment of the partition."""
 
     def update(ideal: IdealState) -> IdealState:
         if ideal.paused or latest not in ideal.segments:
@@ -96,8 +98,10 @@ def place_successor(latest: str, successor: str, instances: tuple[str, ...], *, 
         current = latest_segments(ideal).get(partition)
         if current is None or current.name != latest:
             return ideal
-        if all_offline and set(ideal.segments[latest].values()) != {SegmentState.OFFLINE}:
-            return ideal
+        if all_offline:
+            if set(ideal.segments[latest].values()) != {SegmentState.OFFLINE}:
+                return ideal
+            ideal = ideal.without_segment(latest)
         return ideal.with_segments_in(successor, instances, SegmentState.CONSUMING)
 
     return update

@@ -205,7 +205,8 @@ def test_all_replicas_offline_gets_a_new_consuming_segment_from_the_same_offset(
     ideal = _ideal(side_store)
     assert set(ideal.segments[nxt].values()) == {CONS} and len(ideal.segments[nxt]) == 2
     assert set(ideal.segments[nxt]) <= {"Server_0", "Server_1", "Server_2"}
-    assert set(ideal.segments[segment].values()) == {OFF}  # the old one stays OFFLINE
+    assert segment not in ideal.segments  # abandoned: it would block the partition's routing
+    assert side_store.find_segment(T, segment) is None  # never committed: its metadata goes too
 
     before = _versions(side_store)
     assert leader.repair.run_once() == []

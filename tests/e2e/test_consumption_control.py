@@ -109,3 +109,50 @@ def _current_offsets(info: dict) -> list[int]:
 
 def _upstream_offsets(info: dict) -> list[int]:
     return [int(e["latestUpstreamOffset"]) for e in _segments(info)]
+
+
+def test_a_segment_every_replica_stopped_consuming_leaves_the_partition_queryable_and_heals_exactly(
+        cluster: InProcessCluster) -> None:
+    """Both replicas of partition 0's consuming segment stop consuming (a stream outage, or a stop sent under
+    their ids): the answer says that segment is unavailable and counts everything else; repair re-creates the
+    consuming segment from the abandoned one's start offset, the abandoned one leaves the ideal state, and counts
+    are exact again, also for rows produced afterwards."""
+    from cuvee.protocol.completion import SegmentStoppedConsuming
+    from cuvee.protocol.completion_http import completion_path
+    from cuvee.protocol.segment_name import LLCSegmentName
+
+    _produce(cluster, 0, 300)
+    wait_until(lambda: _count(cluster) == 300, 30)
+    assert cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/forceCommit").status_code < 300
+    wait_until(lambda: len(cluster.committed_segments(TABLE)) == 2, 30, message="force commit did not commit")
+    _produce(cluster, 300, 500)
+    wait_until(lambda: _count(cluster) == 500, 30)
+    ideal = cluster.ideal_state(f"{TABLE}_REALTIME")
+    [stuck] = [s for s, replicas in ideal.items()
+               if LLCSegmentName.parse(s).partition == 0 and set(replicas.values()) == {"CONSUMING"}]
+    for instance in ideal[stuck]:
+        stop = SegmentStoppedConsuming(LLCSegmentName.parse(stuck), instance, 0, "stream unreachable")
+        assert cluster.http.post(cluster.controller_url + completion_path(stop.kind), json=stop.to_dict()).json()[
+            "status"] == "PROCESSED"
+
+    def degraded() -> dict | None:
+        answer = cluster.query(f"SELECT COUNT(*) FROM {TABLE}")
+        # every answer meanwhile says a segment is missing (235 while servers drop it, then 305: OFFLINE everywhere)
+        assert answer["exceptions"] or answer["resultTable"]["rows"][0][0] == 500, answer
+        return answer if any(e["errorCode"] == 305 and stuck in e["message"] for e in answer["exceptions"]) else None
+
+    answer = wait_until(degraded, 30, message="the stopped segment was never reported unavailable")
+    assert answer["partialResult"] is True
+    assert 300 <= answer["resultTable"]["rows"][0][0] < 500  # the committed rows and partition 1 still count
+
+    cluster.controller.repair.run_once()
+    assert stuck not in cluster.ideal_state(f"{TABLE}_REALTIME")
+
+    def healed() -> bool:
+        answer = cluster.query(f"SELECT COUNT(*) FROM {TABLE}")
+        return not answer["exceptions"] and answer["resultTable"]["rows"][0][0] == 500
+
+    wait_until(healed, 60, message="the partition never healed")
+    _produce(cluster, 500, 700)
+    wait_until(lambda: _count(cluster) == 700, 30, message="ingestion did not go on after the repair")
+    assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == 700
