@@ -15,6 +15,8 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from cuvee.auth.layer import principal_of
+
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
@@ -56,14 +58,16 @@ def build_broker_app(broker: Broker) -> FastAPI:
             return _error(400, f"the request body is not JSON: {exc}")
         if not isinstance(doc, dict):
             return _error(400, "the request body must be a JSON object like {\"sql\": \"SELECT ...\"}")
-        return await _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions")))
+        return await _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions"),
+                                                       principal_of(request.scope)))
 
     app.add_api_route("/query/sql", post_query, methods=["POST"])
     app.add_api_route("/query", post_query, methods=["POST"])
 
     @app.get("/query/sql")
-    async def get_query(sql: str | None = None, queryOptions: str | None = None) -> Response:  # noqa: N803
-        return await _json(await broker.handler.handle(sql, queryOptions))
+    async def get_query(request: Request, sql: str | None = None,
+                        queryOptions: str | None = None) -> Response:  # noqa: N803
+        return await _json(await broker.handler.handle(sql, queryOptions, principal_of(request.scope)))
 
     @app.get("/health")
     def health() -> Response:

@@ -23,6 +23,7 @@ from cuvee.broker.handler import QueryHandler
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
+from cuvee.auth.policy import Role
 from cuvee.node.http import HttpService
 from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
@@ -74,7 +75,8 @@ class Broker:
                                 stop_timeout_seconds=cfg.stop_timeout_seconds,
                                 new_segment_grace_seconds=cfg.new_segment_grace_seconds).start()
         self._handler = QueryHandler(cfg, self.view)
-        self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker")
+        self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker", auth=cfg.auth,
+                                 role=Role.BROKER)
         if not self.instance_id:
             self.instance_id = f"Broker_{self._http.host}_{self._http.port}"
         self._register()

@@ -10,10 +10,11 @@ Every interval is seconds (timeouts of queries are Pinot's ``timeoutMs``). Examp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cuvee.auth.config import AuthConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
 
@@ -44,6 +45,7 @@ class BrokerConfig:
     stop_timeout_seconds: float = 5.0  # stop() waits this long for the routing thread and for the pool to close
     session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
     session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
+    auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
 
     def __post_init__(self) -> None:
         for name in ("routing_poll_seconds", "connect_timeout_seconds", "stop_timeout_seconds",

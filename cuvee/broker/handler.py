@@ -28,6 +28,8 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
+from cuvee.auth.layer import internal_headers
+from cuvee.auth.policy import Permission, Principal
 from cuvee.broker.cluster_view import ClusterView, TableEntry
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.errors import query_error
@@ -112,6 +114,7 @@ class QueryHandler:
                 cfg = self.config
                 self._client = httpx.AsyncClient(
                     timeout=httpx.Timeout(None, connect=cfg.connect_timeout_seconds),
+                    headers=internal_headers(cfg.auth),
                     limits=httpx.Limits(max_connections=cfg.max_server_connections,
                                         max_keepalive_connections=cfg.max_server_connections))
                 self._loop = asyncio.get_running_loop()
@@ -146,13 +149,14 @@ class QueryHandler:
         if client is not None:
             await client.aclose()
 
-    async def handle(self, sql: Any, query_options: Any = None) -> dict[str, Any]:
+    async def handle(self, sql: Any, query_options: Any = None, principal: Principal | None = None) -> dict[str, Any]:
+        """``principal``: who asks, when auth is on (it needs READ on the query's table)."""
         number = next(self._numbers)
         started = self._clock()
         request_id = str(number)
         self._in_flight += 1
         try:
-            return await self._handle(number, started, sql, query_options)
+            return await self._handle(number, started, sql, query_options, principal)
         except QueryError as exc:
             return error_response(exc, request_id=request_id, time_used_ms=self._elapsed_ms(started))
         except Exception as exc:  # a bug must cost one query, never the broker
@@ -168,7 +172,8 @@ class QueryHandler:
     def _elapsed_ms(self, started: float) -> int:
         return int((self._clock() - started) * 1000)
 
-    async def _handle(self, number: int, started: float, sql: Any, query_options: Any) -> dict[str, Any]:
+    async def _handle(self, number: int, started: float, sql: Any, query_options: Any,
+                      principal: Principal | None) -> dict[str, Any]:
         cfg = self.config
         if not isinstance(sql, str) or not sql.strip():
             raise QueryError(QueryErrorCode.SQL_PARSING, "the request has no SQL: send {\"sql\": \"SELECT ...\"}")
@@ -181,6 +186,9 @@ class QueryHandler:
         options = parse_query_options(query_options)
         plan = await asyncio.to_thread(plan_sql, sql, self.view.resolve)
         options.update(plan.options)
+        if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):
+            raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on table "
+                                                           f"{plan.table!r}")
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.max_timeout_ms)
         skip_upsert = _skip_upsert(options)
         rows = (plan.limit or 0) + plan.offset

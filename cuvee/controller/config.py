@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cuvee.auth.config import AuthConfig
 from cuvee.controller.completion_types import CompletionConfig
 
 
@@ -94,6 +95,7 @@ class ControllerConfig:
     server_timeout_seconds: float = 5.0
     session_retry_initial_seconds: float = 0.5
     session_retry_max_seconds: float = 10.0
+    auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
 
     def __post_init__(self) -> None:
         if not self.metadata:

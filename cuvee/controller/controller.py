@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from cuvee.auth.layer import internal_headers
+from cuvee.auth.policy import Role
 from cuvee.cluster.records import InstanceInfo
 from cuvee.config.table import TableType
 from cuvee.cluster.store import ClusterStore
@@ -62,7 +64,7 @@ class Controller:
         self._repair: RepairTask | None = None
         self._retention: RetentionTask | None = None
         self.deep_store: DeepStore | None = None
-        self.servers = ServerClient(config.server_timeout_seconds)
+        self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth))
         self.received_segment_bytes = 0  # segment archive bytes received over HTTP (tar pushes)
         self._started = False
         self._lock = threading.Lock()
@@ -106,7 +108,7 @@ class Controller:
         self._store = ClusterStore(self.metastore, self.config.cluster)
         body_cap = max(DEFAULT_MAX_BODY_BYTES, self.config.max_upload_bytes + (1 << 20))  # + multipart framing
         self._http = HttpService(app, self.config.host, self.config.port, name="controller",  # type: ignore[arg-type]
-                                 max_body_bytes=body_cap)
+                                 max_body_bytes=body_cap, auth=self.config.auth, role=Role.CONTROLLER)
         timing = self.config.completion
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader
@@ -123,6 +125,7 @@ class Controller:
             stop_timeout=self.config.repair_stop_seconds,
             deep_store=self.deep_store,
             download_timeout=self.config.server_timeout_seconds,
+            peer_headers=internal_headers(self.config.auth),
         )
         self._retention = RetentionTask(
             self._store,

@@ -123,6 +123,7 @@ class RepairTask(PeriodicTask):
         stop_timeout: float = 5.0,
         deep_store: DeepStore | None = None,
         download_timeout: float = 30.0,
+        peer_headers: Mapping[str, str] | None = None,
     ):
         super().__init__("repair", interval, should_run, stop_timeout)
         self.store = store
@@ -131,6 +132,7 @@ class RepairTask(PeriodicTask):
         self.max_completion_ms = max_completion_ms
         self.deep_store = deep_store  # None: no deep store configured, peer-only segments stay peer-only
         self.download_timeout = download_timeout
+        self.peer_headers = dict(peer_headers or {})  # what a server needs to know the controller downloads
         self.stats: dict[str, TableRepairStats] = {}
         self.passes = 0
         self.failed_passes = 0
@@ -203,7 +205,7 @@ class RepairTask(PeriodicTask):
         assert self.deep_store is not None
         table = config.name_with_type
         live = set(self.store.live_instance_ids())
-        uploader = PeerUploader(self.store, self.deep_store, self.download_timeout)
+        uploader = PeerUploader(self.store, self.deep_store, self.download_timeout, self.peer_headers)
         done: list[Done] = []
         for item in plan_uploads(ideal, self.store.external_view(table), records, live):
             if not self.should_run():

@@ -73,10 +73,12 @@ def set_download_uri(uri: str) -> Callable[[SegmentRecord], SegmentRecord]:
 class PeerUploader:
     """Carries out ``UploadPeerOnly``: download from a peer, verify, put into the deep store, set the URI."""
 
-    def __init__(self, store: ClusterStore, deep_store: DeepStore, timeout: float):
+    def __init__(self, store: ClusterStore, deep_store: DeepStore, timeout: float,
+                 headers: Mapping[str, str] | None = None):
         self.store = store
         self.deep_store = deep_store
         self.timeout = timeout
+        self.headers = dict(headers or {})  # what the peer needs to know the controller asks
 
     def upload(self, table: str, item: UploadPeerOnly, record: SegmentRecord) -> str:
         """Returns the new download URI. Raises UploadError."""
@@ -107,7 +109,7 @@ class PeerUploader:
         if url is None:
             raise UploadError("the instance registered no HTTP port")
         full = url + SEGMENT_DOWNLOAD_PATH.format(table=table, segment=segment)
-        with httpx.stream("GET", full, timeout=self.timeout) as response:
+        with httpx.stream("GET", full, timeout=self.timeout, headers=self.headers) as response:
             if response.status_code != 200:
                 raise UploadError(f"GET {full} answered HTTP {response.status_code}")
             with open(target, "wb") as out:

@@ -6,7 +6,7 @@ reported per server (never raised), so one dead server cannot hide the others' a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +33,10 @@ class ServerReply:
 
 
 class ServerClient:
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, headers: Mapping[str, str] | None = None):
+        """``headers``: what servers need to know the controller calls (``cuvee.auth.layer.internal_headers``)."""
         self.timeout = timeout
+        self.headers = dict(headers or {})
 
     def consuming_info(self, servers: dict[str, str | None], table: str) -> list[ServerReply]:
         """GET each server's consuming segments of ``table`` (name with type)."""
@@ -49,7 +51,7 @@ class ServerClient:
     def _each(self, calls: dict[str, tuple[str | None, Call]]) -> list[ServerReply]:
         if not calls:
             return []
-        with httpx.Client(timeout=self.timeout) as client, ThreadPoolExecutor(min(8, len(calls))) as pool:
+        with httpx.Client(timeout=self.timeout, headers=self.headers) as client, ThreadPoolExecutor(min(8, len(calls))) as pool:
             futures = {inst: pool.submit(_one, client, inst, url, call) for inst, (url, call) in calls.items()}
             return [futures[inst].result() for inst in sorted(futures)]
 

@@ -5,6 +5,8 @@ foreground (``cuvee controller|server|broker``). Port 0 picks a free port; ``url
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -14,7 +16,12 @@ import orjson
 import uvicorn
 from fastapi import FastAPI
 
+from cuvee.auth.config import AuthConfig
+from cuvee.auth.layer import AuthLayer, Authenticator
+from cuvee.auth.policy import Role
 from cuvee.errors import CuveeError
+
+log = logging.getLogger(__name__)
 
 
 class HttpServiceError(CuveeError):
@@ -75,7 +82,9 @@ class HttpService:
     Every request body is capped at ``max_body_bytes`` (413 beyond)."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, auth: AuthConfig | None = None,
+                 role: Role | None = None):
+        """``auth`` and ``role``: every request goes through ``cuvee.auth.layer.AuthLayer`` when auth is on."""
         self.app = app
         self.name = name
         # IPPROTO_TCP explicitly: asyncio enables TCP_NODELAY on accepted connections only for sockets whose proto
@@ -89,7 +98,16 @@ class HttpService:
             self._socket.close()
             raise HttpServiceError(f"{name}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host, self.port = self._socket.getsockname()[:2]
-        config = uvicorn.Config(BodySizeLimit(app, max_body_bytes), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        served: Any = app
+        if auth is not None and auth.enabled:
+            if role is None:
+                raise ValueError("an HTTP service with auth needs its role (what its routes require)")
+            served = AuthLayer(app, role, Authenticator(auth))
+        elif not _loopback(self.host):
+            log.warning("%s listens on %s:%d without authentication: anyone who can reach it can read and drop "
+                        "tables; turn [auth] on (docs/security.md)", name, self.host, self.port)
+        config = uvicorn.Config(BodySizeLimit(served, max_body_bytes), log_level="warning", access_log=False,
+                                lifespan="off", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -122,3 +140,10 @@ class HttpService:
 
     def _run(self) -> None:
         asyncio.run(self._server.serve(sockets=[self._socket]))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -12,6 +12,7 @@ from cuvee.cluster.records import InstanceInfo, SegmentRecord
 from cuvee.config import Schema, TableConfig, TableType
 from cuvee.errors import UserError
 from cuvee.lineage.model import SegmentLineage
+from cuvee.auth.client import user_headers
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 
 
@@ -22,7 +23,7 @@ class PipelineError(UserError):
 class ControllerClient:
     def __init__(self, url: str, *, timeout_seconds: float = 600.0):
         self.url = url.rstrip("/")
-        self._http = httpx.Client(timeout=timeout_seconds)
+        self._http = httpx.Client(timeout=timeout_seconds, headers=user_headers())  # auth from the environment
 
     def close(self) -> None:
         self._http.close()

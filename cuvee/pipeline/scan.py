@@ -20,6 +20,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cuvee.auth.client import cluster_headers
 from cuvee.config.schema import FieldSpec
 from cuvee.deepstore import open_deepstore
 from cuvee.errors import CuveeError
@@ -90,7 +91,7 @@ def _fetch(source: SegmentSource, tmp: Path, deep_store_uri: str, timeout_second
 def _from_peer(source: SegmentSource, peer: str, tmp: Path, timeout_seconds: float) -> Path:
     url = peer + SEGMENT_DOWNLOAD_PATH.format(table=source.table, segment=source.segment)
     target = tmp / f"peer-{uuid.uuid4().hex}.archive"
-    with httpx.stream("GET", url, timeout=timeout_seconds) as response:
+    with httpx.stream("GET", url, timeout=timeout_seconds, headers=cluster_headers()) as response:
         if response.status_code != 200:
             raise PipelineError(f"GET {url} answered HTTP {response.status_code}")
         with open(target, "wb") as out:
@@ -125,7 +126,7 @@ def _query_server(source: SegmentSource, fields: Sequence[FieldSpec], timeout_se
     for peer in source.peers:
         try:
             response = httpx.post(peer + SERVER_QUERY_PATH, content=request.encode(), timeout=timeout_seconds,
-                                  headers={"content-type": "application/json"})
+                                  headers={"content-type": "application/json", **cluster_headers()})
             if response.status_code != 200:
                 errors.append(f"{peer} answered HTTP {response.status_code}")
                 continue

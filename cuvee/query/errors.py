@@ -15,6 +15,7 @@ class QueryErrorCode(enum.IntEnum):
     """The subset of Pinot's ``QueryException`` codes that Cuvee produces."""
 
     SQL_PARSING = 150
+    ACCESS_DENIED = 180
     TABLE_DOES_NOT_EXIST = 190
     QUERY_EXECUTION = 200
     SERVER_SEGMENT_MISSING = 235
@@ -35,6 +36,7 @@ class QueryErrorCode(enum.IntEnum):
 
 _TITLES = {
     QueryErrorCode.SQL_PARSING: "SQLParsingError",
+    QueryErrorCode.ACCESS_DENIED: "AccessDeniedError",
     QueryErrorCode.TABLE_DOES_NOT_EXIST: "TableDoesNotExistError",
     QueryErrorCode.QUERY_EXECUTION: "QueryExecutionError",
     QueryErrorCode.SERVER_SEGMENT_MISSING: "ServerSegmentMissingError",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cuvee.auth.config import AuthConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
 from cuvee.server.consuming.config import ConsumerConfig
@@ -55,6 +56,7 @@ class ServerConfig:
     # query filters all stored versions in its scan.
     upsert_read_cache_bytes: int = 256 * 1024 * 1024
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
 
     def __post_init__(self) -> None:
         for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",

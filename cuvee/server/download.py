@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +61,9 @@ class SegmentFetcher:
         http_timeout_seconds: float,
         stopping: threading.Event,
         rng: random.Random | None = None,
+        headers: Mapping[str, str] | None = None,
     ):
+        """``headers``: what a peer needs to know another server asks (``cuvee.auth.layer.internal_headers``)."""
         self._store = store
         self._deep_store = deep_store
         self._local = local
@@ -70,6 +72,7 @@ class SegmentFetcher:
         self._timeout = http_timeout_seconds
         self._stopping = stopping
         self._rng = rng or random.Random()
+        self._headers = dict(headers or {})
         self.failed_attempts = 0  # attempts that found no good copy (inspectable)
 
     def fetch(self, table: str, record: SegmentRecord) -> ImmutableSegment:
@@ -122,7 +125,7 @@ class SegmentFetcher:
         url = peer_url + SEGMENT_DOWNLOAD_PATH.format(table=table, segment=record.segment_name)
         target = self._local.downloads_dir(table) / f"{record.segment_name}.peer.archive"
         try:
-            with httpx.stream("GET", url, timeout=self._timeout) as response:
+            with httpx.stream("GET", url, timeout=self._timeout, headers=self._headers) as response:
                 if response.status_code != 200:
                     raise DownloadError(f"GET {url} answered HTTP {response.status_code}")
                 with open(target, "wb") as out:

@@ -25,6 +25,8 @@ from cuvee.cluster.records import InstanceInfo, SegmentRecord
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
+from cuvee.auth.layer import internal_headers
+from cuvee.auth.policy import Role
 from cuvee.node.http import HttpService
 from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
@@ -101,14 +103,16 @@ class Server:
         assert self.metastore is not None and self.deep_store is not None
         self.store = ClusterStore(self.metastore, cfg.cluster)
         routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry, self.upserts)
-        self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server")
+        self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
+                                 role=Role.SERVER)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
         self.states = CurrentStates(self.store, self.instance_id)
         self.catalog = TableCatalog(self.store)
         backoff = Backoff(cfg.download_retry_initial_seconds, cfg.download_retry_max_seconds, cfg.download_max_attempts)
         self.fetcher = SegmentFetcher(store=self.store, deep_store=self.deep_store, local=self.local,
                                       instance_id=self.instance_id, backoff=backoff,
-                                      http_timeout_seconds=cfg.download_timeout_seconds, stopping=self._stopping)
+                                      http_timeout_seconds=cfg.download_timeout_seconds, stopping=self._stopping,
+                                      headers=internal_headers(cfg.auth))
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming,
@@ -208,7 +212,8 @@ class Server:
         with self._completion_lock:
             if self._completion is None:
                 self._completion = SegmentCompletionClient.for_cluster(self.config.consumer, self.metastore,
-                                                                       self.config.cluster)
+                                                                       self.config.cluster,
+                                                                       internal_headers(self.config.auth))
         context = self.catalog.get(table)
         return ConsumingSegment(
             table=context.config,

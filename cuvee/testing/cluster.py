@@ -44,7 +44,9 @@ class InProcessCluster:
         controller: Mapping[str, Any] | None = None,
         server: Mapping[str, Any] | None = None,
         broker: Mapping[str, Any] | None = None,
+        credentials: tuple[str, str] | None = None,
     ):
+        """``credentials``: (name, password) the helpers send when the roles' configs turn auth on."""
         from cuvee.broker.broker import Broker, BrokerConfig
         from cuvee.controller import Controller, ControllerConfig
         from cuvee.server.config import ServerConfig
@@ -67,7 +69,7 @@ class InProcessCluster:
             for i in range(servers)
         ]
         self.broker = Broker(config_from_dict(BrokerConfig, _merge(common, _merge(FAST_BROKER, broker))))
-        self.http = httpx.Client(timeout=30)
+        self.http = httpx.Client(timeout=30, auth=credentials)
         self._started: list[Any] = []
 
     # ---- lifecycle ------------------------------------------------------------------------------------------

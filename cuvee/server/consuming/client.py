@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -81,6 +81,7 @@ class SegmentCompletionClient:
         resolve_leader: Callable[[], str | None] | None = None,
         leader_url: str | None = None,
         paths: dict[RequestKind, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ):
         if resolve_leader is None and leader_url is None:
             raise ValueError("SegmentCompletionClient needs resolve_leader or leader_url")
@@ -90,13 +91,15 @@ class SegmentCompletionClient:
         self._leader: str | None = self._fixed
         self._paths = paths or dict(COMPLETION_PATHS)
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=config.controller_timeout_seconds)
+        self._http = httpx.Client(timeout=config.controller_timeout_seconds, headers=dict(headers or {}))
         self.requests_sent = 0
         self.leader_resolutions = 0
 
     @classmethod
-    def for_cluster(cls, config: ConsumerConfig, store: MetadataStore, cluster: str) -> SegmentCompletionClient:
-        return cls(config, resolve_leader=metastore_leader_resolver(store, cluster))
+    def for_cluster(cls, config: ConsumerConfig, store: MetadataStore, cluster: str,
+                    headers: Mapping[str, str] | None = None) -> SegmentCompletionClient:
+        """``headers``: what the controller needs to know it is talking to the cluster (``internal_headers``)."""
+        return cls(config, resolve_leader=metastore_leader_resolver(store, cluster), headers=headers)
 
     @property
     def leader_url(self) -> str | None:

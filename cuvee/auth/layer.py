@@ -1,0 +1,182 @@
+"""The one authentication and authorisation layer, an ASGI middleware every role's HTTP service runs its app in.
+
+Credentials: ``Authorization: Basic`` (a principal's name and password), or ``Bearer`` (a principal's token, or
+the cluster's internal token, which identifies the roles themselves). What a route needs comes from
+``cuvee.auth.policy``; the principal is left in the ASGI scope (``principal_of``) for the checks a route can
+only make later (the broker checks READ on a query's table once it is planned). Refusals are Pinot-style JSON:
+401 (who you are is not known; with ``WWW-Authenticate``) or 403 (known, not allowed). Successful password
+checks are cached for a few minutes (scrypt is slow on purpose), keyed by a hash of the header.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from cuvee.auth.config import AuthConfig
+from cuvee.auth.policy import Decision, Principal, Requirement, Role, decide, requirement
+from cuvee.auth.secrets import verify
+
+INTERNAL = Principal("cuvee-internal", internal=True)
+_SCOPE_KEY = "cuvee.principal"
+_CACHE_SECONDS = 300.0
+_CACHE_SIZE = 1024
+_MAX_HEADER = 4096
+
+
+def principal_of(scope: Any) -> Principal | None:
+    """The principal the layer authenticated for this request (None when auth is off or the route is public)."""
+    return scope.get(_SCOPE_KEY) if isinstance(scope, dict) else None
+
+
+def internal_headers(config: AuthConfig | None) -> dict[str, str]:
+    """What one role sends another (empty when auth is off)."""
+    if config is None or not config.enabled:
+        return {}
+    return {"Authorization": f"Bearer {config.internal_token}"}
+
+
+class Authenticator:
+    """Credentials -> principal. Thread-safe."""
+
+    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.monotonic):
+        self._internal = config.internal_token.encode()
+        self._by_name = {p.name: p for p in config.principals}
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
+
+    def authenticate(self, header: str | None) -> Principal | None:
+        """The principal of an ``Authorization`` header value; None if missing or not valid."""
+        if not header or len(header) > _MAX_HEADER:
+            return None
+        scheme, _, value = header.partition(" ")
+        value = value.strip()
+        key = hashlib.sha256(header.encode()).digest()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[1] > self._clock():
+                self._cache.move_to_end(key)
+                return hit[0]
+        found = self._check(scheme.lower(), value)
+        if found is not None:
+            with self._lock:
+                self._cache[key] = (found, self._clock() + _CACHE_SECONDS)
+                while len(self._cache) > _CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        return found
+
+    def _check(self, scheme: str, value: str) -> Principal | None:
+        if scheme == "bearer":
+            if self._internal and hmac.compare_digest(value.encode(), self._internal):
+                return INTERNAL
+            for config in self._by_name.values():
+                if config.token and verify(value, config.token):
+                    return config.principal()
+            return None
+        if scheme == "basic":
+            try:
+                name, _, password = base64.b64decode(value, validate=True).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            config = self._by_name.get(name)
+            if config is not None and config.password and verify(password, config.password):
+                return config.principal()
+        return None
+
+
+class AuthLayer:
+    """ASGI middleware: ``AuthLayer(app, Role.BROKER, Authenticator(config))``."""
+
+    def __init__(self, app: Any, role: Role, authenticator: Authenticator, realm: str = "cuvee"):
+        self.app = app
+        self.role = role
+        self.authenticator = authenticator
+        self.realm = realm
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        need = requirement(self.role, scope["method"], scope["path"], query)
+        header = _header(scope, b"authorization")
+        principal = self.authenticator.authenticate(header) if header else None
+        if header and principal is None:
+            await self._refuse(send, Decision(False, 401, "invalid credentials"))
+            return
+        table = None
+        if need.body_key is not None and principal is not None and not principal.admin:
+            body = await _read_body(receive)
+            table = _body_name(body, need.body_key)
+            receive = _replay(body, receive)
+        decision = decide(need, principal, table)
+        if not decision.allowed:
+            await self._refuse(send, decision)
+            return
+        if principal is not None:
+            scope = {**scope, _SCOPE_KEY: principal}
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, send: Any, decision: Decision) -> None:
+        body = orjson.dumps({"code": decision.status, "error": decision.reason})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if decision.status == 401:
+            headers.append((b"www-authenticate", f'Basic realm="{self.realm}"'.encode()))
+        await send({"type": "http.response.start", "status": decision.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _read_body(receive: Any) -> bytes:
+    """The whole body (the size limit outside this layer bounds it)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    sent = False
+
+    async def again() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+def _body_name(body: bytes, key: str) -> str | None:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, str) else None
+
+
+__all__ = ["INTERNAL", "AuthLayer", "Authenticator", "Requirement", "internal_headers", "principal_of"]

@@ -1,0 +1,90 @@
+"""What each role's routes require (default deny), who passes, secrets, config checks and the start-up warning."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from fastapi import FastAPI
+
+from cuvee.auth.config import AuthConfig, PrincipalConfig
+from cuvee.auth.layer import INTERNAL, Authenticator
+from cuvee.auth.policy import Need, Permission, Principal, Role, decide, requirement
+from cuvee.auth.secrets import hash_password, hash_token, verify
+from cuvee.node.http import HttpService
+
+READER = Principal("r", tables=frozenset({"events"}), permissions=frozenset({Permission.READ}))
+
+
+@pytest.mark.parametrize(("role", "method", "path", "query", "need", "permission", "table"), [
+    (Role.CONTROLLER, "GET", "/health", None, Need.PUBLIC, None, None),
+    (Role.CONTROLLER, "DELETE", "/tables/events", None, Need.TABLE, Permission.DELETE, "events"),
+    (Role.CONTROLLER, "GET", "/tables/events_REALTIME/externalview", None, Need.TABLE, Permission.READ,
+     "events_REALTIME"),
+    (Role.CONTROLLER, "POST", "/tables/events/pauseConsumption", None, Need.TABLE, Permission.UPDATE, "events"),
+    (Role.CONTROLLER, "POST", "/v2/segments", {"tableName": "events"}, Need.TABLE, Permission.UPDATE, "events"),
+    (Role.CONTROLLER, "POST", "/segmentCommitEnd", None, Need.INTERNAL, None, None),
+    (Role.CONTROLLER, "POST", "/some/new/route", None, Need.ADMIN, None, None),  # default deny
+    (Role.SERVER, "POST", "/query", None, Need.INTERNAL, None, None),
+    (Role.SERVER, "GET", "/tables/events_REALTIME/segments/s", None, Need.INTERNAL, None, None),
+    (Role.BROKER, "POST", "/query/sql", None, Need.AUTHENTICATED, None, None),
+    (Role.BROKER, "GET", "/debug/routingTable/events", None, Need.ADMIN, None, None),
+])
+def test_routes_map_to_what_they_require(role: Role, method: str, path: str, query: dict | None, need: Need,
+                                         permission: Permission | None, table: str | None) -> None:
+    got = requirement(role, method, path, query)
+    assert (got.need, got.permission, got.table) == (need, permission, table)
+
+
+def test_decisions_per_principal() -> None:
+    drop = requirement(Role.CONTROLLER, "DELETE", "/tables/events")
+    assert decide(drop, None).status == 401
+    assert decide(drop, READER).status == 403
+    assert decide(drop, Principal("a", admin=True)).allowed
+    read = requirement(Role.CONTROLLER, "GET", "/tables/events_OFFLINE")
+    assert decide(read, READER).allowed  # granted on the raw name, whatever the type suffix
+    assert not decide(requirement(Role.CONTROLLER, "GET", "/tables/other"), READER).allowed
+    internal = requirement(Role.SERVER, "POST", "/query")
+    assert decide(internal, INTERNAL).allowed and decide(internal, READER).status == 403
+    create = requirement(Role.CONTROLLER, "POST", "/tables")
+    assert create.body_key == "tableName"
+    writer = Principal("w", permissions=frozenset({Permission.CREATE}))  # every table
+    assert decide(create, writer, "events").allowed and decide(create, writer, None).allowed
+    assert not decide(create, READER, "events").allowed and not decide(create, READER, None).allowed
+
+
+def test_secrets_and_credentials() -> None:
+    stored = hash_password("pw", n=2**10)
+    assert verify("pw", stored) and not verify("pW", stored) and not verify("x" * 5000, stored)
+    assert verify("tok", hash_token("tok")) and not verify("tok2", hash_token("tok"))
+    config = AuthConfig(enabled=True, internal_token="i" * 20, principals=(
+        PrincipalConfig("reader", password=stored, tables=("events",)),))
+    auth = Authenticator(config)
+    import base64
+    basic = "Basic " + base64.b64encode(b"reader:pw").decode()
+    assert auth.authenticate(basic) == PrincipalConfig("reader", password=stored, tables=("events",)).principal()
+    assert auth.authenticate("Basic " + base64.b64encode(b"reader:no").decode()) is None
+    assert auth.authenticate("Basic !!!") is None and auth.authenticate("Bearer " + "i" * 20) is INTERNAL
+    assert auth.authenticate("Bearer wrong") is None and auth.authenticate(None) is None
+
+
+def test_configs_that_cannot_work_are_refused() -> None:
+    with pytest.raises(ValueError, match="internal_token"):
+        AuthConfig(enabled=True, internal_token="short")
+    with pytest.raises(ValueError, match="password or a token"):
+        PrincipalConfig("x")
+    with pytest.raises(ValueError, match="scrypt"):
+        PrincipalConfig("x", password="plain-text-password")
+    with pytest.raises(ValueError, match="unknown permissions"):
+        PrincipalConfig("x", token=hash_token("t"), permissions=("READ", "DROP"))
+    with pytest.raises(ValueError, match="unique"):
+        p = PrincipalConfig("x", token=hash_token("t"))
+        AuthConfig(enabled=True, internal_token="i" * 20, principals=(p, p))
+
+
+def test_a_role_listening_beyond_loopback_without_auth_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="cuvee.node.http"):
+        HttpService(FastAPI(), "127.0.0.1", 0, name="quiet").stop()
+        assert "without authentication" not in caplog.text
+        HttpService(FastAPI(), "0.0.0.0", 0, name="open").stop()
+    assert "open listens on 0.0.0.0" in caplog.text and "without authentication" in caplog.text
