@@ -100,7 +100,7 @@ def test_json_encoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(broker_app, "encode", gate)
 
     class Handler:
-        async def handle(self, sql: Any, options: Any = None) -> dict[str, Any]:
+        async def handle(self, sql: Any, options: Any = None, principal: Any = None) -> dict[str, Any]:
             return {"sql": sql}
 
     class Broker:
