@@ -88,10 +88,11 @@ class Broker:
     def _register(self) -> None:
         """At start and again on each new metadata-store session: the instance record and the live node."""
         assert self.store is not None and self.metastore is not None and self._http is not None
+        live = self.store.paths.live(self.instance_id)
+        go_live(self.metastore, live, self.instance_id, own_sessions=self._sessions, create=False)  # id free first
         self.store.register_instance(InstanceInfo(self.instance_id, self._http.host,
                                                   {HTTP_PORT_NAME: self._http.port}, tuple(self.config.tags)))
-        go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id, own_sessions=self._sessions)
-        self._sessions.add(self.metastore.session_id)
+        self._sessions.add(go_live(self.metastore, live, self.instance_id, own_sessions=self._sessions))
 
     def stop(self) -> None:
         """Stop serving, then let go of the cluster (idempotent; the live node vanishes with the session)."""

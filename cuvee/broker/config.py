@@ -32,7 +32,7 @@ class BrokerConfig:
     instance_id: str = ""  # default Broker_<host>_<port> (the port actually bound)
     tags: tuple[str, ...] = (BROKER_TAG,)
     timeout_ms: int = 10_000  # a query's default timeoutMs
-    max_timeout_ms: int = 3_600_000  # a larger timeoutMs query option is refused (150)
+    max_timeout_ms: int = 0  # a larger timeoutMs query option is refused (150); 0: an hour, or timeout_ms if more
     routing_poll_seconds: float = 5.0  # full re-read of tables and external views when a watch event is missed
     # an offline segment pushed this recently and ONLINE nowhere yet is being loaded: neither counted for the
     # hybrid time boundary nor reported unavailable (Pinot's new-segment expiration); afterwards it is both
@@ -47,6 +47,11 @@ class BrokerConfig:
     session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
 
+    @property
+    def timeout_limit_ms(self) -> int:
+        """The largest timeoutMs a query may ask for."""
+        return self.max_timeout_ms or max(3_600_000, self.timeout_ms)
+
     def __post_init__(self) -> None:
         for name in ("routing_poll_seconds", "connect_timeout_seconds", "stop_timeout_seconds",
                      "session_retry_initial_seconds", "session_retry_max_seconds"):
@@ -56,7 +61,7 @@ class BrokerConfig:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.server_grace_seconds < 0 or self.new_segment_grace_seconds < 0:
             raise ValueError("server_grace_seconds and new_segment_grace_seconds must not be negative")
-        if self.max_timeout_ms < self.timeout_ms:
+        if self.max_timeout_ms and self.max_timeout_ms < self.timeout_ms:
             raise ValueError("max_timeout_ms must be at least timeout_ms")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections"):
             if getattr(self, name) < 1:

@@ -58,7 +58,7 @@ def _timeout_ms(options: Mapping[str, str], default: int, maximum: int) -> int:
     for key, value in options.items():
         if key.lower() == "timeoutms":
             text = value.strip()
-            if not text.isdigit() or len(text) > 12:
+            if not (text.isascii() and text.isdigit()) or len(text) > 12:
                 raise QueryError(QueryErrorCode.SQL_PARSING,
                                  f"timeoutMs must be an integer from 1 to {maximum}, got {value[:40]!r}")
             timeout = int(text)
@@ -189,7 +189,7 @@ class QueryHandler:
         if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):
             raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on table "
                                                            f"{plan.table!r}")
-        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.max_timeout_ms)
+        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
         skip_upsert = _skip_upsert(options)
         rows = (plan.limit or 0) + plan.offset
         if rows > cfg.max_response_rows:

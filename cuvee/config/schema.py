@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from cuvee.config.datetime_format import DateTimeFormat, TimeFormatKind, parse_datetime_format, parse_granularity
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
-from cuvee.config.names import MAX_SCHEMA_NAME, column_name_problem, name_problem
 
 
 class DataType(str, enum.Enum):
@@ -194,9 +193,6 @@ class Schema:
         if not isinstance(name, str) or not name:
             issues.append(ConfigIssue("$.schemaName", "required, a non-empty string"))
             name = ""
-        elif (problem := name_problem("schema", name, MAX_SCHEMA_NAME)) is not None:
-            issues.append(ConfigIssue("$.schemaName", problem))
-            name = ""
         if "timeFieldSpec" in doc:
             issues.append(ConfigIssue("$.timeFieldSpec", "Pinot's deprecated timeFieldSpec is not supported; "
                                                          "declare the time column in dateTimeFieldSpecs"))
@@ -256,9 +252,6 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         issues.append(ConfigIssue(f"{path}.name", "required, a non-empty string"))
-        ok = False
-    elif (problem := column_name_problem(name)) is not None:
-        issues.append(ConfigIssue(f"{path}.name", problem))
         ok = False
     raw_type = spec.get("dataType")
     try:

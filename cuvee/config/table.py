@@ -15,7 +15,6 @@ from typing import Any
 
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 from cuvee.config.json_reader import JsonObject, child_path
-from cuvee.config.names import MAX_TABLE_NAME
 from cuvee.config.sections import (
     IndexingConfig,
     IngestionConfig,
@@ -187,9 +186,6 @@ def _parse_name_and_type(root: JsonObject) -> tuple[str | None, TableType | None
         root.report("tableName", f"{full_name!r} ends in {suffix_type.suffix} but tableType is {table_type.value}")
         return None, table_type
     name = raw_table_name(full_name)
-    if len(name) > MAX_TABLE_NAME:
-        root.report("tableName", f"the table name is {len(name)} characters long; at most {MAX_TABLE_NAME}")
-        return None, table_type
     if not _TABLE_NAME.fullmatch(name) or "__" in name:
         root.report("tableName", f"{name!r} must be letters, digits, '_' and '-' (starting with a letter or digit), "
                                  "without '__'")

@@ -12,6 +12,7 @@ import orjson
 
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.store import ClusterStore
+from cuvee.config.names import creation_issues
 from cuvee.config import ConfigValidationError, Schema, TableConfig, TableType, raw_table_name, validate_table
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.errors import UserError
@@ -19,15 +20,25 @@ from cuvee.spi.metastore import NodeExistsError, NoNodeError, VersionConflictErr
 
 
 def parse_schema(doc: Any) -> Schema:
+    """A schema sent to be created or updated (its names bounded: ``cuvee.config.names``)."""
     try:
-        return Schema.from_json(doc)
+        schema = Schema.from_json(doc)
+        issues = creation_issues(schema=schema)
+        if issues:
+            raise ConfigValidationError(f"schema {schema.name[:128]!r}", issues)
+        return schema
     except ConfigValidationError as exc:
         raise BadRequest.invalid(exc) from None
 
 
 def parse_table(doc: Any) -> TableConfig:
+    """A table config sent to be created or updated (its name bounded: ``cuvee.config.names``)."""
     try:
-        return TableConfig.from_json(doc)
+        table = TableConfig.from_json(doc)
+        issues = creation_issues(table=table)
+        if issues:
+            raise ConfigValidationError("table config", issues)
+        return table
     except ConfigValidationError as exc:
         raise BadRequest.invalid(exc) from None
 

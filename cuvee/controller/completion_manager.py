@@ -22,6 +22,7 @@ from cuvee.controller.completion_types import (
     CommitFinished,
     CompletionConfig,
     Event,
+    FsmState,
     LeadershipGained,
     LeadershipLost,
 )
@@ -70,6 +71,17 @@ class CompletionManager:
 
     def learned_commit_ms(self, table: str) -> int | None:
         return self._commit_ms.get(table)
+
+    def renew_for(self, segment: LLCSegmentName, instance: str) -> bool:
+        """The ideal state now lists ``instance`` for ``segment`` but the segment's FSM, made before, does not (a
+        replica placed since, e.g. by repair): the FSM is dropped so the next request makes a fresh one with the
+        current replicas. Not while a commit's metadata writes are in flight. True if dropped."""
+        fsm = self._fsms.get(segment)
+        if fsm is None or instance in fsm.members or fsm.state is FsmState.COMMITTING:
+            return False
+        fsm.abort()
+        del self._fsms[segment]
+        return True
 
     def needs_info(self, segment: LLCSegmentName) -> bool:
         """True when ``handle`` would create an FSM for ``segment`` and so needs its SegmentInfo."""

@@ -15,7 +15,10 @@ the replicas' retries complete the commit.
 Who calls is checked before anything is read or changed: the caller must be live (registered in the metadata
 store) and listed by the ideal state for the segment (in any state), and a commitEnd's location must be empty
 (deep-store bypass) or the deep-store location of that segment's archive, present there (``location_ok``).
-Anything else is answered FAILED, changes nothing, and is counted (``refused``) and logged (rate-limited).
+A caller that takes no part is answered FAILED, changes nothing, and is counted (``refused``) and logged
+(rate-limited); a commitEnd with another location commits without one (``relocated``: peers serve the segment
+and repair uploads it where it belongs). A replica the ideal state lists but the segment's FSM (made before it was
+placed) does not know makes the FSM start afresh.
 
 The replicas' stop reasons (a forced commit teaches the size learner nothing) are kept per segment only while the
 segment has an FSM: they are dropped with it (committed, aborted, leadership lost).
@@ -23,6 +26,7 @@ segment has an FSM: they are dropped with it (committed, aborted, leadership los
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -63,6 +67,7 @@ class CompletionService:
         self.store = store
         self._location_ok = location_ok
         self.refused = 0  # requests from callers that take no part in the segment (see the module docstring)
+        self.relocated = 0  # commitEnds whose location was not the segment's archive (committed without one)
         self.committer = committer
         self.clock_ms = clock_ms
         self.manager = CompletionManager(config, leader=False)
@@ -94,17 +99,20 @@ class CompletionService:
 
     def _handle(self, request: Request) -> Response:
         segment = request.segment
-        if self.manager.is_leader:
-            why = self._refusal(request)
-            if why is not None:
-                self.refused += 1
-                if self.refused <= 10 or self.refused % 1000 == 0:  # bounded logging under a flood
-                    log.warning("completion request %s for %s from %r refused (%d so far): %s", request.kind.value,
-                                segment, request.instance[:128], self.refused, why)
-                return failed()
+        why = self._refusal(request)  # on a follower too: it may become the leader before the lock below
+        if why is not None:
+            self.refused += 1
+            if self.refused <= 10 or self.refused % 1000 == 0:  # bounded logging under a flood
+                log.warning("completion request %s for %s from %r refused (%d so far): %s", request.kind.value,
+                            segment, request.instance[:128], self.refused, why)
+            return failed()
+        request = self._checked_location(request)
         unfinished = False
         with self._lock:
             info = None
+            if self.manager.renew_for(segment, request.instance):
+                log.info("%s: %s is a replica the segment's election did not know; electing afresh", segment,
+                         request.instance)
             if self.manager.needs_info(segment):
                 info, unfinished = self._segment_info(segment)
             response, actions = self.manager.handle(request, self.clock_ms(), info)
@@ -143,10 +151,20 @@ class CompletionService:
         ideal = self.store.ideal_state(realtime_name(request.segment.table))
         if ideal is None or request.instance not in ideal.record.segments.get(request.segment.name, {}):
             return "the ideal state does not list the instance for the segment"
-        if isinstance(request, SegmentCommitEnd) and request.location and self._location_ok is not None \
-                and not self._location_ok(request.segment, request.location):
-            return "the location is not the segment's archive in the deep store"
         return None
+
+    def _checked_location(self, request: Request) -> Request:
+        """A commitEnd naming a location that is not the segment's archive in the deep store commits with none:
+        peers serve the segment and repair uploads it to where it belongs (a deep store the committer reaches by
+        another path than the controller's must not stall commits; a made-up location must not be recorded)."""
+        if not isinstance(request, SegmentCommitEnd) or not request.location or self._location_ok is None \
+                or self._location_ok(request.segment, request.location):
+            return request
+        self.relocated += 1
+        log.warning("%s: commitEnd from %s names %r, not the segment's archive in the deep store; committing it "
+                    "without a download URI (peers serve it; repair uploads it)", request.segment,
+                    request.instance[:128], request.location[:256])
+        return dataclasses.replace(request, location="")
 
     def _prune(self, segment: LLCSegmentName) -> None:
         """Forget the stop reasons of a segment that has no FSM (any more). Call with the lock held."""

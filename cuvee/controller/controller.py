@@ -241,11 +241,11 @@ class Controller:
         """At start, and again on each new session (``cuvee.node.liveness``: a live node left by one of our
         sessions is replaced; one of another session is waited for, bounded by the session timeout)."""
         assert self._http is not None
+        live = self.store.paths.live(self.instance_id)
+        go_live(self.store.metastore, live, self.instance_id, own_sessions=self._sessions, create=False)  # id free
         info = InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port}, (CONTROLLER_TAG,))
         self.store.register_instance(info)
-        metastore = self.store.metastore
-        go_live(metastore, self.store.paths.live(self.instance_id), self.instance_id, own_sessions=self._sessions)
-        self._sessions.add(metastore.session_id)
+        self._sessions.add(go_live(self.store.metastore, live, self.instance_id, own_sessions=self._sessions))
 
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.is_leader:

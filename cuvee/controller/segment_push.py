@@ -126,8 +126,9 @@ def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: 
             key = deep_store.key_of(segment.download_uri)
             present = deep_store.exists(key)
         except DeepStoreError as exc:
-            raise BadRequest(f"segment {segment.name}: download URI {segment.download_uri!r} is not usable: {exc}") \
-                from None
+            log.warning("push of %s: download URI %r is not usable: %s", segment.name, segment.download_uri, exc)
+            raise BadRequest(f"segment {segment.name}: download URI {segment.download_uri[:512]!r} is not in this "
+                             "controller's deep store") from None
         if not key.startswith(name + "/"):  # deleting this segment later deletes the object: only the table's own
             raise BadRequest(f"segment {segment.name}: the archive must lie under {name}/ in the deep store, "
                              f"not at {segment.download_uri}")
@@ -221,6 +222,7 @@ def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, arc
     try:
         uri = deep_store.put(archive, key)
     except DeepStoreError as exc:
-        raise BadRequest(f"cannot store the segment in the deep store: {exc}") from None
+        log.error("storing a pushed segment under %s failed: %s", key, exc)
+        raise BadRequest("cannot store the segment in the deep store (the controller log has the details)") from None
     return PushedSegment(name=described[0], download_uri=uri, crc=described[1], total_docs=described[2],
                          size_bytes=described[3], time_min=time_min, time_max=time_max)

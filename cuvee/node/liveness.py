@@ -28,24 +28,29 @@ class InstanceIdTaken(CuveeError):
 
 
 def go_live(store: MetadataStore, path: str, instance_id: str, *, own_sessions: Collection[str] = (),
-            wait_seconds: float | None = None, poll_seconds: float = 0.1,
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Create the ephemeral live node at ``path`` (see the module docstring). ``wait_seconds``: how long a node of
-    another session is waited for (default 1.5 × the store's session timeout + 1 s)."""
+            wait_seconds: float | None = None, poll_seconds: float = 0.1, create: bool = True,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Create the ephemeral live node at ``path`` (see the module docstring); returns the session id it holds.
+    ``wait_seconds``: how long a node of another session is waited for (default 1.5 × the store's session timeout
+    + 1 s). ``create=False``: only make sure the id is free (call it before touching anything of the instance:
+    its record, its current states), without going live yet."""
     mine = store.session_id
     patience = 1.5 * store.session_timeout_seconds + 1.0 if wait_seconds is None else wait_seconds
     deadline = clock() + patience
     waited = False
     while True:
-        try:
-            store.create(path, mine.encode(), ephemeral=True)
-            if waited:
-                log.info("%s: the previous session's live node expired; taking its place", instance_id)
-            return
-        except NodeExistsError:
-            pass
+        if create:
+            try:
+                store.create(path, mine.encode(), ephemeral=True)
+                if waited:
+                    log.info("%s: the previous session's live node expired; taking its place", instance_id)
+                return mine
+            except NodeExistsError:
+                pass
         node = store.exists(path)
         if node is None:
+            if not create:
+                return mine
             continue  # it expired between the two calls
         owner = node.data.decode("utf-8", errors="replace")
         if owner == mine or owner in own_sessions:
@@ -63,3 +68,17 @@ def go_live(store: MetadataStore, path: str, instance_id: str, *, own_sessions: 
                         patience)
             waited = True
         sleep(poll_seconds)
+
+
+def leave(store: MetadataStore, path: str, own_sessions: Collection[str]) -> None:
+    """Delete the live node at ``path`` if one of ``own_sessions`` (or the current one) made it: a process refused
+    its id, or stopping, never removes the node of another live process with that id."""
+    node = store.exists(path)
+    if node is None:
+        return
+    owner = node.data.decode("utf-8", errors="replace")
+    if owner == store.session_id or owner in own_sessions:
+        try:
+            store.delete(path, expected_version=node.version)
+        except (NoNodeError, VersionConflictError):
+            pass

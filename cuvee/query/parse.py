@@ -125,25 +125,37 @@ def _strip_option_clause(sql: str) -> tuple[str, dict[str, str]]:
     return sql[: match.start()], options
 
 
-MAX_NESTING = 128  # parentheses inside one another; deeper SQL is refused before it is parsed
+MAX_NESTING = 32  # parentheses inside one another; deeper SQL is refused before it is parsed (sqlglot's recursion
+# ends near 40 levels on its own)
 
 
 def nesting_depth(text: str) -> int:
-    """How deep the parentheses of ``text`` nest, outside quoted strings and identifiers (a parser's recursion
-    follows it: deep enough and it exhausts the stack)."""
+    """How deep the parentheses of ``text`` nest, outside quoted strings, identifiers and comments (a parser's
+    recursion follows it: deep enough and it exhausts the stack)."""
     depth = deepest = 0
     quote: str | None = None
-    for char in text:
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
         if quote is not None:
             if char == quote:
                 quote = None  # a doubled quote closes and reopens: the same depth either way
         elif char in "'\"`":
             quote = char
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
         elif char == "(":
             depth += 1
             deepest = max(deepest, depth)
         elif char == ")":
             depth -= 1
+        i += 1
     return deepest
 
 

@@ -28,7 +28,7 @@ from cuvee.deepstore import open_deepstore
 from cuvee.auth.layer import internal_headers
 from cuvee.auth.policy import Role
 from cuvee.node.http import HttpService
-from cuvee.node.liveness import go_live
+from cuvee.node.liveness import go_live, leave
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.server.app import build_server_app
@@ -117,6 +117,8 @@ class Server:
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming,
                                               upserts=self.upserts)
+        go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id,
+                own_sessions=self._sessions, create=False)  # the id is free, before its record and states change
         self._register_instance()
         self.states.reset()
         loaded = self.transitions.load_local()
@@ -143,8 +145,8 @@ class Server:
 
     def _go_live(self) -> None:
         assert self.metastore is not None
-        go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id, own_sessions=self._sessions)
-        self._sessions.add(self.metastore.session_id)
+        self._sessions.add(go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id,
+                                   own_sessions=self._sessions))
 
     def _on_session_renewed(self) -> None:
         """A new metadata-store session (the last one expired): redo what ``start`` did with the store. Current
@@ -162,8 +164,8 @@ class Server:
         self.is_serving = False
         if self.metastore is not None:
             try:
-                self.metastore.delete(self.store.paths.live(self.instance_id))
-            except Exception:
+                leave(self.metastore, self.store.paths.live(self.instance_id), self._sessions)
+            except Exception:  # noqa: BLE001 - the node goes with the session anyway
                 pass
         transitions = getattr(self, "transitions", None)
         if self._follower is not None:

@@ -13,7 +13,7 @@ import pytest
 from cuvee.broker.broker import Broker
 from cuvee.broker.cluster_view import ClusterView
 from cuvee.broker.config import BrokerConfig
-from cuvee.cluster.records import SegmentState
+from cuvee.cluster.records import InstanceInfo, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.metastore import open_metastore
 from cuvee.node.liveness import InstanceIdTaken
@@ -43,6 +43,9 @@ def test_a_broker_killed_and_restarted_at_once_takes_its_place_and_a_live_twin_i
     try:
         with pytest.raises(InstanceIdTaken, match="Broker_fixed is live in another process"):
             Broker(BrokerConfig(cluster=CLUSTER, metadata=uri, instance_id="Broker_fixed")).start()
+        held = live.metastore.exists(live.paths.live("Broker_fixed"))
+        assert held is not None and held.data != b""  # the live twin's node is untouched ...
+        assert live.find(InstanceInfo, live.paths.instance("Broker_fixed")) is None  # ... and its record too
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
         broker = Broker(BrokerConfig(cluster=CLUSTER, metadata=uri, instance_id="Broker_fixed")).start()

@@ -29,22 +29,26 @@ def handler() -> QueryHandler:
 
 
 def test_timeout_options_are_integers_within_the_configured_maximum(handler: QueryHandler) -> None:
-    for value in ("99999999999999999999", "0", "-5", "1e5", "abc", "60001"):
+    for value in ("99999999999999999999", "0", "-5", "1e5", "abc", "60001", "²", "١٢"):
         code, message = _error(_ask(handler, "SELECT COUNT(*) FROM events", f"timeoutMs={value}"))
         assert code == 150 and "timeoutMs must be" in message and "60000" in message
     assert _ask(handler, "SELECT COUNT(*) FROM events", "timeoutMs=60000")["exceptions"] == []
     with pytest.raises(ValueError):
         BrokerConfig(timeout_ms=20_000, max_timeout_ms=10_000)
+    assert BrokerConfig(timeout_ms=7_200_000).timeout_limit_ms == 7_200_000  # a long default is not refused
 
 
 def test_deeply_nested_sql_is_refused_before_it_is_parsed(handler: QueryHandler) -> None:
     deep = "SELECT COUNT(*) FROM events WHERE " + "(" * 5000 + "ts = 1" + ")" * 5000
     code, message = _error(_ask(handler, deep))
     assert code == 150 and "5000 deep" in message
+    commented = "SELECT COUNT(*) FROM events -- it's\nWHERE " + "(" * 100 + "ts = 1" + ")" * 100
+    code, message = _error(_ask(handler, commented))
+    assert code == 150 and "100 deep" in message  # a quote in a comment does not hide what follows
     chain = "SELECT COUNT(*) FROM events WHERE " + "NOT " * 5000 + "ts = 1"  # no parentheses, still deep
     code, message = _error(_ask(handler, chain))
     assert code == 150 and "nested too deeply" in message
-    quoted = "SELECT COUNT(*) FROM events WHERE tag = '" + "(" * 500 + "'"  # parentheses in a string do not nest
+    quoted = "SELECT COUNT(*) FROM events /* don't */ WHERE tag = '" + "(" * 500 + "'"  # in a string: no nesting
     assert all("deep" not in e["message"] for e in _ask(handler, quoted)["exceptions"])
 
 

@@ -646,3 +646,16 @@ def test_an_incomplete_copy_at_the_committed_offset_is_discarded_not_kept() -> N
     assert ladder.commit(S1, 100).status is R.COMMIT_SUCCESS
     assert lossy(ladder, S2, 100).status is R.DISCARD  # its build would not match the committed CRC
     assert ladder.consumed(S2, 100).status is R.KEEP
+
+
+def test_a_replica_placed_after_the_election_began_gets_a_fresh_election() -> None:
+    """The segment's FSM knows S1 and S2; repair then places it on S3 (the others gave up). The FSM's own member
+    list would refuse S3 forever: the shell asks the manager to drop it, and S3's next message elects afresh."""
+    ladder = Ladder(replicas=(S1, S2))
+    assert ladder.consumed(S1, O1).status is R.HOLD
+    assert ladder.fsm is not None and S3 not in ladder.fsm.members
+    assert ladder.status(SegmentConsumed(SEGMENT, S3, O1, O1, StopReason.TIME_LIMIT)) is R.FAILED  # a stranger
+    ladder.replicas, ladder.members = {S3}, frozenset({S1, S2, S3})
+    assert ladder.manager.renew_for(SEGMENT, S3) and ladder.fsm is None
+    assert not ladder.manager.renew_for(SEGMENT, S3)  # nothing left to drop
+    assert ladder.consumed(S3, O1, StopReason.ROW_LIMIT).status is R.COMMIT

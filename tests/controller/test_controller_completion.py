@@ -229,8 +229,8 @@ def test_commit_older_than_max_completion_time_leaves_step_3_to_repair(
 def test_callers_that_are_no_replica_are_refused_and_change_nothing(
         start_controller: Callable[..., Controller], side_store: ClusterStore, log_dir: Path, tmp_path: Path) -> None:
     """A made-up instance, a live server that holds no replica of the segment, an anonymous stop naming nobody real,
-    a commitEnd with rows the committer never reported and one pointing outside the deep store: each FAILED,
-    nothing changed, and the real replicas then commit with exactly what they reported."""
+    a commitEnd with rows the committer never reported: each FAILED, nothing changed; a commitEnd pointing outside
+    the deep store commits without a download URI; the real replicas commit exactly what they reported."""
     deep = tmp_path / "deep"
     leader = start_controller(deep_store=deep.as_uri())
     wait_until(lambda: leader.is_leader)
@@ -253,22 +253,27 @@ def test_callers_that_are_no_replica_are_refused_and_change_nothing(
     lie = SegmentCommitEnd(a.segment, a.instance, 100, "", 77, 6_955, 4096)  # rows it never reported
     assert a.send(lie).status is S.FAILED
     assert side_store.segment(T, segment).record.status is SegmentStatus.IN_PROGRESS
+    assert a.consumed(100).status is S.COMMIT  # the lie aborted the election; a new one picks a again
+    assert a.commit_start(100).status is S.COMMIT_CONTINUE
     elsewhere = SegmentCommitEnd(a.segment, a.instance, 100, (tmp_path / "elsewhere").as_uri(), 77, 100, 4096)
+    assert a.send(elsewhere).status is S.COMMIT_SUCCESS  # committed, but not with a location it made up
+    assert b.consumed(100).status is S.KEEP
+    done = side_store.segment(T, segment).record
+    assert (done.status, done.end_offset, done.total_docs, done.download_uri) == (SegmentStatus.DONE, 100, 100, "")
+    assert leader._completion.relocated == 1  # noqa: SLF001 - peers serve it; repair uploads it where it belongs
+
+
+def test_a_location_in_the_deep_store_is_kept(start_controller: Callable[..., Controller], side_store: ClusterStore,
+                                              log_dir: Path, tmp_path: Path) -> None:
+    deep = tmp_path / "deep"
+    leader = start_controller(deep_store=deep.as_uri())
+    wait_until(lambda: leader.is_leader)
+    segment, replicas = _setup(leader, side_store, log_dir)
+    a = Replica(replicas[0], segment, leader.url)
     key = deep / T / f"{segment}.tar.zst"
-    archive_uri = key.as_uri()
-    for location in (elsewhere.location, archive_uri):  # outside the deep store; the right key, but no archive
-        assert a.consumed(100).status is S.COMMIT  # the lie aborted the election; a new one picks a again
-        assert a.commit_start(100).status is S.COMMIT_CONTINUE
-        assert a.send(SegmentCommitEnd(a.segment, a.instance, 100, location, 77, 100, 4096)).status is S.FAILED
-        assert a.consumed(100).status is S.HOLD  # a committer reporting again instead of committing: start over
-    assert side_store.segment(T, segment).record.status is SegmentStatus.IN_PROGRESS
     key.parent.mkdir(parents=True)
     key.write_bytes(b"an archive")
     assert a.consumed(100).status is S.COMMIT
     assert a.commit_start(100).status is S.COMMIT_CONTINUE
-    good = SegmentCommitEnd(a.segment, a.instance, 100, archive_uri, 77, 100, 4096)
-    assert a.send(good).status is S.COMMIT_SUCCESS
-    assert b.consumed(100).status is S.KEEP
-    done = side_store.segment(T, segment).record
-    assert (done.status, done.end_offset, done.total_docs, done.download_uri) == (SegmentStatus.DONE, 100, 100,
-                                                                                  archive_uri)
+    assert a.send(SegmentCommitEnd(a.segment, a.instance, 100, key.as_uri(), 77, 100, 4096)).status is S.COMMIT_SUCCESS
+    assert side_store.segment(T, segment).record.download_uri == key.as_uri()
