@@ -119,6 +119,7 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("GET", "/instances", Need.AUTHENTICATED),
         _rule("GET", "/instances/{id}", Need.AUTHENTICATED),
         _rule("GET", "/deepStore", Need.AUTHENTICATED),
+        _rule("GET", "/metrics", Need.AUTHENTICATED),
         _rule("GET", "/schemas/{name}", Need.TABLE, P.READ, "{name}"),
         _rule("POST", "/schemas", Need.TABLE, P.CREATE, "body:schemaName"),
         _rule("PUT", "/schemas/{name}", Need.TABLE, P.UPDATE, "{name}"),
@@ -144,6 +145,7 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("POST", "/query/sql", Need.AUTHENTICATED),  # READ on the query's table: checked once it is planned
         _rule("POST", "/query", Need.AUTHENTICATED),
         _rule("GET", "/query/sql", Need.AUTHENTICATED),
+        _rule("GET", "/metrics", Need.AUTHENTICATED),
         _rule("GET", "/debug/*", Need.ADMIN),
     ),
 }

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from cuvee.auth.layer import principal_of
+from cuvee.metrics import metrics_router
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ def build_broker_app(broker: Broker) -> FastAPI:
         return await _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions"),
                                                        principal_of(request.scope)))
 
+    app.include_router(metrics_router(broker.metrics.registry))
     app.add_api_route("/query/sql", post_query, methods=["POST"])
     app.add_api_route("/query", post_query, methods=["POST"])
 

@@ -24,6 +24,7 @@ from cuvee.broker.hybrid import QueryTarget
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 from cuvee.auth.policy import Role
+from cuvee.metrics.broker import BrokerMetrics
 from cuvee.node.http import HttpService
 from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
@@ -39,7 +40,8 @@ class Broker:
         self.config = config
         self.instance_id = config.instance_id
         self.is_serving = False
-        self._sessions: set[str] = set()  # metadata-store sessions this process opened (their live nodes are ours)
+        self._sessions: set[str] = set()
+        self.metrics = BrokerMetrics()  # GET /metrics (cuvee.metrics.broker)  # metadata-store sessions this process opened (their live nodes are ours)
         self.metastore: SessionHolder | None = None
         self.store: ClusterStore | None = None
         self.view: ClusterView | None = None
@@ -74,7 +76,7 @@ class Broker:
         self.view = ClusterView(self.store, poll_seconds=cfg.routing_poll_seconds,
                                 stop_timeout_seconds=cfg.stop_timeout_seconds,
                                 new_segment_grace_seconds=cfg.new_segment_grace_seconds).start()
-        self._handler = QueryHandler(cfg, self.view)
+        self._handler = QueryHandler(cfg, self.view, metrics=self.metrics)
         self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker", auth=cfg.auth,
                                  role=Role.BROKER)
         if not self.instance_id:

@@ -36,6 +36,8 @@ from cuvee.broker.errors import query_error
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter
+from cuvee.config.table import raw_table_name
+from cuvee.metrics.broker import BrokerMetrics
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
@@ -94,7 +96,8 @@ def _names(segments: tuple[str, ...] | list[str]) -> str:
 class QueryHandler:
     """Answers queries for one broker. ``handle`` runs on the HTTP server's event loop."""
 
-    def __init__(self, config: BrokerConfig, view: ClusterView, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: BrokerConfig, view: ClusterView, *, clock: Callable[[], float] = time.monotonic,
+                 metrics: BrokerMetrics | None = None):
         self.config = config
         self.view = view
         self._clock = clock
@@ -105,6 +108,7 @@ class QueryHandler:
         self._closing = False
         self._in_flight = 0  # queries inside handle(); only touched on the event loop
         self.pools_opened = 0
+        self.metrics = metrics
 
     def _http(self) -> httpx.AsyncClient:
         with self._lock:
@@ -155,25 +159,39 @@ class QueryHandler:
         started = self._clock()
         request_id = str(number)
         self._in_flight += 1
+        measured: list[Any] = [None, []]  # the table asked for, and the answer's error codes
         try:
-            return await self._handle(number, started, sql, query_options, principal)
+            answer = await self._handle(number, started, sql, query_options, principal, measured)
         except QueryError as exc:
-            return error_response(exc, request_id=request_id, time_used_ms=self._elapsed_ms(started))
+            answer = error_response(exc, request_id=request_id, time_used_ms=self._elapsed_ms(started))
         except Exception as exc:  # a bug must cost one query, never the broker
             log.error("query %s failed unexpectedly", request_id, exc_info=exc)
             error = QueryError(QueryErrorCode.INTERNAL, f"internal error running query {request_id}; the broker log "
                                                         "has the details")
-            return error_response(error, request_id=request_id, time_used_ms=self._elapsed_ms(started))
+            answer = error_response(error, request_id=request_id, time_used_ms=self._elapsed_ms(started))
+        try:
+            self._measure(measured[0], answer, started)
+            return answer
         finally:
             self._in_flight -= 1
             if self._closing and self._in_flight == 0:
                 await self._close_pool()
 
+    def _measure(self, table: str | None, answer: dict[str, Any], started: float) -> None:
+        if self.metrics is None:
+            return
+        table = table or "unknown"
+        self.metrics.queries.labels(table).inc()
+        self.metrics.query_seconds.labels(table).observe(self._clock() - started)
+        for error in answer.get("exceptions") or []:
+            code = error.get("errorCode")
+            self.metrics.query_errors.labels(str(code)).inc()
+
     def _elapsed_ms(self, started: float) -> int:
         return int((self._clock() - started) * 1000)
 
     async def _handle(self, number: int, started: float, sql: Any, query_options: Any,
-                      principal: Principal | None) -> dict[str, Any]:
+                      principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
         cfg = self.config
         if not isinstance(sql, str) or not sql.strip():
             raise QueryError(QueryErrorCode.SQL_PARSING, "the request has no SQL: send {\"sql\": \"SELECT ...\"}")
@@ -186,6 +204,7 @@ class QueryHandler:
         options = parse_query_options(query_options)
         plan = await asyncio.to_thread(plan_sql, sql, self.view.resolve)
         options.update(plan.options)
+        measured[0] = raw_table_name(plan.table)  # Pinot labels broker metrics by raw table name
         if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):
             raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on table "
                                                            f"{plan.table!r}")
@@ -216,6 +235,9 @@ class QueryHandler:
     def _answer(self, number: int, started: float, plan: QueryPlan, entry: TableEntry, routings: list[RoutingTable],
                 replies: list[ServerReply], num_calls: int) -> dict[str, Any]:
         """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""
+        unavailable = sum(len(routing.unavailable) for routing in routings)
+        if unavailable and self.metrics is not None:
+            self.metrics.unavailable_segments.labels(entry.name).inc(unavailable)
         exceptions = [e for routing in routings for e in self._unavailable(routing)] + self._exceptions(replies)
         partials = [r.table for r in replies if r.table is not None]
         merged: pa.Table | None

@@ -17,6 +17,7 @@ from cuvee.controller import (
     retention,
 )
 from cuvee.controller.api_common import install_error_handlers
+from cuvee.metrics import metrics_router
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -28,4 +29,5 @@ def build_app(ctl: Controller) -> FastAPI:
     for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair,
                    retention):
         app.include_router(module.router(ctl))
+    app.include_router(metrics_router(ctl.metrics.registry))
     return app

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ from cuvee.controller.faults import (
 )
 from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
+from cuvee.metrics.controller import ControllerMetrics
 from cuvee.spi.metastore import MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -98,12 +100,14 @@ class SegmentCommitter:
         clock_ms: Callable[[], int],
         max_segment_completion_ms: int,
         may_act: Callable[[], bool] = lambda: True,
+        metrics: ControllerMetrics | None = None,
     ):
         self.store = store
         self.catalog = Catalog(store)
         self.clock_ms = clock_ms
         self.max_segment_completion_ms = max_segment_completion_ms
         self.may_act = may_act
+        self.metrics = metrics
         self._learners: dict[str, SizeLearner] = {}
         self._lock = threading.Lock()
 
@@ -111,6 +115,18 @@ class SegmentCommitter:
         """All three steps for the FSM's action; True when the segment is committed and the ideal state flipped.
         False when a step failed or stopped, a metadata-store error included (step 1 may have landed)."""
         table = realtime_name(action.segment.table)
+        started = time.perf_counter()
+        outcome = "failed"
+        try:
+            done = self._commit(table, action, forced)
+            outcome = "committed" if done else "failed"
+            return done
+        finally:
+            if self.metrics is not None:
+                self.metrics.commits.labels(table, outcome).inc()
+                self.metrics.commit_seconds.labels(table).observe(time.perf_counter() - started)
+
+    def _commit(self, table: str, action: CommitSegmentMetadata, forced: bool) -> bool:
         try:
             self._check_leader()
             fault(COMMIT_BEFORE_STEP1)

@@ -46,6 +46,7 @@ from cuvee.controller.completion_types import (
     MarkReplicaOffline,
 )
 from cuvee.errors import CuveeError
+from cuvee.metrics.controller import ControllerMetrics
 from cuvee.protocol.completion import Request, Response, SegmentCommitEnd, SegmentConsumed, StopReason, failed
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.spi.metastore import MetadataStoreError
@@ -61,11 +62,13 @@ class CompletionService:
         config: CompletionConfig,
         clock_ms: Callable[[], int],
         location_ok: Callable[[LLCSegmentName, str], bool] | None = None,
+        metrics: ControllerMetrics | None = None,
     ):
         """``location_ok(segment, location)``: whether a commitEnd's non-empty location is where that segment's
         archive belongs and is present (None: any location; a controller without a deep store cannot tell)."""
         self.store = store
         self._location_ok = location_ok
+        self.metrics = metrics
         self.refused = 0  # requests from callers that take no part in the segment (see the module docstring)
         self.relocated = 0  # commitEnds whose location was not the segment's archive (committed without one)
         self.committer = committer
@@ -91,17 +94,22 @@ class CompletionService:
 
     def handle(self, request: Request) -> Response:
         try:
-            return self._handle(request)
+            response = self._handle(request)
         except (ClusterStateError, MetadataStoreError) as exc:
             self.errors += 1
             log.warning("completion request %s for %s failed: %s", request.kind.value, request.segment, exc)
-            return failed()
+            response = failed()
+        if self.metrics is not None:
+            self.metrics.completion_responses.labels(request.kind.value, response.status.value).inc()
+        return response
 
     def _handle(self, request: Request) -> Response:
         segment = request.segment
         why = self._refusal(request)  # on a follower too: it may become the leader before the lock below
         if why is not None:
             self.refused += 1
+            if self.metrics is not None:
+                self.metrics.completion_refused.inc()
             if self.refused <= 10 or self.refused % 1000 == 0:  # bounded logging under a flood
                 log.warning("completion request %s for %s from %r refused (%d so far): %s", request.kind.value,
                             segment, request.instance[:128], self.refused, why)

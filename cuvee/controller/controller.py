@@ -31,6 +31,7 @@ from cuvee.controller.repair import RepairTask
 from cuvee.controller.retention import RetentionTask
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
+from cuvee.metrics.controller import ControllerMetrics
 from cuvee.node.http import DEFAULT_MAX_BODY_BYTES, HttpService
 from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
@@ -65,6 +66,7 @@ class Controller:
         self._retention: RetentionTask | None = None
         self.deep_store: DeepStore | None = None
         self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth))
+        self.metrics = ControllerMetrics()  # GET /metrics (cuvee.metrics.controller)
         self.received_segment_bytes = 0  # segment archive bytes received over HTTP (tar pushes)
         self._started = False
         self._lock = threading.Lock()
@@ -111,10 +113,12 @@ class Controller:
                                  max_body_bytes=body_cap, auth=self.config.auth, role=Role.CONTROLLER)
         timing = self.config.completion
         committer = SegmentCommitter(
-            self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader
+            self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader,
+            metrics=self.metrics,
         )
         self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms,
-                                             self._archive_location_ok if self.deep_store is not None else None)
+                                             self._archive_location_ok if self.deep_store is not None else None,
+                                             metrics=self.metrics)
         self._repair = RepairTask(
             self._store,
             committer,
@@ -127,6 +131,7 @@ class Controller:
             download_timeout=self.config.server_timeout_seconds,
             peer_headers=internal_headers(self.config.auth),
         )
+        self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
         self._retention = RetentionTask(
             self._store,
             self.deep_store,

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from cuvee.metrics import metrics_router
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
 from cuvee.server.queryable import CommittedSegment
 
@@ -119,6 +120,7 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
                         "recentBadRecords": info.get("recentBadRecords", [])})
         return {"segments": out}
 
+    app.include_router(metrics_router(server.metrics.registry))
     for router in extra_routers:
         app.include_router(router)
     return app

@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from cuvee.metrics.server import ServerMetrics
 from cuvee.cluster.records import InstanceInfo, SegmentRecord, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.errors import CuveeError
@@ -62,6 +64,7 @@ class SegmentFetcher:
         stopping: threading.Event,
         rng: random.Random | None = None,
         headers: Mapping[str, str] | None = None,
+        metrics: ServerMetrics | None = None,
     ):
         """``headers``: what a peer needs to know another server asks (``cuvee.auth.layer.internal_headers``)."""
         self._store = store
@@ -73,6 +76,7 @@ class SegmentFetcher:
         self._stopping = stopping
         self._rng = rng or random.Random()
         self._headers = dict(headers or {})
+        self._metrics = metrics
         self.failed_attempts = 0  # attempts that found no good copy (inspectable)
 
     def fetch(self, table: str, record: SegmentRecord) -> ImmutableSegment:
@@ -80,12 +84,17 @@ class SegmentFetcher:
         name = record.segment_name
         delays = self._backoff.delays()
         errors: list[str] = []
+        started = time.perf_counter()
         while True:
             errors = []
             segment = self._attempt(table, record, errors)
             if segment is not None:
+                if self._metrics is not None:
+                    self._metrics.download_seconds.labels(table).observe(time.perf_counter() - started)
                 return segment
             self.failed_attempts += 1
+            if self._metrics is not None:
+                self._metrics.download_failures.labels(table).inc()
             delay = next(delays, None)
             if delay is None:
                 break
@@ -102,7 +111,9 @@ class SegmentFetcher:
     def _attempt(self, table: str, record: SegmentRecord, errors: list[str]) -> ImmutableSegment | None:
         if record.download_uri:
             try:
-                return self._from_deep_store(table, record)
+                got = self._from_deep_store(table, record)
+                self._count(table, "deep_store")
+                return got
             except (DeepStoreError, SegmentError, DownloadError, OSError) as exc:
                 errors.append(f"deep store {record.download_uri}: {exc}")
         peers = self._peers(table, record.segment_name)
@@ -110,10 +121,16 @@ class SegmentFetcher:
             errors.append("no download URI and no ONLINE peer holds it")
         for peer in peers:
             try:
-                return self._from_peer(table, record, peer)
+                got = self._from_peer(table, record, peer)
+                self._count(table, "peer")
+                return got
             except (httpx.HTTPError, SegmentError, DownloadError, OSError) as exc:
                 errors.append(f"peer {peer}: {exc}")
         return None
+
+    def _count(self, table: str, source: str) -> None:
+        if self._metrics is not None:
+            self._metrics.downloads.labels(table, source).inc()
 
     def _from_deep_store(self, table: str, record: SegmentRecord) -> ImmutableSegment:
         key = self._deep_store.key_of(record.download_uri)

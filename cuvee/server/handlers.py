@@ -114,6 +114,11 @@ class SegmentTransitions:
         with self._lock:
             return [c for (t, _), c in sorted(self._consuming.items()) if t == table]
 
+    def all_consuming(self) -> list[tuple[str, Consuming]]:
+        """(table, consuming segment) of every consuming segment held, in name order."""
+        with self._lock:
+            return [(t, c) for (t, _), c in sorted(self._consuming.items())]
+
     def consuming_segment(self, table: str, segment: str) -> Consuming | None:
         with self._lock:
             return self._consuming.get((table, segment))

@@ -24,6 +24,7 @@ from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.scatter import ServerCall, ServerReply
+from cuvee.metrics.broker import BrokerMetrics
 from cuvee.cluster.records import ExternalView, SegmentState
 from cuvee.protocol.query import ServerQueryStats
 from cuvee.query import TableInfo
@@ -106,6 +107,7 @@ def test_json_encoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) 
     class Broker:
         instance_id = "Broker_test"
         config = BrokerConfig(metadata="sqlite:///unused")
+        metrics = BrokerMetrics()
         is_serving = True
         handler = Handler()
 

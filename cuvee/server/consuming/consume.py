@@ -25,6 +25,7 @@ import pyarrow as pa
 from cuvee.decode import BadRecordLog, Decoder
 from cuvee.decode.base import BadRecord
 from cuvee.decode.transform import RowTransformer
+from cuvee.metrics.server import IngestionMeter
 from cuvee.protocol.completion import StopReason
 from cuvee.segment.mutable import MutableSegment
 from cuvee.segment.mutable.segment import BeforePublish
@@ -98,6 +99,7 @@ class PartitionConsumer:
         self.parked = False
         self.name = name
         self.messages_lost = 0
+        self.meter: IngestionMeter | None = None  # the server's ingestion counters (cuvee.metrics.server)
         self.last_message_ms: int | None = None
         self.caught_up_ms: int | None = None  # clock time of the last fetch that found nothing newer
         self.stream_errors = 0
@@ -220,11 +222,14 @@ class PartitionConsumer:
             reached = next_offset
             if len(batch) < fetched or fetched < want:
                 self.caught_up_ms = int(self.clock() * 1000)
-        self.rows_filtered += int((dropped < reached).sum())
+        filtered = int((dropped < reached).sum())
+        self.rows_filtered += filtered
         bad = [b for b in result.bad if b.offset < reached]
         if bad:
             self.bad_records.record(bad, source=self.name)
         consumed = bisect.bisect_left(batch.offsets, reached)
+        if self.meter is not None:
+            self.meter.batch(taken, filtered, len(bad), sum(len(v) for v in batch.values[:consumed] if v))
         if consumed:
             newest = max(batch.timestamps_ms[:consumed])
             self.last_message_ms = newest if self.last_message_ms is None else max(self.last_message_ms, newest)
@@ -233,6 +238,8 @@ class PartitionConsumer:
     def _lost(self, exc: OffsetOutOfRangeError) -> None:
         lost = max(exc.earliest - self.offset, 0)
         self.messages_lost += lost
+        if self.meter is not None:
+            self.meter.lost(lost)
         log.error("%s: offsets %d..%d of %s[%d] were removed by retention before this replica read them (%d "
                   "messages): this copy is incomplete; continuing from %d (the controller commits a complete "
                   "replica's copy if there is one, else this one: DATA LOSS)", self.name, self.offset,

@@ -36,6 +36,7 @@ from cuvee.segment.mutable import MutableSegment
 from cuvee.server.consuming import build as building
 from cuvee.server.consuming.client import CompletionUnavailable, SegmentCompletionClient
 from cuvee.server.consuming.config import ConsumerConfig
+from cuvee.metrics.server import IngestionMeter, ServerMetrics
 from cuvee.server.consuming.consume import ConsumeError, EndCriteria, PartitionConsumer
 from cuvee.server.consuming.fsm import (
     Action,
@@ -105,6 +106,7 @@ class ConsumingSegment:
         clock: Callable[[], float] = time.time,
         build_slots: threading.Semaphore | None = None,
         upsert: TableUpsert | None = None,
+        metrics: ServerMetrics | None = None,
     ):
         if table.stream is None:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
@@ -146,6 +148,9 @@ class ConsumingSegment:
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
+        self._metrics = metrics
+        if metrics is not None:
+            self._consumer.meter = IngestionMeter(metrics, table.name_with_type, self.partition)
         if upsert is not None and upsert.prepares:  # out-of-order rows dropped or marked before they are stored
             self._consumer.before_write = lambda rows, offsets: upsert.prepare(self.name, rows, offsets)
         if upsert is not None:  # the key map decides each batch's valid docs before the rows are published
@@ -279,9 +284,14 @@ class ConsumingSegment:
             "recentBadRecords": [{"offset": b.offset, "reason": b.reason, "rawPrefix": b.raw_prefix} for b in recent],
             "messagesLost": self._consumer.messages_lost,
             "rowsFiltered": self._consumer.rows_filtered,
+            "memoryBytes": self._memory_bytes(),
             "error": self._fsm.error,
             "uploadError": self._fsm.upload_error,
         }
+
+    def _memory_bytes(self) -> int:
+        mutable = self._mutable
+        return sum(mutable.bytes_used().values()) if mutable is not None else 0
 
     def story(self) -> list[Any]:
         return self._fsm.story()
@@ -434,17 +444,22 @@ class ConsumingSegment:
         while slots is not None and not slots.acquire(timeout=self._config.lease_check_seconds):
             if self._closing.is_set():  # (not the interrupt: go_online builds after interrupting the consume loop)
                 return BuildFailed("stopped while waiting for a build slot")
+        started = time.perf_counter()
         try:
             segment, built = building.build_from_mutable(
                 mutable, table=self.table, schema=self.schema, record=self.record,
                 start_offset=self._consumer.effective_start, end_offset=offset, out_dir=self._segment_dir)
         except Exception as exc:  # noqa: BLE001 - any build failure is reported to the FSM, never raised
             log.exception("%s: building the segment (%s) failed", self.name, purpose.value)
+            if self._metrics is not None:
+                self._metrics.build_failures.labels(self.table.name_with_type).inc()
             return BuildFailed(f"{type(exc).__name__}: {exc}")
         finally:
             if slots is not None:
                 slots.release()
         self._built = segment
+        if self._metrics is not None:
+            self._metrics.build_seconds.labels(self.table.name_with_type).observe(time.perf_counter() - started)
         log.info("%s: built (%s) %d docs, crc %d, end offset %d", self.name, purpose.value, built.total_docs,
                  built.crc, offset)
         return BuildSucceeded(built)
@@ -453,13 +468,18 @@ class ConsumingSegment:
         segment = self._built
         if segment is None:
             return UploadFailed("nothing was built")
+        started = time.perf_counter()
         try:
             uri = building.upload(segment, self._deep_store, self.table.name_with_type,
                                   self._segment_dir / _UPLOAD_SCRATCH)
         except Exception as exc:  # noqa: BLE001 - deep-store bypass: commit without a location
+            if self._metrics is not None:
+                self._metrics.upload_failures.labels(self.table.name_with_type).inc()
             log.error("%s: upload to the deep store failed, committing without a download URI (peers will "
                       "serve it): %s", self.name, exc)
             return UploadFailed(f"{type(exc).__name__}: {exc}")
+        if self._metrics is not None:
+            self._metrics.upload_seconds.labels(self.table.name_with_type).observe(time.perf_counter() - started)
         return UploadSucceeded(uri)
 
     # ---- CONSUMING→ONLINE ----

@@ -1,0 +1,58 @@
+"""The controller's metrics: the completion protocol, commits, repair."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from cuvee.metrics import new_registry
+
+_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class ControllerMetrics:
+    def __init__(self) -> None:
+        self.registry = new_registry()
+        r = self.registry
+        self.completion_responses = Counter("cuvee_controller_completion_responses", "Completion protocol answers, "
+                                            "by request and status", ("request", "status"), registry=r)
+        self.completion_refused = Counter("cuvee_controller_completion_refused", "Completion requests from callers "
+                                          "that take no part in the segment", registry=r)
+        self.commits = Counter("cuvee_controller_commits", "Segment commits run by this controller, by outcome",
+                               ("table", "outcome"), registry=r)
+        self.commit_seconds = Histogram("cuvee_controller_commit_seconds", "The three commit steps of a segment",
+                                        ("table",), buckets=_SECONDS, registry=r)
+
+    def watch_repair(self, stats: Callable[[], Mapping[str, Any]]) -> None:
+        """Repair counters read at scrape time: ``stats()`` maps a table to its ``TableRepairStats``."""
+        self.registry.register(_RepairCollector(stats))
+
+
+_REPAIR_KINDS = {"commits_finished": "finish_commit", "segments_recreated": "recreate_consuming",
+                 "commits_restarted": "restart_committing", "successors_created": "create_successor",
+                 "partitions_added": "new_partition", "segments_uploaded": "upload_peer_only"}
+
+
+class _RepairCollector(Collector):
+    def __init__(self, stats: Callable[[], Mapping[str, Any]]):
+        self._stats = stats
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        actions = CounterMetricFamily("cuvee_controller_repair_actions", "Repairs carried out, by kind",
+                                      labels=["table", "kind"])
+        lost = CounterMetricFamily("cuvee_controller_offsets_lost", "Stream offsets a re-created consuming segment "
+                                   "had to skip because retention removed them (data lost)", labels=["table"])
+        for table, stats in sorted(self._stats().items()):
+            values = asdict(stats)
+            for key, kind in _REPAIR_KINDS.items():
+                actions.add_metric([table, kind], values.get(key, 0))
+            lost.add_metric([table], values.get("offsets_lost", 0))
+        yield from (actions, lost)
