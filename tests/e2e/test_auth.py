@@ -103,3 +103,20 @@ def test_servers_answer_only_the_cluster(cluster: InProcessCluster) -> None:
     inside = httpx.post(f"{server}/query", content=b"x", headers={"Authorization": f"Bearer {INTERNAL}"}, timeout=10)
     assert inside.status_code not in (401, 403)  # past the layer (and refused as a malformed request)
     assert httpx.get(f"{server}/health", timeout=10).status_code == 200
+
+
+def test_pinotdb_connects_with_username_and_password(cluster: InProcessCluster) -> None:
+    from pinotdb import connect
+
+    host, port = cluster.broker.url.removeprefix("http://").split(":")
+    cursor = connect(host=host, port=int(port), path="/query/sql", scheme="http", username="reader",
+                     password="reader-pw").cursor()
+
+    def counted() -> bool:
+        cursor.execute(f"SELECT COUNT(*) FROM {TABLE}")
+        return bool(cursor.fetchone()[0] == 500)
+
+    wait_until(counted, 60, message="pinotdb never saw the rows")
+    anonymous = connect(host=host, port=int(port), path="/query/sql", scheme="http").cursor()
+    with pytest.raises(Exception):  # noqa: B017 - pinotdb raises its own DatabaseError for the 401
+        anonymous.execute(f"SELECT COUNT(*) FROM {TABLE}")
