@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.consumption import consuming_segments_info, force_commit, pause_status, set_paused
+from cuvee.status.table_status import table_status
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -29,6 +31,14 @@ def router(ctl: Controller) -> APIRouter:
     def resume(table: str) -> dict[str, Any]:
         ctl.require_leader()
         return set_paused(ctl.store, Catalog(ctl.store).realtime(table), False, ctl.clock_ms)
+
+    @api.get("/tables/{table}/status")
+    def table_status_route(table: str) -> dict[str, Any]:
+        """Per partition: segments and replicas, offsets and lag, rate, memory, errors, and a health word."""
+        config = Catalog(ctl.store).realtime(table)
+        stats = ctl.repair.stats.get(config.name_with_type)
+        return table_status(ctl.store, ctl.servers, config, ctl.clock_ms(),
+                            asdict(stats) if stats is not None else None)
 
     @api.get("/tables/{table}/pauseStatus")
     def status(table: str) -> dict[str, Any]:

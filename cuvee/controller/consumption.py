@@ -43,6 +43,10 @@ def _urls(store: ClusterStore, instances: set[str]) -> dict[str, str | None]:
     return urls
 
 
+_DETAILS = ("rowsConsumed", "rowsPerSecond", "memoryBytes", "badRecords", "messagesLost", "rowsFiltered", "error",
+            "uploadError")  # what a server reports of a consuming segment beyond Pinot's keys (cuvee status uses them)
+
+
 def consuming_segments_info(store: ClusterStore, client: ServerClient, table: TableConfig) -> dict[str, Any]:
     """Per consuming segment: each replica's state and offset (asked from the servers), the stream's latest
     offset and the lag in records. Servers that fail are listed, not fatal."""
@@ -91,6 +95,7 @@ def consuming_segments_info(store: ClusterStore, client: ServerClient, table: Ta
                 "latestUpstreamOffset": upstream,
                 "recordsLag": lag,
                 "lastConsumedTimestampMs": entry.get("lastConsumedTimestampMs") if entry else None,
+                **{key: entry.get(key) for key in _DETAILS if entry and key in entry},
                 "partitionOffsetInfo": {
                     "currentOffsetsMap": {p: current},
                     "latestUpstreamOffsetMap": {p: upstream},

@@ -142,6 +142,9 @@ def test_a_segment_every_replica_stopped_consuming_leaves_the_partition_queryabl
         return answer if any(e["errorCode"] == 305 and stuck in e["message"] for e in answer["exceptions"]) else None
 
     answer = wait_until(degraded, 30, message="the stopped segment was never reported unavailable")
+    status = cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/status").json()
+    words = {p["partition"]: p["health"] for p in status["partitions"]}
+    assert (words, status["health"]) == ({0: "STOPPED", 1: "HEALTHY"}, "STOPPED"), status
     assert answer["partialResult"] is True
     assert 300 <= answer["resultTable"]["rows"][0][0] < 500  # the committed rows and partition 1 still count
 
@@ -153,6 +156,37 @@ def test_a_segment_every_replica_stopped_consuming_leaves_the_partition_queryabl
         return not answer["exceptions"] and answer["resultTable"]["rows"][0][0] == 500
 
     wait_until(healed, 60, message="the partition never healed")
+    wait_until(lambda: cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/status").json()["health"]
+               == "HEALTHY", 30, message="the status never said HEALTHY again")
     _produce(cluster, 500, 700)
     wait_until(lambda: _count(cluster) == 700, 30, message="ingestion did not go on after the repair")
     assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == 700
+
+
+def test_cuvee_status_prints_each_partition_with_offsets_and_health(cluster: InProcessCluster,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import orjson
+
+    from cuvee.cli.main import main
+
+    _produce(cluster, 0, 200)
+    wait_until(lambda: _count(cluster) == 200, 30)
+
+    def reported() -> dict | None:
+        assert main(["status", "--controller", cluster.controller_url, "--json"]) == 0
+        [status] = orjson.loads(capsys.readouterr().out)
+        rows = sum(r["rowsConsumed"] or 0 for p in status["partitions"] for r in p["consuming"])
+        return status if rows == 2 * 200 else None  # each row on both replicas
+
+    status = wait_until(reported, 30, message="the status never showed every row consumed")
+    assert status["table"] == f"{TABLE}_REALTIME" and status["health"] == "HEALTHY"
+    for partition in status["partitions"]:
+        assert len(partition["consuming"]) == 2 and partition["latestStatus"] == "IN_PROGRESS"
+        for replica in partition["consuming"]:
+            assert replica["currentOffset"] == partition["latestUpstreamOffset"] and replica["recordsLag"] == 0
+            assert replica["memoryBytes"] > 0 and replica["state"] == "CONSUMING"
+    monkeypatch.setenv("COLUMNS", "250")  # a terminal wide enough for every column
+    assert main(["status", "--controller", cluster.controller_url, "--table", TABLE]) == 0
+    printed = capsys.readouterr().out
+    assert f"{TABLE}_REALTIME: HEALTHY" in printed and "CONSUMING" in printed

@@ -16,6 +16,7 @@ import bisect
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -100,6 +101,7 @@ class PartitionConsumer:
         self.name = name
         self.messages_lost = 0
         self.meter: IngestionMeter | None = None  # the server's ingestion counters (cuvee.metrics.server)
+        self._progress: deque[tuple[float, int]] = deque()  # (clock, rows) after each batch of the last minute
         self.last_message_ms: int | None = None
         self.caught_up_ms: int | None = None  # clock time of the last fetch that found nothing newer
         self.stream_errors = 0
@@ -112,6 +114,13 @@ class PartitionConsumer:
     @property
     def rows(self) -> int:
         return self.segment.num_docs
+
+    def rows_per_second(self) -> float:
+        """Rows stored per second over the last minute (0 before two batches)."""
+        progress = list(self._progress)
+        if len(progress) < 2 or progress[-1][0] <= progress[0][0]:
+            return 0.0
+        return (progress[-1][1] - progress[0][1]) / (progress[-1][0] - progress[0][0])
 
     def rows_below(self, offset: int) -> int:
         """How many of the rows appended so far have a stream offset below ``offset`` (they are a prefix)."""
@@ -230,6 +239,10 @@ class PartitionConsumer:
         consumed = bisect.bisect_left(batch.offsets, reached)
         if self.meter is not None:
             self.meter.batch(taken, filtered, len(bad), sum(len(v) for v in batch.values[:consumed] if v))
+        now = self.clock()
+        self._progress.append((now, self.rows))
+        while self._progress and self._progress[0][0] < now - 60:
+            self._progress.popleft()
         if consumed:
             newest = max(batch.timestamps_ms[:consumed])
             self.last_message_ms = newest if self.last_message_ms is None else max(self.last_message_ms, newest)

@@ -285,6 +285,7 @@ class ConsumingSegment:
             "messagesLost": self._consumer.messages_lost,
             "rowsFiltered": self._consumer.rows_filtered,
             "memoryBytes": self._memory_bytes(),
+            "rowsPerSecond": round(self._consumer.rows_per_second(), 1),
             "error": self._fsm.error,
             "uploadError": self._fsm.upload_error,
         }

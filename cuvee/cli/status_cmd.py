@@ -1,0 +1,110 @@
+"""`cuvee status`: a table's health per partition, from the controller's ``GET /tables/{t}/status``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import httpx
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from cuvee.auth.client import user_headers
+from cuvee.errors import UserError
+
+_COLOURS = {"HEALTHY": "green", "LAGGING": "yellow", "PAUSED": "cyan", "UNREACHABLE": "red", "ERROR": "red",
+            "STOPPED": "red"}
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser("status", help="health, offsets and lag of a table's partitions")
+    parser.add_argument("--controller", required=True, help="the controller's URL, e.g. http://localhost:9000")
+    parser.add_argument("--table", help="one table (default: every realtime table)")
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                        help="refresh every SECONDS (default 2) until interrupted")
+    parser.set_defaults(func=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    url = args.controller.rstrip("/")
+    with httpx.Client(timeout=30, headers=user_headers()) as http:
+        if args.json:
+            print(orjson.dumps(_fetch(http, url, args.table), option=orjson.OPT_INDENT_2).decode())
+            return 0
+        console = Console()
+        if args.watch is None:
+            console.print(_render(_fetch(http, url, args.table)))
+            return 0
+        with Live(_render(_fetch(http, url, args.table)), console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(args.watch)
+                live.update(_render(_fetch(http, url, args.table)))
+
+
+def _get(http: httpx.Client, url: str) -> Any:
+    try:
+        reply = http.get(url)
+    except httpx.HTTPError as exc:
+        raise UserError(f"cannot reach {url}: {type(exc).__name__}") from None
+    if reply.status_code != 200:
+        try:
+            message = reply.json().get("error", reply.text[:200])
+        except ValueError:
+            message = reply.text[:200]
+        raise UserError(f"{url} answered {reply.status_code}: {message}")
+    return reply.json()
+
+
+def _fetch(http: httpx.Client, url: str, table: str | None) -> list[dict[str, Any]]:
+    if table is not None:
+        return [_get(http, f"{url}/tables/{table}/status")]
+    out = []
+    for name in _get(http, f"{url}/tables").get("tables", []):
+        reply = http.get(f"{url}/tables/{name}/status")
+        if reply.status_code == 404:  # an offline-only table: no partitions to report
+            continue
+        out.append(_get(http, f"{url}/tables/{name}/status"))
+    return out
+
+
+def _render(statuses: list[dict[str, Any]]) -> Group:
+    parts: list[Any] = []
+    for status in statuses:
+        word = status["health"]
+        table = Table(title=f"{status['table']}: [{_COLOURS.get(word, 'white')}]{word}[/]"
+                            + ("  (paused)" if status["paused"] else ""), title_justify="left")
+        for column in ("partition", "health", "latest segment", "status", "replica", "state", "offset", "lag",
+                       "delay s", "rows/s", "rows", "memory MB", "bad", "error"):
+            table.add_column(column, justify="left" if column in ("latest segment", "error", "replica") else "right")
+        for partition in status["partitions"]:
+            latest = partition["segments"][-1] if partition["segments"] else {}
+            rows = partition["consuming"] or [{}]
+            for i, replica in enumerate(rows):
+                first = i == 0
+                delay = replica.get("delayMs")
+                memory = replica.get("memoryBytes")
+                health = partition["health"]
+                table.add_row(
+                    str(partition["partition"]) if first else "",
+                    f"[{_COLOURS.get(health, 'white')}]{health}[/]" if first else "",
+                    latest.get("segmentName", "") if first else "", (latest.get("status") or "") if first else "",
+                    str(replica.get("server") or ""), str(replica.get("state") or ""),
+                    _n(replica.get("currentOffset")), _n(replica.get("recordsLag")),
+                    f"{delay / 1000:.1f}" if isinstance(delay, int | float) else "",
+                    _n(replica.get("rowsPerSecond")), _n(replica.get("rowsConsumed")),
+                    f"{memory / 1e6:.1f}" if isinstance(memory, int | float) else "", _n(replica.get("badRecords")),
+                    str(replica.get("error") or replica.get("uploadError") or "")[:60])
+        parts.append(table)
+        lost = status["dataLost"]
+        if lost["offsetsSkippedByRepair"] or lost["messagesLostByConsumingReplicas"]:
+            parts.append(f"[red]data lost to stream retention[/]: {lost['offsetsSkippedByRepair']} offsets skipped by "
+                         f"repair, {lost['messagesLostByConsumingReplicas']} messages missing from consuming replicas")
+    return Group(*parts)
+
+
+def _n(value: Any) -> str:
+    return "" if value is None else f"{value:,}" if isinstance(value, int) else str(value)

@@ -1,0 +1,57 @@
+"""One word for a partition's health, from facts the status gathers. Pure.
+
+In order of precedence:
+
+- ``PAUSED``: the table's consumption is paused;
+- ``STOPPED``: the partition's latest segment has no replica consuming or serving it (every replica stopped:
+  repair re-creates its consuming segment; until then its rows are unavailable);
+- ``ERROR``: a replica of the latest segment is in ERROR, or its consumer reports an error;
+- ``UNREACHABLE``: no replica of the consuming segment answered;
+- ``LAGGING``: the best replica is more than ``lag_records`` behind the stream, or its newest message is more
+  than ``lag_ms`` old while the stream holds more;
+- ``HEALTHY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReplicaFacts:
+    ideal_state: str  # the latest segment's state for this replica in the ideal state
+    view_state: str | None  # in the external view (None: not reported)
+    reachable: bool = True
+    records_lag: int | None = None
+    delay_ms: float | None = None  # now minus the newest consumed message's stream timestamp
+    error: str | None = None
+
+
+def partition_health(replicas: Sequence[ReplicaFacts], *, paused: bool, consuming: bool,
+                     lag_records: int = 10_000, lag_ms: float = 60_000) -> str:
+    """``consuming``: the latest segment is a consuming one (else committed: lag does not apply)."""
+    if paused:
+        return "PAUSED"
+    states = {r.ideal_state for r in replicas}
+    if not replicas or states <= {"OFFLINE", "DROPPED"}:
+        return "STOPPED"
+    if any(r.view_state == "ERROR" or r.error for r in replicas):
+        return "ERROR"
+    if not consuming:
+        return "HEALTHY"
+    reached = [r for r in replicas if r.reachable and r.ideal_state == "CONSUMING"]
+    if not reached:
+        return "UNREACHABLE"
+    best = min((r.records_lag for r in reached if r.records_lag is not None), default=None)
+    if best is not None and best > lag_records:
+        return "LAGGING"
+    if best and any(r.delay_ms is not None and r.delay_ms > lag_ms for r in reached):
+        return "LAGGING"
+    return "HEALTHY"
+
+
+def table_health(partitions: Sequence[str]) -> str:
+    """The worst partition's word (a table of no partition is HEALTHY)."""
+    order = ["STOPPED", "ERROR", "UNREACHABLE", "LAGGING", "PAUSED", "HEALTHY"]
+    return min(partitions, key=order.index, default="HEALTHY")
