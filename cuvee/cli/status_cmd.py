@@ -14,6 +14,7 @@ from rich.table import Table
 
 from cuvee.auth.client import user_headers
 from cuvee.errors import UserError
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 
 _COLOURS = {"HEALTHY": "green", "LAGGING": "yellow", "PAUSED": "cyan", "UNREACHABLE": "red", "ERROR": "red",
             "STOPPED": "red"}
@@ -23,6 +24,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     parser = groups.add_parser("status", help="health, offsets and lag of a table's partitions")
     parser.add_argument("--controller", required=True, help="the controller's URL, e.g. http://localhost:9000")
     parser.add_argument("--table", help="one table (default: every realtime table)")
+    parser.add_argument("--segment", help="print this segment's story instead: what every role did to it")
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
     parser.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
                         help="refresh every SECONDS (default 2) until interrupted")
@@ -32,6 +34,8 @@ def register(groups: argparse._SubParsersAction) -> None:
 def _status(args: argparse.Namespace) -> int:
     url = args.controller.rstrip("/")
     with httpx.Client(timeout=30, headers=user_headers()) as http:
+        if args.segment:
+            return _story(http, url, args.segment, args.table, args.json)
         if args.json:
             print(orjson.dumps(_fetch(http, url, args.table), option=orjson.OPT_INDENT_2).decode())
             return 0
@@ -43,6 +47,27 @@ def _status(args: argparse.Namespace) -> int:
             while True:
                 time.sleep(args.watch)
                 live.update(_render(_fetch(http, url, args.table)))
+
+
+def _story(http: httpx.Client, url: str, segment: str, table: str | None, as_json: bool) -> int:
+    if table is None:
+        try:
+            table = LLCSegmentName.parse(segment).table
+        except InvalidSegmentNameError:
+            raise UserError(f"{segment!r} is not a realtime segment name; give --table too") from None
+    story = _get(http, f"{url}/segments/{table}/{segment}/story")
+    if as_json:
+        print(orjson.dumps(story, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    shown = Table(title=f"story of {segment}", title_justify="left")
+    for column in ("time (UTC)", "role", "instance", "what", "details"):
+        shown.add_column(column)
+    for event in story["events"]:
+        details = ", ".join(f"{k}={v}" for k, v in event.items() if k not in ("timeMs", "role", "instance", "kind"))
+        when = time.strftime("%H:%M:%S", time.gmtime(event["timeMs"] / 1000)) + f".{event['timeMs'] % 1000:03d}"
+        shown.add_row(when, event.get("role", ""), event.get("instance", ""), event.get("kind", ""), details)
+    Console().print(shown if story["events"] else f"{segment} has no story (yet)")
+    return 0
 
 
 def _get(http: httpx.Client, url: str) -> Any:

@@ -100,6 +100,14 @@ class ClusterPaths:
         """The table's segment lineage entries (one versioned node)."""
         return f"{self.root}/lineage/{check_name('table', table)}"
 
+    def stories(self, table: str) -> str:
+        """The table's segment stories (``cuvee.story``)."""
+        return f"{self.root}/stories/{check_name('table', table)}"
+
+    def story(self, table: str, segment: str) -> str:
+        """One segment's story: what every role did to it, in time order, bounded."""
+        return f"{self.stories(table)}/{check_name('segment', segment)}"
+
     def time_boundary(self, raw_table: str) -> str:
         """A hybrid table's explicit time boundary (``POST /tables/{t}/timeBoundary``), keyed by the raw name."""
         return f"{self.root}/timeboundary/{check_name('table', raw_table)}"

@@ -400,3 +400,29 @@ class PendingDeletion(Record):
         f = Fields(cls.KIND, doc)
         return cls(table=f.string("table"), segment=f.string("segment"), download_uri=f.string("downloadUri", ""),
                    delete_after_ms=f.integer("deleteAfterMs"))
+
+
+@dataclass(frozen=True)
+class SegmentStory(Record):
+    """What every role did to one segment, oldest first (``cuvee.story``): each event a JSON object with
+    ``timeMs``, ``role``, ``instance``, ``kind`` and details. Bounded: the oldest events go first."""
+
+    KIND = "segment story"
+
+    table: str
+    segment: str
+    events: tuple[dict[str, Any], ...] = ()
+
+    def appended(self, event: dict[str, Any], limit: int) -> SegmentStory:
+        return SegmentStory(self.table, self.segment, (*self.events, event)[-limit:])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "segment": self.segment, "events": list(self.events)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> SegmentStory:
+        f = Fields(cls.KIND, doc)
+        events = doc.get("events", []) if isinstance(doc, dict) else []
+        if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+            raise RecordFormatError(f"{cls.KIND}: 'events' must be a list of objects")
+        return cls(table=f.string("table"), segment=f.string("segment"), events=tuple(events))

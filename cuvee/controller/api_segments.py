@@ -11,6 +11,7 @@ from cuvee.cluster.records import InstanceInfo
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadRequest, NotFound
 from cuvee.errors import UserError
+from cuvee.story import read_story
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -54,6 +55,13 @@ def router(ctl: Controller) -> APIRouter:
                 if found is not None:  # deleted between the listing and the read
                     out[name] = {**found.record.to_json(), "table": full}
         return out
+
+    @api.get("/segments/{table}/{segment}/story")
+    def segment_story(table: str, segment: str) -> dict[str, Any]:
+        """What every role did to the segment, oldest first (``cuvee.story``)."""
+        names = Catalog(ctl.store).resolve(table)
+        events = [e for name in names for e in read_story(ctl.store, name, segment)]
+        return {"segmentName": segment, "events": sorted(events, key=lambda e: e.get("timeMs", 0))}
 
     @api.get("/segments/{table}/{segment}/metadata")
     def segment_metadata(table: str, segment: str) -> dict[str, Any]:

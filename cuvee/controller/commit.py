@@ -59,6 +59,7 @@ from cuvee.controller.faults import (
 from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
 from cuvee.metrics.controller import ControllerMetrics
+from cuvee.story import StoryWriter
 from cuvee.spi.metastore import MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class SegmentCommitter:
         max_segment_completion_ms: int,
         may_act: Callable[[], bool] = lambda: True,
         metrics: ControllerMetrics | None = None,
+        story: StoryWriter | None = None,
     ):
         self.store = store
         self.catalog = Catalog(store)
@@ -108,6 +110,7 @@ class SegmentCommitter:
         self.max_segment_completion_ms = max_segment_completion_ms
         self.may_act = may_act
         self.metrics = metrics
+        self.story = story
         self._learners: dict[str, SizeLearner] = {}
         self._lock = threading.Lock()
 
@@ -142,11 +145,19 @@ class SegmentCommitter:
             )
             done = self.store.update_segment(table, action.segment.name, step1).record
             fault(COMMIT_AFTER_STEP1)
-            self._finish(table, done, forced=forced)
+            outcome = self._finish(table, done, forced=forced)
+            if self.story is not None:
+                self.story.record(table, action.segment.name, "committed", committer=action.instance,
+                                  endOffset=done.end_offset, totalDocs=done.total_docs, crc=done.crc,
+                                  sizeBytes=done.size_bytes, downloadUri=done.download_uri or "(peers only)",
+                                  nextSegment=outcome.next_segment or "(none: paused)", forced=forced)
             return True
         except (ClusterStateError, MetadataStoreError, CommitAbandoned, FaultInjected) as exc:
             log.warning("commit of %s by %s at offset %d stopped: %s", action.segment, action.instance,
                         action.end_offset, exc)
+            if self.story is not None:
+                self.story.record(table, action.segment.name, "commitStopped", committer=action.instance,
+                                  endOffset=action.end_offset, reason=type(exc).__name__)
             return False
 
     def start_next(self, action: CommitStarted) -> str | None:

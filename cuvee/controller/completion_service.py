@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from cuvee.cluster.errors import ClusterStateError
 from cuvee.cluster.records import IdealState, SegmentState, SegmentStatus
@@ -47,6 +48,7 @@ from cuvee.controller.completion_types import (
 )
 from cuvee.errors import CuveeError
 from cuvee.metrics.controller import ControllerMetrics
+from cuvee.story import StoryWriter
 from cuvee.protocol.completion import Request, Response, SegmentCommitEnd, SegmentConsumed, StopReason, failed
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.spi.metastore import MetadataStoreError
@@ -63,12 +65,15 @@ class CompletionService:
         clock_ms: Callable[[], int],
         location_ok: Callable[[LLCSegmentName, str], bool] | None = None,
         metrics: ControllerMetrics | None = None,
+        story: StoryWriter | None = None,
     ):
         """``location_ok(segment, location)``: whether a commitEnd's non-empty location is where that segment's
         archive belongs and is present (None: any location; a controller without a deep store cannot tell)."""
         self.store = store
         self._location_ok = location_ok
         self.metrics = metrics
+        self.story = story
+        self._told: dict[LLCSegmentName, tuple[Any, ...]] = {}  # the last event written per segment (no repeats)
         self.refused = 0  # requests from callers that take no part in the segment (see the module docstring)
         self.relocated = 0  # commitEnds whose location was not the segment's archive (committed without one)
         self.committer = committer
@@ -115,6 +120,29 @@ class CompletionService:
                             segment, request.instance[:128], self.refused, why)
             return failed()
         request = self._checked_location(request)
+        response = self._answer(request)
+        self._tell(request, response)
+        return response
+
+    def _tell(self, request: Request, response: Response) -> None:
+        """The request and its answer into the segment's story, unless it repeats the last one (replicas ask
+        again every hold period)."""
+        if self.story is None:
+            return
+        key = (request.kind, request.instance, request.offset, response.status, response.offset)
+        with self._lock:
+            if self._told.get(request.segment) == key:
+                return
+            self._told[request.segment] = key
+            while len(self._told) > 10_000:  # bounded: the oldest segments first
+                del self._told[next(iter(self._told))]
+        self.story.record(realtime_name(request.segment.table), request.segment.name, request.kind.value,
+                          replica=request.instance, offset=request.offset, rows=getattr(request, "rows", None),
+                          reason=_text(getattr(request, "reason", None)), answer=response.status.value,
+                          answerOffset=response.offset)
+
+    def _answer(self, request: Request) -> Response:
+        segment = request.segment
         unfinished = False
         with self._lock:
             info = None
@@ -220,3 +248,8 @@ class CompletionService:
 
         log.warning("%s stopped consuming %s (%s): marking it OFFLINE", instance, name, action.reason)
         self.store.update(IdealState, self.store.paths.ideal_state(table), update)  # no ideal state: table gone
+
+
+def _text(value: Any) -> Any:
+    """An enum's value (a stop reason), else the value itself."""
+    return getattr(value, "value", value)

@@ -32,6 +32,7 @@ from cuvee.controller.retention import RetentionTask
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
 from cuvee.metrics.controller import ControllerMetrics
+from cuvee.story import StoryWriter
 from cuvee.node.http import DEFAULT_MAX_BODY_BYTES, HttpService
 from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
@@ -67,6 +68,7 @@ class Controller:
         self.deep_store: DeepStore | None = None
         self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth))
         self.metrics = ControllerMetrics()  # GET /metrics (cuvee.metrics.controller)
+        self.story = StoryWriter(lambda: self._store, "controller", lambda: self.instance_id, self.clock_ms)
         self.received_segment_bytes = 0  # segment archive bytes received over HTTP (tar pushes)
         self._started = False
         self._lock = threading.Lock()
@@ -114,11 +116,11 @@ class Controller:
         timing = self.config.completion
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader,
-            metrics=self.metrics,
+            metrics=self.metrics, story=self.story,
         )
         self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms,
                                              self._archive_location_ok if self.deep_store is not None else None,
-                                             metrics=self.metrics)
+                                             metrics=self.metrics, story=self.story)
         self._repair = RepairTask(
             self._store,
             committer,
@@ -130,6 +132,7 @@ class Controller:
             deep_store=self.deep_store,
             download_timeout=self.config.server_timeout_seconds,
             peer_headers=internal_headers(self.config.auth),
+            story=self.story,
         )
         self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
         self._retention = RetentionTask(

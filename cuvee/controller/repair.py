@@ -71,6 +71,7 @@ from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.spi.deepstore import DeepStore
 from cuvee.spi.metastore import MetadataStoreError
+from cuvee.story import StoryWriter
 from cuvee.stream import open_consumer
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ class RepairTask(PeriodicTask):
         deep_store: DeepStore | None = None,
         download_timeout: float = 30.0,
         peer_headers: Mapping[str, str] | None = None,
+        story: StoryWriter | None = None,
     ):
         super().__init__("repair", interval, should_run, stop_timeout)
         self.store = store
@@ -132,7 +134,8 @@ class RepairTask(PeriodicTask):
         self.max_completion_ms = max_completion_ms
         self.deep_store = deep_store  # None: no deep store configured, peer-only segments stay peer-only
         self.download_timeout = download_timeout
-        self.peer_headers = dict(peer_headers or {})  # what a server needs to know the controller downloads
+        self.peer_headers = dict(peer_headers or {})
+        self.story = story  # what a server needs to know the controller downloads
         self.stats: dict[str, TableRepairStats] = {}
         self.passes = 0
         self.failed_passes = 0
@@ -325,6 +328,11 @@ class RepairTask(PeriodicTask):
         if placed:
             log.warning("repair: %s partition %d consumes %s from offset %d on %s", table, partition, successor,
                         start, ", ".join(instances))
+            if self.story is not None:
+                kind = "repair.recreatedConsuming" if all_offline else "repair.createdSuccessor"
+                self.story.record(table, latest, kind, successor=successor, startOffset=start)
+                self.story.record(table, successor, "createdByRepair", after=latest, startOffset=start,
+                                  replicas=", ".join(instances))
         if placed and all_offline:
             self._forget_abandoned(table, latest)
         return placed

@@ -50,6 +50,7 @@ def _delete(store: ClusterStore, table: str, wanted: set[str], now_ms: int, grac
         if record.record.download_uri:
             schedule_archive_deletion(store, table, name, record.record.download_uri, now_ms + grace_ms)
         store.delete(store.paths.segment(table, name), record.version)
+        store.delete(store.paths.story(table, name))
         deleted.append(name)
     if deleted:
         log.info("deleted %d segment(s) of %s (%s): %s", len(deleted), table, reason, ", ".join(deleted[:10]))

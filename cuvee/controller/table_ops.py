@@ -69,6 +69,7 @@ def delete_table(store: ClusterStore, name: str, now_ms: int, grace_ms: int) -> 
         catalog.delete_table_config(full)
         delete_segments(store, full, store.segment_names(full), now_ms, grace_ms, "table deleted")
         delete_table_state(store, full)
+        store.delete(store.paths.stories(full))
         deleted.append(full)
         log.info("deleted table %s", full)
     if deleted:  # an explicit time boundary belongs to the hybrid table that no longer is one

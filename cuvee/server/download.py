@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from cuvee.metrics.server import ServerMetrics
+from cuvee.story import StoryWriter
 from cuvee.cluster.records import InstanceInfo, SegmentRecord, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.errors import CuveeError
@@ -65,6 +66,7 @@ class SegmentFetcher:
         rng: random.Random | None = None,
         headers: Mapping[str, str] | None = None,
         metrics: ServerMetrics | None = None,
+        story: StoryWriter | None = None,
     ):
         """``headers``: what a peer needs to know another server asks (``cuvee.auth.layer.internal_headers``)."""
         self._store = store
@@ -77,6 +79,7 @@ class SegmentFetcher:
         self._rng = rng or random.Random()
         self._headers = dict(headers or {})
         self._metrics = metrics
+        self._story = story
         self.failed_attempts = 0  # attempts that found no good copy (inspectable)
 
     def fetch(self, table: str, record: SegmentRecord) -> ImmutableSegment:
@@ -95,6 +98,9 @@ class SegmentFetcher:
             self.failed_attempts += 1
             if self._metrics is not None:
                 self._metrics.download_failures.labels(table).inc()
+            if self._story is not None:
+                self._story.record(table, name, "downloadFailed", attempt=self.failed_attempts,
+                                   errors=len(errors))
             delay = next(delays, None)
             if delay is None:
                 break
@@ -112,7 +118,7 @@ class SegmentFetcher:
         if record.download_uri:
             try:
                 got = self._from_deep_store(table, record)
-                self._count(table, "deep_store")
+                self._count(table, "deep_store", record.segment_name, record.download_uri)
                 return got
             except (DeepStoreError, SegmentError, DownloadError, OSError) as exc:
                 errors.append(f"deep store {record.download_uri}: {exc}")
@@ -122,15 +128,17 @@ class SegmentFetcher:
         for peer in peers:
             try:
                 got = self._from_peer(table, record, peer)
-                self._count(table, "peer")
+                self._count(table, "peer", record.segment_name, peer)
                 return got
             except (httpx.HTTPError, SegmentError, DownloadError, OSError) as exc:
                 errors.append(f"peer {peer}: {exc}")
         return None
 
-    def _count(self, table: str, source: str) -> None:
+    def _count(self, table: str, source: str, segment: str = "", where: str = "") -> None:
         if self._metrics is not None:
             self._metrics.downloads.labels(table, source).inc()
+        if self._story is not None and segment:
+            self._story.record(table, segment, "downloaded", source=source, origin=where)
 
     def _from_deep_store(self, table: str, record: SegmentRecord) -> ImmutableSegment:
         key = self._deep_store.key_of(record.download_uri)

@@ -28,6 +28,7 @@ from cuvee.deepstore import open_deepstore
 from cuvee.auth.layer import internal_headers
 from cuvee.auth.policy import Role
 from cuvee.metrics.server import ServerMetrics
+from cuvee.story import StoryWriter
 from cuvee.node.http import HttpService
 from cuvee.node.liveness import go_live, leave
 from cuvee.node.session import SessionHolder
@@ -68,6 +69,7 @@ class Server:
         self._extra_routers = extra_routers
         # reads the catalog only once a segment needs it; snapshots beside the table's segments
         self.metrics = ServerMetrics()  # GET /metrics (cuvee.metrics.server)
+        self.story = StoryWriter(lambda: getattr(self, "store", None), "server", lambda: self.instance_id)
         self.upserts = UpsertTables(self._table_context, lambda table: self.local.table_dir(table) / UPSERT_SNAPSHOTS,
                                     read_cache_bytes=config.upsert_read_cache_bytes)
         self._make_consuming_override = make_consuming
@@ -114,7 +116,7 @@ class Server:
         self.fetcher = SegmentFetcher(store=self.store, deep_store=self.deep_store, local=self.local,
                                       instance_id=self.instance_id, backoff=backoff,
                                       http_timeout_seconds=cfg.download_timeout_seconds, stopping=self._stopping,
-                                      headers=internal_headers(cfg.auth), metrics=self.metrics)
+                                      headers=internal_headers(cfg.auth), metrics=self.metrics, story=self.story)
         self.metrics.watch_consuming(lambda: [(t, c.info()) for t, c in self.transitions.all_consuming()])
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               fetcher=self.fetcher, states=self.states,
@@ -233,6 +235,7 @@ class Server:
             build_slots=self._build_slots,
             upsert=self.upserts.get(table),
             metrics=self.metrics,
+            story=self.story,
         )
 
     def _table_context(self, table: str) -> tuple[TableConfig, Schema]:

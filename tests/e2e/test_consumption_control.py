@@ -190,3 +190,37 @@ def test_cuvee_status_prints_each_partition_with_offsets_and_health(cluster: InP
     assert main(["status", "--controller", cluster.controller_url, "--table", TABLE]) == 0
     printed = capsys.readouterr().out
     assert f"{TABLE}_REALTIME: HEALTHY" in printed and "CONSUMING" in printed
+
+
+def test_a_committed_segment_tells_its_story_in_order(cluster: InProcessCluster, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's protocol answers and commit, and both servers' starts, builds and the committer's upload,
+    read back from the metadata store (where they outlive the roles that wrote them) in time order."""
+    from cuvee.cli.main import main
+
+    _produce(cluster, 0, 120)
+    wait_until(lambda: _count(cluster) == 120, 30)
+    assert cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/forceCommit").status_code < 300
+    wait_until(lambda: len(cluster.committed_segments(TABLE)) == 2, 30, message="force commit did not commit")
+    segment = sorted(cluster.committed_segments(TABLE))[0]
+
+    def told() -> list | None:
+        events = cluster.http.get(f"{cluster.controller_url}/segments/{TABLE}/{segment}/story").json()["events"]
+        kinds = [e["kind"] for e in events]
+        return events if "committed" in kinds and kinds.count("built") >= 2 else None  # the other replica KEEPs
+
+    events = wait_until(told, 30, message="the story never told the commit")
+    kinds = [e["kind"] for e in events]
+    assert [e["timeMs"] for e in events] == sorted(e["timeMs"] for e in events)
+    assert kinds.count("consumingStarted") == 2 and {e["role"] for e in events} == {"controller", "server"}
+    order = [kinds.index(k) for k in ("consumingStarted", "segmentConsumed", "segmentCommitStart", "uploaded",
+                                      "committed")]
+    assert order == sorted(order), kinds
+    [committed] = [e for e in events if e["kind"] == "committed"]
+    assert committed["endOffset"] == cluster.segment_metadata(TABLE, segment)["endOffset"]
+    commit_end = [e for e in events if e["kind"] == "segmentCommitEnd"]
+    assert commit_end and commit_end[-1]["answer"] == "COMMIT_SUCCESS"
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["status", "--controller", cluster.controller_url, "--segment", segment]) == 0
+    printed = capsys.readouterr().out
+    assert f"story of {segment}" in printed and "segmentCommitStart" in printed and "committed" in printed

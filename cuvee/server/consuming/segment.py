@@ -37,6 +37,7 @@ from cuvee.server.consuming import build as building
 from cuvee.server.consuming.client import CompletionUnavailable, SegmentCompletionClient
 from cuvee.server.consuming.config import ConsumerConfig
 from cuvee.metrics.server import IngestionMeter, ServerMetrics
+from cuvee.story import StoryWriter
 from cuvee.server.consuming.consume import ConsumeError, EndCriteria, PartitionConsumer
 from cuvee.server.consuming.fsm import (
     Action,
@@ -107,6 +108,7 @@ class ConsumingSegment:
         build_slots: threading.Semaphore | None = None,
         upsert: TableUpsert | None = None,
         metrics: ServerMetrics | None = None,
+        story: StoryWriter | None = None,
     ):
         if table.stream is None:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
@@ -149,6 +151,7 @@ class ConsumingSegment:
             transformer=transformer,
         )
         self._metrics = metrics
+        self._story = story
         if metrics is not None:
             self._consumer.meter = IngestionMeter(metrics, table.name_with_type, self.partition)
         if upsert is not None and upsert.prepares:  # out-of-order rows dropped or marked before they are stored
@@ -170,6 +173,7 @@ class ConsumingSegment:
         """OFFLINE→CONSUMING: start the consume thread."""
         if self._thread is not None:
             return
+        self._tell("consumingStarted", startOffset=self._consumer.start_offset, rowLimit=self._row_limit)
         self._thread = threading.Thread(target=self._run, name=f"consume-{self.name}", daemon=True)
         self._thread.start()
 
@@ -289,6 +293,10 @@ class ConsumingSegment:
             "error": self._fsm.error,
             "uploadError": self._fsm.upload_error,
         }
+
+    def _tell(self, kind: str, **details: Any) -> None:
+        if self._story is not None:
+            self._story.record(self.table.name_with_type, self.name, kind, **details)
 
     def _memory_bytes(self) -> int:
         mutable = self._mutable
@@ -454,6 +462,7 @@ class ConsumingSegment:
             log.exception("%s: building the segment (%s) failed", self.name, purpose.value)
             if self._metrics is not None:
                 self._metrics.build_failures.labels(self.table.name_with_type).inc()
+            self._tell("buildFailed", purpose=purpose.value, endOffset=offset, error=type(exc).__name__)
             return BuildFailed(f"{type(exc).__name__}: {exc}")
         finally:
             if slots is not None:
@@ -461,6 +470,8 @@ class ConsumingSegment:
         self._built = segment
         if self._metrics is not None:
             self._metrics.build_seconds.labels(self.table.name_with_type).observe(time.perf_counter() - started)
+        self._tell("built", purpose=purpose.value, endOffset=offset, totalDocs=built.total_docs, crc=built.crc,
+                   seconds=round(time.perf_counter() - started, 3))
         log.info("%s: built (%s) %d docs, crc %d, end offset %d", self.name, purpose.value, built.total_docs,
                  built.crc, offset)
         return BuildSucceeded(built)
@@ -476,11 +487,13 @@ class ConsumingSegment:
         except Exception as exc:  # noqa: BLE001 - deep-store bypass: commit without a location
             if self._metrics is not None:
                 self._metrics.upload_failures.labels(self.table.name_with_type).inc()
+            self._tell("uploadFailed", error=type(exc).__name__)
             log.error("%s: upload to the deep store failed, committing without a download URI (peers will "
                       "serve it): %s", self.name, exc)
             return UploadFailed(f"{type(exc).__name__}: {exc}")
         if self._metrics is not None:
             self._metrics.upload_seconds.labels(self.table.name_with_type).observe(time.perf_counter() - started)
+        self._tell("uploaded", location=uri, seconds=round(time.perf_counter() - started, 3))
         return UploadSucceeded(uri)
 
     # ---- CONSUMING→ONLINE ----
