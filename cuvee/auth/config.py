@@ -20,7 +20,7 @@ Off by default (the embedded quickstart); a role listening on a non-loopback add
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cuvee.auth.policy import Permission, Principal
 from cuvee.auth.secrets import SecretFormatError, check_format
@@ -31,8 +31,8 @@ MIN_INTERNAL_TOKEN = 16
 @dataclass(frozen=True)
 class PrincipalConfig:
     name: str = ""
-    password: str = ""  # a scrypt hash (never the password itself)
-    token: str = ""  # a sha256 hash of a bearer token
+    password: str = field(default="", repr=False)  # a scrypt hash (never the password itself)
+    token: str = field(default="", repr=False)  # a sha256 hash of a bearer token
     admin: bool = False
     tables: tuple[str, ...] = ("*",)  # raw table names, or "*"
     permissions: tuple[str, ...] = ("READ",)  # READ, CREATE, UPDATE, DELETE
@@ -42,10 +42,10 @@ class PrincipalConfig:
             raise ValueError("a principal needs a name of 1 to 128 characters without ':'")
         if not self.password and not self.token:
             raise ValueError(f"principal {self.name!r} needs a password or a token hash")
-        for secret in (self.password, self.token):
+        for kind, secret in (("password", self.password), ("token", self.token)):
             if secret:
                 try:
-                    check_format(secret)
+                    check_format(secret, kind)
                 except SecretFormatError as exc:
                     raise ValueError(f"principal {self.name!r}: {exc}") from None
         unknown = [p for p in self.permissions if p not in Permission.__members__]
@@ -60,15 +60,16 @@ class PrincipalConfig:
 @dataclass(frozen=True)
 class AuthConfig:
     enabled: bool = False
-    internal_token: str = ""
+    internal_token: str = field(default="", repr=False)
     principals: tuple[PrincipalConfig, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.enabled:
             return
-        if len(self.internal_token) < MIN_INTERNAL_TOKEN:
-            raise ValueError(f"auth.internal_token must be at least {MIN_INTERNAL_TOKEN} characters (the same "
-                             "secret on every role: cuvee auth new-token prints one)")
+        token = self.internal_token
+        if len(token) < MIN_INTERNAL_TOKEN or not (token.isascii() and token.isprintable()) or " " in token:
+            raise ValueError(f"auth.internal_token must be at least {MIN_INTERNAL_TOKEN} printable ASCII characters "
+                             "without spaces (the same secret on every role: cuvee auth new-token prints one)")
         names = [p.name for p in self.principals]
         if len(set(names)) != len(names):
             raise ValueError("auth.principals: names must be unique")

@@ -10,6 +10,7 @@ checks are cached for a few minutes (scrypt is slow on purpose), keyed by a hash
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -25,12 +26,14 @@ import orjson
 
 from cuvee.auth.config import AuthConfig
 from cuvee.auth.policy import Decision, Principal, Requirement, Role, decide, requirement
-from cuvee.auth.secrets import verify
+from cuvee.auth.secrets import hash_password, verify
 
 INTERNAL = Principal("cuvee-internal", internal=True)
 _SCOPE_KEY = "cuvee.principal"
 _CACHE_SECONDS = 300.0
+_FAILURE_SECONDS = 5.0  # a wrong header is not checked again for this long (scrypt is slow on purpose)
 _CACHE_SIZE = 1024
+_CHECKS_AT_ONCE = 4  # password checks running at once per role (on threads: the event loop never waits on one)
 _MAX_HEADER = 4096
 
 
@@ -54,26 +57,36 @@ class Authenticator:
         self._by_name = {p.name: p for p in config.principals}
         self._clock = clock
         self._lock = threading.Lock()
-        self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
+        self._cache: OrderedDict[bytes, tuple[Principal | None, float]] = OrderedDict()
+        self._slots = threading.BoundedSemaphore(_CHECKS_AT_ONCE)
+        self._decoy = hash_password("decoy", n=2**14)  # checked for unknown names: their answer takes as long
 
-    def authenticate(self, header: str | None) -> Principal | None:
-        """The principal of an ``Authorization`` header value; None if missing or not valid."""
-        if not header or len(header) > _MAX_HEADER:
-            return None
-        scheme, _, value = header.partition(" ")
-        value = value.strip()
+    def cached(self, header: str) -> tuple[bool, Principal | None]:
+        """(known, principal): whether ``header`` was checked lately, and who it was (None: refused)."""
         key = hashlib.sha256(header.encode()).digest()
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and hit[1] > self._clock():
                 self._cache.move_to_end(key)
-                return hit[0]
-        found = self._check(scheme.lower(), value)
-        if found is not None:
-            with self._lock:
-                self._cache[key] = (found, self._clock() + _CACHE_SECONDS)
-                while len(self._cache) > _CACHE_SIZE:
-                    self._cache.popitem(last=False)
+                return True, hit[0]
+        return False, None
+
+    def authenticate(self, header: str | None) -> Principal | None:
+        """The principal of an ``Authorization`` header value; None if missing or not valid. Blocking (scrypt):
+        the layer calls it on a worker thread."""
+        if not header or len(header) > _MAX_HEADER:
+            return None
+        known, principal = self.cached(header)
+        if known:
+            return principal
+        scheme, _, value = header.partition(" ")
+        with self._slots:
+            found = self._check(scheme.lower(), value.strip())
+        with self._lock:
+            ttl = _CACHE_SECONDS if found is not None else _FAILURE_SECONDS
+            self._cache[hashlib.sha256(header.encode()).digest()] = (found, self._clock() + ttl)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
         return found
 
     def _check(self, scheme: str, value: str) -> Principal | None:
@@ -90,7 +103,10 @@ class Authenticator:
             except (binascii.Error, UnicodeDecodeError):
                 return None
             config = self._by_name.get(name)
-            if config is not None and config.password and verify(password, config.password):
+            if config is None or not config.password:
+                verify(password, self._decoy)  # as slow as a known name's: no telling which names exist
+                return None
+            if verify(password, config.password):
                 return config.principal()
         return None
 
@@ -111,7 +127,11 @@ class AuthLayer:
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         need = requirement(self.role, scope["method"], scope["path"], query)
         header = _header(scope, b"authorization")
-        principal = self.authenticator.authenticate(header) if header else None
+        principal = None
+        if header:
+            known, principal = self.authenticator.cached(header)
+            if not known:
+                principal = await asyncio.to_thread(self.authenticator.authenticate, header)
         if header and principal is None:
             await self._refuse(send, Decision(False, 401, "invalid credentials"))
             return

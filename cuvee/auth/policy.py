@@ -46,7 +46,7 @@ class Principal:
 
 class Need(str, enum.Enum):
     PUBLIC = "public"  # anyone, no credentials (health probes)
-    AUTHENTICATED = "authenticated"  # any known principal (what it may see is filtered or checked later)
+    AUTHENTICATED = "authenticated"  # any known principal (the broker checks a query's table once planned)
     INTERNAL = "internal"  # the cluster's own roles (or an admin)
     TABLE = "table"  # ``permission`` on the table named by the path, query or body
     ADMIN = "admin"
@@ -114,7 +114,7 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
     Role.CONTROLLER: (
         _HEALTH,
         *(_rule("POST", path, Need.INTERNAL) for path in COMPLETION_PATHS.values()),
-        _rule("GET", "/tables", Need.AUTHENTICATED),
+        _rule("GET", "/tables", Need.AUTHENTICATED),  # names only (not filtered per principal)
         _rule("GET", "/schemas", Need.AUTHENTICATED),
         _rule("GET", "/instances", Need.AUTHENTICATED),
         _rule("GET", "/instances/{id}", Need.AUTHENTICATED),
@@ -139,7 +139,7 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("POST", "/v2/segments", Need.TABLE, P.UPDATE, "?tableName"),
         _rule("POST", "/segments", Need.TABLE, P.UPDATE, "?tableName"),
     ),
-    Role.SERVER: (_HEALTH,),  # everything else: internal (clients query brokers, not servers)
+    Role.SERVER: (_HEALTH, _rule("GET", "/metrics", Need.AUTHENTICATED)),  # else internal: clients ask brokers
     Role.BROKER: (
         _HEALTH,
         _rule("POST", "/query/sql", Need.AUTHENTICATED),  # READ on the query's table: checked once it is planned

@@ -35,9 +35,14 @@ def hash_token(token: str) -> str:
     return "sha256$" + hashlib.sha256(token.encode()).hexdigest()
 
 
-def check_format(stored: str) -> None:
-    """Raises SecretFormatError unless ``stored`` is a hash this module writes (config validation)."""
+def check_format(stored: str, kind: str) -> None:
+    """Raises SecretFormatError unless ``stored`` is the hash this module writes for ``kind`` (``password``:
+    scrypt; ``token``: sha256) (config validation)."""
     parts = stored.split("$")
+    if kind == "password" and parts[0] != "scrypt":
+        raise SecretFormatError("a password is stored as 'scrypt$...' (cuvee auth hash-password)")
+    if kind == "token" and parts[0] != "sha256":
+        raise SecretFormatError("a token is stored as 'sha256$...' (cuvee auth new-token)")
     if parts[0] == "scrypt" and len(parts) == 6 and all(x.isdigit() for x in parts[1:4]):
         try:
             bytes.fromhex(parts[4]), bytes.fromhex(parts[5])

@@ -40,8 +40,8 @@ class Broker:
         self.config = config
         self.instance_id = config.instance_id
         self.is_serving = False
-        self._sessions: set[str] = set()
-        self.metrics = BrokerMetrics()  # GET /metrics (cuvee.metrics.broker)  # metadata-store sessions this process opened (their live nodes are ours)
+        self._sessions: set[str] = set()  # metadata-store sessions this process opened (their live nodes are ours)
+        self.metrics = BrokerMetrics()  # GET /metrics (cuvee.metrics.broker)
         self.metastore: SessionHolder | None = None
         self.store: ClusterStore | None = None
         self.view: ClusterView | None = None

@@ -237,7 +237,7 @@ class QueryHandler:
         """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""
         unavailable = sum(len(routing.unavailable) for routing in routings)
         if unavailable and self.metrics is not None:
-            self.metrics.unavailable_segments.labels(entry.name).inc(unavailable)
+            self.metrics.unavailable_segments.labels(raw_table_name(entry.name)).inc(unavailable)
         exceptions = [e for routing in routings for e in self._unavailable(routing)] + self._exceptions(replies)
         partials = [r.table for r in replies if r.table is not None]
         merged: pa.Table | None

@@ -28,8 +28,8 @@ def _hash_password(args: argparse.Namespace) -> int:
         password = getpass.getpass("password: ")
         if getpass.getpass("again: ") != password:
             raise UserError("the two passwords differ")
-    if not password:
-        raise UserError("an empty password")
+    if not password or len(password) > 1024:
+        raise UserError("a password has 1 to 1024 characters")
     print(hash_password(password))
     return 0
 

@@ -73,15 +73,27 @@ class _ConsumingCollector(Collector):
         consuming = GaugeMetricFamily("cuvee_server_partitions_consuming", "Consuming segments held",
                                       labels=["table"])
         per_table: dict[str, int] = {}
+        # A partition can have two consuming segments here at once (mid-commit; pauseless): one series each label
+        # set, the newest segment's delay and offset, the rows and memory of both.
+        merged: dict[tuple[str, str], dict[str, float]] = {}
         now_ms = self._clock() * 1000
         for table, info in self._segments():
-            labels = [table, str(info.get("partition", ""))]
+            key = (table, str(info.get("partition", "")))
             last = info.get("lastConsumedTimestampMs")
-            delay.add_metric(labels, max(now_ms - last, 0) if last is not None else 0)
-            rows.add_metric(labels, info.get("rowsConsumed", 0))
-            memory.add_metric(labels, info.get("memoryBytes", 0))
-            offset.add_metric(labels, info.get("currentOffset") or 0)
+            current = merged.setdefault(key, {"rows": 0, "memory": 0, "offset": -1, "delay": 0})
+            current["rows"] += info.get("rowsConsumed") or 0
+            current["memory"] += info.get("memoryBytes") or 0
+            at = info.get("currentOffset") or 0
+            if at >= current["offset"]:
+                current["offset"] = at
+                current["delay"] = max(now_ms - last, 0) if last is not None else 0
             per_table[table] = per_table.get(table, 0) + 1
+        for (table, partition), values in sorted(merged.items()):
+            labels = [table, partition]
+            delay.add_metric(labels, values["delay"])
+            rows.add_metric(labels, values["rows"])
+            memory.add_metric(labels, values["memory"])
+            offset.add_metric(labels, max(values["offset"], 0))
         for table, count in sorted(per_table.items()):
             consuming.add_metric([table], count)
         yield from (delay, rows, memory, offset, consuming)

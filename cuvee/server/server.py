@@ -67,9 +67,9 @@ class Server:
         self.registry = SegmentRegistry()
         self.local = LocalSegments(Path(config.data_dir))
         self._extra_routers = extra_routers
-        # reads the catalog only once a segment needs it; snapshots beside the table's segments
         self.metrics = ServerMetrics()  # GET /metrics (cuvee.metrics.server)
         self.story = StoryWriter(lambda: getattr(self, "store", None), "server", lambda: self.instance_id)
+        # reads the catalog only once a segment needs it; snapshots beside the table's segments
         self.upserts = UpsertTables(self._table_context, lambda table: self.local.table_dir(table) / UPSERT_SNAPSHOTS,
                                     read_cache_bytes=config.upsert_read_cache_bytes)
         self._make_consuming_override = make_consuming

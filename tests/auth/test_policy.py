@@ -88,3 +88,32 @@ def test_a_role_listening_beyond_loopback_without_auth_warns(caplog: pytest.LogC
         assert "without authentication" not in caplog.text
         HttpService(FastAPI(), "0.0.0.0", 0, name="open").stop()
     assert "open listens on 0.0.0.0" in caplog.text and "without authentication" in caplog.text
+
+
+def test_failed_checks_are_cached_and_unknown_names_cost_a_check_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    from cuvee.auth import layer
+
+    stored = hash_password("pw", n=2**10)
+    auth = Authenticator(AuthConfig(enabled=True, internal_token="i" * 20,
+                                    principals=(PrincipalConfig("reader", password=stored),)))
+    checks: list[str] = []
+    real = layer.verify
+    monkeypatch.setattr(layer, "verify", lambda secret, hashed: checks.append(hashed[:6]) or real(secret, hashed))
+    wrong = "Basic " + base64.b64encode(b"reader:no").decode()
+    assert auth.authenticate(wrong) is None and auth.authenticate(wrong) is None
+    assert len(checks) == 1  # the second attempt is answered from the cache, no second scrypt
+    assert auth.authenticate("Basic " + base64.b64encode(b"nobody:x").decode()) is None
+    assert checks[-1] == "scrypt"  # an unknown name is checked against a decoy: it answers as slowly
+
+
+def test_secrets_are_stored_in_the_format_of_their_field() -> None:
+    with pytest.raises(ValueError, match="scrypt"):
+        PrincipalConfig("x", password=hash_token("fast-and-unsalted"))
+    with pytest.raises(ValueError, match="sha256"):
+        PrincipalConfig("x", token=hash_password("t", n=2**10))
+    for token in ("with a space in it!!", "ünïcödé-token-123456", " " + "i" * 20):
+        with pytest.raises(ValueError, match="printable ASCII"):
+            AuthConfig(enabled=True, internal_token=token)
+    assert "s" * 20 not in repr(AuthConfig(enabled=True, internal_token="s" * 20))  # secrets never in a repr

@@ -136,7 +136,7 @@ def test_refusals(cluster: InProcessCluster, tmp_path: Path) -> None:
         return http.post(f"{ctl}/v2/segments", params={"tableName": "sales"}, json={"segments": [{**good, **changes}]})
 
     outside = push(downloadUri=(tmp_path / "elsewhere.tar.gz").resolve().as_uri())
-    assert outside.status_code == 400 and "not usable" in outside.json()["error"]
+    assert outside.status_code == 400 and "not in this controller's deep store" in outside.json()["error"]
     missing = push(downloadUri=good["downloadUri"].replace("sales_r", "sales_gone"))
     assert missing.status_code == 400 and "upload it first" in missing.json()["error"]
     assert push(segmentName="sales__0__1__20261121T1647Z").status_code == 400  # a stream segment's shape

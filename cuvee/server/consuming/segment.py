@@ -70,6 +70,7 @@ from cuvee.spi.deepstore import DeepStore
 from cuvee.stream import open_consumer
 from cuvee.upsert.table import TableUpsert
 
+_MEMORY_REFRESH_SECONDS = 5.0  # memoryBytes (info, metrics) is recomputed at most this often
 log = logging.getLogger(__name__)
 
 _UPLOAD_SCRATCH = ".upload"
@@ -152,6 +153,7 @@ class ConsumingSegment:
         )
         self._metrics = metrics
         self._story = story
+        self._memory_seen: tuple[float, int, int] = (-_MEMORY_REFRESH_SECONDS - 1, 0, 0)  # (when, rows, bytes)
         if metrics is not None:
             self._consumer.meter = IngestionMeter(metrics, table.name_with_type, self.partition)
         if upsert is not None and upsert.prepares:  # out-of-order rows dropped or marked before they are stored
@@ -299,8 +301,16 @@ class ConsumingSegment:
             self._story.record(self.table.name_with_type, self.name, kind, **details)
 
     def _memory_bytes(self) -> int:
+        """What the rows use (walks every column and index: computed at most every few seconds)."""
         mutable = self._mutable
-        return sum(mutable.bytes_used().values()) if mutable is not None else 0
+        if mutable is None:
+            return 0
+        now, rows = time.monotonic(), mutable.num_docs
+        at, seen_rows, value = self._memory_seen
+        if now - at > _MEMORY_REFRESH_SECONDS or (seen_rows == 0 and rows > 0):
+            value = sum(mutable.bytes_used().values())
+            self._memory_seen = (now, rows, value)
+        return value
 
     def story(self) -> list[Any]:
         return self._fsm.story()
