@@ -78,7 +78,7 @@ class Broker:
                                 new_segment_grace_seconds=cfg.new_segment_grace_seconds).start()
         self._handler = QueryHandler(cfg, self.view, metrics=self.metrics)
         self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker", auth=cfg.auth,
-                                 role=Role.BROKER)
+                                 role=Role.BROKER, tls=cfg.tls)
         if not self.instance_id:
             self.instance_id = f"Broker_{self._http.host}_{self._http.port}"
         self._register()
@@ -93,7 +93,8 @@ class Broker:
         live = self.store.paths.live(self.instance_id)
         go_live(self.metastore, live, self.instance_id, own_sessions=self._sessions, create=False)  # id free first
         self.store.register_instance(InstanceInfo(self.instance_id, self._http.host,
-                                                  {HTTP_PORT_NAME: self._http.port}, tuple(self.config.tags)))
+                                                  {HTTP_PORT_NAME: self._http.port}, tuple(self.config.tags),
+                                                  tls=self._http.tls))
         self._sessions.add(go_live(self.metastore, live, self.instance_id, own_sessions=self._sessions))
 
     def stop(self) -> None:

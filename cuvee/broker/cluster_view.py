@@ -357,8 +357,9 @@ class ClusterView:
                 continue
             if found is None or HTTP_PORT_NAME not in found.record.ports:
                 continue
-            info = found.record
-            servers[instance_id] = f"http://{info.host}:{info.ports[HTTP_PORT_NAME]}"
+            url = found.record.url(HTTP_PORT_NAME)
+            if url is not None:
+                servers[instance_id] = url
         return servers
 
     # ---- watches --------------------------------------------------------------------------------------------

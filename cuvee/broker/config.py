@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cuvee.auth.config import AuthConfig
+from cuvee.node.tls import TlsConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
 
@@ -46,6 +47,7 @@ class BrokerConfig:
     session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
     session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
+    tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
 
     @property
     def timeout_limit_ms(self) -> int:

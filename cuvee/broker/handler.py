@@ -118,7 +118,7 @@ class QueryHandler:
                 cfg = self.config
                 self._client = httpx.AsyncClient(
                     timeout=httpx.Timeout(None, connect=cfg.connect_timeout_seconds),
-                    headers=internal_headers(cfg.auth),
+                    headers=internal_headers(cfg.auth), verify=cfg.tls.client_verify(),
                     limits=httpx.Limits(max_connections=cfg.max_server_connections,
                                         max_keepalive_connections=cfg.max_server_connections))
                 self._loop = asyncio.get_running_loop()

@@ -87,12 +87,24 @@ class InstanceInfo(Record):
     host: str
     ports: Mapping[str, int] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    tls: bool = False  # its HTTP port speaks TLS (https)
 
     def has_tag(self, tag: str) -> bool:
         return tag in self.tags
 
+    def url(self, port_name: str = "http") -> str | None:
+        """``http[s]://host:port`` of the named port (else the only port); None if it has none. The one place an
+        instance's address is spelled."""
+        port = self.ports.get(port_name)
+        if port is None and len(self.ports) == 1:
+            port = next(iter(self.ports.values()))
+        return None if port is None else f"{'https' if self.tls else 'http'}://{self.host}:{port}"
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.instance_id, "host": self.host, "ports": dict(self.ports), "tags": list(self.tags)}
+        doc = {"id": self.instance_id, "host": self.host, "ports": dict(self.ports), "tags": list(self.tags)}
+        if self.tls:
+            doc["tls"] = True
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any) -> InstanceInfo:
@@ -102,7 +114,10 @@ class InstanceInfo(Record):
             if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
                 raise RecordFormatError(f"{cls.KIND}: port {name!r} must be an integer in 1..65535, got {port!r}")
             ports[name] = port
-        return cls(instance_id=f.string("id"), host=f.string("host"), ports=ports, tags=f.strings("tags"))
+        tls = doc.get("tls", False) if isinstance(doc, dict) else False
+        if not isinstance(tls, bool):
+            raise RecordFormatError(f"{cls.KIND}: 'tls' must be true or false")
+        return cls(instance_id=f.string("id"), host=f.string("host"), ports=ports, tags=f.strings("tags"), tls=tls)
 
 
 # ---- segment metadata -----------------------------------------------------------------------------------

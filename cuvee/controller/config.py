@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuvee.auth.config import AuthConfig
+from cuvee.node.tls import TlsConfig
 from cuvee.controller.completion_types import CompletionConfig
 
 
@@ -96,6 +97,7 @@ class ControllerConfig:
     session_retry_initial_seconds: float = 0.5
     session_retry_max_seconds: float = 10.0
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
+    tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
 
     def __post_init__(self) -> None:
         if not self.metadata:

@@ -66,7 +66,8 @@ class Controller:
         self._repair: RepairTask | None = None
         self._retention: RetentionTask | None = None
         self.deep_store: DeepStore | None = None
-        self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth))
+        self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth),
+                                    verify=config.tls.client_verify())
         self.metrics = ControllerMetrics()  # GET /metrics (cuvee.metrics.controller)
         self.story = StoryWriter(lambda: self._store, "controller", lambda: self.instance_id, self.clock_ms)
         self.received_segment_bytes = 0  # segment archive bytes received over HTTP (tar pushes)
@@ -112,7 +113,7 @@ class Controller:
         self._store = ClusterStore(self.metastore, self.config.cluster)
         body_cap = max(DEFAULT_MAX_BODY_BYTES, self.config.max_upload_bytes + (1 << 20))  # + multipart framing
         self._http = HttpService(app, self.config.host, self.config.port, name="controller",  # type: ignore[arg-type]
-                                 max_body_bytes=body_cap, auth=self.config.auth, role=Role.CONTROLLER)
+                                 max_body_bytes=body_cap, auth=self.config.auth, role=Role.CONTROLLER, tls=self.config.tls)
         timing = self.config.completion
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader,
@@ -132,6 +133,7 @@ class Controller:
             deep_store=self.deep_store,
             download_timeout=self.config.server_timeout_seconds,
             peer_headers=internal_headers(self.config.auth),
+            peer_verify=self.config.tls.client_verify(),
             story=self.story,
         )
         self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
@@ -251,7 +253,8 @@ class Controller:
         assert self._http is not None
         live = self.store.paths.live(self.instance_id)
         go_live(self.store.metastore, live, self.instance_id, own_sessions=self._sessions, create=False)  # id free
-        info = InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port}, (CONTROLLER_TAG,))
+        info = InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port}, (CONTROLLER_TAG,),
+                            tls=self._http.tls)
         self.store.register_instance(info)
         self._sessions.add(go_live(self.store.metastore, live, self.instance_id, own_sessions=self._sessions))
 

@@ -33,6 +33,7 @@ except finishing commits (``finish`` itself places no next segment while paused)
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -126,6 +127,7 @@ class RepairTask(PeriodicTask):
         download_timeout: float = 30.0,
         peer_headers: Mapping[str, str] | None = None,
         story: StoryWriter | None = None,
+        peer_verify: ssl.SSLContext | bool = True,
     ):
         super().__init__("repair", interval, should_run, stop_timeout)
         self.store = store
@@ -135,7 +137,8 @@ class RepairTask(PeriodicTask):
         self.deep_store = deep_store  # None: no deep store configured, peer-only segments stay peer-only
         self.download_timeout = download_timeout
         self.peer_headers = dict(peer_headers or {})
-        self.story = story  # what a server needs to know the controller downloads
+        self.story = story
+        self.peer_verify = peer_verify  # what a server needs to know the controller downloads
         self.stats: dict[str, TableRepairStats] = {}
         self.passes = 0
         self.failed_passes = 0
@@ -208,7 +211,8 @@ class RepairTask(PeriodicTask):
         assert self.deep_store is not None
         table = config.name_with_type
         live = set(self.store.live_instance_ids())
-        uploader = PeerUploader(self.store, self.deep_store, self.download_timeout, self.peer_headers)
+        uploader = PeerUploader(self.store, self.deep_store, self.download_timeout, self.peer_headers,
+                                self.peer_verify)
         done: list[Done] = []
         for item in plan_uploads(ideal, self.store.external_view(table), records, live):
             if not self.should_run():

@@ -11,6 +11,7 @@ failure raises UploadError; the caller counts it and the next pass retries.
 from __future__ import annotations
 
 import logging
+import ssl
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
@@ -74,11 +75,12 @@ class PeerUploader:
     """Carries out ``UploadPeerOnly``: download from a peer, verify, put into the deep store, set the URI."""
 
     def __init__(self, store: ClusterStore, deep_store: DeepStore, timeout: float,
-                 headers: Mapping[str, str] | None = None):
+                 headers: Mapping[str, str] | None = None, verify: ssl.SSLContext | bool = True):
         self.store = store
         self.deep_store = deep_store
         self.timeout = timeout
         self.headers = dict(headers or {})  # what the peer needs to know the controller asks
+        self.verify = verify
 
     def upload(self, table: str, item: UploadPeerOnly, record: SegmentRecord) -> str:
         """Returns the new download URI. Raises UploadError."""
@@ -109,7 +111,7 @@ class PeerUploader:
         if url is None:
             raise UploadError("the instance registered no HTTP port")
         full = url + SEGMENT_DOWNLOAD_PATH.format(table=table, segment=segment)
-        with httpx.stream("GET", full, timeout=self.timeout, headers=self.headers) as response:
+        with httpx.stream("GET", full, timeout=self.timeout, headers=self.headers, verify=self.verify) as response:
             if response.status_code != 200:
                 raise UploadError(f"GET {full} answered HTTP {response.status_code}")
             with open(target, "wb") as out:

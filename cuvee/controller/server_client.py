@@ -6,6 +6,7 @@ reported per server (never raised), so one dead server cannot hide the others' a
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,11 +19,8 @@ from cuvee.protocol.completion_http import HTTP_PORT_NAME, SERVER_CONSUMING_SEGM
 
 
 def instance_url(info: InstanceInfo) -> str | None:
-    """``http://host:port`` of an instance (its ``http`` port, else its only port); None if it has none."""
-    port = info.ports.get(HTTP_PORT_NAME)
-    if port is None and len(info.ports) == 1:
-        port = next(iter(info.ports.values()))
-    return None if port is None else f"http://{info.host}:{port}"
+    """``http[s]://host:port`` of an instance (its ``http`` port, else its only port); None if it has none."""
+    return info.url(HTTP_PORT_NAME)
 
 
 @dataclass(frozen=True)
@@ -33,10 +31,12 @@ class ServerReply:
 
 
 class ServerClient:
-    def __init__(self, timeout: float, headers: Mapping[str, str] | None = None):
+    def __init__(self, timeout: float, headers: Mapping[str, str] | None = None,
+                 verify: ssl.SSLContext | bool = True):
         """``headers``: what servers need to know the controller calls (``cuvee.auth.layer.internal_headers``)."""
         self.timeout = timeout
         self.headers = dict(headers or {})
+        self.verify = verify  # what servers' TLS certificates must chain to
 
     def consuming_info(self, servers: dict[str, str | None], table: str) -> list[ServerReply]:
         """GET each server's consuming segments of ``table`` (name with type)."""
@@ -51,7 +51,7 @@ class ServerClient:
     def _each(self, calls: dict[str, tuple[str | None, Call]]) -> list[ServerReply]:
         if not calls:
             return []
-        with httpx.Client(timeout=self.timeout, headers=self.headers) as client, ThreadPoolExecutor(min(8, len(calls))) as pool:
+        with httpx.Client(timeout=self.timeout, headers=self.headers, verify=self.verify) as client, ThreadPoolExecutor(min(8, len(calls))) as pool:
             futures = {inst: pool.submit(_one, client, inst, url, call) for inst, (url, call) in calls.items()}
             return [futures[inst].result() for inst in sorted(futures)]
 

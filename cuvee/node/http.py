@@ -20,6 +20,7 @@ from cuvee.auth.config import AuthConfig
 from cuvee.auth.layer import AuthLayer, Authenticator
 from cuvee.auth.policy import Role
 from cuvee.errors import CuveeError
+from cuvee.node.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,12 @@ class HttpService:
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, auth: AuthConfig | None = None,
-                 role: Role | None = None):
-        """``auth`` and ``role``: every request goes through ``cuvee.auth.layer.AuthLayer`` when auth is on."""
+                 role: Role | None = None, tls: TlsConfig | None = None):
+        """``auth`` and ``role``: every request goes through ``cuvee.auth.layer.AuthLayer`` when auth is on.
+        ``tls``: serve HTTPS with its certificate (``cuvee.node.tls``)."""
         self.app = app
         self.name = name
+        self.tls = tls is not None and tls.serving
         # IPPROTO_TCP explicitly: asyncio enables TCP_NODELAY on accepted connections only for sockets whose proto
         # says TCP; without it every keep-alive response waits ~40 ms on Nagle + delayed ACK.
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -106,15 +109,16 @@ class HttpService:
         elif not _loopback(self.host):
             log.warning("%s listens on %s:%d without authentication: anyone who can reach it can read and drop "
                         "tables; turn [auth] on (docs/security.md)", name, self.host, self.port)
+        secure = {"ssl_certfile": tls.certfile, "ssl_keyfile": tls.keyfile} if tls is not None and tls.serving else {}
         config = uvicorn.Config(BodySizeLimit(served, max_body_bytes), log_level="warning", access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=2)
+                                lifespan="off", timeout_graceful_shutdown=2, **secure)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> HttpService:
         """Serve in a daemon thread; returns once the server accepts connections."""

@@ -93,8 +93,7 @@ class ControllerClient:
         if doc is None or not doc.get("live"):
             return None
         info = InstanceInfo.from_json({k: v for k, v in doc.items() if k != "live"})
-        port = info.ports.get(HTTP_PORT_NAME)
-        return f"http://{info.host}:{port}" if port else None
+        return info.url(HTTP_PORT_NAME) if HTTP_PORT_NAME in info.ports else None
 
     def time_boundary(self, table: str) -> tuple[str, int] | None:
         """A hybrid table's (time column, boundary); None while it has none (no served offline end time)."""

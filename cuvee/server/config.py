@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cuvee.auth.config import AuthConfig
+from cuvee.node.tls import TlsConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
 from cuvee.server.consuming.config import ConsumerConfig
@@ -57,6 +58,7 @@ class ServerConfig:
     upsert_read_cache_bytes: int = 256 * 1024 * 1024
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
+    tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
 
     def __post_init__(self) -> None:
         for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",

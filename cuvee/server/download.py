@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -67,6 +68,7 @@ class SegmentFetcher:
         headers: Mapping[str, str] | None = None,
         metrics: ServerMetrics | None = None,
         story: StoryWriter | None = None,
+        verify: ssl.SSLContext | bool = True,
     ):
         """``headers``: what a peer needs to know another server asks (``cuvee.auth.layer.internal_headers``)."""
         self._store = store
@@ -80,6 +82,7 @@ class SegmentFetcher:
         self._headers = dict(headers or {})
         self._metrics = metrics
         self._story = story
+        self._verify = verify
         self.failed_attempts = 0  # attempts that found no good copy (inspectable)
 
     def fetch(self, table: str, record: SegmentRecord) -> ImmutableSegment:
@@ -150,7 +153,8 @@ class SegmentFetcher:
         url = peer_url + SEGMENT_DOWNLOAD_PATH.format(table=table, segment=record.segment_name)
         target = self._local.downloads_dir(table) / f"{record.segment_name}.peer.archive"
         try:
-            with httpx.stream("GET", url, timeout=self._timeout, headers=self._headers) as response:
+            with httpx.stream("GET", url, timeout=self._timeout, headers=self._headers,
+                              verify=self._verify) as response:
                 if response.status_code != 200:
                     raise DownloadError(f"GET {url} answered HTTP {response.status_code}")
                 with open(target, "wb") as out:
@@ -187,6 +191,8 @@ class SegmentFetcher:
             found = self._store.find(InstanceInfo, self._store.paths.instance(instance_id))
             if found is None or HTTP_PORT_NAME not in found.record.ports:
                 continue
-            urls.append(f"http://{found.record.host}:{found.record.ports[HTTP_PORT_NAME]}")
+            url = found.record.url(HTTP_PORT_NAME)
+            if url is not None:
+                urls.append(url)
         self._rng.shuffle(urls)
         return urls

@@ -108,7 +108,7 @@ class Server:
         self.store = ClusterStore(self.metastore, cfg.cluster)
         routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry, self.upserts)
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
-                                 role=Role.SERVER)
+                                 role=Role.SERVER, tls=cfg.tls)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
         self.states = CurrentStates(self.store, self.instance_id)
         self.catalog = TableCatalog(self.store)
@@ -116,7 +116,8 @@ class Server:
         self.fetcher = SegmentFetcher(store=self.store, deep_store=self.deep_store, local=self.local,
                                       instance_id=self.instance_id, backoff=backoff,
                                       http_timeout_seconds=cfg.download_timeout_seconds, stopping=self._stopping,
-                                      headers=internal_headers(cfg.auth), metrics=self.metrics, story=self.story)
+                                      headers=internal_headers(cfg.auth), metrics=self.metrics, story=self.story,
+                                      verify=cfg.tls.client_verify())
         self.metrics.watch_consuming(lambda: [(t, c.info()) for t, c in self.transitions.all_consuming()])
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               fetcher=self.fetcher, states=self.states,
@@ -146,7 +147,7 @@ class Server:
     def _register_instance(self) -> None:
         assert self._http is not None
         self.store.register_instance(InstanceInfo(self.instance_id, self._http.host, {HTTP_PORT_NAME: self._http.port},
-                                                  tuple(self.config.tags)))
+                                                  tuple(self.config.tags), tls=self._http.tls))
 
     def _go_live(self) -> None:
         assert self.metastore is not None
@@ -220,7 +221,8 @@ class Server:
             if self._completion is None:
                 self._completion = SegmentCompletionClient.for_cluster(self.config.consumer, self.metastore,
                                                                        self.config.cluster,
-                                                                       internal_headers(self.config.auth))
+                                                                       internal_headers(self.config.auth),
+                                                                       verify=self.config.tls.client_verify())
         context = self.catalog.get(table)
         return ConsumingSegment(
             table=context.config,

@@ -9,6 +9,7 @@ quiescent cluster (dask's ``gen_cluster`` does the same after every test).
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,10 @@ class InProcessCluster:
         server: Mapping[str, Any] | None = None,
         broker: Mapping[str, Any] | None = None,
         credentials: tuple[str, str] | None = None,
+        verify: str | bool = True,
     ):
-        """``credentials``: (name, password) the helpers send when the roles' configs turn auth on."""
+        """``credentials``: (name, password) the helpers send when the roles' configs turn auth on; ``verify``:
+        the CA file the helpers trust when the roles serve HTTPS."""
         from cuvee.broker.broker import Broker, BrokerConfig
         from cuvee.controller import Controller, ControllerConfig
         from cuvee.server.config import ServerConfig
@@ -69,7 +72,8 @@ class InProcessCluster:
             for i in range(servers)
         ]
         self.broker = Broker(config_from_dict(BrokerConfig, _merge(common, _merge(FAST_BROKER, broker))))
-        self.http = httpx.Client(timeout=30, auth=credentials)
+        trust = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+        self.http = httpx.Client(timeout=30, auth=credentials, verify=trust)
         self._started: list[Any] = []
 
     # ---- lifecycle ------------------------------------------------------------------------------------------

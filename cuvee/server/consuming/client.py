@@ -12,6 +12,7 @@ have just changed); after that ``CompletionUnavailable`` is raised and the consu
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,10 +61,8 @@ def metastore_leader_resolver(store: MetadataStore, cluster: str) -> Callable[[]
             return None
         for name in _HTTP_PORT_NAMES:
             if name in info.ports:
-                return f"http://{info.host}:{info.ports[name]}"
-        if info.ports:
-            return f"http://{info.host}:{next(iter(info.ports.values()))}"
-        return None
+                return info.url(name)
+        return info.url()
 
     return resolve
 
@@ -82,6 +81,7 @@ class SegmentCompletionClient:
         leader_url: str | None = None,
         paths: dict[RequestKind, str] | None = None,
         headers: Mapping[str, str] | None = None,
+        verify: ssl.SSLContext | bool = True,
     ):
         if resolve_leader is None and leader_url is None:
             raise ValueError("SegmentCompletionClient needs resolve_leader or leader_url")
@@ -91,15 +91,17 @@ class SegmentCompletionClient:
         self._leader: str | None = self._fixed
         self._paths = paths or dict(COMPLETION_PATHS)
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=config.controller_timeout_seconds, headers=dict(headers or {}))
+        self._http = httpx.Client(timeout=config.controller_timeout_seconds, headers=dict(headers or {}), verify=verify)
         self.requests_sent = 0
         self.leader_resolutions = 0
 
     @classmethod
     def for_cluster(cls, config: ConsumerConfig, store: MetadataStore, cluster: str,
-                    headers: Mapping[str, str] | None = None) -> SegmentCompletionClient:
-        """``headers``: what the controller needs to know it is talking to the cluster (``internal_headers``)."""
-        return cls(config, resolve_leader=metastore_leader_resolver(store, cluster), headers=headers)
+                    headers: Mapping[str, str] | None = None,
+                    verify: ssl.SSLContext | bool = True) -> SegmentCompletionClient:
+        """``headers``: what the controller needs to know it is talking to the cluster (``internal_headers``);
+        ``verify``: what its TLS certificate must chain to (``TlsConfig.client_verify``)."""
+        return cls(config, resolve_leader=metastore_leader_resolver(store, cluster), headers=headers, verify=verify)
 
     @property
     def leader_url(self) -> str | None:
