@@ -18,6 +18,7 @@ import hmac
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
@@ -33,7 +34,9 @@ _SCOPE_KEY = "cuvee.principal"
 _CACHE_SECONDS = 300.0
 _FAILURE_SECONDS = 5.0  # a wrong header is not checked again for this long (scrypt is slow on purpose)
 _CACHE_SIZE = 1024
-_CHECKS_AT_ONCE = 4  # password checks running at once per role (on threads: the event loop never waits on one)
+_CHECKS_AT_ONCE = 4  # password checks running at once per role (a pool of their own: the event loop and the
+# default thread pool, which queries use, never wait on one)
+_MAX_WAITING = 64  # checks queued beyond this are answered 503
 _MAX_HEADER = 4096
 
 
@@ -58,17 +61,23 @@ class Authenticator:
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: OrderedDict[bytes, tuple[Principal | None, float]] = OrderedDict()
-        self._slots = threading.BoundedSemaphore(_CHECKS_AT_ONCE)
+        self._failures: OrderedDict[bytes, float] = OrderedDict()  # apart: a flood never evicts good entries
+        self.pool = ThreadPoolExecutor(_CHECKS_AT_ONCE, thread_name_prefix="auth")
+        self.waiting = 0  # checks queued on the pool (the layer refuses past _MAX_WAITING)
         self._decoy = hash_password("decoy", n=2**14)  # checked for unknown names: their answer takes as long
 
     def cached(self, header: str) -> tuple[bool, Principal | None]:
         """(known, principal): whether ``header`` was checked lately, and who it was (None: refused)."""
         key = hashlib.sha256(header.encode()).digest()
+        now = self._clock()
         with self._lock:
             hit = self._cache.get(key)
-            if hit is not None and hit[1] > self._clock():
+            if hit is not None and hit[1] > now:
                 self._cache.move_to_end(key)
                 return True, hit[0]
+            failed = self._failures.get(key)
+            if failed is not None and failed > now:
+                return True, None
         return False, None
 
     def authenticate(self, header: str | None) -> Principal | None:
@@ -80,13 +89,17 @@ class Authenticator:
         if known:
             return principal
         scheme, _, value = header.partition(" ")
-        with self._slots:
-            found = self._check(scheme.lower(), value.strip())
+        found = self._check(scheme.lower(), value.strip())
+        key = hashlib.sha256(header.encode()).digest()
         with self._lock:
-            ttl = _CACHE_SECONDS if found is not None else _FAILURE_SECONDS
-            self._cache[hashlib.sha256(header.encode()).digest()] = (found, self._clock() + ttl)
-            while len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
+            if found is not None:
+                self._cache[key] = (found, self._clock() + _CACHE_SECONDS)
+                while len(self._cache) > _CACHE_SIZE:
+                    self._cache.popitem(last=False)
+            else:
+                self._failures[key] = self._clock() + _FAILURE_SECONDS
+                while len(self._failures) > _CACHE_SIZE:
+                    self._failures.popitem(last=False)
         return found
 
     def _check(self, scheme: str, value: str) -> Principal | None:
@@ -129,9 +142,18 @@ class AuthLayer:
         header = _header(scope, b"authorization")
         principal = None
         if header:
-            known, principal = self.authenticator.cached(header)
+            auth = self.authenticator
+            known, principal = auth.cached(header)
             if not known:
-                principal = await asyncio.to_thread(self.authenticator.authenticate, header)
+                if auth.waiting >= _MAX_WAITING:  # a flood of unknown credentials: refuse rather than queue
+                    await self._refuse(send, Decision(False, 503, "too many credential checks waiting; retry"))
+                    return
+                auth.waiting += 1
+                try:
+                    principal = await asyncio.get_running_loop().run_in_executor(auth.pool, auth.authenticate,
+                                                                                 header)
+                finally:
+                    auth.waiting -= 1
         if header and principal is None:
             await self._refuse(send, Decision(False, 401, "invalid credentials"))
             return

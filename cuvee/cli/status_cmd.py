@@ -46,7 +46,10 @@ def _status(args: argparse.Namespace) -> int:
         with Live(_render(_fetch(http, url, args.table)), console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(args.watch)
-                live.update(_render(_fetch(http, url, args.table)))
+                try:
+                    live.update(_render(_fetch(http, url, args.table)))
+                except UserError as exc:  # a leader change, a 502: say so and keep watching
+                    live.update(f"[red]{exc}[/] (retrying every {args.watch:g} s)")
 
 
 def _story(http: httpx.Client, url: str, segment: str, table: str | None, as_json: bool) -> int:
@@ -85,20 +88,30 @@ def _get(http: httpx.Client, url: str) -> Any:
 
 
 def _fetch(http: httpx.Client, url: str, table: str | None) -> list[dict[str, Any]]:
-    if table is not None:
-        return [_get(http, f"{url}/tables/{table}/status")]
-    out = []
-    for name in _get(http, f"{url}/tables").get("tables", []):
-        reply = http.get(f"{url}/tables/{name}/status")
-        if reply.status_code == 404:  # an offline-only table: no partitions to report
-            continue
-        out.append(_get(http, f"{url}/tables/{name}/status"))
+    """One status per table; a table whose status cannot be had is an ``{"table", "problem"}`` entry."""
+    names = [table] if table is not None else _get(http, f"{url}/tables").get("tables", [])
+    out: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            out.append(_get(http, f"{url}/tables/{name}/status"))
+        except UserError as exc:
+            if table is None and " answered 404" in str(exc):
+                continue  # an offline-only table: no partitions to report
+            if table is not None:
+                raise
+            out.append({"table": name, "problem": str(exc)})
     return out
 
 
 def _render(statuses: list[dict[str, Any]]) -> Group:
     parts: list[Any] = []
     for status in statuses:
+        if "problem" in status:
+            parts.append(f"[red]{status['table']}: {status['problem']}[/]")
+            continue
+        if status.get("streamError"):
+            parts.append(f"[red]{status['table']}: the stream cannot be read ({status['streamError']}); offsets and "
+                         "lag unknown[/]")
         word = status["health"]
         table = Table(title=f"{status['table']}: [{_COLOURS.get(word, 'white')}]{word}[/]"
                             + ("  (paused)" if status["paused"] else ""), title_justify="left")

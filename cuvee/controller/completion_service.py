@@ -73,7 +73,7 @@ class CompletionService:
         self._location_ok = location_ok
         self.metrics = metrics
         self.story = story
-        self._told: dict[LLCSegmentName, tuple[Any, ...]] = {}  # the last event written per segment (no repeats)
+        self._told: dict[tuple[LLCSegmentName, str], tuple[Any, ...]] = {}  # last event per (segment, replica)
         self.refused = 0  # requests from callers that take no part in the segment (see the module docstring)
         self.relocated = 0  # commitEnds whose location was not the segment's archive (committed without one)
         self.committer = committer
@@ -129,11 +129,12 @@ class CompletionService:
         again every hold period)."""
         if self.story is None:
             return
-        key = (request.kind, request.instance, request.offset, response.status, response.offset)
+        key = (request.kind, request.offset, response.status, response.offset)
+        told = (request.segment, request.instance)
         with self._lock:
-            if self._told.get(request.segment) == key:
+            if self._told.get(told) == key:
                 return
-            self._told[request.segment] = key
+            self._told[told] = key
             while len(self._told) > 10_000:  # bounded: the oldest segments first
                 del self._told[next(iter(self._told))]
         self.story.record(realtime_name(request.segment.table), request.segment.name, request.kind.value,

@@ -347,6 +347,7 @@ class RepairTask(PeriodicTask):
         found = self.store.find_segment(table, segment)
         if found is not None and found.record.status is SegmentStatus.IN_PROGRESS:
             self.store.delete(self.store.paths.segment(table, segment), expected_version=found.version)
+            self.store.delete(self.store.paths.story(table, segment))
 
     def status(self, table: str) -> dict[str, Any]:
         stats = self.stats.get(table, TableRepairStats())

@@ -50,7 +50,10 @@ def _delete(store: ClusterStore, table: str, wanted: set[str], now_ms: int, grac
         if record.record.download_uri:
             schedule_archive_deletion(store, table, name, record.record.download_uri, now_ms + grace_ms)
         store.delete(store.paths.segment(table, name), record.version)
-        store.delete(store.paths.story(table, name))
+        try:
+            store.delete(store.paths.story(table, name))
+        except Exception:  # noqa: BLE001 - the segment is gone; its story is only a leftover
+            log.warning("the story of %s/%s could not be deleted", table, name, exc_info=True)
         deleted.append(name)
     if deleted:
         log.info("deleted %d segment(s) of %s (%s): %s", len(deleted), table, reason, ", ".join(deleted[:10]))

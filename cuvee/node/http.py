@@ -101,6 +101,8 @@ class HttpService:
             self._socket.close()
             raise HttpServiceError(f"{name}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host, self.port = self._socket.getsockname()[:2]
+        if host and host not in ("0.0.0.0", "::"):
+            self.host = host  # a configured name is what others reach (and what a TLS certificate names)
         served: Any = app
         if auth is not None and auth.enabled:
             if role is None:

@@ -7,7 +7,7 @@ other roles (docs/security.md).
     ca_file = "/etc/cuvee/ca.pem"        # the CA (or self-signed certificate) the roles' certificates chain to
 
 Without ``certfile`` a role serves plain HTTP. ``ca_file`` is what this role trusts when it calls the others
-(default: the system's trust store).
+(default: httpx's bundled CA list, or the file ``SSL_CERT_FILE`` names).
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ class TlsConfig:
             value = getattr(self, name)
             if value and not Path(value).is_file():
                 raise ValueError(f"tls.{name}: no such file {value!r}")
+        if self.certfile:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.certfile, self.keyfile)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(f"tls.certfile/keyfile cannot be loaded (not PEM, or a key that does not match): "
+                                 f"{exc.__class__.__name__}") from None
 
     @property
     def serving(self) -> bool:

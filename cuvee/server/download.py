@@ -91,7 +91,9 @@ class SegmentFetcher:
         delays = self._backoff.delays()
         errors: list[str] = []
         started = time.perf_counter()
+        attempt = 0
         while True:
+            attempt += 1
             errors = []
             segment = self._attempt(table, record, errors)
             if segment is not None:
@@ -102,8 +104,7 @@ class SegmentFetcher:
             if self._metrics is not None:
                 self._metrics.download_failures.labels(table).inc()
             if self._story is not None:
-                self._story.record(table, name, "downloadFailed", attempt=self.failed_attempts,
-                                   errors=len(errors))
+                self._story.record(table, name, "downloadFailed", attempt=attempt, errors=len(errors))
             delay = next(delays, None)
             if delay is None:
                 break

@@ -4,7 +4,8 @@ In order of precedence:
 
 - ``PAUSED``: the table's consumption is paused;
 - ``STOPPED``: the partition's latest segment has no replica consuming or serving it (every replica stopped:
-  repair re-creates its consuming segment; until then its rows are unavailable);
+  repair re-creates its consuming segment; until then its rows are unavailable), or it is committed and no
+  segment consumes after it (repair creates one);
 - ``ERROR``: a replica of the latest segment is in ERROR, or its consumer reports an error;
 - ``UNREACHABLE``: no replica of the consuming segment answered;
 - ``LAGGING``: the best replica is more than ``lag_records`` behind the stream, or its newest message is more
@@ -29,12 +30,14 @@ class ReplicaFacts:
 
 
 def partition_health(replicas: Sequence[ReplicaFacts], *, paused: bool, consuming: bool,
-                     lag_records: int = 10_000, lag_ms: float = 60_000) -> str:
-    """``consuming``: the latest segment is a consuming one (else committed: lag does not apply)."""
+                     committed_without_successor: bool = False, lag_records: int = 10_000,
+                     lag_ms: float = 60_000) -> str:
+    """``consuming``: the latest segment is a consuming one (else committed: lag does not apply).
+    ``committed_without_successor``: the latest segment is committed and nothing consumes after it."""
     if paused:
         return "PAUSED"
     states = {r.ideal_state for r in replicas}
-    if not replicas or states <= {"OFFLINE", "DROPPED"}:
+    if not replicas or states <= {"OFFLINE", "DROPPED"} or committed_without_successor:
         return "STOPPED"
     if any(r.view_state == "ERROR" or r.error for r in replicas):
         return "ERROR"

@@ -11,6 +11,7 @@ from cuvee.cluster.records import SegmentRecord
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.consumption import consuming_segments_info
+from cuvee.controller.errors import BadGateway
 from cuvee.controller.server_client import ServerClient
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.status.health import ReplicaFacts, partition_health, table_health
@@ -34,8 +35,13 @@ def table_status(store: ClusterStore, servers: ServerClient, table: TableConfig,
         except InvalidSegmentNameError:
             continue
         by_partition.setdefault(llc.partition, []).append(llc)
-    consuming = consuming_segments_info(store, servers, table)["_segmentToConsumingInfoMap"] \
-        if table.stream is not None and ideal is not None else {}
+    consuming: dict[str, list[dict[str, Any]]] = {}
+    stream_error = None
+    if table.stream is not None and ideal is not None:
+        try:
+            consuming = consuming_segments_info(store, servers, table)["_segmentToConsumingInfoMap"]
+        except BadGateway as exc:  # the stream is down: the status is most needed now, so it answers without it
+            stream_error = exc.message
     paused = bool(ideal is not None and ideal.paused)
     partitions = []
     for partition, members in sorted(by_partition.items()):
@@ -44,20 +50,22 @@ def table_status(store: ClusterStore, servers: ServerClient, table: TableConfig,
         latest = ordered[-1].name
         records = {m.name: store.find_segment(name, m.name) for m in shown}
         reports = {r["serverName"]: r for r in consuming.get(latest, [])}
+        latest_record = records[latest].record if records[latest] is not None else None
         facts = []
         for instance, state in sorted(segments[latest].items()):
             report = reports.get(instance)
             last = report.get("lastConsumedTimestampMs") if report else None
             facts.append(ReplicaFacts(
                 state.value, _state(view_segments.get(latest, {}).get(instance)),
-                reachable=report is not None and report.get("consumerState") not in ("NOT_REACHABLE", "NOT_REPORTED"),
+                reachable=report is None or report.get("consumerState") != "NOT_REACHABLE",  # NOT_REPORTED: starting
                 records_lag=report.get("recordsLag") if report else None,
                 delay_ms=now_ms - last if isinstance(last, int) else None,
                 error=(report.get("error") or report.get("uploadError")) if report else None))
-        latest_record = records[latest].record if records[latest] is not None else None
         partitions.append({
             "partition": partition,
-            "health": partition_health(facts, paused=paused, consuming=latest in consuming),
+            "health": partition_health(facts, paused=paused, consuming=latest in consuming or any(
+                s.value == "CONSUMING" for s in segments[latest].values()),
+                committed_without_successor=latest_record is not None and latest_record.status.value == "DONE"),
             "latestUpstreamOffset": next((r.get("latestUpstreamOffset") for r in reports.values()), None),
             "segments": [_segment(m.name, records[m.name].record if records[m.name] else None, segments[m.name],
                                   view_segments.get(m.name, {})) for m in shown],
@@ -73,6 +81,7 @@ def table_status(store: ClusterStore, servers: ServerClient, table: TableConfig,
         "dataLost": {"offsetsSkippedByRepair": (repair or {}).get("offsets_lost", 0),
                      "messagesLostByConsumingReplicas": lost},
         "repair": dict(repair or {}),
+        "streamError": stream_error,
     }
 
 

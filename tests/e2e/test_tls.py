@@ -10,6 +10,7 @@ import httpx
 import pytest
 import trustme
 
+from cuvee.node.tls import TlsConfig
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
 
@@ -28,6 +29,10 @@ def test_roles_serve_and_call_each_other_over_tls(tmp_path: Path) -> None:
         extra.write_to_path(str(cert_file), append=True)
     cert.private_key_pem.write_to_path(str(key_file))
     tls: dict[str, Any] = {"tls": {"certfile": str(cert_file), "keyfile": str(key_file), "ca_file": str(ca_file)}}
+    with pytest.raises(ValueError, match="cannot be loaded"):  # a key that is not the certificate's: said at start
+        TlsConfig(certfile=str(cert_file), keyfile=str(ca_file))
+    with pytest.raises(ValueError, match="go together"):
+        TlsConfig(certfile=str(cert_file))
     with InProcessCluster(tmp_path / "cluster", servers=2, controller=tls, server=tls, broker=tls,
                           verify=str(ca_file)) as cluster:
         assert cluster.controller_url.startswith("https://") and cluster.broker_url.startswith("https://")

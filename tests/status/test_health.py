@@ -27,4 +27,7 @@ def test_words_in_order_of_precedence() -> None:
     assert partition_health([idle], paused=False, consuming=True) == "HEALTHY"
     committed = ReplicaFacts("ONLINE", "ONLINE")
     assert partition_health([committed], paused=False, consuming=False) == "HEALTHY"
+    assert partition_health([committed], paused=False, consuming=False, committed_without_successor=True) == "STOPPED"
+    starting = ReplicaFacts("CONSUMING", None)  # just placed: not reported yet, not unreachable
+    assert partition_health([starting], paused=False, consuming=True) == "HEALTHY"
     assert table_health(["HEALTHY", "LAGGING", "PAUSED"]) == "LAGGING" and table_health([]) == "HEALTHY"
