@@ -283,19 +283,17 @@ class KeyMap:
                 rank: int | None = None) -> None:
         """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
         of a partition's segments hold each key valid exactly once). Raises ValueError, changing nothing, when a
-        key is twice in ``keys`` or tracked already (decided from rows, or preloaded and merged). The segment's
-        keys are sorted and set aside; the first use of the map after a run of preloads merges them all at once
-        (``settle``), which refuses a key held twice among the preloads set aside."""
+        key is tracked already (decided from rows, or preloaded and merged). The segment's keys are set aside as
+        they come; the first use of the map after a run of preloads merges them all with one sort (``settle``),
+        which refuses a key held twice among the preloads set aside (twice in one snapshot too)."""
         keys = np.asarray(keys, np.uint64)
-        order = np.argsort(keys)
-        ordered = keys[order]
-        if (ordered[1:] == ordered[:-1]).any() or (self._main.find(ordered) >= 0).any() \
-                or (self._delta.find(ordered) >= 0).any():
+        if (len(self._main) and (self._main.find(keys) >= 0).any()) \
+                or (len(self._delta) and (self._delta.find(keys) >= 0).any()):
             raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree")
         self._ranks[segment] = segment if rank is None else rank
         cmps = np.asarray(comparisons, self._cmp_dtype)
-        self._pending.append(_Run(self._cmp_dtype, keys=ordered, segs=np.full(len(keys), segment, np.int32),
-                                  docs=np.asarray(docs, np.int32)[order], cmps=cmps[order]))
+        self._pending.append(_Run(self._cmp_dtype, keys=keys, segs=np.full(len(keys), segment, np.int32),
+                                  docs=np.asarray(docs, np.int32), cmps=cmps))
         self._saw(cmps)
 
     @property
@@ -320,7 +318,7 @@ class KeyMap:
             return
         runs, self._pending = [self._main, self._delta, *self._pending], []
         keys = np.concatenate([r.keys for r in runs])
-        order = np.argsort(keys, kind="stable")  # timsort: a merge of the already sorted runs
+        order = np.argsort(keys)  # equal keys are refused just below: their order does not matter
         keys = keys[order]
         if (keys[1:] == keys[:-1]).any():
             raise SnapshotConflict("preloaded snapshots hold a key valid twice; decide the partition from its rows")
