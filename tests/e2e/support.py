@@ -36,8 +36,9 @@ def log_stream(root: Path, table: str, flush_rows: int) -> dict[str, str]:
 def restart_server(root: Path, name: str) -> subprocess.Popen[bytes]:
     """Start the ``cuvee cluster up`` server ``name`` again on its own config (same port, same instance id), as a
     supervisor would after it was killed; terminate it when done."""
+    log = open(root / "logs" / f"{name}.restarted.log", "ab")  # noqa: SIM115 - the child keeps it; kept to debug
     return subprocess.Popen([sys.executable, "-m", "cuvee", "server", "--config", str(root / "conf" / f"{name}.toml")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
+                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
 
 
 def start_standby_controller(root: Path) -> tuple[subprocess.Popen[str], str]:
