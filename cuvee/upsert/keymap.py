@@ -297,6 +297,11 @@ class KeyMap:
         self._saw(cmps)
 
     @property
+    def holds_decided_keys(self) -> bool:
+        """Keys merged into the runs (decided from rows, or preloads merged already)."""
+        return bool(len(self._main) or len(self._delta))
+
+    @property
     def settled(self) -> bool:
         """No preload waits to be merged."""
         return not self._pending

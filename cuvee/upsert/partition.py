@@ -194,12 +194,19 @@ class PartitionUpsert:
                 publish: Callable[[], None] | None = None) -> None:
         """A committed segment's snapshot (restart), trusted: the keys, comparison values and docs of its valid
         rows, and ``deleted``, a bool per row of those that are tombstones (delete rows that hide their key: kept in
-        the key map, never valid). Raises ValueError, changing nothing, when a key is already tracked
-        (``KeyMap.preload``); keys shared with other preloads not merged yet are found when the next view is
-        taken or the map is next used, and the partition is then decided from its rows."""
+        the key map, never valid). Trusted only while the key map holds nothing but other preloads: once a
+        segment was decided from its rows (a newer segment, committed after the last snapshot round, that loaded
+        first), the snapshot's rows are *decided* against it instead (``add``; still only those rows are read), so a
+        key the newer segment moved is never valid twice. Keys shared with other preloads not merged yet are found
+        when the next view is taken or the map is next used, and the partition is then decided from its rows."""
         docs = np.asarray(docs, np.int32)
         tomb = np.zeros(len(docs), bool) if deleted is None else np.asarray(deleted, bool)
         with self._lock:
+            if self._keys.holds_decided_keys:
+                rows = Versions(np.asarray(keys, np.uint64), np.asarray(comparisons, self._keys.comparison_dtype),
+                                docs, tomb)
+                self.add(segment, rows, handle, rank=rank, publish=publish)
+                return
             self._keys.preload(segment, keys, comparisons, np.where(tomb, -1 - docs, docs).astype(np.int32),
                                rank=rank)  # checks first: may raise, changing nothing
             if publish is not None:

@@ -158,3 +158,23 @@ def test_a_later_segment_without_a_snapshot_decided_first_keeps_an_older_snapsho
     restarted = TableUpsert(config(), SCHEMA, store)
     serve_all(restarted, [Committed(1, [(1, 5, False)]), Committed(0, [(1, 1, False), (2, 1, False)])])
     assert visible(restarted) == {1: 5, 2: 1}
+
+
+@pytest.mark.parametrize("order", [(2, 1, 0), (2, 0, 1), (0, 1, 2)])
+def test_newer_segments_without_snapshots_loading_first_still_let_older_snapshots_preload(
+        tmp_path: Path, order: tuple[int, ...]) -> None:
+    """Segments 1 and 2 committed after the last round (no snapshots) and moved keys of segment 0. Whatever the
+    load order, segment 0 is preloaded (only its snapshot's rows read) and every key ends valid once, at its
+    newest version."""
+    store = SnapshotStore(tmp_path)
+    live = TableUpsert(config(), SCHEMA, store)
+    serve_all(live, [Committed(0, [(1, 1, False), (2, 1, False), (3, 1, False)])])
+    consuming = Consuming(1)
+    live.start(consuming.name, consuming)
+    live.ready(consuming.name)  # the round: segment 0's keys 1, 2, 3 valid
+    segments = [Committed(0, [(1, 1, False), (2, 1, False), (3, 1, False)]), Committed(1, [(1, 5, False)]),
+                Committed(2, [(2, 6, False), (4, 6, False)])]
+    restarted = TableUpsert(config(), SCHEMA, store)
+    serve_all(restarted, [segments[i] for i in order])
+    assert restarted.preloaded == 1
+    assert visible(restarted) == {1: 5, 2: 6, 3: 1, 4: 6}
