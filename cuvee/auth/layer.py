@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from cuvee.auth.config import AuthConfig
-from cuvee.auth.policy import Decision, Principal, Requirement, Role, decide, requirement
+from cuvee.auth.policy import Decision, Principal, Role, decide, requirement
 from cuvee.auth.secrets import hash_password, verify
 
 INTERNAL = Principal("cuvee-internal", internal=True)
@@ -221,4 +221,4 @@ def _body_name(body: bytes, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-__all__ = ["INTERNAL", "AuthLayer", "Authenticator", "Requirement", "internal_headers", "principal_of"]
+__all__ = ["INTERNAL", "AuthLayer", "Authenticator", "internal_headers", "principal_of"]

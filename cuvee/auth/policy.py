@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuvee.config.table import raw_table_name
 from cuvee.protocol.completion_http import COMPLETION_PATHS
@@ -184,11 +184,3 @@ def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | No
         elif part != segments[i]:
             return None
     return captured if len(segments) == len(pattern) else None
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Principals by name with their stored secrets, and the internal token (see ``cuvee.auth.config``)."""
-
-    principals: Mapping[str, tuple[Principal, str, str]] = field(default_factory=dict)  # name -> (p, pwd, token)
-    internal_token: str = ""

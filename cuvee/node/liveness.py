@@ -46,7 +46,7 @@ def go_live(store: MetadataStore, path: str, instance_id: str, *, own_sessions: 
                     log.info("%s: the previous session's live node expired; taking its place", instance_id)
                 return mine
             except NodeExistsError:
-                pass
+                pass  # someone's node is there: whose, below
         node = store.exists(path)
         if node is None:
             if not create:
@@ -81,4 +81,4 @@ def leave(store: MetadataStore, path: str, own_sessions: Collection[str]) -> Non
         try:
             store.delete(path, expected_version=node.version)
         except (NoNodeError, VersionConflictError):
-            pass
+            pass  # gone already, or replaced by another session's node: that one is not ours to remove

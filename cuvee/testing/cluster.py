@@ -133,6 +133,18 @@ class InProcessCluster:
     def add_table(self, table: Mapping[str, Any]) -> None:
         self._ok(self.http.post(f"{self.controller_url}/tables", json=table))
 
+    def realtime_table(self, schema: Mapping[str, Any], *, partitions: int = 2, replicas: int = 2,
+                       flush_rows: int = 100) -> dict[str, str]:
+        """A topic named after the schema, the schema, and a REALTIME table on it; returns its stream configs."""
+        name = str(schema["schemaName"])
+        self.create_topic(name, partitions)
+        self.add_schema(schema)
+        configs = self.log_stream_configs(name, **{"realtime.segment.flush.threshold.rows": str(flush_rows)})
+        self.add_table({"tableName": name, "tableType": "REALTIME",
+                        "segmentsConfig": {"replicasPerPartition": str(replicas)},
+                        "tableIndexConfig": {"streamConfigs": configs}})
+        return configs
+
     def query(self, sql: str, **options: Any) -> dict[str, Any]:
         body: dict[str, Any] = {"sql": sql}
         if options:

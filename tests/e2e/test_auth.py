@@ -39,12 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessClust
     roles: dict[str, Any] = {"auth": AUTH}
     with InProcessCluster(root, servers=2, controller=roles, server=roles, broker=roles,
                           credentials=("admin", "admin-pw")) as cluster:
-        cluster.create_topic(TABLE, 2)
-        cluster.add_schema(SCHEMA)
-        configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "100"})
-        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME",
-                           "segmentsConfig": {"replicasPerPartition": "2"},
-                           "tableIndexConfig": {"streamConfigs": configs}})
+        configs = cluster.realtime_table(SCHEMA)
         cluster.produce(configs, ({"id": i, "v": 1} for i in range(500)), key_field="id")
         yield cluster
 

@@ -33,11 +33,7 @@ def _scrape(url: str) -> dict[str, float]:
 
 def test_every_role_exposes_its_metrics_and_they_move(tmp_path: Path) -> None:
     with InProcessCluster(tmp_path, servers=2) as cluster:
-        cluster.create_topic(TABLE, 2)
-        cluster.add_schema(SCHEMA)
-        configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "100"})
-        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
-                           "tableIndexConfig": {"streamConfigs": configs}})
+        configs = cluster.realtime_table(SCHEMA)
         cluster.produce(configs, ({"id": i, "v": 1} for i in range(450)), key_field="id")
         with open_producer(configs) as producer:  # one message that is not JSON: a bad row on each replica
             producer.produce(b"0", b"{not json")

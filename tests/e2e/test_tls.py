@@ -36,11 +36,7 @@ def test_roles_serve_and_call_each_other_over_tls(tmp_path: Path) -> None:
     with InProcessCluster(tmp_path / "cluster", servers=2, controller=tls, server=tls, broker=tls,
                           verify=str(ca_file)) as cluster:
         assert cluster.controller_url.startswith("https://") and cluster.broker_url.startswith("https://")
-        cluster.create_topic(TABLE, 2)
-        cluster.add_schema(SCHEMA)
-        configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "100"})
-        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
-                           "tableIndexConfig": {"streamConfigs": configs}})
+        configs = cluster.realtime_table(SCHEMA)
         cluster.produce(configs, ({"id": i, "v": 1} for i in range(450)), key_field="id")
         wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 450, 60,
                    message="rows never became queryable over TLS")
