@@ -154,8 +154,9 @@ class AuthLayer:
                                                                                  header)
                 finally:
                     auth.waiting -= 1
+        script = _header(scope, b"x-requested-with") == "XMLHttpRequest"
         if header and principal is None:
-            await self._refuse(send, Decision(False, 401, "invalid credentials"))
+            await self._refuse(send, Decision(False, 401, "invalid credentials"), script)
             return
         table = None
         if need.body_key is not None and principal is not None and not principal.admin:
@@ -164,16 +165,16 @@ class AuthLayer:
             receive = _replay(body, receive)
         decision = decide(need, principal, table)
         if not decision.allowed:
-            await self._refuse(send, decision)
+            await self._refuse(send, decision, script)
             return
         if principal is not None:
             scope = {**scope, _SCOPE_KEY: principal}
         await self.app(scope, receive, send)
 
-    async def _refuse(self, send: Any, decision: Decision) -> None:
+    async def _refuse(self, send: Any, decision: Decision, script: bool = False) -> None:
         body = orjson.dumps({"code": decision.status, "error": decision.reason})
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if decision.status == 401:
+        if decision.status == 401 and not script:  # a page's script shows its own login (no browser prompt)
             headers.append((b"www-authenticate", f'Basic realm="{self.realm}"'.encode()))
         await send({"type": "http.response.start", "status": decision.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -113,6 +113,10 @@ _HEALTH = _rule("GET", "/health", Need.PUBLIC)
 _RULES: Mapping[Role, tuple[_Rule, ...]] = {
     Role.CONTROLLER: (
         _HEALTH,
+        _rule("GET", "/", Need.PUBLIC),  # the console's static files: no data, and the login form must load
+        _rule("GET", "/console", Need.PUBLIC),
+        _rule("GET", "/console/*", Need.PUBLIC),
+        _rule("POST", "/sql", Need.AUTHENTICATED),  # the broker it goes to checks READ with the same credentials
         *(_rule("POST", path, Need.INTERNAL) for path in COMPLETION_PATHS.values()),
         _rule("GET", "/tables", Need.AUTHENTICATED),  # names only (not filtered per principal)
         _rule("GET", "/schemas", Need.AUTHENTICATED),

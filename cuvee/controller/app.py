@@ -16,6 +16,7 @@ from cuvee.controller import (
     repair,
     retention,
 )
+from cuvee.console import console_router
 from cuvee.controller.api_common import install_error_handlers
 from cuvee.metrics import metrics_router
 
@@ -30,4 +31,5 @@ def build_app(ctl: Controller) -> FastAPI:
                    retention):
         app.include_router(module.router(ctl))
     app.include_router(metrics_router(ctl.metrics.registry))
+    app.include_router(console_router(ctl, app))
     return app

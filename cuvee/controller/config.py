@@ -94,6 +94,7 @@ class ControllerConfig:
     new_segment_grace_seconds: float = 300.0
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
+    console_query_timeout_seconds: float = 60.0  # POST /sql (the console's queries) waits this long for a broker
     session_retry_initial_seconds: float = 0.5
     session_retry_max_seconds: float = 10.0
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
@@ -115,6 +116,7 @@ class ControllerConfig:
             lineage_in_progress_timeout_seconds=self.lineage_in_progress_timeout_seconds,
             max_upload_bytes=self.max_upload_bytes,
             server_timeout_seconds=self.server_timeout_seconds,
+            console_query_timeout_seconds=self.console_query_timeout_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,
         )

@@ -166,6 +166,11 @@ class RepairTask(PeriodicTask):
             self.passes += 1
         return done
 
+    def run_table(self, config: TableConfig) -> list[Done]:
+        """One pass over one realtime table now (``POST /tables/{table}/repair``), under the pass lock."""
+        with self._run_lock:
+            return self._repair_table(config)
+
     def _repair_table(self, config: TableConfig) -> list[Done]:
         table = config.name_with_type
         stats = self.stats.setdefault(table, TableRepairStats())
@@ -355,8 +360,17 @@ class RepairTask(PeriodicTask):
 
 
 def router(ctl: Controller) -> APIRouter:
-    """``GET /tables/{table}/repairStatus``: this controller's repair counters for the REALTIME table."""
+    """``GET /tables/{table}/repairStatus``: this controller's repair counters for the REALTIME table;
+    ``POST /tables/{table}/repair``: repair it now (the leader only), answering what was done."""
     api = APIRouter()
+
+    @api.post("/tables/{table}/repair")
+    def repair_now(table: str) -> dict[str, Any]:
+        ctl.require_leader()
+        config = Catalog(ctl.store).realtime(table)
+        done = ctl.repair.run_table(config)
+        return {"table": config.name_with_type, "repairs": [str(repair) for repair in done],
+                **ctl.repair.status(config.name_with_type)}
 
     @api.get("/tables/{table}/repairStatus")
     def repair_status(table: str) -> dict[str, Any]:

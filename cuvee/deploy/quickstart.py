@@ -167,6 +167,7 @@ def run(options: QuickstartOptions, console: Console | None = None) -> dict[str,
             _show_query(console, http, broker, title, sql)
     console.rule("[bold]Next")
     console.print(
+        f"Open the web console: {controller}/console/\n"
         f"Query with curl:\n  curl -s -X POST {broker}/query/sql -H 'Content-Type: application/json' "
         f"-d '{{\"sql\": \"SELECT country, COUNT(*) FROM {TABLE} GROUP BY country\"}}'\n"
         "Query with Pinot's Python client (pip install pinotdb):\n"

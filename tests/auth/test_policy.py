@@ -25,6 +25,11 @@ READER = Principal("r", tables=frozenset({"events"}), permissions=frozenset({Per
     (Role.CONTROLLER, "POST", "/v2/segments", {"tableName": "events"}, Need.TABLE, Permission.UPDATE, "events"),
     (Role.CONTROLLER, "POST", "/segmentCommitEnd", None, Need.INTERNAL, None, None),
     (Role.CONTROLLER, "POST", "/some/new/route", None, Need.ADMIN, None, None),  # default deny
+    (Role.CONTROLLER, "GET", "/", None, Need.PUBLIC, None, None),  # the console's files: the login form loads
+    (Role.CONTROLLER, "GET", "/console/console.js", None, Need.PUBLIC, None, None),
+    (Role.CONTROLLER, "POST", "/console/x", None, Need.ADMIN, None, None),
+    (Role.CONTROLLER, "POST", "/sql", None, Need.AUTHENTICATED, None, None),  # the broker checks READ
+    (Role.CONTROLLER, "POST", "/tables/events/repair", None, Need.TABLE, Permission.UPDATE, "events"),
     (Role.SERVER, "POST", "/query", None, Need.INTERNAL, None, None),
     (Role.SERVER, "GET", "/tables/events_REALTIME/segments/s", None, Need.INTERNAL, None, None),
     (Role.BROKER, "POST", "/query/sql", None, Need.AUTHENTICATED, None, None),
