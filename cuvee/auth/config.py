@@ -15,6 +15,9 @@
     tables = ["events"]
     permissions = ["READ"]
 
+Principals can also be kept in the metadata store, managed over REST (``/users`` on the controller, admins only;
+``cuvee.auth.stored``); a config principal wins over a stored one of the same name.
+
 Off by default (the embedded quickstart); a role listening on a non-loopback address without it logs a warning.
 """
 
@@ -62,8 +65,11 @@ class AuthConfig:
     enabled: bool = False
     internal_token: str = field(default="", repr=False)
     principals: tuple[PrincipalConfig, ...] = ()
+    principals_refresh_seconds: float = 5.0  # how often a role re-reads the principals kept in the metadata store
 
     def __post_init__(self) -> None:
+        if not self.principals_refresh_seconds > 0:
+            raise ValueError("auth.principals_refresh_seconds must be positive")
         if not self.enabled:
             return
         token = self.internal_token

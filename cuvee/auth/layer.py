@@ -25,9 +25,10 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from cuvee.auth.config import AuthConfig
+from cuvee.auth.config import AuthConfig, PrincipalConfig
 from cuvee.auth.policy import Decision, Principal, Role, decide, requirement
 from cuvee.auth.secrets import hash_password, verify
+from cuvee.auth.stored import StoredPrincipals
 
 INTERNAL = Principal("cuvee-internal", internal=True)
 _SCOPE_KEY = "cuvee.principal"
@@ -55,13 +56,18 @@ def internal_headers(config: AuthConfig | None) -> dict[str, str]:
 class Authenticator:
     """Credentials -> principal. Thread-safe."""
 
-    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.monotonic,
+                 stored: StoredPrincipals | None = None):
+        """``stored``: the principals kept in the metadata store, beside the config's (which win on a name)."""
         self._internal = config.internal_token.encode()
         self._by_name = {p.name: p for p in config.principals}
+        self._stored = stored
         self._clock = clock
         self._lock = threading.Lock()
-        self._cache: OrderedDict[bytes, tuple[Principal | None, float]] = OrderedDict()
-        self._failures: OrderedDict[bytes, float] = OrderedDict()  # apart: a flood never evicts good entries
+        # Entries carry the stored principals' generation: a change there (a deleted principal, a new password)
+        # makes every entry of an older generation a miss.
+        self._cache: OrderedDict[bytes, tuple[Principal | None, float, int]] = OrderedDict()
+        self._failures: OrderedDict[bytes, tuple[float, int]] = OrderedDict()  # apart: a flood never evicts good ones
         self.pool = ThreadPoolExecutor(_CHECKS_AT_ONCE, thread_name_prefix="auth")
         self.waiting = 0  # checks queued on the pool (the layer refuses past _MAX_WAITING)
         self._decoy = hash_password("decoy", n=2**14)  # checked for unknown names: their answer takes as long
@@ -70,15 +76,29 @@ class Authenticator:
         """(known, principal): whether ``header`` was checked lately, and who it was (None: refused)."""
         key = hashlib.sha256(header.encode()).digest()
         now = self._clock()
+        generation = self._generation()
         with self._lock:
             hit = self._cache.get(key)
-            if hit is not None and hit[1] > now:
+            if hit is not None and hit[1] > now and hit[2] == generation:
                 self._cache.move_to_end(key)
                 return True, hit[0]
             failed = self._failures.get(key)
-            if failed is not None and failed > now:
+            if failed is not None and failed[0] > now and failed[1] == generation:
                 return True, None
         return False, None
+
+    def _generation(self) -> int:
+        return self._stored.generation if self._stored is not None else 0
+
+    def _principal_config(self, name: str) -> PrincipalConfig | None:
+        found = self._by_name.get(name)
+        if found is None and self._stored is not None:
+            found = self._stored.get(name)
+        return found
+
+    def _all_configs(self) -> list[PrincipalConfig]:
+        stored = self._stored.all() if self._stored is not None else ()
+        return [*self._by_name.values(), *(p for p in stored if p.name not in self._by_name)]
 
     def authenticate(self, header: str | None) -> Principal | None:
         """The principal of an ``Authorization`` header value; None if missing or not valid. Blocking (scrypt):
@@ -89,15 +109,16 @@ class Authenticator:
         if known:
             return principal
         scheme, _, value = header.partition(" ")
+        generation = self._generation()  # read before the check: a change during it makes the entry a miss
         found = self._check(scheme.lower(), value.strip())
         key = hashlib.sha256(header.encode()).digest()
         with self._lock:
             if found is not None:
-                self._cache[key] = (found, self._clock() + _CACHE_SECONDS)
+                self._cache[key] = (found, self._clock() + _CACHE_SECONDS, generation)
                 while len(self._cache) > _CACHE_SIZE:
                     self._cache.popitem(last=False)
             else:
-                self._failures[key] = self._clock() + _FAILURE_SECONDS
+                self._failures[key] = (self._clock() + _FAILURE_SECONDS, generation)
                 while len(self._failures) > _CACHE_SIZE:
                     self._failures.popitem(last=False)
         return found
@@ -106,7 +127,7 @@ class Authenticator:
         if scheme == "bearer":
             if self._internal and hmac.compare_digest(value.encode(), self._internal):
                 return INTERNAL
-            for config in self._by_name.values():
+            for config in self._all_configs():
                 if config.token and verify(value, config.token):
                     return config.principal()
             return None
@@ -115,7 +136,7 @@ class Authenticator:
                 name, _, password = base64.b64decode(value, validate=True).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
                 return None
-            config = self._by_name.get(name)
+            config = self._principal_config(name)
             if config is None or not config.password:
                 verify(password, self._decoy)  # as slow as a known name's: no telling which names exist
                 return None

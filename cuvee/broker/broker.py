@@ -78,7 +78,7 @@ class Broker:
                                 new_segment_grace_seconds=cfg.new_segment_grace_seconds).start()
         self._handler = QueryHandler(cfg, self.view, metrics=self.metrics)
         self._http = HttpService(build_broker_app(self), cfg.host, cfg.port, name="broker", auth=cfg.auth,
-                                 role=Role.BROKER, tls=cfg.tls)
+                                 role=Role.BROKER, tls=cfg.tls, store=self.store)
         if not self.instance_id:
             self.instance_id = f"Broker_{self._http.host}_{self._http.port}"
         self._register()

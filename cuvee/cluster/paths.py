@@ -100,6 +100,16 @@ class ClusterPaths:
         """The table's segment lineage entries (one versioned node)."""
         return f"{self.root}/lineage/{check_name('table', table)}"
 
+    # ---- auth ------------------------------------------------------------------------------------------------
+
+    @property
+    def principals(self) -> str:
+        """Principals managed over REST (``cuvee.auth.stored``), one node each, secrets hashed."""
+        return f"{self.root}/principals"
+
+    def principal(self, name: str) -> str:
+        return f"{self.principals}/{check_name('principal', name)}"
+
     def stories(self, table: str) -> str:
         """The table's segment stories (``cuvee.story``)."""
         return f"{self.root}/stories/{check_name('table', table)}"

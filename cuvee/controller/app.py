@@ -13,6 +13,7 @@ from cuvee.controller import (
     api_schemas,
     api_segments,
     api_tables,
+    api_users,
     repair,
     retention,
 )
@@ -32,4 +33,5 @@ def build_app(ctl: Controller) -> FastAPI:
         app.include_router(module.router(ctl))
     app.include_router(metrics_router(ctl.metrics.registry))
     app.include_router(console_router(ctl, app))
+    app.include_router(api_users.router(lambda: ctl.store, ctl.config.auth, ctl.refresh_principals))
     return app

@@ -113,7 +113,8 @@ class Controller:
         self._store = ClusterStore(self.metastore, self.config.cluster)
         body_cap = max(DEFAULT_MAX_BODY_BYTES, self.config.max_upload_bytes + (1 << 20))  # + multipart framing
         self._http = HttpService(app, self.config.host, self.config.port, name="controller",  # type: ignore[arg-type]
-                                 max_body_bytes=body_cap, auth=self.config.auth, role=Role.CONTROLLER, tls=self.config.tls)
+                                 max_body_bytes=body_cap, auth=self.config.auth, role=Role.CONTROLLER,
+                                 tls=self.config.tls, store=self._store)
         timing = self.config.completion
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader,
@@ -217,6 +218,11 @@ class Controller:
 
     def _session_connected(self) -> bool:
         return self.metastore is not None and self.metastore.state is SessionState.CONNECTED
+
+    def refresh_principals(self) -> None:
+        """Re-read the principals kept in the metadata store now (after ``/users`` changed them)."""
+        if self._http is not None and self._http.principals is not None:
+            self._http.principals.refresh()
 
     def require_leader(self) -> None:
         if not self.is_leader:

@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from cuvee.auth.config import AuthConfig
 from cuvee.auth.layer import AuthLayer, Authenticator
 from cuvee.auth.policy import Role
+from cuvee.auth.stored import StoredPrincipals
+from cuvee.cluster.store import ClusterStore
 from cuvee.errors import CuveeError
 from cuvee.node.tls import TlsConfig
 
@@ -84,8 +86,9 @@ class HttpService:
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, auth: AuthConfig | None = None,
-                 role: Role | None = None, tls: TlsConfig | None = None):
-        """``auth`` and ``role``: every request goes through ``cuvee.auth.layer.AuthLayer`` when auth is on.
+                 role: Role | None = None, tls: TlsConfig | None = None, store: ClusterStore | None = None):
+        """``auth`` and ``role``: every request goes through ``cuvee.auth.layer.AuthLayer`` when auth is on;
+        ``store``: the cluster's metadata, whose principals (``cuvee.auth.stored``) count beside the config's.
         ``tls``: serve HTTPS with its certificate (``cuvee.node.tls``)."""
         self.app = app
         self.name = name
@@ -104,10 +107,13 @@ class HttpService:
         if host and host not in ("0.0.0.0", "::"):
             self.host = host  # a configured name is what others reach (and what a TLS certificate names)
         served: Any = app
+        self.principals: StoredPrincipals | None = None
         if auth is not None and auth.enabled:
             if role is None:
                 raise ValueError("an HTTP service with auth needs its role (what its routes require)")
-            served = AuthLayer(app, role, Authenticator(auth))
+            if store is not None:
+                self.principals = StoredPrincipals(store, auth.principals_refresh_seconds)
+            served = AuthLayer(app, role, Authenticator(auth, stored=self.principals))
         elif not _loopback(self.host):
             log.warning("%s listens on %s:%d without authentication: anyone who can reach it can read and drop "
                         "tables; turn [auth] on (docs/security.md)", name, self.host, self.port)
@@ -124,6 +130,8 @@ class HttpService:
 
     def start(self, timeout: float = 10.0) -> HttpService:
         """Serve in a daemon thread; returns once the server accepts connections."""
+        if self.principals is not None:
+            self.principals.start()
         self._thread = threading.Thread(target=self._run, name=f"{self.name}-http", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -135,11 +143,15 @@ class HttpService:
 
     def serve_forever(self) -> None:
         """Serve in this thread until ``stop`` is called or SIGINT/SIGTERM arrive."""
+        if self.principals is not None:
+            self.principals.start()
         self._run()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._server.should_exit = True
         self._stopped.set()
+        if self.principals is not None:
+            self.principals.stop()
         if self._thread is not None:
             self._thread.join(timeout)
         self._socket.close()

@@ -108,7 +108,7 @@ class Server:
         self.store = ClusterStore(self.metastore, cfg.cluster)
         routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry, self.upserts)
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
-                                 role=Role.SERVER, tls=cfg.tls)
+                                 role=Role.SERVER, tls=cfg.tls, store=self.store)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
         self.states = CurrentStates(self.store, self.instance_id)
         self.catalog = TableCatalog(self.store)

@@ -23,6 +23,7 @@ READER_TOKEN = "a-dashboard-token-of-enough-length"
 AUTH = {
     "enabled": True,
     "internal_token": INTERNAL,
+    "principals_refresh_seconds": 0.2,
     "principals": [
         {"name": "admin", "password": hash_password("admin-pw", n=2**10), "admin": True},
         {"name": "reader", "password": hash_password("reader-pw", n=2**10), "tables": [TABLE], "permissions": ["READ"]},
@@ -115,3 +116,45 @@ def test_pinotdb_connects_with_username_and_password(cluster: InProcessCluster) 
     anonymous = connect(host=host, port=int(port), path="/query/sql", scheme="http").cursor()
     with pytest.raises(Exception):  # noqa: B017 - pinotdb raises its own DatabaseError for the 401
         anonymous.execute(f"SELECT COUNT(*) FROM {TABLE}")
+
+
+def test_principals_kept_in_the_metadata_store_are_managed_over_rest_on_every_role(cluster: InProcessCluster) -> None:
+    url, admin = cluster.controller_url, ("admin", "admin-pw")
+    analyst = {"username": "analyst", "password": "analyst-pw-1", "tables": [TABLE], "permissions": ["READ"]}
+    assert httpx.post(f"{url}/users", json=analyst, auth=("reader", "reader-pw"), timeout=10).status_code == 403
+    created = httpx.post(f"{url}/users", json=analyst, auth=admin, timeout=10)
+    assert created.status_code == 200, created.text
+    assert httpx.post(f"{url}/users", json=analyst, auth=admin, timeout=10).status_code == 409
+    assert httpx.post(f"{url}/users", json={**analyst, "username": "reader"}, auth=admin, timeout=10).status_code == 409
+    for bad in ({**analyst, "username": "a:b"}, {**analyst, "password": "short"}, {**analyst, "role": "ROOT"},
+                {**analyst, "permissions": ["ALL"]}, {**analyst, "tables": ["x/y"]}, {**analyst, "extra": 1},
+                {"username": "nopw"}, [1, 2]):
+        answer = httpx.post(f"{url}/users", json=bad, auth=admin, timeout=10)
+        assert answer.status_code == 400 and answer.json()["code"] == 400, bad
+    listed = httpx.get(f"{url}/users", auth=admin, timeout=10).json()["users"]
+    assert listed["analyst"] == {"username": "analyst", "role": "USER", "tables": [TABLE], "permissions": ["READ"],
+                                 "password": True, "token": False, "source": "store"}
+    assert listed["admin"]["source"] == "config" and "scrypt" not in str(listed)
+
+    sql = f"SELECT COUNT(*) FROM {TABLE}"
+    wait_until(lambda: _sql(cluster, sql, auth=("analyst", "analyst-pw-1")).status_code == 200, 10,
+               message="the broker never learned the stored principal")
+    assert _sql(cluster, sql, auth=("analyst", "analyst-pw-1")).json()["exceptions"] == []
+    dropped = httpx.delete(f"{url}/tables/{TABLE}", auth=("analyst", "analyst-pw-1"), timeout=10)
+    assert dropped.status_code == 403
+
+    # A new password: the old one stops working on the controller at once, on the broker within the refresh.
+    changed = httpx.put(f"{url}/users/analyst", json={"password": "analyst-pw-2"}, auth=admin, timeout=10)
+    assert changed.status_code == 200 and changed.json()["user"]["tables"] == [TABLE]
+    assert httpx.get(f"{url}/tables/{TABLE}", auth=("analyst", "analyst-pw-1"), timeout=10).status_code == 401
+    assert httpx.get(f"{url}/tables/{TABLE}", auth=("analyst", "analyst-pw-2"), timeout=10).status_code == 200
+    wait_until(lambda: _sql(cluster, sql, auth=("analyst", "analyst-pw-1")).status_code == 401, 10,
+               message="the broker kept accepting the old password")
+    assert httpx.put(f"{url}/users/admin", json={"password": "x" * 10}, auth=admin, timeout=10).status_code == 409
+
+    # Deleted: refused everywhere, cached checks included.
+    assert httpx.delete(f"{url}/users/analyst", auth=admin, timeout=10).status_code == 200
+    assert httpx.delete(f"{url}/users/analyst", auth=admin, timeout=10).status_code == 404
+    assert httpx.get(f"{url}/tables/{TABLE}", auth=("analyst", "analyst-pw-2"), timeout=10).status_code == 401
+    wait_until(lambda: _sql(cluster, sql, auth=("analyst", "analyst-pw-2")).status_code == 401, 10,
+               message="the broker kept accepting a deleted principal")
