@@ -20,6 +20,11 @@ def register(groups: argparse._SubParsersAction) -> None:
     start.add_argument("--metadata", default="", help="metadata store URI (default sqlite:///DIR/metadata.db)")
     start.add_argument("--deep-store", default="", help="deep store URI (default file://DIR/deepstore)")
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every role to be healthy")
+    start.add_argument("--auth", action="store_true",
+                       help="turn auth on: an admin principal whose password goes to DIR/conf/admin-password")
+    start.add_argument("--tls-cert", default="", help="PEM certificate chain every role serves HTTPS with")
+    start.add_argument("--tls-key", default="", help="its private key (PEM)")
+    start.add_argument("--tls-ca", default="", help="the CA the roles' certificate chains to (what clients trust)")
     start.set_defaults(func=_up)
 
     stop = commands.add_parser("down", help="stop the cluster started from DIR")
@@ -30,10 +35,13 @@ def register(groups: argparse._SubParsersAction) -> None:
 def _up(args: argparse.Namespace) -> int:
     spec = LocalClusterSpec(
         dir=args.dir, servers=args.servers, metadata=args.metadata, deep_store=args.deep_store,
-        start_timeout_seconds=args.timeout,
+        start_timeout_seconds=args.timeout, auth=args.auth, tls_certfile=args.tls_cert, tls_keyfile=args.tls_key,
+        tls_ca_file=args.tls_ca,
     )
     info = up(spec)
     print(json.dumps(info, indent=2))
+    if spec.auth:
+        print(f"auth is on: log in as admin with the password in {info['adminPasswordFile']}")
     print(f"cluster is up; stop it with: cuvee cluster down --dir {args.dir}")
     return 0
 

@@ -4,14 +4,19 @@
 in its own session (so it outlives the command that started it), waits until every role answers ``/health`` and
 every server has registered, then writes ``DIR/cluster.json``. ``down`` reads that file and stops the processes:
 SIGTERM, then SIGKILL after a grace period. Data (metadata, stream, deep store, segments) stays in DIR.
+
+With a certificate every role serves HTTPS; with ``auth`` every role checks credentials, the roles share a made-up
+internal token, and an ``admin`` principal's password is written to ``DIR/conf/admin-password`` (mode 600).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,9 +26,12 @@ from typing import Any
 
 import httpx
 
+from cuvee.auth.secrets import hash_password
 from cuvee.errors import CuveeError
 
 CLUSTER_FILE = "cluster.json"
+ADMIN_PASSWORD_FILE = "admin-password"
+AUTH_FILE = "auth.json"  # the internal token and the admin's password hash, kept so a restart reuses them
 
 
 class LocalClusterError(CuveeError):
@@ -43,6 +51,23 @@ class LocalClusterSpec:
     host: str = "127.0.0.1"
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     start_timeout_seconds: float = 60.0
+    tls_certfile: str = ""  # with tls_keyfile: every role serves HTTPS with this certificate (docs/security.md)
+    tls_keyfile: str = ""
+    tls_ca_file: str = ""  # what the roles (and this launcher) trust; default: the system's CAs
+    auth: bool = False  # turn auth on: an internal token and an admin whose password goes to DIR/conf/admin-password
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_certfile)
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """What this launcher trusts when it calls the roles."""
+        return ssl.create_default_context(cafile=self.tls_ca_file) if self.tls_ca_file else True
+
+    def credentials(self) -> tuple[str, str] | None:
+        """(name, password) of the cluster's admin when auth is on (made by ``up``)."""
+        path = self.dir / "conf" / ADMIN_PASSWORD_FILE
+        return ("admin", path.read_text().strip()) if self.auth and path.exists() else None
 
     @property
     def metadata_uri(self) -> str:
@@ -67,7 +92,8 @@ class _Role:
 
     @property
     def url(self) -> str:
-        return f"http://{self.config['host']}:{self.port}"
+        scheme = "https" if self.config.get("tls", {}).get("certfile") else "http"
+        return f"{scheme}://{self.config['host']}:{self.port}"
 
 
 def up(spec: LocalClusterSpec) -> dict[str, Any]:
@@ -128,8 +154,34 @@ def read_cluster_info(directory: Path) -> dict[str, Any]:
 # ---- internals ---------------------------------------------------------------------------------------------
 
 
+def _security(spec: LocalClusterSpec) -> dict[str, Any]:
+    """The ``[tls]`` and ``[auth]`` tables every role gets. Auth's secrets are made once per directory (the
+    admin's password readable only by its owner) and reused when the cluster restarts."""
+    out: dict[str, Any] = {}
+    if spec.tls_certfile or spec.tls_keyfile or spec.tls_ca_file:
+        out["tls"] = {k: str(Path(v).resolve()) for k, v in (("certfile", spec.tls_certfile),
+                                                            ("keyfile", spec.tls_keyfile),
+                                                            ("ca_file", spec.tls_ca_file)) if v}
+    if spec.auth:
+        saved = spec.dir / "conf" / AUTH_FILE
+        if saved.exists():
+            secrets_doc = json.loads(saved.read_text())
+        else:
+            password = secrets.token_urlsafe(18)
+            secrets_doc = {"internal_token": secrets.token_urlsafe(32), "admin_password_hash": hash_password(password)}
+            for path, text in ((spec.dir / "conf" / ADMIN_PASSWORD_FILE, password + "\n"),
+                               (saved, json.dumps(secrets_doc) + "\n")):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+        out["auth"] = {"enabled": True, "internal_token": secrets_doc["internal_token"],
+                       "principals": [{"name": "admin", "password": secrets_doc["admin_password_hash"],
+                                       "admin": True}]}
+    return out
+
+
 def _plan_roles(spec: LocalClusterSpec) -> list[_Role]:
-    common = {"cluster": spec.cluster, "metadata": spec.metadata_uri, "host": spec.host}
+    common = {"cluster": spec.cluster, "metadata": spec.metadata_uri, "host": spec.host, **_security(spec)}
     roles = [_Role("controller", "controller", 0, {**common, "deep_store": spec.deep_store_uri})]
     for i in range(spec.servers):
         data_dir = str(spec.dir.resolve() / "data" / f"server-{i}")
@@ -178,7 +230,7 @@ def _wait_healthy(spec: LocalClusterSpec, role: _Role) -> None:
                 + _tail(spec.dir / "logs" / f"{role.name}.log")
             )
         try:
-            if httpx.get(f"{role.url}/health", timeout=1.0).status_code == 200:
+            if httpx.get(f"{role.url}/health", timeout=1.0, verify=spec.verify()).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -193,7 +245,8 @@ def _wait_servers_registered(spec: LocalClusterSpec, roles: list[_Role]) -> None
     seen = 0
     while time.monotonic() < deadline:
         try:
-            instances = httpx.get(f"{controller.url}/instances", timeout=2.0).json().get("instances", [])
+            instances = httpx.get(f"{controller.url}/instances", timeout=2.0, verify=spec.verify(),
+                                  auth=spec.credentials()).json().get("instances", [])
             seen = sum(1 for i in instances if str(i).startswith("Server_"))
             if seen >= wanted:
                 return
@@ -214,6 +267,9 @@ def _cluster_info(spec: LocalClusterSpec, roles: list[_Role]) -> dict[str, Any]:
         "deepStore": spec.deep_store_uri,
         "metadata": spec.metadata_uri,
         "cluster": spec.cluster,
+        "tls": spec.tls,
+        "caFile": str(Path(spec.tls_ca_file).resolve()) if spec.tls_ca_file else "",
+        "adminPasswordFile": str((spec.dir / "conf" / ADMIN_PASSWORD_FILE).resolve()) if spec.auth else "",
         "pids": {r.name: r.process.pid for r in roles if r.process is not None},
         "logs": {r.name: str((spec.dir / "logs" / f"{r.name}.log").resolve()) for r in roles},
     }
@@ -285,7 +341,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def _to_toml(doc: dict[str, Any], prefix: str = "") -> str:
-    """A tiny TOML writer for role configs: scalars, lists of scalars, nested tables."""
+    """A tiny TOML writer for role configs: scalars, lists (of scalars or inline tables), nested tables."""
     scalars = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in doc.items() if isinstance(v, dict)}
     out = [f"{key} = {_toml_value(value)}" for key, value in scalars.items()]
@@ -303,4 +359,6 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table (a list of principals)
+        return "{" + ", ".join(f"{key} = {_toml_value(v)}" for key, v in value.items()) + "}"
     return json.dumps(str(value))

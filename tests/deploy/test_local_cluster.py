@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,43 @@ def test_a_stopped_cluster_restarts_on_its_ports_and_serves_its_data(tmp_path: P
         wait_until(lambda: count(restarted) == 3_000, 60, interval=0.1, message="ingestion did not resume")
     finally:
         down(tmp_path)
+
+
+def test_cluster_up_with_auth_and_tls_serves_https_asks_for_credentials_and_restarts_with_the_same_secrets(
+        tmp_path: Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    for i, pem in enumerate(cert.cert_chain_pems):
+        pem.write_to_path(str(cert_file), append=i > 0)
+    cert.private_key_pem.write_to_path(str(key_file))
+    directory = tmp_path / "cluster"
+    args = ["cluster", "up", "--dir", str(directory), "--servers", "1", "--auth", "--tls-cert", str(cert_file),
+            "--tls-key", str(key_file), "--tls-ca", str(ca_file)]
+    for attempt in range(2):  # the second start reuses the first one's secrets
+        started = _cuvee(*args)
+        assert started.returncode == 0, started.stderr
+        info = json.loads((directory / "cluster.json").read_text())
+        try:
+            assert info["tls"] and all(url.startswith("https://") for url in [info["controller"], info["broker"],
+                                                                               *info["servers"]])
+            password_file = Path(info["adminPasswordFile"])
+            assert password_file.stat().st_mode & 0o777 == 0o600
+            admin = ("admin", password_file.read_text().strip())
+            with httpx.Client(verify=ssl.create_default_context(cafile=str(ca_file)), timeout=10) as http:
+                assert http.get(f"{info['controller']}/instances").status_code == 401
+                instances = http.get(f"{info['controller']}/instances", auth=admin).json()["instances"]
+                assert sum(1 for i in instances if i.startswith("Server_")) == 1
+                sql = {"sql": "SELECT COUNT(*) FROM nothing"}
+                assert http.post(f"{info['broker']}/query/sql", json=sql).status_code == 401
+                answered = http.post(f"{info['broker']}/query/sql", json=sql, auth=admin)
+                assert answered.status_code == 200 and answered.json()["exceptions"]  # past auth: no such table
+            with pytest.raises(httpx.ConnectError):  # not trusted without the CA
+                httpx.get(f"{info['controller']}/health", timeout=5)
+        finally:
+            stopped = _cuvee("cluster", "down", "--dir", str(directory))
+        assert stopped.returncode == 0, stopped.stderr
+        assert "internal_token" not in started.stdout and admin[1] not in started.stdout
