@@ -202,7 +202,12 @@ class QueryHandler:
         if query_options is not None and not isinstance(query_options, str):
             raise QueryError(QueryErrorCode.SQL_PARSING, "queryOptions must be a string like \"k=v;k2=v2\"")
         options = parse_query_options(query_options)
-        plan = await asyncio.to_thread(plan_sql, sql, self.view.resolve)
+        budget_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)  # OPTION(...) in the SQL: once planned
+        try:  # planning counts against the query's timeout; a plan that overruns it is left to finish unheard
+            plan = await asyncio.wait_for(asyncio.to_thread(plan_sql, sql, self.view.resolve), budget_ms / 1000)
+        except TimeoutError:
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"planning the query took longer than its timeout "
+                                                            f"({budget_ms} ms)") from None
         options.update(plan.options)
         measured[0] = raw_table_name(plan.table)  # Pinot labels broker metrics by raw table name
         if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):

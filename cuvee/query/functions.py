@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.prescan import is_number_list
 
 DIALECT = "duckdb"
 
@@ -217,6 +219,8 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, 
 
 
 def _is_number(node: exp.Expression) -> bool:
+    if is_number_list(node):  # a long IN-list of numbers, set aside before parsing
+        return True
     inner = node.this if isinstance(node, exp.Neg) else node
     return isinstance(inner, exp.Literal) and not inner.is_string
 

@@ -27,6 +27,7 @@ from sqlglot.errors import SqlglotError
 from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import DIALECT, pinot_column_name, translate_scalar
+from cuvee.query.prescan import prescan, put_back
 
 
 @dataclass(frozen=True)
@@ -129,47 +130,17 @@ MAX_NESTING = 32  # parentheses inside one another; deeper SQL is refused before
 # ends near 40 levels on its own)
 
 
-def nesting_depth(text: str) -> int:
-    """How deep the parentheses of ``text`` nest, outside quoted strings, identifiers and comments (a parser's
-    recursion follows it: deep enough and it exhausts the stack)."""
-    depth = deepest = 0
-    quote: str | None = None
-    i, n = 0, len(text)
-    while i < n:
-        char = text[i]
-        if quote is not None:
-            if char == quote:
-                quote = None  # a doubled quote closes and reopens: the same depth either way
-        elif char in "'\"`":
-            quote = char
-        elif text.startswith("--", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        elif char == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char == ")":
-            depth -= 1
-        i += 1
-    return deepest
-
-
 def _parse_statements(text: str) -> list[exp.Expression]:
-    depth = nesting_depth(text)
-    if depth > MAX_NESTING:
-        raise sql_error(f"the query nests parentheses {depth} deep; at most {MAX_NESTING}")
+    scanned = prescan(text)
+    if scanned.depth > MAX_NESTING:
+        raise sql_error(f"the query nests parentheses {scanned.depth} deep; at most {MAX_NESTING}")
     try:
-        statements = sqlglot.parse(text, read=DIALECT)
+        statements = [put_back(s, scanned.lists) for s in sqlglot.parse(scanned.text, read=DIALECT) if s is not None]
     except (SqlglotError, ValueError) as e:
         raise sql_error(str(e).splitlines()[0] if str(e) else "cannot parse the query") from None
     except RecursionError:  # nesting the parentheses count does not see (a long chain of operators)
         raise sql_error("the query is nested too deeply to parse") from None
-    return [s for s in statements if s is not None]
+    return statements
 
 
 def _set_options(statement: exp.Set) -> dict[str, str]:

@@ -60,3 +60,28 @@ def test_an_unexpected_failure_answers_450_without_its_text(handler: QueryHandle
     monkeypatch.setattr(handler_module, "broker_response", broken)
     code, message = _error(_ask(handler, "SELECT COUNT(*) FROM events"))
     assert code == 450 and "secret" not in message and "ZeroDivision" not in message and "broker log" in message
+
+
+def test_planning_is_bounded_by_the_querys_timeout(handler: QueryHandler, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    release = threading.Event()
+    real = handler_module.plan_sql
+
+    def slow(*args: Any) -> Any:
+        release.wait(10)  # a plan that takes longer than the query may
+        return real(*args)
+
+    monkeypatch.setattr(handler_module, "plan_sql", slow)
+    threading.Timer(1.5, release.set).start()  # asyncio.run waits for the abandoned plan before it returns
+    answer = _ask(handler, "SELECT COUNT(*) FROM events", "timeoutMs=200")
+    code, message = _error(answer)
+    assert code == 400 and "planning the query took longer than its timeout (200 ms)" in message
+    assert answer["timeUsedMs"] < 1000  # answered at the timeout, not when the plan ended
+
+
+def test_a_large_in_list_answers_in_seconds(handler: QueryHandler) -> None:
+    values = ", ".join(str(i) for i in range(70_000))  # two lists, ~0.9 MB: the 990 KB
+    answer = _ask(handler, f"SELECT COUNT(*) FROM events WHERE id IN ({values}) AND ts IN ({values})",
+                  "timeoutMs=20000")
+    assert answer["exceptions"] == [] and answer["resultTable"]["rows"] == [[0]]
