@@ -118,7 +118,7 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("GET", "/console/*", Need.PUBLIC),
         _rule("POST", "/sql", Need.AUTHENTICATED),  # the broker it goes to checks READ with the same credentials
         *(_rule("POST", path, Need.INTERNAL) for path in COMPLETION_PATHS.values()),
-        _rule("GET", "/tables", Need.AUTHENTICATED),  # names only (not filtered per principal)
+        _rule("GET", "/tables", Need.AUTHENTICATED),  # the names the principal may READ (filtered by the route)
         _rule("GET", "/schemas", Need.AUTHENTICATED),
         _rule("GET", "/instances", Need.AUTHENTICATED),
         _rule("GET", "/instances/{id}", Need.AUTHENTICATED),

@@ -137,6 +137,9 @@ def _render(statuses: list[dict[str, Any]]) -> Group:
                     f"{memory / 1e6:.1f}" if isinstance(memory, int | float) else "", _n(replica.get("badRecords")),
                     str(replica.get("error") or replica.get("uploadError") or "")[:60])
         parts.append(table)
+        for partition in status["partitions"]:
+            for problem in partition.get("problems") or []:
+                parts.append(f"[red]partition {partition['partition']}[/]: {problem}")
         lost = status["dataLost"]
         if lost["offsetsSkippedByRepair"] or lost["messagesLostByConsumingReplicas"]:
             parts.append(f"[red]data lost to stream retention[/]: {lost['offsetsSkippedByRepair']} offsets skipped by "

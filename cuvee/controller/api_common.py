@@ -10,6 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cuvee.auth.layer import principal_of
+from cuvee.auth.policy import Permission
 from cuvee.cluster.errors import ClusterStateError
 from cuvee.controller.errors import ApiError, BadRequest
 from cuvee.errors import UserError
@@ -20,6 +22,15 @@ log = logging.getLogger(__name__)
 
 def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"code": status, "error": message, **extra}, status_code=status)
+
+
+def readable(request: Request, names: list[str]) -> list[str]:
+    """The ``names`` (tables, or schemas named as their tables) the caller may READ: all of them when auth is off,
+    for an admin or the cluster's own roles; else those the principal's table list holds."""
+    principal = principal_of(request.scope)
+    if principal is None or principal.internal:
+        return names
+    return [name for name in names if principal.may(Permission.READ, name)]
 
 
 def require_body(body: Any) -> Any:

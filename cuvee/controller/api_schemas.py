@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 
-from cuvee.controller.api_common import require_body
+from cuvee.controller.api_common import readable, require_body
 from cuvee.controller.catalog import Catalog, parse_schema
 
 if TYPE_CHECKING:
@@ -27,8 +27,9 @@ def router(ctl: Controller) -> APIRouter:
         return {"status": f"{schema.name} successfully added", "unrecognizedProperties": {}}
 
     @api.get("/schemas")
-    def list_schemas() -> list[str]:
-        return catalog().schema_names()
+    def list_schemas(request: Request) -> list[str]:
+        """The schemas the caller may READ (a schema is named as its table; all when auth is off)."""
+        return readable(request, catalog().schema_names())
 
     @api.get("/schemas/{name}")
     def get_schema(name: str) -> dict[str, Any]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 
 from cuvee.config import raw_table_name
-from cuvee.controller.api_common import require_body
+from cuvee.controller.api_common import readable, require_body
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.table_ops import create_table, delete_table, update_table
 
@@ -32,8 +32,10 @@ def router(ctl: Controller) -> APIRouter:
         return {"status": f"Table {table.name_with_type} successfully added", "unrecognizedProperties": {}}
 
     @api.get("/tables")
-    def list_tables() -> dict[str, Any]:
-        return {"tables": sorted({raw_table_name(n) for n in catalog().table_names()})}
+    def list_tables(request: Request) -> dict[str, Any]:
+        """The tables the caller may READ (every table when auth is off)."""
+        names = sorted({raw_table_name(n) for n in catalog().table_names()})
+        return {"tables": readable(request, names)}
 
     @api.get("/tables/{table}")
     def get_table(table: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from cuvee.controller.consumption import consuming_segments_info
 from cuvee.controller.errors import BadGateway
 from cuvee.controller.server_client import ServerClient
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.status.health import ReplicaFacts, partition_health, table_health
+from cuvee.status.health import ReplicaFacts, partition_health, segment_problems, table_health
 
 RECENT = 3  # committed segments shown per partition
 
@@ -61,11 +61,21 @@ def table_status(store: ClusterStore, servers: ServerClient, table: TableConfig,
                 records_lag=report.get("recordsLag") if report else None,
                 delay_ms=now_ms - last if isinstance(last, int) else None,
                 error=(report.get("error") or report.get("uploadError")) if report else None))
+        problems = []
+        for member in ordered[:-1]:  # earlier segments: served? (pauseless: the previous one may still commit)
+            record = records.get(member.name)
+            problems += segment_problems(
+                member.name, {i: st.value for i, st in segments[member.name].items()},
+                {i: st.value for i, st in view_segments.get(member.name, {}).items()},
+                record.record.status.value if record is not None else None,
+                record.record.commit_time_ms if record is not None else None, now_ms)
         partitions.append({
             "partition": partition,
             "health": partition_health(facts, paused=paused, consuming=latest in consuming or any(
                 s.value == "CONSUMING" for s in segments[latest].values()),
-                committed_without_successor=latest_record is not None and latest_record.status.value == "DONE"),
+                committed_without_successor=latest_record is not None and latest_record.status.value == "DONE",
+                problems=problems),
+            "problems": problems,
             "latestUpstreamOffset": next((r.get("latestUpstreamOffset") for r in reports.values()), None),
             "segments": [_segment(m.name, records[m.name].record if records[m.name] else None, segments[m.name],
                                   view_segments.get(m.name, {})) for m in shown],

@@ -75,6 +75,9 @@ def test_who_may_do_what_on_the_controller(cluster: InProcessCluster) -> None:
     assert created.status_code == 403
     dash = {"Authorization": f"Bearer {READER_TOKEN}"}
     assert httpx.get(f"{url}/tables/{TABLE}", headers=dash, timeout=10).status_code == 403  # not its table
+    assert httpx.get(f"{url}/tables", headers=dash, timeout=10).json() == {"tables": []}  # nor in its list
+    assert httpx.get(f"{url}/schemas", headers=dash, timeout=10).json() == []
+    assert httpx.get(f"{url}/tables", auth=reader, timeout=10).json() == {"tables": [TABLE]}
     stranger = httpx.post(url + SEGMENT_CONSUMED, json={}, auth=("admin", "admin-pw"), timeout=10)
     assert stranger.status_code == 400  # an admin reaches the protocol (and sends nonsense)
     assert httpx.post(url + SEGMENT_CONSUMED, json={}, auth=reader, timeout=10).status_code == 403

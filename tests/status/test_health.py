@@ -31,3 +31,19 @@ def test_words_in_order_of_precedence() -> None:
     starting = ReplicaFacts("CONSUMING", None)  # just placed: not reported yet, not unreachable
     assert partition_health([starting], paused=False, consuming=True) == "HEALTHY"
     assert table_health(["HEALTHY", "LAGGING", "PAUSED"]) == "LAGGING" and table_health([]) == "HEALTHY"
+
+
+def test_an_earlier_segment_no_replica_serves_or_a_stuck_pauseless_commit_makes_the_partition_an_error() -> None:
+    from cuvee.status.health import STUCK_COMMIT_MS, segment_problems
+
+    ideal = {"A": "ONLINE", "B": "ONLINE"}
+    assert segment_problems("s1", ideal, {"A": "ONLINE", "B": "ERROR"}, "DONE", 0, 10) == []  # one serves it
+    [problem] = segment_problems("s1", ideal, {"A": "ERROR"}, "DONE", 0, 10)
+    assert "no replica serves s1" in problem and "A: ERROR" in problem and "B: not loaded" in problem
+    assert segment_problems("s1", {"A": "OFFLINE"}, {}, "DONE", 0, 10) == []  # not wanted served: repair's part
+    committing = {"A": "CONSUMING", "B": "CONSUMING"}
+    assert segment_problems("s2", committing, committing, "COMMITTING", 0, STUCK_COMMIT_MS) == []
+    [stuck] = segment_problems("s2", committing, committing, "COMMITTING", 0, STUCK_COMMIT_MS + 1000)
+    assert "s2 has been committing for" in stuck
+    assert partition_health([OK], paused=False, consuming=True, problems=[stuck]) == "ERROR"
+    assert partition_health([OK], paused=True, consuming=True, problems=[stuck]) == "PAUSED"

@@ -332,6 +332,7 @@ async function showStatus(name) {
     if (lost.messagesLostByConsumingReplicas) notes.push(`${lost.messagesLostByConsumingReplicas} messages lost by consuming replicas.`);
     if (status.streamError) notes.push(`Stream: ${status.streamError}`);
     if (status.repair && status.repair.last_error) notes.push(`Last repair error: ${status.repair.last_error}`);
+    for (const p of status.partitions) for (const problem of p.problems || []) notes.push(`Partition ${p.partition}: ${problem}`);
     for (const note of notes) parts.push(el("p", { className: "muted", textContent: note }));
     box.replaceChildren(...parts);
   } catch (err) {
