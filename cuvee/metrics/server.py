@@ -70,6 +70,9 @@ class _ConsumingCollector(Collector):
                                    labels=["table", "partition"])
         offset = GaugeMetricFamily("cuvee_server_consuming_offset", "The next stream offset a consuming segment "
                                    "reads", labels=["table", "partition"])
+        lag = GaugeMetricFamily("cuvee_server_offset_lag", "Offsets the stream holds beyond the newest consuming "
+                                "segment's position, as its replica last saw the stream's latest offset",
+                                labels=["table", "partition"])
         consuming = GaugeMetricFamily("cuvee_server_partitions_consuming", "Consuming segments held",
                                       labels=["table"])
         per_table: dict[str, int] = {}
@@ -80,13 +83,14 @@ class _ConsumingCollector(Collector):
         for table, info in self._segments():
             key = (table, str(info.get("partition", "")))
             last = info.get("lastConsumedTimestampMs")
-            current = merged.setdefault(key, {"rows": 0, "memory": 0, "offset": -1, "delay": 0})
+            current = merged.setdefault(key, {"rows": 0, "memory": 0, "offset": -1, "delay": 0, "lag": -1})
             current["rows"] += info.get("rowsConsumed") or 0
             current["memory"] += info.get("memoryBytes") or 0
             at = info.get("currentOffset") or 0
             if at >= current["offset"]:
                 current["offset"] = at
                 current["delay"] = max(now_ms - last, 0) if last is not None else 0
+                current["lag"] = info["recordsLag"] if info.get("recordsLag") is not None else -1
             per_table[table] = per_table.get(table, 0) + 1
         for (table, partition), values in sorted(merged.items()):
             labels = [table, partition]
@@ -94,9 +98,11 @@ class _ConsumingCollector(Collector):
             rows.add_metric(labels, values["rows"])
             memory.add_metric(labels, values["memory"])
             offset.add_metric(labels, max(values["offset"], 0))
+            if values["lag"] >= 0:  # not known before the replica's first look at the stream
+                lag.add_metric(labels, values["lag"])
         for table, count in sorted(per_table.items()):
             consuming.add_metric([table], count)
-        yield from (delay, rows, memory, offset, consuming)
+        yield from (delay, rows, memory, offset, lag, consuming)
 
 
 class IngestionMeter:

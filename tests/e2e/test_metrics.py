@@ -52,7 +52,7 @@ def test_every_role_exposes_its_metrics_and_they_move(tmp_path: Path) -> None:
         assert sum(s["cuvee_server_segment_upload_seconds_count"] for s in servers) >= 2  # the committers'
         assert all(s.get(f"cuvee_server_partitions_consuming{{table={table}}}", 0) >= 1 for s in servers)
         for name in ("cuvee_server_ingestion_delay_ms", "cuvee_server_consuming_rows",
-                     "cuvee_server_consuming_memory_bytes", "cuvee_server_consuming_offset"):
+                     "cuvee_server_consuming_memory_bytes", "cuvee_server_consuming_offset", "cuvee_server_offset_lag"):
             assert any(name in s for s in servers), name
 
         cluster.controller.repair.run_once()  # a pass over the table: its repair counters (none due) appear

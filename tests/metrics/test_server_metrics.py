@@ -14,7 +14,7 @@ def test_two_consuming_segments_of_a_partition_make_one_series() -> None:
     segments = [("t_REALTIME", {"partition": 0, "currentOffset": 100, "lastConsumedTimestampMs": 9_000,
                                 "rowsConsumed": 100, "memoryBytes": 1_000}),
                 ("t_REALTIME", {"partition": 0, "currentOffset": 130, "lastConsumedTimestampMs": 9_900,
-                                "rowsConsumed": 30, "memoryBytes": 300}),
+                                "rowsConsumed": 30, "memoryBytes": 300, "recordsLag": 12}),
                 ("t_REALTIME", {"partition": 1, "currentOffset": 7, "lastConsumedTimestampMs": None,
                                 "rowsConsumed": 0, "memoryBytes": 0})]
     metrics.watch_consuming(lambda: segments, clock=lambda: 10.0)
@@ -28,3 +28,4 @@ def test_two_consuming_segments_of_a_partition_make_one_series() -> None:
     assert samples[("cuvee_server_ingestion_delay_ms", "0")] == 100  # 10,000 ms now - 9,900
     assert samples[("cuvee_server_consuming_rows", "0")] == 130 and samples[("cuvee_server_consuming_memory_bytes", "0")] == 1_300
     assert samples[("cuvee_server_partitions_consuming", None)] == 3
+    assert samples[("cuvee_server_offset_lag", "0")] == 12 and ("cuvee_server_offset_lag", "1") not in samples

@@ -64,6 +64,7 @@ def test_row_threshold_ends_at_exactly_that_row(tmp_path: Path, log_dir: Path, c
     info = replica.segment.info()
     assert (info["currentOffset"], info["rowsConsumed"], info["partition"]) == (100, 100, 0)
     assert info["consumerState"] == "HOLDING" and info["badRecords"] == 0
+    assert (info["upstreamOffset"], info["recordsLag"]) == (250, 150)  # looked at the stream while behind
     assert replica.segment.last_ingestion_ms is not None
 
 

@@ -25,6 +25,8 @@ class ConsumerConfig:
     # before the replica gives up and sends segmentStoppedConsuming.
     stream_error_retries: int = 5
     stream_error_backoff_seconds: float = 0.2
+    # While behind, a consuming replica reads the stream's latest offset this often (its reported offset lag).
+    lag_check_seconds: float = 10.0
     # Most recent bad records kept per segment for inspection (the count is always exact).
     bad_records_kept: int = 100
 
@@ -53,7 +55,8 @@ class ConsumerConfig:
                     "controller_timeout_seconds", "request_retry_initial_seconds", "request_retry_max_seconds",
                     "extend_build_seconds",
                     "lease_check_seconds", "default_lease_seconds", "download_retry_initial_seconds",
-                    "download_retry_max_seconds", "catch_up_timeout_seconds", "stream_error_backoff_seconds")
+                    "download_retry_max_seconds", "catch_up_timeout_seconds", "stream_error_backoff_seconds",
+                    "lag_check_seconds")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -105,6 +105,10 @@ class PartitionConsumer:
         self.last_message_ms: int | None = None
         self.caught_up_ms: int | None = None  # clock time of the last fetch that found nothing newer
         self.stream_errors = 0
+        # The stream's latest offset as last seen (a fetch that found nothing newer, or a look every
+        # ``lag_check_seconds`` while behind): the offset lag this replica reports (None: not known yet).
+        self.upstream_offset: int | None = None
+        self._upstream_checked = float("-inf")
 
     def close(self) -> None:
         if self._stream is not None:
@@ -158,6 +162,25 @@ class PartitionConsumer:
             self._step(row_limit=None, target=target)
         return self.offset == target
 
+    @property
+    def records_lag(self) -> int | None:
+        """How many offsets the stream holds beyond this replica's position (as of the last look)."""
+        return None if self.upstream_offset is None else max(self.upstream_offset - self.offset, 0)
+
+    def _check_upstream(self, caught_up_at: int | None) -> None:
+        """``caught_up_at``: the fetch found nothing from there on (so that is the latest offset now)."""
+        if caught_up_at is not None:
+            self.upstream_offset = max(caught_up_at, self.upstream_offset or 0)
+            return
+        now = self.clock()
+        if now - self._upstream_checked < self.config.lag_check_seconds or self._stream is None:
+            return
+        self._upstream_checked = now
+        try:
+            self.upstream_offset = self._stream.latest_offset(self.partition)
+        except StreamError as exc:  # the lag stays as last known; fetching reports stream trouble itself
+            log.debug("%s: could not read the stream's latest offset: %s", self.name, exc)
+
     # ---- one fetch ----
 
     def _step(self, *, row_limit: int | None, target: int | None) -> None:
@@ -175,6 +198,7 @@ class PartitionConsumer:
             self._stream_error(exc)
             return
         self.stream_errors = 0
+        self._check_upstream(batch.next_offset if not len(batch) else None)
         fetched = len(batch)
         cap = self.cap  # read again: it may have been set while the fetch waited
         if cap is not None:

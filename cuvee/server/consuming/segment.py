@@ -285,6 +285,8 @@ class ConsumingSegment:
             "startOffset": self._consumer.effective_start,
             "partition": self.partition,
             "lastConsumedTimestampMs": self._consumer.last_message_ms,
+            "upstreamOffset": self._consumer.upstream_offset,  # the stream's latest, as this replica last saw it
+            "recordsLag": self._consumer.records_lag,
             "rowsConsumed": self.num_docs,
             "badRecords": self.bad_records.total,
             "recentBadRecords": [{"offset": b.offset, "reason": b.reason, "rawPrefix": b.raw_prefix} for b in recent],
