@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from cuvee.auth.layer import principal_of
+from cuvee.config import raw_table_name
 from cuvee.metrics import metrics_router
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ def build_broker_app(broker: Broker) -> FastAPI:
         return await _json(await broker.handler.handle(doc.get("sql"), doc.get("queryOptions"),
                                                        principal_of(request.scope)))
 
-    app.include_router(metrics_router(broker.metrics.registry))
+    app.include_router(metrics_router(  # series of tables that no longer exist go (labelled by raw name)
+        broker.metrics.registry,
+        lambda: broker.metrics.keep_tables({raw_table_name(name) for name in broker.view.snapshot.tables})))
     app.add_api_route("/query/sql", post_query, methods=["POST"])
     app.add_api_route("/query", post_query, methods=["POST"])
 

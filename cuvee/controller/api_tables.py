@@ -57,6 +57,8 @@ def router(ctl: Controller) -> APIRouter:
     def drop_table(table: str) -> dict[str, Any]:
         ctl.require_leader()
         deleted = delete_table(ctl.store, table, ctl.clock_ms(), round(ctl.config.deletion_grace_seconds * 1000))
+        for name in deleted:  # its repair counters (and their metric series) would otherwise stay, frozen
+            ctl.repair.stats.pop(name, None)
         return {"status": f"Tables: {deleted} deleted"}
 
     @api.get("/tables/{table}/schema")

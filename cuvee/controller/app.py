@@ -19,6 +19,7 @@ from cuvee.controller import (
 )
 from cuvee.console import console_router
 from cuvee.controller.api_common import install_error_handlers
+from cuvee.controller.catalog import Catalog
 from cuvee.metrics import metrics_router
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ def build_app(ctl: Controller) -> FastAPI:
     for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair,
                    retention):
         app.include_router(module.router(ctl))
-    app.include_router(metrics_router(ctl.metrics.registry))
+    app.include_router(metrics_router(  # series of tables that no longer exist go
+        ctl.metrics.registry, lambda: ctl.metrics.keep_tables(set(Catalog(ctl.store).table_names()))))
     app.include_router(console_router(ctl, app))
     app.include_router(api_users.router(lambda: ctl.store, ctl.config.auth, ctl.refresh_principals))
     return app

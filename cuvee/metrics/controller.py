@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -10,7 +10,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from cuvee.metrics import new_registry
+from cuvee.metrics import keep_label_values, new_registry
 
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -27,10 +27,18 @@ class ControllerMetrics:
                                ("table", "outcome"), registry=r)
         self.commit_seconds = Histogram("cuvee_controller_commit_seconds", "The three commit steps of a segment",
                                         ("table",), buckets=_SECONDS, registry=r)
+        self._tables: Collection[str] | None = None  # the tables that exist, as of the last keep_tables
+
+    def keep_tables(self, tables: Collection[str]) -> None:
+        """Drop every series of a table not in ``tables`` (the tables that exist: names with type)."""
+        self._tables = tables
+        keep_label_values(self, "table", lambda value: value in tables)
 
     def watch_repair(self, stats: Callable[[], Mapping[str, Any]]) -> None:
-        """Repair counters read at scrape time: ``stats()`` maps a table to its ``TableRepairStats``."""
-        self.registry.register(_RepairCollector(stats))
+        """Repair counters read at scrape time: ``stats()`` maps a table to its ``TableRepairStats`` (tables
+        ``keep_tables`` was not given are left out)."""
+        self.registry.register(_RepairCollector(
+            lambda: {t: s for t, s in stats().items() if self._tables is None or t in self._tables}))
 
 
 _REPAIR_KINDS = {"commits_finished": "finish_commit", "segments_recreated": "recreate_consuming",

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cuvee.metrics import new_registry
+from cuvee.metrics import keep_label_values, new_registry
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -45,6 +45,10 @@ class ServerMetrics:
                                          "found no good copy", ("table",), registry=r)
         self.download_seconds = Histogram("cuvee_server_segment_download_seconds", "Fetching a committed segment",
                                           ("table",), buckets=_SECONDS, registry=r)
+
+    def keep_tables(self, tables: Collection[str]) -> None:
+        """Drop every series of a table not in ``tables`` (the tables that exist: names with type)."""
+        keep_label_values(self, "table", lambda value: value in tables)
 
     def watch_consuming(self, segments: Callable[[], Iterable[tuple[str, dict[str, Any]]]],
                         clock: Callable[[], float] = time.time) -> None:

@@ -120,7 +120,8 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
                         "recentBadRecords": info.get("recentBadRecords", [])})
         return {"segments": out}
 
-    app.include_router(metrics_router(server.metrics.registry))
+    app.include_router(metrics_router(  # series of tables that no longer exist go
+        server.metrics.registry, lambda: server.metrics.keep_tables(set(server.store.children(server.store.paths.tables)))))
     for router in extra_routers:
         app.include_router(router)
     return app

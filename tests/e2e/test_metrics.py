@@ -67,3 +67,15 @@ def test_every_role_exposes_its_metrics_and_they_move(tmp_path: Path) -> None:
         assert broker[f"cuvee_broker_queries_total{{table={TABLE}}}"] >= 2
         assert broker[f"cuvee_broker_query_seconds_count{{table={TABLE}}}"] >= 2
         assert broker["cuvee_broker_query_errors_total{code=710}"] == 1
+
+        # Dropping the table takes its series away on every role (they would stay, frozen, until a restart).
+        assert cluster.http.delete(f"{cluster.controller_url}/tables/{TABLE}").status_code == 200
+
+        def mentions(url: str, name: str) -> bool:
+            return any(name in key for key in _scrape(url))
+
+        assert not mentions(cluster.controller_url, f"table={table}")
+        wait_until(lambda: not mentions(cluster.broker_url, f"table={TABLE}"), 30,
+                   message="the broker kept the dropped table's series")
+        wait_until(lambda: not any(mentions(s.url, f"table={table}") for s in cluster.servers), 30,
+                   message="a server kept the dropped table's series")

@@ -29,3 +29,13 @@ def test_two_consuming_segments_of_a_partition_make_one_series() -> None:
     assert samples[("cuvee_server_consuming_rows", "0")] == 130 and samples[("cuvee_server_consuming_memory_bytes", "0")] == 1_300
     assert samples[("cuvee_server_partitions_consuming", None)] == 3
     assert samples[("cuvee_server_offset_lag", "0")] == 12 and ("cuvee_server_offset_lag", "1") not in samples
+
+
+def test_series_of_tables_that_are_gone_are_dropped() -> None:
+    metrics = ServerMetrics()
+    metrics.rows_consumed.labels("a_REALTIME", "0").inc(5)
+    metrics.rows_consumed.labels("b_REALTIME", "0").inc(7)
+    metrics.downloads.labels("b_REALTIME", "peer").inc()
+    metrics.keep_tables({"a_REALTIME"})
+    text = generate_latest(metrics.registry).decode()
+    assert 'table="a_REALTIME"' in text and "b_REALTIME" not in text
