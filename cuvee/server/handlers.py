@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -27,6 +28,7 @@ from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
 from cuvee.server.transitions import Transition
+from cuvee.story import StoryWriter
 from cuvee.upsert.table import TableUpsert, UpsertTables
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,9 @@ class SegmentTransitions:
         make_consuming: ConsumingFactory,
         upserts: UpsertTables | None = None,
         gate_poll_seconds: float = 0.25,
+        story: StoryWriter | None = None,
     ):
+        self._story = story  # transitions to CONSUMING and ONLINE, and failures, go into the segment's story
         self._store = store
         self._registry = registry
         self._local = local
@@ -170,14 +174,26 @@ class SegmentTransitions:
         """Run the steps in order; True if all were made, False if one failed (the replica is then in ERROR).
         Recording a state never raises for a store error (``CurrentStates`` writes it again later)."""
         for step in chain:
+            started = time.monotonic()
             try:
                 self._run(table, step)
             except Exception as exc:
                 log.error("transition %s of %s failed: %s", step, table, exc, exc_info=not isinstance(exc, CuveeError))
                 self._states.set(table, step.segment, S.ERROR, failed_target=chain[-1].to_state)
+                self._tell(table, step, "transitionFailed", started,
+                           error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 return False
             self._states.set(table, step.segment, step.to_state)
+            self._tell(table, step, "transition", started)
         return True
+
+    def _tell(self, table: str, step: Transition, kind: str, started: float, **details: Any) -> None:
+        """A step into the segment's story; not steps to OFFLINE or DROPPED (the segment may be gone, and its
+        story with it: writing would leave an orphan)."""
+        if self._story is None or step.to_state in (S.OFFLINE, S.DROPPED):
+            return
+        self._story.record(table, step.segment, kind, fromState=step.from_state.value, toState=step.to_state.value,
+                           seconds=round(time.monotonic() - started, 3), **details)
 
     def _run(self, table: str, step: Transition) -> None:
         edge = (step.from_state, step.to_state)

@@ -122,7 +122,7 @@ class Server:
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming,
-                                              upserts=self.upserts)
+                                              upserts=self.upserts, story=self.story)
         go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id,
                 own_sessions=self._sessions, create=False)  # the id is free, before its record and states change
         self._register_instance()

@@ -207,7 +207,8 @@ def test_a_committed_segment_tells_its_story_in_order(cluster: InProcessCluster,
     def told() -> list | None:
         events = cluster.http.get(f"{cluster.controller_url}/segments/{TABLE}/{segment}/story").json()["events"]
         kinds = [e["kind"] for e in events]
-        return events if "committed" in kinds and kinds.count("built") >= 2 else None  # the other replica KEEPs
+        online = [e for e in events if e["kind"] == "transition" and e["toState"] == "ONLINE"]
+        return events if "committed" in kinds and kinds.count("built") >= 2 and len(online) == 2 else None
 
     events = wait_until(told, 30, message="the story never told the commit")
     kinds = [e["kind"] for e in events]
@@ -218,6 +219,9 @@ def test_a_committed_segment_tells_its_story_in_order(cluster: InProcessCluster,
     assert order == sorted(order), kinds
     [committed] = [e for e in events if e["kind"] == "committed"]
     assert committed["endOffset"] == cluster.segment_metadata(TABLE, segment)["endOffset"]
+    transitions = [(e["instance"], e["fromState"], e["toState"]) for e in events if e["kind"] == "transition"]
+    assert sorted(t[1:] for t in transitions) == [("CONSUMING", "ONLINE")] * 2 + [("OFFLINE", "CONSUMING")] * 2
+    assert kinds.index("transition") < kinds.index("segmentConsumed")  # OFFLINE -> CONSUMING came first
     commit_end = [e for e in events if e["kind"] == "segmentCommitEnd"]
     assert commit_end and commit_end[-1]["answer"] == "COMMIT_SUCCESS"
     monkeypatch.setenv("COLUMNS", "250")
