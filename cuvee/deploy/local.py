@@ -104,6 +104,7 @@ def up(spec: LocalClusterSpec) -> dict[str, Any]:
         raise LocalClusterError(f"a cluster is already running from {spec.dir} (run 'cuvee cluster down --dir {spec.dir}')")
     for sub in ("conf", "logs", "stream", "data"):
         (spec.dir / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(spec.dir / "conf", 0o700)  # role configs may hold the cluster's internal token
     if spec.deep_store_uri.startswith("file://"):
         Path(spec.deep_store_uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
     roles = _plan_roles(spec)
@@ -169,15 +170,20 @@ def _security(spec: LocalClusterSpec) -> dict[str, Any]:
         else:
             password = secrets.token_urlsafe(18)
             secrets_doc = {"internal_token": secrets.token_urlsafe(32), "admin_password_hash": hash_password(password)}
-            for path, text in ((spec.dir / "conf" / ADMIN_PASSWORD_FILE, password + "\n"),
-                               (saved, json.dumps(secrets_doc) + "\n")):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(text)
+            _write_private(spec.dir / "conf" / ADMIN_PASSWORD_FILE, password + "\n")
+            _write_private(saved, json.dumps(secrets_doc) + "\n")
         out["auth"] = {"enabled": True, "internal_token": secrets_doc["internal_token"],
                        "principals": [{"name": "admin", "password": secrets_doc["admin_password_hash"],
                                        "admin": True}]}
     return out
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (mode 600 even if it existed with another; never through a link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
 
 
 def _plan_roles(spec: LocalClusterSpec) -> list[_Role]:
@@ -205,7 +211,7 @@ def _plan_roles(spec: LocalClusterSpec) -> list[_Role]:
 
 def _launch(spec: LocalClusterSpec, role: _Role) -> subprocess.Popen[bytes]:
     conf = spec.dir / "conf" / f"{role.name}.toml"
-    conf.write_text(_to_toml(role.config))
+    _write_private(conf, _to_toml(role.config))
     log = open(spec.dir / "logs" / f"{role.name}.log", "ab")
     try:
         return subprocess.Popen(

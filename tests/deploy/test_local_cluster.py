@@ -149,6 +149,8 @@ def test_cluster_up_with_auth_and_tls_serves_https_asks_for_credentials_and_rest
                                                                                *info["servers"]])
             password_file = Path(info["adminPasswordFile"])
             assert password_file.stat().st_mode & 0o777 == 0o600
+            assert (directory / "conf").stat().st_mode & 0o777 == 0o700
+            assert all(f.stat().st_mode & 0o777 == 0o600 for f in (directory / "conf").iterdir())  # token inside
             admin = ("admin", password_file.read_text().strip())
             with httpx.Client(verify=ssl.create_default_context(cafile=str(ca_file)), timeout=10) as http:
                 assert http.get(f"{info['controller']}/instances").status_code == 401
