@@ -40,10 +40,12 @@ class PrincipalRecord(Record):
     def from_json(cls, doc: Any) -> PrincipalRecord:
         f = Fields(cls.KIND, doc)
         try:
+            tables, permissions = f.strings("tables"), f.strings("permissions")
+            if not tables or not permissions:  # fail closed: never read a missing list as "everything"
+                raise ValueError("tables and permissions must be listed")
             return cls(PrincipalConfig(name=f.string("name"), password=f.string("password", ""),
                                        token=f.string("token", ""), admin=f.boolean("admin", False),
-                                       tables=f.strings("tables") or ("*",),
-                                       permissions=f.strings("permissions") or ("READ",)))
+                                       tables=tables, permissions=permissions))
         except ValueError as exc:
             raise RecordFormatError(f"{cls.KIND}: {exc}") from None
 
@@ -57,6 +59,7 @@ class StoredPrincipals:
         self.generation = 0
         self._by_name: dict[str, PrincipalConfig] = {}
         self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one read-and-swap at a time: an older read never lands after a newer
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -68,22 +71,24 @@ class StoredPrincipals:
 
     def refresh(self) -> bool:
         """Read every stored principal; True when they changed. A node that does not decode is skipped (logged):
-        one bad node never locks everyone out."""
-        found: dict[str, PrincipalConfig] = {}
-        for name in self.store.children(self.store.paths.principals)[:MAX_STORED_PRINCIPALS]:
-            try:
-                record = self.store.find(PrincipalRecord, self.store.paths.principal(name))
-            except RecordFormatError as exc:
-                log.warning("stored principal %r is skipped: %s", name[:128], exc)
-                continue
-            if record is not None:
-                found[name] = record.record.config
-        with self._lock:
-            if found == self._by_name:
-                return False
-            self._by_name = found
-            self.generation += 1
-            return True
+        one bad node never locks everyone out. Reads run one at a time, so a slow periodic read that began before
+        a change cannot install what it read after the change was installed."""
+        with self._reading:
+            found: dict[str, PrincipalConfig] = {}
+            for name in self.store.children(self.store.paths.principals)[:MAX_STORED_PRINCIPALS]:
+                try:
+                    record = self.store.find(PrincipalRecord, self.store.paths.principal(name))
+                except RecordFormatError as exc:
+                    log.warning("stored principal %r is skipped: %s", name[:128], exc)
+                    continue
+                if record is not None:
+                    found[name] = record.record.config
+            with self._lock:
+                if found == self._by_name:
+                    return False
+                self._by_name = found
+                self.generation += 1
+                return True
 
     def start(self) -> StoredPrincipals:
         self._refresh_logged()

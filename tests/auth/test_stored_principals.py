@@ -35,9 +35,11 @@ def test_the_record_keeps_hashes_and_refuses_what_a_config_would() -> None:
                              permissions=("READ", "UPDATE"))
     assert PrincipalRecord.decode(PrincipalRecord(config).encode()).config == config
     with pytest.raises(RecordFormatError):
-        PrincipalRecord.from_json({"name": "a", "password": "plain-text"})
+        PrincipalRecord.from_json({"name": "a", "password": "plain-text", "tables": ["*"], "permissions": ["READ"]})
+    with pytest.raises(RecordFormatError):  # no table list is no table, not every table
+        PrincipalRecord.from_json({"name": "a", "token": hash_token("t"), "permissions": ["READ"]})
     with pytest.raises(RecordFormatError):
-        PrincipalRecord.from_json({"name": "a", "token": hash_token("t"), "permissions": ["ALL"]})
+        PrincipalRecord.from_json({"name": "a", "token": hash_token("t"), "tables": ["*"], "permissions": ["ALL"]})
 
 
 def test_refresh_moves_the_generation_only_when_something_changed(store: ClusterStore) -> None:
@@ -78,3 +80,32 @@ def test_the_authenticator_counts_stored_principals_and_forgets_cached_checks_wh
     store.delete(store.paths.principal("b"))
     stored.refresh()
     assert auth.authenticate(header) is None
+
+
+def test_a_slow_read_that_began_before_a_change_cannot_bring_the_old_principals_back(store: ClusterStore) -> None:
+    import threading
+
+    _put(store, PrincipalConfig("bob", token=hash_token("b" * 20)))
+    stored = StoredPrincipals(store, refresh_seconds=60)
+    stored.refresh()
+    entered, release = threading.Event(), threading.Event()
+    real_find = store.find
+
+    def stalled_find(cls, path):  # noqa: ANN001, ANN202
+        found = real_find(cls, path)  # read before the change ...
+        if threading.current_thread().name == "slow":
+            entered.set()
+            release.wait(5)  # ... and held while the change and its refresh happen
+        return found
+
+    store.find = stalled_find  # type: ignore[method-assign]
+    slow = threading.Thread(target=stored.refresh, name="slow")
+    slow.start()
+    assert entered.wait(5)
+    store.delete(store.paths.principal("bob"))
+    done = threading.Thread(target=stored.refresh)  # the change's own refresh waits for the slow one, then reads
+    done.start()
+    release.set()
+    slow.join(5)
+    done.join(5)
+    assert stored.get("bob") is None
