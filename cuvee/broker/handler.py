@@ -45,6 +45,7 @@ from cuvee.query import (
     QueryErrorCode,
     QueryPlan,
     broker_response,
+    embedded_options,
     error_response,
     merge_partials,
     parse_query_options,
@@ -107,6 +108,7 @@ class QueryHandler:
         self._lock = threading.Lock()  # the pool and the closing flag, between the loop and close()'s thread
         self._closing = False
         self._in_flight = 0  # queries inside handle(); only touched on the event loop
+        self._overrun_plans = 0  # plans still running after their query was answered at its timeout (event loop)
         self.pools_opened = 0
         self.metrics = metrics
 
@@ -202,12 +204,8 @@ class QueryHandler:
         if query_options is not None and not isinstance(query_options, str):
             raise QueryError(QueryErrorCode.SQL_PARSING, "queryOptions must be a string like \"k=v;k2=v2\"")
         options = parse_query_options(query_options)
-        budget_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)  # OPTION(...) in the SQL: once planned
-        try:  # planning counts against the query's timeout; a plan that overruns it is left to finish unheard
-            plan = await asyncio.wait_for(asyncio.to_thread(plan_sql, sql, self.view.resolve), budget_ms / 1000)
-        except TimeoutError:
-            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"planning the query took longer than its timeout "
-                                                            f"({budget_ms} ms)") from None
+        plan = await self._plan(sql, _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms,
+                                                  cfg.timeout_limit_ms))
         options.update(plan.options)
         measured[0] = raw_table_name(plan.table)  # Pinot labels broker metrics by raw table name
         if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):
@@ -236,6 +234,27 @@ class QueryHandler:
         replies = await scatter(self._http(), calls, wait) if calls else []
         return await asyncio.to_thread(self._answer, number, started, plan, targets[0].entry, routings, replies,
                                        len(calls))
+
+    async def _plan(self, sql: str, budget_ms: int) -> QueryPlan:
+        """Plan on a worker thread within the query's timeout. A plan that overruns it is answered at the timeout
+        and left to finish unheard; while ``max_overrun_plans`` such plans still run, new queries are refused
+        rather than piling up more (each holds a worker thread)."""
+        if self._overrun_plans >= self.config.max_overrun_plans:
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"{self._overrun_plans} queries that overran their "
+                                                            "timeout are still being planned; retry shortly")
+        future = asyncio.ensure_future(asyncio.to_thread(plan_sql, sql, self.view.resolve))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), budget_ms / 1000)
+        except TimeoutError:
+            self._overrun_plans += 1
+            future.add_done_callback(self._overrun_done)
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"planning the query took longer than its timeout "
+                                                            f"({budget_ms} ms)") from None
+
+    def _overrun_done(self, future: asyncio.Future[Any]) -> None:
+        self._overrun_plans -= 1
+        if not future.cancelled():
+            future.exception()  # retrieved: a failed overrun plan is nobody's answer
 
     def _answer(self, number: int, started: float, plan: QueryPlan, entry: TableEntry, routings: list[RoutingTable],
                 replies: list[ServerReply], num_calls: int) -> dict[str, Any]:

@@ -111,6 +111,24 @@ def parse_query_options(text: str | None) -> dict[str, str]:
     return options
 
 
+_LEADING_SET = re.compile(r"\s*SET\s+(?P<key>\w+)\s*=\s*(?P<value>'[^']*'|\"[^\"]*\"|[^;\s]+)\s*;", re.IGNORECASE)
+
+
+def embedded_options(sql: str) -> dict[str, str]:
+    """The options a query's text sets (leading ``SET k = v;`` statements, a trailing ``OPTION(...)``), read
+    cheaply before parsing: what bounds planning must be known before the plan exists. Parsing reads them again."""
+    options: dict[str, str] = {}
+    at = 0
+    while (match := _LEADING_SET.match(sql, at)) is not None:
+        options[match.group("key")] = match.group("value").strip("'\"")
+        at = match.end()
+    try:
+        options.update(_strip_option_clause(sql)[1])
+    except QueryError:
+        pass  # parsing reports a bad OPTION clause itself
+    return options
+
+
 def _strip_option_clause(sql: str) -> tuple[str, dict[str, str]]:
     match = _OPTION_CLAUSE.search(sql)
     if match is None:
@@ -135,7 +153,9 @@ def _parse_statements(text: str) -> list[exp.Expression]:
     if scanned.depth > MAX_NESTING:
         raise sql_error(f"the query nests parentheses {scanned.depth} deep; at most {MAX_NESTING}")
     try:
-        statements = [put_back(s, scanned.lists) for s in sqlglot.parse(scanned.text, read=DIALECT) if s is not None]
+        statements = [s for s in sqlglot.parse(scanned.text, read=DIALECT) if s is not None]
+        if scanned.lists and sum(put_back(s, scanned.lists) for s in statements) != len(scanned.lists):
+            statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]  # the slow, sure way
     except (SqlglotError, ValueError) as e:
         raise sql_error(str(e).splitlines()[0] if str(e) else "cannot parse the query") from None
     except RecursionError:  # nesting the parentheses count does not see (a long chain of operators)

@@ -27,7 +27,7 @@ _TOKENS = re.compile(
     rf"(?P<in>\bIN\s*\(\s*(?P<values>{_LITERAL}(?:\s*,\s*{_LITERAL})*)\s*\))"
     r"|'[^']*(?:''[^']*)*'?|\"[^\"]*(?:\"\"[^\"]*)*\"?|`[^`]*`?|--[^\n]*|/\*.*?(?:\*/|\Z)"
     r"|(?P<open>\()|(?P<close>\))",
-    re.IGNORECASE | re.DOTALL)
+    re.IGNORECASE | re.DOTALL | re.ASCII)  # ASCII: \d and \s match what SQL calls digits and spaces, nothing more
 
 
 LIST_META = "cuvee_literal_list"  # in a set-aside list's meta: "numbers" or "strings"
@@ -80,19 +80,25 @@ def prescan(text: str) -> Prescan:
     return Prescan(text, deepest, lists)
 
 
-def put_back(tree: exp.Expression, lists: Mapping[str, str]) -> exp.Expression:
-    """``tree`` with every placeholder ``IN`` list holding its original text again."""
+def put_back(tree: exp.Expression, lists: Mapping[str, str]) -> int:
+    """Give every placeholder ``IN`` list of ``tree`` its original text again; returns how many were put back.
+    Fewer than ``len(lists)`` means a placeholder landed somewhere this scanner misread (a string form it does
+    not know, such as E'...' or $$...$$): the caller then parses the original text instead."""
     if not lists:
-        return tree
+        return 0
+    swapped = 0
 
     def swap(node: exp.Expression) -> exp.Expression:
+        nonlocal swapped
         if isinstance(node, exp.In) and len(node.expressions) == 1:
             only = node.expressions[0]
             if isinstance(only, exp.Column) and not only.table and only.name in lists:
                 node.set("expressions", [literal_list(lists[only.name])])
+                swapped += 1
         return node
 
-    return tree.transform(swap, copy=False)
+    tree.transform(swap, copy=False)
+    return swapped
 
 
 __all__ = ["MIN_SET_ASIDE", "Prescan", "is_number_list", "literal_list", "prescan", "put_back"]

@@ -62,9 +62,12 @@ def test_an_unexpected_failure_answers_450_without_its_text(handler: QueryHandle
     assert code == 450 and "secret" not in message and "ZeroDivision" not in message and "broker log" in message
 
 
-def test_planning_is_bounded_by_the_querys_timeout(handler: QueryHandler, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_planning_is_bounded_by_the_querys_timeout_and_overrunning_plans_are_capped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
+    handler = QueryHandler(BrokerConfig(metadata="sqlite:///unused", max_timeout_ms=60_000, max_overrun_plans=1),
+                           FakeView())  # type: ignore[arg-type]
     release = threading.Event()
     real = handler_module.plan_sql
 
@@ -73,11 +76,32 @@ def test_planning_is_bounded_by_the_querys_timeout(handler: QueryHandler, monkey
         return real(*args)
 
     monkeypatch.setattr(handler_module, "plan_sql", slow)
-    threading.Timer(1.5, release.set).start()  # asyncio.run waits for the abandoned plan before it returns
-    answer = _ask(handler, "SELECT COUNT(*) FROM events", "timeoutMs=200")
-    code, message = _error(answer)
+
+    async def scenario() -> list[dict[str, Any]]:
+        first = await handler.handle("SELECT COUNT(*) FROM events", "timeoutMs=200")
+        second = await handler.handle("SELECT COUNT(*) FROM events", "timeoutMs=200")  # the first still plans
+        release.set()
+        while handler._overrun_plans:  # the first plan ends: queries are planned again
+            await asyncio.sleep(0.01)
+        monkeypatch.setattr(handler_module, "plan_sql", real)
+        third = await handler.handle("SET timeoutMs = 300; SELECT COUNT(*) FROM events OPTION(timeoutMs=250)")
+        return [first, second, third]
+
+    first, second, third = asyncio.run(scenario())
+    code, message = _error(first)
     assert code == 400 and "planning the query took longer than its timeout (200 ms)" in message
-    assert answer["timeUsedMs"] < 1000  # answered at the timeout, not when the plan ended
+    assert first["timeUsedMs"] < 1000  # answered at the timeout, not when the plan ended
+    code, message = _error(second)
+    assert code == 400 and "overran their timeout are still being planned" in message
+    assert third["exceptions"] == []
+
+
+def test_options_in_the_sql_text_are_read_before_planning() -> None:
+    from cuvee.query import embedded_options
+
+    assert embedded_options("SET timeoutMs = 300; SET a='x;y'; SELECT 1 FROM t OPTION(timeoutMs=250, b=2)") == {
+        "timeoutMs": "250", "a": "x;y", "b": "2"}
+    assert embedded_options("SELECT 1 FROM t OPTION(nonsense)") == {}  # parsing reports it
 
 
 def test_a_large_in_list_answers_in_seconds(handler: QueryHandler) -> None:

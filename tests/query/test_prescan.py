@@ -72,3 +72,15 @@ def test_what_a_query_means_does_not_change_when_its_list_is_set_aside(values: l
         assert scanned.text.replace(name, text) == sql
     else:
         assert scanned.text == sql
+
+
+def test_string_forms_the_scanner_does_not_know_fall_back_to_parsing_the_original_text() -> None:
+    values = ", ".join(str(i) for i in range(MIN_SET_ASIDE + 6))
+    for literal in (f"E'a\\' x IN ({values}) '", f"$$ id IN ({values}) $$"):
+        server = _plan(f"SELECT COUNT(*) FROM t WHERE s = {literal}")
+        assert "__cuvee_in_" not in server and f"IN ({values})" in server, server
+
+
+def test_non_ascii_digits_are_not_literals() -> None:
+    arabic = ", ".join(["\u0661"] * (MIN_SET_ASIDE + 6))
+    assert prescan(f"SELECT 1 FROM t WHERE id IN ({arabic})").lists == {}
