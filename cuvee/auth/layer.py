@@ -158,6 +158,10 @@ class AuthLayer:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["method"] not in _SAFE_METHODS and _cross_site(scope):
+            # a browser holding this site's credentials sent it from another site's page (a form, a script)
+            await self._refuse(send, Decision(False, 403, "cross-site request refused"))
+            return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         need = requirement(self.role, scope["method"], scope["path"], query)
         header = _header(scope, b"authorization")
@@ -199,6 +203,21 @@ class AuthLayer:
             headers.append((b"www-authenticate", f'Basic realm="{self.realm}"'.encode()))
         await send({"type": "http.response.start", "status": decision.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _cross_site(scope: dict[str, Any]) -> bool:
+    """Whether a browser says the request comes from another site's page: ``Sec-Fetch-Site: cross-site``, or an
+    ``Origin`` naming another host than the one asked. Clients that are not browsers send neither."""
+    if _header(scope, b"sec-fetch-site") == "cross-site":
+        return True
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return False
+    host = _header(scope, b"host") or ""
+    return origin == "null" or origin.split("://", 1)[-1].rstrip("/").lower() != host.lower()
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -18,6 +18,7 @@ from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 
 MAX_SQL_CHARS = 1_000_000  # the broker bounds it again (max_sql_bytes); this keeps the hop honest
+MAX_BODY_BYTES = 4 * MAX_SQL_CHARS + 64 * 1024  # a JSON body holding the longest query (escapes included)
 
 
 def live_brokers(store: ClusterStore) -> list[str]:
@@ -62,6 +63,10 @@ async def forward_query(brokers: list[str], body: Any, authorization: str | None
                 return _error(504, f"the broker at {url} did not answer within {timeout:g} s")
             except httpx.HTTPError:
                 continue  # unreachable: the next broker
+            if response.status_code == 401:  # known to the controller, not to the broker (yet): never a login loop
+                return _error(502, "the broker did not accept your credentials; a principal kept in the metadata "
+                                   "store reaches the brokers within auth.principals_refresh_seconds, one in a "
+                                   "controller's config file must be in the brokers' too")
             try:
                 return response.status_code, response.json()
             except ValueError:

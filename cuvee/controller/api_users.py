@@ -43,6 +43,8 @@ def router(store: Callable[[], ClusterStore], auth: AuthConfig, refreshed: Calla
         return found.record if found is not None else None
 
     def changeable(name: str) -> None:
+        if not auth.enabled:  # anyone may call now: a principal planted now would hold once auth is turned on
+            raise Conflict("auth is off: principals can be managed once [auth] is enabled (docs/security.md)")
         if name in configured:
             raise Conflict(f"principal {name!r} is defined in the config file; change it there")
 

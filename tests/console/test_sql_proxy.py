@@ -54,3 +54,38 @@ def test_the_callers_credentials_and_the_query_reach_a_broker_and_its_answer_com
         service.stop()
     assert status == 200 and answer["resultTable"]["rows"] == [[7]]
     assert seen == [("Basic dXNlcjpwdw==", {"sql": "SELECT COUNT(*) FROM t", "queryOptions": "timeoutMs=5"})]
+
+
+def test_a_broker_that_does_not_know_the_caller_answers_502_not_401() -> None:
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.post("/query/sql")
+    async def query() -> JSONResponse:
+        return JSONResponse({"code": 401, "error": "invalid credentials"}, status_code=401)
+
+    service = HttpService(app, name="strict-broker").start()
+    try:
+        status, answer = _forward([service.url], {"sql": "SELECT 1"}, "Basic dXNlcjpwdw==")
+    finally:
+        service.stop()
+    assert status == 502 and "did not accept your credentials" in answer["error"]
+
+
+def test_principals_cannot_be_planted_while_auth_is_off(tmp_path) -> None:  # noqa: ANN001
+    from fastapi.testclient import TestClient
+
+    from cuvee.auth.config import AuthConfig
+    from cuvee.cluster.store import ClusterStore
+    from cuvee.controller import api_users
+    from cuvee.controller.api_common import install_error_handlers
+    from cuvee.metastore import open_metastore
+
+    store = ClusterStore(open_metastore(f"sqlite:///{tmp_path / 'm.db'}"), "test")
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(api_users.router(lambda: store, AuthConfig(), lambda: None))
+    answer = TestClient(app).post("/users", json={"username": "eve", "password": "long enough", "role": "ADMIN"})
+    assert answer.status_code == 409 and "auth is off" in answer.json()["error"]
+    assert store.children(store.paths.principals) == []

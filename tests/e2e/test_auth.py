@@ -161,3 +161,23 @@ def test_principals_kept_in_the_metadata_store_are_managed_over_rest_on_every_ro
     assert httpx.get(f"{url}/tables/{TABLE}", auth=("analyst", "analyst-pw-2"), timeout=10).status_code == 401
     wait_until(lambda: _sql(cluster, sql, auth=("analyst", "analyst-pw-2")).status_code == 401, 10,
                message="the broker kept accepting a deleted principal")
+
+
+def test_browsers_cannot_be_made_to_act_for_their_user_from_another_site(cluster: InProcessCluster) -> None:
+    url, admin = cluster.controller_url, ("admin", "admin-pw")
+    host = url.removeprefix("http://")
+    repair = f"{url}/tables/{TABLE}/repair"
+    for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}):
+        refused = httpx.post(repair, auth=admin, headers=headers, timeout=10)
+        assert refused.status_code == 403 and "cross-site" in refused.json()["error"], headers
+    same = httpx.post(repair, auth=admin, headers={"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"},
+                      timeout=10)
+    assert same.status_code == 200
+    assert httpx.get(f"{url}/tables", auth=admin, headers={"Origin": "https://evil.example"},
+                     timeout=10).status_code == 200  # reading is not acting
+    page = httpx.get(f"{url}/console/", timeout=10)
+    assert page.status_code == 200 and page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    form = httpx.post(f"{url}/sql", auth=admin, content=b'{"sql": "SELECT 1"}', headers={"Content-Type": "text/plain"},
+                      timeout=10)
+    assert form.status_code == 415  # what an HTML form can send is not a query

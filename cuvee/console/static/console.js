@@ -64,8 +64,9 @@ function login() {
       const user = document.getElementById("login-user").value;
       const authorization = basic(user, document.getElementById("login-password").value);
       const { status } = await call("GET", "/tables", undefined, authorization);
-      if (status === 401) {
-        error.textContent = "Wrong user name or password.";
+      if (status === 401 || status >= 300) {
+        error.textContent = status === 401 ? "Wrong user name or password."
+                                           : `The controller answered HTTP ${status}; try again.`;
         error.hidden = false;
         return;
       }
@@ -423,7 +424,12 @@ async function segmentView(table, segment) {
 function route() {
   clearInterval(refreshTimer);
   refreshTimer = null;
-  const parts = (location.hash.replace(/^#\/?/, "") || "query").split("/").map(decodeURIComponent);
+  let parts;
+  try {
+    parts = (location.hash.replace(/^#\/?/, "") || "query").split("/").map(decodeURIComponent);
+  } catch (_) {
+    parts = ["query"];  // a hand-typed address that is not valid percent-encoding
+  }
   for (const link of document.querySelectorAll("header nav a")) {
     link.classList.toggle("active", link.dataset.nav === parts[0]);
   }
