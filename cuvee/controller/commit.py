@@ -103,7 +103,11 @@ class SegmentCommitter:
         may_act: Callable[[], bool] = lambda: True,
         metrics: ControllerMetrics | None = None,
         story: StoryWriter | None = None,
+        place_archive: Callable[[str, str, str], str] | None = None,
     ):
+        """``place_archive(table, segment, location)``: moves a committer's upload into the segment's place in
+        the deep store and returns the URI to record ("" when it cannot: peers serve the segment)."""
+        self.place_archive = place_archive
         self.store = store
         self.catalog = Catalog(store)
         self.clock_ms = clock_ms
@@ -133,12 +137,15 @@ class SegmentCommitter:
         try:
             self._check_leader()
             fault(COMMIT_BEFORE_STEP1)
+            location = action.location
+            if location and self.place_archive is not None:
+                location = self.place_archive(table, action.segment.name, location)
             step1 = mark_done(
                 end_offset=action.end_offset,
                 total_docs=action.total_docs,
                 size_bytes=action.size_bytes,
                 crc=action.crc,
-                download_uri=action.location,
+                download_uri=location,
                 now_ms=self.clock_ms(),
                 time_min=action.time_min,
                 time_max=action.time_max,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuvee.auth.config import AuthConfig
+from cuvee.deepstore.s3 import S3Settings
 from cuvee.node.tls import TlsConfig
 from cuvee.controller.completion_types import CompletionConfig
 
@@ -92,6 +93,7 @@ class ControllerConfig:
     lineage_end_timeout_seconds: float = 300.0
     lineage_in_progress_timeout_seconds: float = 86400.0
     new_segment_grace_seconds: float = 300.0
+    stale_upload_seconds: float = 3600.0  # a committer's upload no commit moved into place is deleted after this
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
     console_query_timeout_seconds: float = 60.0  # POST /sql (the console's queries) waits this long for a broker
@@ -99,6 +101,7 @@ class ControllerConfig:
     session_retry_max_seconds: float = 10.0
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
+    s3: S3Settings = field(default_factory=S3Settings)  # s3:// deep stores (docs/configuration.md)
 
     def __post_init__(self) -> None:
         if not self.metadata:
@@ -117,6 +120,7 @@ class ControllerConfig:
             max_upload_bytes=self.max_upload_bytes,
             server_timeout_seconds=self.server_timeout_seconds,
             console_query_timeout_seconds=self.console_query_timeout_seconds,
+            stale_upload_seconds=self.stale_upload_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,
         )

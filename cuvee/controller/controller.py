@@ -38,8 +38,8 @@ from cuvee.node.liveness import go_live
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.protocol.segment_name import LLCSegmentName
-from cuvee.segment.archive import deep_store_key
-from cuvee.spi.deepstore import DeepStore, DeepStoreError
+from cuvee.segment.archive import deep_store_key, upload_of
+from cuvee.spi.deepstore import DeepStore, DeepStoreError, ObjectNotFoundError
 from cuvee.spi.metastore import LeaderElection, MetadataStoreError, SessionState
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Controller:
         if self.config.deep_store:
             from cuvee.deepstore import open_deepstore
 
-            self.deep_store = open_deepstore(self.config.deep_store)
+            self.deep_store = open_deepstore(self.config.deep_store, self.config.s3)
         self.metastore = SessionHolder(self.config.metadata, retry_initial_seconds=self.config.session_retry_initial_seconds,
                                        retry_max_seconds=self.config.session_retry_max_seconds, name="controller")
         try:
@@ -100,12 +100,40 @@ class Controller:
         return self
 
     def _archive_location_ok(self, segment: LLCSegmentName, location: str) -> bool:
-        """A commitEnd's location is this segment's archive in the deep store, and the archive is there."""
+        """A commitEnd's location is an upload of this segment's archive (or the archive's own place) in the deep
+        store, and it is there."""
         assert self.deep_store is not None
-        key = deep_store_key(segment.table + TableType.REALTIME.suffix, segment.name)
+        table = segment.table + TableType.REALTIME.suffix
         try:
-            return self.deep_store.key_of(location) == key and self.deep_store.exists(key)
+            key = self.deep_store.key_of(location)
+            ours = key == deep_store_key(table, segment.name) or upload_of(key, table, segment.name)
+            return ours and self.deep_store.exists(key)
         except (DeepStoreError, OSError, ValueError):
+            return False
+
+    def _place_archive(self, table: str, segment: str, location: str) -> str:
+        """Move a committer's upload to the segment's archive key (a server-side copy on S3: no bytes through the
+        controller); the URI to record, or "" when that fails (peers serve it; repair uploads it later)."""
+        if self.deep_store is None:
+            return location
+        final = deep_store_key(table, segment)
+        try:
+            key = self.deep_store.key_of(location)
+            if key == final:
+                return location
+            return self.deep_store.move(key, final)
+        except ObjectNotFoundError:  # an earlier try of this commit moved it already
+            return self.deep_store.uri(final) if self._exists(final) else ""
+        except (DeepStoreError, OSError) as exc:
+            log.warning("commit of %s/%s: could not move the upload %s into place (%s); peers serve the segment "
+                        "until repair uploads it", table, segment, location[:256], exc)
+            return ""
+
+    def _exists(self, key: str) -> bool:
+        assert self.deep_store is not None
+        try:
+            return self.deep_store.exists(key)
+        except DeepStoreError:
             return False
 
     def _start_services(self, app: object) -> None:
@@ -119,6 +147,7 @@ class Controller:
         committer = SegmentCommitter(
             self._store, self.clock_ms, round(timing.max_segment_completion_seconds * 1000), lambda: self.is_leader,
             metrics=self.metrics, story=self.story,
+            place_archive=self._place_archive if self.deep_store is not None else None,
         )
         self._completion = CompletionService(self._store, committer, timing.fsm_config(), self.clock_ms,
                                              self._archive_location_ok if self.deep_store is not None else None,
@@ -147,6 +176,7 @@ class Controller:
             deletion_grace_ms=round(self.config.deletion_grace_seconds * 1000),
             lineage_grace_ms=round(self.config.lineage_grace_seconds * 1000),
             in_progress_timeout_ms=round(self.config.lineage_in_progress_timeout_seconds * 1000),
+            stale_upload_ms=round(self.config.stale_upload_seconds * 1000),
             stop_timeout=self.config.repair_stop_seconds,
         )
         self._external_view = ExternalViewTask(

@@ -26,7 +26,8 @@ from cuvee.controller.periodic import PeriodicTask, camel_keys
 from cuvee.controller.segment_deletion import delete_segments, purge_due
 from cuvee.lineage import rules
 from cuvee.lineage.model import LineageState, SegmentLineage
-from cuvee.spi.deepstore import DeepStore
+from cuvee.segment.archive import UPLOADS, upload_is_stale
+from cuvee.spi.deepstore import DeepStore, DeepStoreError
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -47,7 +48,7 @@ class TableRetentionStats:
 class RetentionTask(PeriodicTask):
     def __init__(self, store: ClusterStore, deep_store: DeepStore | None, clock_ms: Callable[[], int],
                  interval: float, should_run: Callable[[], bool], *, deletion_grace_ms: int, lineage_grace_ms: int,
-                 in_progress_timeout_ms: int, stop_timeout: float = 5.0):
+                 in_progress_timeout_ms: int, stale_upload_ms: int = 3_600_000, stop_timeout: float = 5.0):
         super().__init__("retention", interval, should_run, stop_timeout)
         self.store = store
         self.deep_store = deep_store
@@ -55,6 +56,8 @@ class RetentionTask(PeriodicTask):
         self.deletion_grace_ms = deletion_grace_ms
         self.lineage_grace_ms = lineage_grace_ms
         self.in_progress_timeout_ms = in_progress_timeout_ms
+        self.stale_upload_ms = stale_upload_ms
+        self.purged_uploads = 0  # committers' uploads no commit took, deleted once stale
         self.stats: dict[str, TableRetentionStats] = {}
         self.passes = 0
         self.failed_passes = 0
@@ -76,11 +79,30 @@ class RetentionTask(PeriodicTask):
                         self.stats.setdefault(table, TableRetentionStats()).failures += 1
                         log.exception("retention of %s failed; the next pass retries", table)
                 self.purged_objects += purge_due(self.store, self.deep_store, self.clock_ms())
+                self.purged_uploads += self._purge_stale_uploads(catalog.table_names())
                 self.passes += 1
                 self.failed_passes += 1 if failed else 0
             except Exception:  # a pass must never kill the thread: count, log, next pass retries
                 self.failed_passes += 1
                 log.exception("retention pass failed")
+
+    def _purge_stale_uploads(self, tables: list[str]) -> int:
+        """Delete committers' uploads (``deep_store_upload_key``) older than ``stale_upload_ms``: a commit moves
+        its upload into place within its lease, so an older one belongs to a committer that lost its turn."""
+        if self.deep_store is None:
+            return 0
+        purged, now = 0, self.clock_ms()
+        for table in tables:
+            if not table.endswith("_REALTIME"):
+                continue
+            try:
+                for key in self.deep_store.list(f"{table}/{UPLOADS}/"):
+                    if upload_is_stale(key, now, self.stale_upload_ms):
+                        self.deep_store.delete(key)
+                        purged += 1
+            except DeepStoreError as exc:  # the next pass retries
+                log.warning("retention: could not clean up stale uploads of %s: %s", table, exc)
+        return purged
 
     def _table(self, catalog: Catalog, config: TableConfig) -> None:
         table, now = config.name_with_type, self.clock_ms()
@@ -143,7 +165,7 @@ class RetentionTask(PeriodicTask):
     def status(self, table: str) -> dict[str, Any]:  # noqa: D102
         stats = self.stats.get(table, TableRetentionStats())
         return {"table": table, "passes": self.passes, "failedPasses": self.failed_passes,
-                "purgedObjects": self.purged_objects,
+                "purgedObjects": self.purged_objects, "purgedUploads": self.purged_uploads,
                 **camel_keys(asdict(stats))}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import secrets
 import shutil
 import tarfile
 import zlib
@@ -38,6 +39,32 @@ def deep_store_key(table_with_type: str, segment: str) -> str:
     """``events_REALTIME/events__0__3__20261121T1647Z.tar.zst``: where a committed segment's archive lives in a
     deep store (committers and repair put it there; the controller checks commitEnd's location against it)."""
     return f"{table_with_type}/{segment}{ARCHIVE_SUFFIX}"
+
+
+UPLOADS = "uploads"  # committers' uploads wait here until the commit moves them into place
+
+
+def deep_store_upload_key(table_with_type: str, segment: str, now_ms: int) -> str:
+    """``events_REALTIME/uploads/<segment>.<ms>.<random>.tar.zst``: where a committer puts its archive. Only the
+    commit moves it to ``deep_store_key``, so a committer that lost its turn (a lease that ran out, a late
+    retry) can never overwrite the archive of the build that was committed. ``now_ms`` dates it for the cleanup
+    of uploads no commit took (``upload_is_stale``)."""
+    return f"{table_with_type}/{UPLOADS}/{segment}.{now_ms}.{secrets.token_hex(8)}{ARCHIVE_SUFFIX}"
+
+
+def upload_of(key: str, table_with_type: str, segment: str) -> bool:
+    """Whether ``key`` is an upload (``deep_store_upload_key``) of that segment."""
+    prefix = f"{table_with_type}/{UPLOADS}/{segment}."
+    if not key.startswith(prefix) or not key.endswith(ARCHIVE_SUFFIX):
+        return False
+    middle = key[len(prefix):-len(ARCHIVE_SUFFIX)].split(".")
+    return len(middle) == 2 and middle[0].isdigit() and len(middle[1]) == 16
+
+
+def upload_is_stale(key: str, now_ms: int, grace_ms: int) -> bool:
+    """An upload (of any segment) older than ``grace_ms``: no commit will take it any more."""
+    name = key.rsplit("/", 1)[-1].removesuffix(ARCHIVE_SUFFIX).split(".")
+    return len(name) >= 3 and name[-2].isdigit() and now_ms - int(name[-2]) > grace_ms
 
 
 def pack(segment_dir: str | Path, out_file: str | Path | None = None) -> Path:

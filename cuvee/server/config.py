@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cuvee.auth.config import AuthConfig
+from cuvee.deepstore.s3 import S3Settings
 from cuvee.node.tls import TlsConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
@@ -59,6 +60,7 @@ class ServerConfig:
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
+    s3: S3Settings = field(default_factory=S3Settings)  # s3:// deep stores (docs/configuration.md)
 
     def __post_init__(self) -> None:
         for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",

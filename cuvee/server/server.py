@@ -92,7 +92,7 @@ class Server:
     def start(self) -> Server:
         cfg = self.config
         self.local.data_dir.mkdir(parents=True, exist_ok=True)
-        self.deep_store = open_deepstore(cfg.deep_store)
+        self.deep_store = open_deepstore(cfg.deep_store, cfg.s3)
         self.metastore = SessionHolder(cfg.metadata, retry_initial_seconds=cfg.session_retry_initial_seconds,
                                        retry_max_seconds=cfg.session_retry_max_seconds, name="server")
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,11 +12,14 @@ from cuvee.deepstore import open_deepstore
 from cuvee.spi.deepstore import DeepStore
 
 
-@pytest.fixture(params=["file"])
+@pytest.fixture(params=["file", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DeepStore]:
-    """One empty store per implementation (S3 joins this list when it exists)."""
+    """One empty store per implementation: a local directory, and a fresh prefix of a bucket on moto's S3 server."""
     if request.param == "file":
         yield open_deepstore((tmp_path / "deep store").as_uri())
+    else:
+        s3 = request.getfixturevalue("moto_s3")
+        yield open_deepstore(f"s3://{s3.bucket}/{uuid.uuid4().hex}/deep store", s3.settings)
 
 
 @pytest.fixture

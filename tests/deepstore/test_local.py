@@ -144,12 +144,14 @@ def test_open_deepstore_by_uri(tmp_path: Path) -> None:
     assert store.root_uri == root.as_uri()
     assert store.uri("a/b") == (root / "a" / "b").as_uri()
     assert open_deepstore(f"file://localhost{tmp_path}/x").root == tmp_path / "x"
-    assert supported_schemes() == ["file"]
+    assert supported_schemes() == ["file", "s3"]
 
 
 @pytest.mark.parametrize(("uri", "message"), [
-    ("s3://bucket/prefix", "unsupported scheme 's3'; supported: file://"),
-    ("/var/cuvee", "unsupported scheme 'none'; supported: file:// (give an absolute path as file:///abs/dir)"),
+    ("gs://bucket/prefix", "unsupported scheme 'gs'; supported: file://, s3://"),
+    ("/var/cuvee", "unsupported scheme 'none'; supported: file://, s3:// (give an absolute path as file:///abs/dir)"),
+    ("s3:///no-bucket", "must name a bucket"),
+    ("s3://bucket/x?endpoint=y", "must name a bucket"),
     ("file://relative/dir", "must name an absolute directory"),
     ("file:relative", "must name an absolute directory"),
 ])

@@ -17,7 +17,7 @@ from cuvee.controller import Controller, ControllerConfig
 from cuvee.controller.config import CompletionTiming
 from cuvee.metastore import open_metastore
 from cuvee.server.consuming import ConsumerState, SegmentCompletionClient
-from cuvee.server.consuming.build import deep_store_key
+from cuvee.segment.archive import deep_store_key
 from tests.server.test_consuming_support import (
     FAST,
     SCHEMA_DOC,
@@ -39,7 +39,9 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Controller, ClusterStore]]:
     uri = f"sqlite://{tmp_path / 'meta.db'}?{META_OPTIONS}"
     timing = CompletionTiming(hold_seconds=0.3, commit_lease_seconds=10, max_commit_seconds=30,
                               max_segment_completion_seconds=30)
+    (tmp_path / "deep").mkdir()
     controller = Controller(ControllerConfig(metadata=uri, cluster=CLUSTER, completion=timing,
+                                             deep_store=f"file://{tmp_path / 'deep'}",  # the replicas' (make_replica)
                                              external_view_interval_seconds=0.2, server_timeout_seconds=3)).start()
     meta = open_metastore(uri)
     store = ClusterStore(meta, CLUSTER)
@@ -89,6 +91,7 @@ def test_two_replicas_commit_and_keep_through_the_real_controller(tmp_path: Path
         assert done.end_offset == 100 and done.total_docs == 100
         key = deep_store_key(TABLE, name)
         assert done.download_uri == replicas[0].deep_store.uri(key) and replicas[0].deep_store.exists(key)
+        assert replicas[0].deep_store.list(f"{TABLE}/uploads/") == []  # the commit moved the upload into place
         online = [r.segment.go_online(done) for r in replicas]
         assert [s.crc for s in online] == [done.crc, done.crc]
         assert all(r.fetched == [] for r in replicas)

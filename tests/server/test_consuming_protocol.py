@@ -25,7 +25,7 @@ from cuvee.protocol.completion import (
     not_leader,
     processed,
 )
-from cuvee.segment.archive import unpack
+from cuvee.segment.archive import unpack, upload_of
 from cuvee.segment.builder import build_segment
 from cuvee.segment.format import data_files
 from cuvee.server.consuming import ConsumerConfig, ConsumerState, SegmentCompletionClient
@@ -124,9 +124,9 @@ def test_commit_uploads_to_the_deep_store_and_commit_end_carries_location_and_cr
     assert fake.kinds() == [K.SEGMENT_CONSUMED, K.SEGMENT_COMMIT_START, K.SEGMENT_COMMIT_END]
     end = mini.commit_end
     assert end is not None and end.offset == 100 and end.total_docs == 100
-    key = building.deep_store_key(TABLE, SEGMENT)
-    assert key == f"events_REALTIME/{SEGMENT}.tar.zst"
-    assert replica.deep_store.exists(key) and end.location == replica.deep_store.uri(key)
+    key = replica.deep_store.key_of(end.location)  # an upload of its own: the commit moves it into place
+    assert upload_of(key, TABLE, SEGMENT) and key.startswith(f"events_REALTIME/uploads/{SEGMENT}.")
+    assert replica.deep_store.exists(key)
     uploaded = unpack(replica.deep_store.get(key, tmp_path / "dl.tar.gz"), tmp_path / "unpacked")
     online = replica.segment.go_online(mini.committed_record(record(rows=100)))
     assert online.crc == end.crc and online.total_docs == 100

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cuvee.cluster.records import SegmentRecord
 from cuvee.config import Schema, TableConfig
-from cuvee.segment.archive import ARCHIVE_SUFFIX, deep_store_key, pack
+from cuvee.segment.archive import ARCHIVE_SUFFIX, deep_store_upload_key, pack
 from cuvee.segment.builder import build_segment
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
@@ -69,12 +69,13 @@ def _as_int(value: object) -> int | None:
 
 
 def upload(segment: ImmutableSegment, deep_store: DeepStore, table_with_type: str, scratch_dir: Path) -> str:
-    """Pack the segment and put it in the deep store; returns its URI. Raises DeepStoreError or OSError."""
+    """Pack the segment and put it in the deep store under an upload key of its own (the commit moves it into
+    place: ``deep_store_upload_key``); returns its URI. Raises DeepStoreError or OSError."""
     scratch_dir.mkdir(parents=True, exist_ok=True)
     archive = scratch_dir / f"{segment.name}{ARCHIVE_SUFFIX}"
     try:
         pack(segment.path, archive)
-        return deep_store.put(archive, deep_store_key(table_with_type, segment.name))
+        return deep_store.put(archive, deep_store_upload_key(table_with_type, segment.name, int(time.time() * 1000)))
     finally:
         archive.unlink(missing_ok=True)
 
