@@ -149,6 +149,9 @@ class SegmentRecord(Record):
     time_max: int | None = None
     download_uri: str = ""
     commit_time_ms: int | None = None
+    # Auto-tuned tables: the learned bytes per row the row threshold came from (a new leader learns on from the
+    # newest; None on fixed-size tables and before anything was learned)
+    bytes_per_row: float | None = None
 
     @property
     def is_consuming(self) -> bool:
@@ -205,6 +208,7 @@ class SegmentRecord(Record):
             "timeMax": self.time_max,
             "downloadUri": self.download_uri,
             "commitTimeMs": self.commit_time_ms,
+            **({"bytesPerRow": self.bytes_per_row} if self.bytes_per_row is not None else {}),
         }
 
     @classmethod
@@ -227,7 +231,17 @@ class SegmentRecord(Record):
             time_max=f.optional_integer("timeMax"),
             download_uri=f.string("downloadUri", ""),
             commit_time_ms=f.optional_integer("commitTimeMs"),
+            bytes_per_row=_optional_positive_float(f, "bytesPerRow"),
         )
+
+
+def _optional_positive_float(f: Fields, key: str) -> float | None:
+    value = f.doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise RecordFormatError(f"{f.kind}: field {key!r} must be a positive number, got {value!r}")
+    return float(value)
 
 
 # ---- segment → instance → state maps --------------------------------------------------------------------

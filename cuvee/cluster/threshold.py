@@ -2,7 +2,9 @@
 
 When a table sets ``realtime.segment.flush.threshold.rows = 0``, the controller picks each new segment's row
 threshold at commit time. It keeps R, the bytes per row of committed segments, as an exponential average
-R(n+1) = a*R(n) + (1-a)*R(current) with a > 0.5 (old knowledge weighs more, so one odd segment cannot swing it),
+R(n+1) = a*R(n) + (1-a)*R(current) with a > 0.5 (old knowledge weighs more, so one odd segment cannot swing it;
+0.75 by default: with 0.9 a cardinality shift took over 9 segments to come within 15% of the target, see
+docs/controller.md),
 learned from one partition only (partitions of a topic carry alike rows; one learner keeps the average from being
 dragged around by whichever partition commits most often). The next threshold is desiredSize / R, with Pinot's
 guards: a segment far below half the desired size grows the next one by 1.5x at most, one above 1.5x the desired
@@ -18,7 +20,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-DEFAULT_ALPHA = 0.9
+DEFAULT_ALPHA = 0.75
 DEFAULT_INITIAL_ROWS = 100_000
 TIME_LIMIT_MULTIPLIER = 1.1
 MAX_ROWS = 2**31 - 1

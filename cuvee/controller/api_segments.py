@@ -23,7 +23,7 @@ def router(ctl: Controller) -> APIRouter:
     @api.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "OK", "leader": ctl.is_leader, "leaderUrl": ctl.leader_url(), "instance": ctl.instance_id,
-                "receivedSegmentBytes": ctl.received_segment_bytes}
+                "receivedSegmentBytes": ctl.received_segment_bytes + ctl.repair.received_bytes}
 
     @api.get("/segments/{table}")
     def segments(table: str, type: str | None = None) -> list[dict[str, list[str]]]:  # noqa: A002 - Pinot's name

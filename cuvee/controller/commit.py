@@ -24,6 +24,7 @@ consuming segment per unpaused partition.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -243,8 +244,9 @@ class SegmentCommitter:
         assert stream is not None
         self._check_leader()
         next_name = next_segment_name(done, self.store.segment_names(table), now)
-        rows = self._next_rows(config, ideal, done, forced)
-        record = next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms)
+        rows, learned = self._next_rows(config, ideal, done, forced)
+        record = dataclasses.replace(next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms),
+                                     bytes_per_row=learned)
         self.store.create_segment(table, record)
         return next_name
 
@@ -269,17 +271,18 @@ class SegmentCommitter:
                 continue
             return successor_in(stored.record, committed)
 
-    def _next_rows(self, config: TableConfig, ideal: IdealState, done: SegmentRecord, forced: bool) -> int:
+    def _next_rows(self, config: TableConfig, ideal: IdealState, done: SegmentRecord,
+                   forced: bool) -> tuple[int, float | None]:
+        """The next segment's row threshold, and on auto-tuned tables the learned bytes per row it came from."""
         stream = config.stream
         assert stream is not None
         if not stream.auto_tuned:
-            return next_row_threshold(stream, ideal, done)
+            return next_row_threshold(stream, ideal, done), None
         with self._lock:
-            learner = self._learners.get(config.name_with_type) or SizeLearner(
-                SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows)
-            )
+            learner = self._learner_for(config)
             if done.status is SegmentStatus.COMMITTING:  # its size is not known yet: learned from at commitEnd
-                return learner.threshold_before_size(done.row_threshold or stream.flush_autotune_initial_rows)
+                rows = learner.threshold_before_size(done.row_threshold or stream.flush_autotune_initial_rows)
+                return rows, learner.bytes_per_row
             committed = CommittedSegment(
                 partition=done.partition or 0,
                 rows=done.total_docs,
@@ -289,7 +292,35 @@ class SegmentCommitter:
             )
             learner, rows = learner.on_commit(committed)
             self._learners[config.name_with_type] = learner
-            return rows
+            return rows, learner.bytes_per_row
+
+    def autotuned_rows(self, config: TableConfig) -> tuple[int, float | None]:
+        """A segment that follows no commit on an auto-tuned table (a new stream partition's first, one repair
+        re-creates): desiredSize / R once R is known, else the initial guess; and R."""
+        with self._lock:
+            learner = self._learner_for(config)
+        return learner.first_threshold(), learner.bytes_per_row
+
+    def _learner_for(self, config: TableConfig) -> SizeLearner:
+        """This table's learner; a controller that has none yet (it just became leader) takes R from the newest
+        segment metadata that records one, so learning goes on where the last leader left it. Under the lock."""
+        table = config.name_with_type
+        found = self._learners.get(table)
+        if found is not None:
+            return found
+        stream = config.stream
+        assert stream is not None
+        newest: SegmentRecord | None = None
+        for name in self.store.segment_names(table):
+            versioned = self.store.find_segment(table, name)
+            record = versioned.record if versioned is not None else None
+            if record is not None and record.bytes_per_row is not None and (
+                    newest is None or record.creation_time_ms > newest.creation_time_ms):
+                newest = record
+        learner = SizeLearner(SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows),
+                              bytes_per_row=newest.bytes_per_row if newest is not None else None)
+        self._learners[table] = learner
+        return learner
 
     def learner(self, table: str) -> SizeLearner | None:
         with self._lock:

@@ -167,6 +167,8 @@ class Controller:
             story=self.story,
         )
         self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
+        self.metrics.watch_received(lambda: {"tar_push": self.received_segment_bytes, "repair_upload":
+                                             self._repair.received_bytes if self._repair is not None else 0})
         self._retention = RetentionTask(
             self._store,
             self.deep_store,

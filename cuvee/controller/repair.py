@@ -32,6 +32,7 @@ except finishing commits (``finish`` itself places no next segment while paused)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import ssl
 import threading
@@ -142,6 +143,7 @@ class RepairTask(PeriodicTask):
         self.stats: dict[str, TableRepairStats] = {}
         self.passes = 0
         self.failed_passes = 0
+        self.received_bytes = 0  # segment archive bytes fetched from peers to upload them (peer-only segments)
         self._run_lock = threading.Lock()
 
     def run_pass(self) -> None:
@@ -202,7 +204,9 @@ class RepairTask(PeriodicTask):
 
     def _add_partitions(self, config: TableConfig, stats: TableRepairStats) -> list[Done]:
         try:
-            added = add_partitions(self.store, config, self.clock_ms(), self.should_run)
+            first = self.committer.autotuned_rows(config) if config.stream is not None and config.stream.auto_tuned \
+                else None
+            added = add_partitions(self.store, config, self.clock_ms(), self.should_run, autotuned=first)
         except (ClusterStateError, MetadataStoreError, CuveeError) as exc:
             stats.failures += 1
             stats.last_error = f"new partitions: {exc}"
@@ -230,6 +234,9 @@ class RepairTask(PeriodicTask):
                 stats.last_error = f"{item}: {exc}"
                 log.warning("repair of %s: peer-only upload failed (next pass retries): %s", table, exc)
                 continue
+            finally:
+                self.received_bytes += uploader.received_bytes
+                uploader.received_bytes = 0
             stats.segments_uploaded += 1
             done.append(item)
         return done
@@ -321,9 +328,15 @@ class RepairTask(PeriodicTask):
             instances = holders or instances
         now = self.clock_ms()
         successor = next_segment_name(record, self.store.segment_names(table), now)
-        rows = next_row_threshold(stream, ideal.record, record)
+        learned = None
+        if stream.auto_tuned:  # what the learner says now, not the abandoned segment's threshold
+            rows, learned = self.committer.autotuned_rows(config)
+        else:
+            rows = next_row_threshold(stream, ideal.record, record)
         llc = LLCSegmentName.parse(successor)
-        new = new_segment_record(successor, partition, llc.sequence, start, rows, stream.flush_threshold_time_ms, now)
+        new = dataclasses.replace(
+            new_segment_record(successor, partition, llc.sequence, start, rows, stream.flush_threshold_time_ms, now),
+            bytes_per_row=learned)
         if not self.should_run():
             return False
         _, created = self.store.create_segment(table, new)

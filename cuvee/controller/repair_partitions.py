@@ -9,6 +9,7 @@ still without segments); when the premise fails the new metadata is deleted, so 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,9 +60,11 @@ def place_new_partitions(new_ideal: IdealState, segments: dict[int, str]) -> Cal
     return update
 
 
-def add_partitions(store: ClusterStore, config: TableConfig, now_ms: int, may_act: Callable[[], bool]) -> list[int]:
+def add_partitions(store: ClusterStore, config: TableConfig, now_ms: int, may_act: Callable[[], bool],
+                   autotuned: tuple[int, float | None] | None = None) -> list[int]:
     """Create the first consuming segment of every new stream partition; returns the partitions placed.
-    Raises CuveeError when the stream cannot be read or too few servers are live (the caller counts it)."""
+    ``autotuned``: on an auto-tuned table, the row threshold the learner gives a first segment and its bytes per
+    row. Raises CuveeError when the stream cannot be read or too few servers are live (the caller counts it)."""
     stream = config.stream
     assert stream is not None
     table = config.name_with_type
@@ -77,11 +80,13 @@ def add_partitions(store: ClusterStore, config: TableConfig, now_ms: int, may_ac
         plan = plan_consuming_segments(
             table, {p: offsets[p] for p in missing}, config.replication, live, now_ms, existing=found.record,
             flush_rows=stream.flush_threshold_rows,
-            autotuned_rows=stream.flush_autotune_initial_rows if stream.auto_tuned else None,
+            autotuned_rows=(autotuned[0] if autotuned else stream.flush_autotune_initial_rows) if stream.auto_tuned
+            else None,
             time_threshold_ms=stream.flush_threshold_time_ms)
     except AssignmentError as exc:
         raise CuveeError(f"cannot place consuming segments for new partitions {missing}: {exc}") from None
-    records = [r for r in plan.segments if r.partition in missing]
+    learned = autotuned[1] if autotuned and stream.auto_tuned else None
+    records = [dataclasses.replace(r, bytes_per_row=learned) for r in plan.segments if r.partition in missing]
     created = [r for r in records if store.create_segment(table, r)[1]]
     placed: list[int] = []
     stored = None

@@ -76,6 +76,7 @@ class PeerUploader:
 
     def __init__(self, store: ClusterStore, deep_store: DeepStore, timeout: float,
                  headers: Mapping[str, str] | None = None, verify: ssl.SSLContext | bool = True):
+        self.received_bytes = 0  # archive bytes fetched from peers (the controller receives segment bytes here)
         self.store = store
         self.deep_store = deep_store
         self.timeout = timeout
@@ -90,6 +91,7 @@ class PeerUploader:
                 archive = Path(work) / f"{item.segment}{ARCHIVE_SUFFIX}"
                 try:
                     self._fetch(table, item.segment, peer, archive)
+                    self.received_bytes += archive.stat().st_size
                     self._verify(archive, Path(work) / "check", record)
                     break
                 except (httpx.HTTPError, SegmentError, UploadError, OSError) as exc:

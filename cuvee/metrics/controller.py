@@ -34,6 +34,10 @@ class ControllerMetrics:
         self._tables = tables
         keep_label_values(self, "table", lambda value: value in tables)
 
+    def watch_received(self, received: Callable[[], Mapping[str, int]]) -> None:
+        """Segment archive bytes the controller received, by source (``received()``: source -> bytes)."""
+        self.registry.register(_ReceivedCollector(received))
+
     def watch_repair(self, stats: Callable[[], Mapping[str, Any]]) -> None:
         """Repair counters read at scrape time: ``stats()`` maps a table to its ``TableRepairStats`` (tables
         ``keep_tables`` was not given are left out)."""
@@ -44,6 +48,22 @@ class ControllerMetrics:
 _REPAIR_KINDS = {"commits_finished": "finish_commit", "segments_recreated": "recreate_consuming",
                  "commits_restarted": "restart_committing", "successors_created": "create_successor",
                  "partitions_added": "new_partition", "segments_uploaded": "upload_peer_only"}
+
+
+class _ReceivedCollector(Collector):
+    def __init__(self, received: Callable[[], Mapping[str, int]]):
+        self._received = received
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("cuvee_controller_received_segment_bytes", "Segment archive bytes the "
+                                     "controller received (none in the default mode: committers upload to the deep "
+                                     "store)", labels=["source"])
+        for source, value in sorted(self._received().items()):
+            family.add_metric([source], value)
+        yield family
 
 
 class _RepairCollector(Collector):

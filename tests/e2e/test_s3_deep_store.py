@@ -48,6 +48,8 @@ def test_a_cluster_on_s3_commits_into_it_and_goes_on_through_an_s3_outage(tmp_pa
                 assert meta["downloadUri"].startswith("s3://cluster/deep store/"), meta
                 assert store.exists(store.key_of(meta["downloadUri"]))
             assert not any(k.startswith(".cuvee-tmp") for k in store.list())
+            assert store.list("ons3_REALTIME/uploads/") == []  # every commit moved its upload into place
+            assert http.get(f"{info['controller']}/health").json()["receivedSegmentBytes"] == 0  # none through it
 
             s3.stop()  # S3 is gone
             produce_ids(configs, 4_000, 8_000)
@@ -63,6 +65,9 @@ def test_a_cluster_on_s3_commits_into_it_and_goes_on_through_an_s3_outage(tmp_pa
             for meta in committed():
                 assert store.exists(store.key_of(meta["downloadUri"])), meta
             assert counts(http, info["broker"], TABLE) == (8_000, 8_000)
+            assert http.get(f"{info['controller']}/health").json()["receivedSegmentBytes"] > 0  # repair fetched
+            metrics = http.get(f"{info['controller']}/metrics").text
+            assert 'cuvee_controller_received_segment_bytes_total{source="repair_upload"}' in metrics
         finally:
             http.close()
             down(tmp_path)
