@@ -275,7 +275,29 @@ def successor_in(ideal: IdealState, segment: str) -> str | None:
     return None
 
 
-def complete_in_ideal_state(committed: str, next_segment: str | None) -> Callable[[IdealState], IdealState]:
+Placement = Callable[[tuple[str, ...]], tuple[str, ...]]
+"""Where a partition's next consuming segment goes, given the instances of the segment before it."""
+
+
+def place_on_tagged(partition: int, replicas: int, tagged_live: Collection[str],
+                    tagged: Collection[str]) -> Placement:
+    """The partition's replicas among the servers tagged for the table now: the live ones, and the previous
+    segment's own replicas while they keep the tag (a replica that is down for a while is not moved away). With
+    the same servers this is where table creation put the partition; a server tagged since takes its share;
+    too few servers: where the previous segment is."""
+
+    def place(previous: tuple[str, ...]) -> tuple[str, ...]:
+        pool = sorted(set(tagged_live) | {i for i in previous if i in tagged})
+        try:
+            return assign_partition(partition, replicas, pool)
+        except AssignmentError:
+            return previous
+
+    return place
+
+
+def complete_in_ideal_state(committed: str, next_segment: str | None,
+                            place: Placement | None = None) -> Callable[[IdealState], IdealState]:
     """Commit step 3 as an update function: ``committed`` ONLINE on its instances and ``next_segment`` CONSUMING
     on the same ones (no next segment when the table is paused). Other segments are left as they are, so commits
     of other partitions racing on the same node merge through the retry. A partition never gets a second
@@ -287,13 +309,15 @@ def complete_in_ideal_state(committed: str, next_segment: str | None) -> Callabl
             raise RequirementFailedError(f"segment {committed} is not in the ideal state of {ideal.table}")
         updated = ideal.with_segments_in(committed, instances, SegmentState.ONLINE)
         if next_segment is not None and successor_in(ideal, committed) is None:
-            updated = updated.with_segments_in(next_segment, instances, SegmentState.CONSUMING)
+            target = place(tuple(instances)) if place is not None else instances
+            updated = updated.with_segments_in(next_segment, target, SegmentState.CONSUMING)
         return updated
 
     return update
 
 
-def start_successor_in_ideal_state(committing: str, next_segment: str) -> Callable[[IdealState], IdealState]:
+def start_successor_in_ideal_state(committing: str, next_segment: str,
+                                   place: Placement | None = None) -> Callable[[IdealState], IdealState]:
     """Pauseless commit start as an update function: ``next_segment`` CONSUMING on the instances of
     ``committing``, which stays as it is (CONSUMING until its commit ends). As in ``complete_in_ideal_state``, a
     partition never gets a second successor."""
@@ -304,6 +328,7 @@ def start_successor_in_ideal_state(committing: str, next_segment: str) -> Callab
             raise RequirementFailedError(f"segment {committing} is not in the ideal state of {ideal.table}")
         if successor_in(ideal, committing) is not None:
             return ideal
-        return ideal.with_segments_in(next_segment, instances, SegmentState.CONSUMING)
+        target = place(tuple(instances)) if place is not None else instances
+        return ideal.with_segments_in(next_segment, target, SegmentState.CONSUMING)
 
     return update

@@ -88,6 +88,7 @@ class InstanceInfo(Record):
     ports: Mapping[str, int] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     tls: bool = False  # its HTTP port speaks TLS (https)
+    tags_managed: bool = False  # tags set over REST (updateTags): the instance's own config no longer sets them
 
     def has_tag(self, tag: str) -> bool:
         return tag in self.tags
@@ -104,6 +105,8 @@ class InstanceInfo(Record):
         doc = {"id": self.instance_id, "host": self.host, "ports": dict(self.ports), "tags": list(self.tags)}
         if self.tls:
             doc["tls"] = True
+        if self.tags_managed:
+            doc["tagsManaged"] = True
         return doc
 
     @classmethod
@@ -117,7 +120,8 @@ class InstanceInfo(Record):
         tls = doc.get("tls", False) if isinstance(doc, dict) else False
         if not isinstance(tls, bool):
             raise RecordFormatError(f"{cls.KIND}: 'tls' must be true or false")
-        return cls(instance_id=f.string("id"), host=f.string("host"), ports=ports, tags=f.strings("tags"), tls=tls)
+        return cls(instance_id=f.string("id"), host=f.string("host"), ports=ports, tags=f.strings("tags"), tls=tls,
+                   tags_managed=f.boolean("tagsManaged", False))
 
 
 # ---- segment metadata -----------------------------------------------------------------------------------

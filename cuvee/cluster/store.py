@@ -9,6 +9,7 @@ in a state the step must not touch). This mirrors iceberg's ``commit(requirement
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -143,7 +144,15 @@ class ClusterStore:
     # ---- instances -----------------------------------------------------------------------------------------
 
     def register_instance(self, info: InstanceInfo) -> Versioned[InstanceInfo]:
-        return self.put(self.paths.instance(info.instance_id), info)
+        """An instance's own registration (at start, on a new session): where to reach it, and its configured tags
+        unless an operator set them over REST since (``tags_managed``), which then stay."""
+
+        def merge(existing: InstanceInfo) -> InstanceInfo:
+            if existing.tags_managed:
+                return dataclasses.replace(info, tags=existing.tags, tags_managed=True)
+            return info
+
+        return self.update(InstanceInfo, self.paths.instance(info.instance_id), merge, initial=info)
 
     def instance(self, instance_id: str) -> InstanceInfo:
         return self.read(InstanceInfo, self.paths.instance(instance_id)).record

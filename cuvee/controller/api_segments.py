@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
@@ -91,4 +92,29 @@ def router(ctl: Controller) -> APIRouter:
         live = ctl.store.metastore.exists(ctl.store.paths.live(instance_id)) is not None
         return {**found.record.to_json(), "live": live}
 
+    @api.put("/instances/{instance_id}/updateTags")
+    def update_tags(instance_id: str, tags: str = "") -> dict[str, Any]:
+        """Pinot's ``updateTags``: the instance's tags become ``tags`` (comma-separated) and stay so across its
+        restarts. New consuming segments go to the servers tagged now at each commit and by repair; committed
+        segments move with ``POST /tables/{t}/rebalance``."""
+        try:
+            check_name("instance", instance_id)
+        except UserError as exc:
+            raise BadRequest(str(exc)) from None
+        wanted = tuple(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
+        bad = [t for t in wanted if len(t) > MAX_TAG or not all(c.isalnum() or c in "_-." for c in t)]
+        if bad or len(wanted) > MAX_TAGS:
+            raise BadRequest(f"tags are up to {MAX_TAGS} names of letters, digits, '_', '-' and '.', at most "
+                             f"{MAX_TAG} characters each; refused: {[t[:MAX_TAG] for t in bad][:5]}")
+        path = ctl.store.paths.instance(instance_id)
+        if ctl.store.find(InstanceInfo, path) is None:
+            raise NotFound(f"instance {instance_id!r} does not exist")
+        updated = ctl.store.update(InstanceInfo, path,
+                                   lambda info: dataclasses.replace(info, tags=wanted, tags_managed=True))
+        return {"status": f"tags of {instance_id} updated", **updated.record.to_json()}
+
     return api
+
+
+MAX_TAGS = 32
+MAX_TAG = 128

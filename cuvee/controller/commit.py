@@ -32,11 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cuvee.cluster.assignment import (
+    Placement,
     complete_in_ideal_state,
     mark_committing,
     mark_done,
     next_segment_name,
     next_segment_record,
+    place_on_tagged,
+    server_tag,
     start_successor_in_ideal_state,
     successor_in,
 )
@@ -189,9 +192,10 @@ class SegmentCommitter:
                 return None  # resume, or the commit's step 3, places it
             next_name = self._create_next(table, config, ideal.record, record, False, self.clock_ms())
             self._check_leader()
+            place = self._placement(config, record)
 
             def update(current: IdealState) -> IdealState:
-                return current if current.paused else start_successor_in_ideal_state(name, next_name)(current)
+                return current if current.paused else start_successor_in_ideal_state(name, next_name, place)(current)
 
             stored = self.store.update_ideal_state(table, update)
             fault(COMMIT_START_AFTER_NEXT)
@@ -255,12 +259,13 @@ class SegmentCommitter:
     ) -> str | None:
         """Step 3, deciding from the ``paused`` flag of the ideal state it updates. Returns the placed successor."""
         committed = done.segment_name
+        place = self._placement(config, done)
 
         def update(ideal: IdealState) -> IdealState:
             missing = next_name is None and successor_in(ideal, committed) is None
             if not ideal.paused and missing and ideal.instances_of(committed):
                 raise _NextSegmentMissing(ideal)
-            return complete_in_ideal_state(committed, None if ideal.paused else next_name)(ideal)
+            return complete_in_ideal_state(committed, None if ideal.paused else next_name, place)(ideal)
 
         while True:
             try:
@@ -293,6 +298,17 @@ class SegmentCommitter:
             learner, rows = learner.on_commit(committed)
             self._learners[config.name_with_type] = learner
             return rows, learner.bytes_per_row
+
+    def _placement(self, config: TableConfig, done: SegmentRecord) -> Placement | None:
+        """Where the partition's next consuming segment goes: among the servers tagged for the table now
+        (``place_on_tagged``), so added capacity takes new consuming segments at their commits. Upsert tables
+        keep them where the partition's keys are (strict replica groups); None: with the committed segment."""
+        if config.is_upsert or done.partition is None:
+            return None
+        tag = server_tag(config.tenants.server)
+        tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
+        live = set(self.store.live_instance_ids())
+        return place_on_tagged(done.partition, config.replication, tagged & live, tagged)
 
     def autotuned_rows(self, config: TableConfig) -> tuple[int, float | None]:
         """A segment that follows no commit on an auto-tuned table (a new stream partition's first, one repair

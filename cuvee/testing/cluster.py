@@ -52,8 +52,6 @@ class InProcessCluster:
         the CA file the helpers trust when the roles serve HTTPS."""
         from cuvee.broker.broker import Broker, BrokerConfig
         from cuvee.controller import Controller, ControllerConfig
-        from cuvee.server.config import ServerConfig
-        from cuvee.server.server import Server
 
         self.root = root
         self.stream_dir = root / "stream"
@@ -64,17 +62,30 @@ class InProcessCluster:
         self.controller = Controller(
             config_from_dict(ControllerConfig, _merge({**common, "deep_store": self.deep_store}, _merge(FAST_CONTROLLER, controller)))
         )
-        self.servers = [
-            Server(config_from_dict(ServerConfig, _merge(
-                {**common, "deep_store": self.deep_store, "data_dir": str(root / f"server-{i}")},
-                _merge(FAST_SERVER, server),
-            )))
-            for i in range(servers)
-        ]
+        self._server_overrides = dict(server or {})
+        self.servers = [self._new_server(i) for i in range(servers)]
         self.broker = Broker(config_from_dict(BrokerConfig, _merge(common, _merge(FAST_BROKER, broker))))
         trust = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
         self.http = httpx.Client(timeout=30, auth=credentials, verify=trust)
         self._started: list[Any] = []
+
+    def _new_server(self, i: int, **extra: Any) -> Any:
+        from cuvee.server.config import ServerConfig
+        from cuvee.server.server import Server
+
+        base = {"metadata": self.metadata, "deep_store": self.deep_store, "data_dir": str(self.root / f"server-{i}")}
+        return Server(config_from_dict(ServerConfig, _merge(base, _merge(FAST_SERVER, {**self._server_overrides,
+                                                                                       **extra}))))
+
+    def add_server(self, **extra: Any) -> Any:
+        """Start one more server (``extra``: config keys of its own, such as ``tags``) and wait until it is
+        registered; it stops with the cluster."""
+        server = self._new_server(len(self.servers), **extra).start()
+        self.servers.append(server)
+        self._started.append(server)
+        wait_until(lambda: server.instance_id in self.http.get(f"{self.controller_url}/instances").json()["instances"],
+                   10, message="the added server never registered")
+        return server
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
 

@@ -214,3 +214,17 @@ def test_commit_start_places_the_successor_and_leaves_the_committing_segment_con
     assert after.segments[seg.name] == {"s0": O, "s1": O} and after.segments[nxt] == started.segments[nxt]
     with pytest.raises(RequirementFailedError, match="not in the ideal state"):
         start_successor_in_ideal_state("events__7__0__20261121T1647Z", nxt)(ideal)
+
+
+def test_next_consuming_segments_go_to_the_servers_tagged_now() -> None:
+    from cuvee.cluster.assignment import place_on_tagged
+
+    # The same servers: where creation put the partition (round-robin over the sorted ids).
+    assert place_on_tagged(1, 2, {"a", "b", "c"}, {"a", "b", "c"})(("c", "a")) == ("c", "a")
+    # A server tagged since takes its share.
+    assert place_on_tagged(1, 2, {"a", "b", "c", "d"}, {"a", "b", "c", "d"})(("c", "a")) == ("c", "d")
+    # A replica that is down but still tagged keeps its place; one that lost the tag does not.
+    assert place_on_tagged(0, 2, {"a"}, {"a", "b"})(("a", "b")) == ("a", "b")
+    assert place_on_tagged(0, 1, {"a", "c"}, {"a", "c"})(("b",)) == ("a",)
+    # Too few servers: where the previous segment is.
+    assert place_on_tagged(0, 3, {"a"}, {"a"})(("a", "b", "c")) == ("a", "b", "c")
