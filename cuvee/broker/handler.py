@@ -18,6 +18,7 @@ query using it has finished, so an in-flight query keeps its connections and no 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -36,6 +37,7 @@ from cuvee.broker.errors import query_error
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter
+from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
@@ -226,14 +228,55 @@ class QueryHandler:
         deadline = started + timeout_ms / 1000
         routings: list[RoutingTable] = []
         calls: list[ServerCall] = []
+        called: list[QueryTarget] = []  # each call's table half
         for target in targets:  # a hybrid table: both halves at once, each server told its side of the boundary
             routing = target.entry.route(frozenset(servers), number)
             routings.append(routing)
-            calls += self._calls(str(number), plan, target, routing, servers, deadline, skip_upsert)
+            made = self._calls(str(number), plan, target, routing, servers, deadline, skip_upsert)
+            calls += made
+            called += [target] * len(made)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait) if calls else []
+        replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
+                                                 skip_upsert)
         return await asyncio.to_thread(self._answer, number, started, plan, targets[0].entry, routings, replies,
-                                       len(calls))
+                                       len(calls) + retried)
+
+    async def _ask_again(self, request_id: str, plan: QueryPlan, calls: list[ServerCall], called: list[QueryTarget],
+                         replies: list[ServerReply], servers: Mapping[str, str], deadline: float,
+                         skip_upsert: bool) -> tuple[list[ServerReply], int]:
+        """Segments a server no longer held (it dropped them after the broker's view was taken: a rebalance, a
+        deletion) are asked once more of another replica the view lists, so a move never costs a query its rows.
+        Not for upsert tables (a partition is read whole from one replica). Returns the replies (the first ones
+        without what the second found) and how many servers were asked again."""
+        again: dict[tuple[int, str], list[str]] = {}
+        for call, target, reply in zip(calls, called, replies):
+            missing = reply.stats.missingSegments if reply.stats is not None else ()
+            if not missing or target.entry.upsert:
+                continue
+            for segment in missing:
+                others = sorted(i for i, state in target.entry.view.segments.get(segment, {}).items()
+                                if i != call.instance and i in servers
+                                and state in (SegmentState.ONLINE, SegmentState.CONSUMING))
+                if others:
+                    again.setdefault((id(target), others[0]), []).append(segment)
+        if not again:
+            return replies, 0
+        halves = {id(target): target for target in called}
+        remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
+        retry_calls = [ServerCall(instance, servers[instance], ServerQueryRequest(
+                           request_id, halves[half].entry.name, plan.server_sql, tuple(sorted(segments)),
+                           remaining_ms, plan.docs_scanned_sql, plan.docs_column, halves[half].time_filter,
+                           skip_upsert))
+                       for (half, instance), segments in again.items()]
+        wait = max(deadline - self._clock(), 0.0) + self.config.server_grace_seconds
+        second = await scatter(self._http(), retry_calls, wait)
+        found = {segment for call, reply in zip(retry_calls, second) if reply.stats is not None
+                 for segment in call.request.segments if segment not in reply.stats.missingSegments}
+        kept = [dataclasses.replace(reply, stats=dataclasses.replace(
+                    reply.stats, missingSegments=tuple(s for s in reply.stats.missingSegments if s not in found)))
+                if reply.stats is not None and reply.stats.missingSegments else reply for reply in replies]
+        return kept + second, len(retry_calls)
 
     async def _plan(self, sql: str, budget_ms: int) -> QueryPlan:
         """Plan on a worker thread within the query's timeout. A plan that overruns it is answered at the timeout

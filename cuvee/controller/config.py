@@ -93,6 +93,7 @@ class ControllerConfig:
     lineage_end_timeout_seconds: float = 300.0
     lineage_in_progress_timeout_seconds: float = 86400.0
     new_segment_grace_seconds: float = 300.0
+    rebalance_timeout_seconds: float = 600.0  # a rebalance waits this long for new replicas to serve their segments
     stale_upload_seconds: float = 3600.0  # a committer's upload no commit moved into place is deleted after this
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
@@ -121,6 +122,7 @@ class ControllerConfig:
             server_timeout_seconds=self.server_timeout_seconds,
             console_query_timeout_seconds=self.console_query_timeout_seconds,
             stale_upload_seconds=self.stale_upload_seconds,
+            rebalance_timeout_seconds=self.rebalance_timeout_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,
         )

@@ -27,6 +27,7 @@ from cuvee.controller.completion_service import CompletionService
 from cuvee.controller.config import ControllerConfig
 from cuvee.controller.errors import NotLeader
 from cuvee.controller.external_view_task import ExternalViewTask
+from cuvee.controller.rebalance import Rebalancer
 from cuvee.controller.repair import RepairTask
 from cuvee.controller.retention import RetentionTask
 from cuvee.controller.server_client import ServerClient
@@ -166,6 +167,8 @@ class Controller:
             peer_verify=self.config.tls.client_verify(),
             story=self.story,
         )
+        self.rebalancer = Rebalancer(self._store, lambda: self.is_leader, self.config.rebalance_timeout_seconds,
+                                     poll_seconds=self.config.external_view_interval_seconds)
         self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
         self.metrics.watch_received(lambda: {"tar_push": self.received_segment_bytes, "repair_upload":
                                              self._repair.received_bytes if self._repair is not None else 0})

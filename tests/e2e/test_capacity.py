@@ -1,9 +1,11 @@
 """Capacity expansion by tagging on a live cluster: a server that joins untagged takes no segment; once an
 operator tags it (``PUT /instances/{id}/updateTags``), the partitions' next consuming segments are placed on it at
-their commits, the tags outlive its restarts, and every count stays exact."""
+their commits, a rebalance moves the committed segments after them with every query answering exactly meanwhile,
+the tags outlive its restarts, and every count stays exact."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from cuvee.cluster.records import InstanceInfo
@@ -46,6 +48,33 @@ def test_a_tagged_server_takes_new_consuming_segments_at_their_commits(tmp_path:
                    message="no consuming segment moved to the newly tagged server")
         assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == produced
 
+        # Rebalance: a dry run lists the moves, the run makes them while queries go on, all exact.
+        rebalance = f"{cluster.controller_url}/tables/{TABLE}/rebalance"
+        planned = cluster.http.post(rebalance).json()
+        assert planned["status"] == "DRY_RUN" and planned["moves"], planned
+        assert any(extra.instance_id in m["to"] for m in planned["moves"])  # round-robin over three servers now
+        answers: list[dict] = []
+        stop = threading.Event()
+
+        def query_loop() -> None:
+            while not stop.is_set():
+                answers.append(cluster.query(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}"))
+
+        loop = threading.Thread(target=query_loop)
+        loop.start()
+        try:
+            started = cluster.http.post(rebalance, params={"dryRun": "false"}).json()
+            assert started["status"] == "IN_PROGRESS"
+            wait_until(lambda: cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/rebalanceStatus")
+                       .json()["status"] == "DONE", 60, message="the rebalance did not finish")
+        finally:
+            stop.set()
+            loop.join()
+        assert answers and all(not a["exceptions"] and a["resultTable"]["rows"] == [[produced, produced]]
+                               for a in answers), [a for a in answers if a["exceptions"]][:3]
+        assert cluster.http.post(rebalance).json()["status"] == "NO_OP"
+        assert all(set(cluster.ideal_state(TABLE)[m["segment"]]) == set(m["to"]) for m in planned["moves"])
+
         # Its own config still says Spare_REALTIME: a restart keeps the tags the operator set.
         extra.stop()
         restarted = cluster.add_server(tags=["Spare_REALTIME"], port=extra.config.port or 0,
@@ -55,3 +84,17 @@ def test_a_tagged_server_takes_new_consuming_segments_at_their_commits(tmp_path:
         assert info is not None and info.record.tags == ("DefaultTenant_REALTIME",) and info.record.tags_managed
         produce(400)
         assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == produced
+
+
+def test_a_segment_a_server_dropped_before_the_brokers_view_moved_is_read_from_another_replica(
+        tmp_path: Path) -> None:
+    with InProcessCluster(tmp_path, servers=2) as cluster:
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=2, flush_rows=100)
+        cluster.produce(configs, ({"id": i, "v": 1} for i in range(250)), key_field="id")
+        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 250, 60)
+        segment = cluster.committed_segments(TABLE)[0]
+        gone = cluster.servers[0]
+        gone.registry.remove(f"{TABLE}_REALTIME", segment)  # dropped here; the external view still says ONLINE
+        for _ in range(6):  # the broker alternates replicas: some queries ask the server that dropped it first
+            answer = cluster.query(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}")
+            assert not answer["exceptions"] and answer["resultTable"]["rows"] == [[250, 250]], answer

@@ -1,0 +1,42 @@
+"""Planning a rebalance of committed segments, and its two make-before-break ideal-state steps. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.rebalance import add_targets, drop_sources, plan_rebalance
+from cuvee.cluster.records import IdealState, SegmentState
+
+ON, CONS = SegmentState.ONLINE, SegmentState.CONSUMING
+
+
+def _ideal(segments: dict[str, dict[str, SegmentState]]) -> IdealState:
+    return IdealState("t_REALTIME", segments)
+
+
+def test_committed_segments_move_to_their_partitions_targets_and_consuming_ones_stay() -> None:
+    ideal = _ideal({
+        "t__0__0__20261125T1200Z": {"a": ON},
+        "t__1__0__20261125T1200Z": {"b": ON},
+        "t__2__0__20261125T1200Z": {"a": ON},
+        "t__2__1__20261125T1200Z": {"a": CONS},  # moves at its commit
+        "other_segment": {"a": ON},  # not an LLC segment: left alone
+    })
+    moves = plan_rebalance(ideal, 1, {"a", "b", "c"})
+    assert [(m.segment, m.current, m.target) for m in moves] == [("t__2__0__20261125T1200Z", ("a",), ("c",))]
+    assert plan_rebalance(ideal, 1, {"a", "b"}) == []  # where creation put them
+    with pytest.raises(AssignmentError):
+        plan_rebalance(ideal, 2, {"a"})
+
+
+def test_a_move_is_made_before_it_is_broken() -> None:
+    ideal = _ideal({"t__2__0__20261125T1200Z": {"a": ON}})
+    [move] = plan_rebalance(ideal, 1, {"a", "b", "c"})
+    both = add_targets([move])(ideal)
+    assert both.segments["t__2__0__20261125T1200Z"] == {"a": ON, "c": ON}
+    assert drop_sources([move], {"t__2__0__20261125T1200Z": {"a"}})(both) == both  # c does not serve it yet
+    done = drop_sources([move], {"t__2__0__20261125T1200Z": {"a", "c"}})(both)
+    assert done.segments["t__2__0__20261125T1200Z"] == {"c": ON}
+    changed = _ideal({"t__2__0__20261125T1200Z": {"b": ON}})  # moved by someone else since the plan
+    assert add_targets([move])(changed) == changed and drop_sources([move], {})(changed) == changed
