@@ -43,8 +43,9 @@ def _urls(store: ClusterStore, instances: set[str]) -> dict[str, str | None]:
     return urls
 
 
-_DETAILS = ("rowsConsumed", "rowsPerSecond", "memoryBytes", "badRecords", "messagesLost", "rowsFiltered", "error",
-            "uploadError")  # what a server reports of a consuming segment beyond Pinot's keys (cuvee status uses them)
+# what a server reports of a consuming segment beyond Pinot's keys (cuvee status uses them)
+_DETAILS = ("rowsConsumed", "rowsPerSecond", "memoryBytes", "memoryByColumn", "badRecords", "messagesLost",
+            "rowsFiltered", "error", "uploadError")
 
 
 def consuming_segments_info(store: ClusterStore, client: ServerClient, table: TableConfig) -> dict[str, Any]:

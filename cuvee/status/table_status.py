@@ -115,5 +115,5 @@ def _replica(report: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
     return {"server": report.get("serverName"), "state": report.get("consumerState"),
             "currentOffset": report.get("currentOffset"), "recordsLag": report.get("recordsLag"),
             "delayMs": now_ms - last if isinstance(last, int) else None,
-            **{k: report.get(k) for k in ("rowsPerSecond", "rowsConsumed", "memoryBytes", "badRecords",
-                                          "messagesLost", "error", "uploadError")}}
+            **{k: report.get(k) for k in ("rowsPerSecond", "rowsConsumed", "memoryBytes", "memoryByColumn",
+                                          "badRecords", "messagesLost", "error", "uploadError")}}

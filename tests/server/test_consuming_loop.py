@@ -65,6 +65,8 @@ def test_row_threshold_ends_at_exactly_that_row(tmp_path: Path, log_dir: Path, c
     assert (info["currentOffset"], info["rowsConsumed"], info["partition"]) == (100, 100, 0)
     assert info["consumerState"] == "HOLDING" and info["badRecords"] == 0
     assert (info["upstreamOffset"], info["recordsLag"]) == (250, 150)  # looked at the stream while behind
+    assert set(info["memoryByColumn"]) == set(snap.column_names) and info["memoryBytes"] == sum(
+        info["memoryByColumn"].values()) > 0
     assert replica.segment.last_ingestion_ms is not None
 
 

@@ -153,7 +153,8 @@ class ConsumingSegment:
         )
         self._metrics = metrics
         self._story = story
-        self._memory_seen: tuple[float, int, int] = (-_MEMORY_REFRESH_SECONDS - 1, 0, 0)  # (when, rows, bytes)
+        # (when, rows, bytes per column)
+        self._memory_seen: tuple[float, int, dict[str, int]] = (-_MEMORY_REFRESH_SECONDS - 1, 0, {})
         if metrics is not None:
             self._consumer.meter = IngestionMeter(metrics, table.name_with_type, self.partition)
         if upsert is not None and upsert.prepares:  # out-of-order rows dropped or marked before they are stored
@@ -293,6 +294,7 @@ class ConsumingSegment:
             "messagesLost": self._consumer.messages_lost,
             "rowsFiltered": self._consumer.rows_filtered,
             "memoryBytes": self._memory_bytes(),
+            "memoryByColumn": self._memory_by_column(),
             "rowsPerSecond": round(self._consumer.rows_per_second(), 1),
             "error": self._fsm.error,
             "uploadError": self._fsm.upload_error,
@@ -303,14 +305,18 @@ class ConsumingSegment:
             self._story.record(self.table.name_with_type, self.name, kind, **details)
 
     def _memory_bytes(self) -> int:
-        """What the rows use (walks every column and index: computed at most every few seconds)."""
+        return sum(self._memory_by_column().values())
+
+    def _memory_by_column(self) -> dict[str, int]:
+        """What the rows use per column (values or ids, dictionary, nulls, inverted index). Walks every column and
+        index: computed at most every few seconds."""
         mutable = self._mutable
         if mutable is None:
-            return 0
+            return {}
         now, rows = time.monotonic(), mutable.num_docs
         at, seen_rows, value = self._memory_seen
         if now - at > _MEMORY_REFRESH_SECONDS or (seen_rows == 0 and rows > 0):
-            value = sum(mutable.bytes_used().values())
+            value = mutable.bytes_used()
             self._memory_seen = (now, rows, value)
         return value
 
