@@ -246,18 +246,20 @@ class QueryHandler:
                          replies: list[ServerReply], servers: Mapping[str, str], deadline: float,
                          skip_upsert: bool) -> tuple[list[ServerReply], int]:
         """Segments a server no longer held (it dropped them after the broker's view was taken: a rebalance, a
-        deletion) are asked once more of another replica the view lists, so a move never costs a query its rows.
+        deletion) are asked once more of another ONLINE replica the view lists, within what is left of the query's
+        time, so a move never costs a query its rows (consuming copies are not asked: their ends differ).
         Not for upsert tables (a partition is read whole from one replica). Returns the replies (the first ones
         without what the second found) and how many servers were asked again."""
         again: dict[tuple[int, str], list[str]] = {}
+        if self._clock() >= deadline:  # no time left: what is missing is reported (235)
+            return replies, 0
         for call, target, reply in zip(calls, called, replies):
             missing = reply.stats.missingSegments if reply.stats is not None else ()
             if not missing or target.entry.upsert:
                 continue
             for segment in missing:
                 others = sorted(i for i, state in target.entry.view.segments.get(segment, {}).items()
-                                if i != call.instance and i in servers
-                                and state in (SegmentState.ONLINE, SegmentState.CONSUMING))
+                                if i != call.instance and i in servers and state is SegmentState.ONLINE)
                 if others:
                     again.setdefault((id(target), others[0]), []).append(segment)
         if not again:
@@ -269,8 +271,7 @@ class QueryHandler:
                            remaining_ms, plan.docs_scanned_sql, plan.docs_column, halves[half].time_filter,
                            skip_upsert))
                        for (half, instance), segments in again.items()]
-        wait = max(deadline - self._clock(), 0.0) + self.config.server_grace_seconds
-        second = await scatter(self._http(), retry_calls, wait)
+        second = await scatter(self._http(), retry_calls, max(deadline - self._clock(), 0.0))  # within the query's time
         found = {segment for call, reply in zip(retry_calls, second) if reply.stats is not None
                  for segment in call.request.segments if segment not in reply.stats.missingSegments}
         kept = [dataclasses.replace(reply, stats=dataclasses.replace(

@@ -279,17 +279,23 @@ Placement = Callable[[tuple[str, ...]], tuple[str, ...]]
 """Where a partition's next consuming segment goes, given the instances of the segment before it."""
 
 
-def place_on_tagged(partition: int, replicas: int, tagged_live: Collection[str],
-                    tagged: Collection[str]) -> Placement:
-    """The partition's replicas among the servers tagged for the table now: the live ones, and the previous
-    segment's own replicas while they keep the tag (a replica that is down for a while is not moved away). With
-    the same servers this is where table creation put the partition; a server tagged since takes its share;
-    too few servers: where the previous segment is."""
+def placement_pool(tagged: Collection[str], live: Collection[str], holding: Collection[str]) -> list[str]:
+    """The servers a table's partitions are spread over: those tagged for it that are live or hold any of its
+    segments. A server that is down for a while but holds segments stays in (so a restart reshuffles nothing); a
+    registered id that is gone and holds nothing drops out. Sorted: the order the round-robin walks."""
+    return sorted(i for i in tagged if i in live or i in holding)
+
+
+def place_on_tagged(partition: int, replicas: int, pool: Sequence[str], tagged: Collection[str]) -> Placement:
+    """The partition's replicas over ``pool`` (``placement_pool``), the previous segment's replicas joining it
+    while they keep the tag. With the same servers this is where table creation put the partition; a server tagged
+    since takes its share; a server untagged gets no new consuming segment; too few servers: where the previous
+    segment is."""
 
     def place(previous: tuple[str, ...]) -> tuple[str, ...]:
-        pool = sorted(set(tagged_live) | {i for i in previous if i in tagged})
+        candidates = sorted(set(pool) | {i for i in previous if i in tagged})
         try:
-            return assign_partition(partition, replicas, pool)
+            return assign_partition(partition, replicas, candidates)
         except AssignmentError:
             return previous
 

@@ -39,12 +39,13 @@ from cuvee.cluster.assignment import (
     next_segment_name,
     next_segment_record,
     place_on_tagged,
+    placement_pool,
     server_tag,
     start_successor_in_ideal_state,
     successor_in,
 )
 from cuvee.cluster.errors import ClusterStateError
-from cuvee.cluster.records import IdealState, SegmentRecord, SegmentStatus
+from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.threshold import CommittedSegment, SizeLearner, SizePolicy
 from cuvee.config import TableConfig, TableType
@@ -93,6 +94,12 @@ class CommitOutcome:
 
 def realtime_name(raw_table: str) -> str:
     return raw_table + TableType.REALTIME.suffix
+
+
+def keeps_partitions_together(config: TableConfig) -> bool:
+    """Queries read each partition from one replica group (upsert tables; ``strictReplicaGroup`` routing): a
+    partition's segments must stay on the same servers, so placement at commit and rebalance leave them be."""
+    return config.is_upsert or config.routing.instance_selector_type == "strictReplicaGroup"
 
 
 class SegmentCommitter:
@@ -301,14 +308,29 @@ class SegmentCommitter:
 
     def _placement(self, config: TableConfig, done: SegmentRecord) -> Placement | None:
         """Where the partition's next consuming segment goes: among the servers tagged for the table now
-        (``place_on_tagged``), so added capacity takes new consuming segments at their commits. Upsert tables
-        keep them where the partition's keys are (strict replica groups); None: with the committed segment."""
-        if config.is_upsert or done.partition is None:
+        (``place_on_tagged``), so added capacity takes new consuming segments at their commits. Tables whose
+        queries read a partition from one replica group (upsert, strictReplicaGroup) keep them where the partition's
+        other segments are; None: with the committed segment."""
+        if keeps_partitions_together(config) or done.partition is None:
             return None
+        table_pool = self.placement_pool(config)
         tag = server_tag(config.tenants.server)
         tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
-        live = set(self.store.live_instance_ids())
-        return place_on_tagged(done.partition, config.replication, tagged & live, tagged)
+        return place_on_tagged(done.partition, config.replication, table_pool, tagged)
+
+    def placement_pool(self, config: TableConfig) -> list[str]:
+        """The servers the table's partitions are spread over now (``cuvee.cluster.assignment.placement_pool``)."""
+        tag = server_tag(config.tenants.server)
+        tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
+        ideal = self.store.ideal_state(config.name_with_type)
+        holding = {i for replicas in ideal.record.segments.values() for i in replicas} if ideal is not None else set()
+        return placement_pool(tagged, set(self.store.live_instance_ids()), holding)
+
+    def forget_learners(self) -> None:
+        """On becoming leader: what this controller learned before may be older than what the last leader
+        recorded in segment metadata since."""
+        with self._lock:
+            self._learners.clear()
 
     def autotuned_rows(self, config: TableConfig) -> tuple[int, float | None]:
         """A segment that follows no commit on an auto-tuned table (a new stream partition's first, one repair
@@ -319,7 +341,8 @@ class SegmentCommitter:
 
     def _learner_for(self, config: TableConfig) -> SizeLearner:
         """This table's learner; a controller that has none yet (it just became leader) takes R from the newest
-        segment metadata that records one, so learning goes on where the last leader left it. Under the lock."""
+        consuming segment's metadata that records one, so learning goes on where the last leader left it. Under
+        the lock."""
         table = config.name_with_type
         found = self._learners.get(table)
         if found is not None:
@@ -327,7 +350,9 @@ class SegmentCommitter:
         stream = config.stream
         assert stream is not None
         newest: SegmentRecord | None = None
-        for name in self.store.segment_names(table):
+        ideal = self.store.ideal_state(table)  # the consuming segments carry the newest R: a few reads, not all
+        consuming = ideal.record.segments_in(SegmentState.CONSUMING) if ideal is not None else []
+        for name in consuming:
             versioned = self.store.find_segment(table, name)
             record = versioned.record if versioned is not None else None
             if record is not None and record.bytes_per_row is not None and (

@@ -129,5 +129,8 @@ class ControllerConfig:
         if min(self.deletion_grace_seconds, self.lineage_grace_seconds, self.new_segment_grace_seconds) < 0:
             raise ValueError("deletion_grace_seconds, lineage_grace_seconds and new_segment_grace_seconds must be 0 "
                              "or more")
+        if self.stale_upload_seconds <= self.completion.max_segment_completion_seconds:
+            raise ValueError("stale_upload_seconds must exceed completion.max_segment_completion_seconds: an upload "
+                             "younger than a commit may take is never stale")
         if self.session_retry_max_seconds < self.session_retry_initial_seconds:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")

@@ -168,7 +168,7 @@ class Controller:
             story=self.story,
         )
         self.rebalancer = Rebalancer(self._store, lambda: self.is_leader, self.config.rebalance_timeout_seconds,
-                                     poll_seconds=self.config.external_view_interval_seconds)
+                                     committer.placement_pool, poll_seconds=self.config.external_view_interval_seconds)
         self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
         self.metrics.watch_received(lambda: {"tar_push": self.received_segment_bytes, "repair_upload":
                                              self._repair.received_bytes if self._repair is not None else 0})
@@ -302,6 +302,7 @@ class Controller:
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.is_leader:
             log.info("controller %s is now the leader", self.url)
+            self.completion.committer.forget_learners()  # learn on from the newest recorded R, not our old one
             self.completion.leadership_gained()
             self.external_view.poke()
             self.repair.poke()

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
-from cuvee.cluster.assignment import eligible_instances, server_tag
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.rebalance import Move, add_targets, drop_sources, plan_rebalance
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
+from cuvee.controller.commit import keeps_partitions_together
 from cuvee.controller.errors import BadRequest, Conflict
 from cuvee.errors import CuveeError
 
@@ -31,7 +31,10 @@ log = logging.getLogger(__name__)
 
 class Rebalancer:
     def __init__(self, store: ClusterStore, may_act: Callable[[], bool], timeout_seconds: float,
-                 poll_seconds: float = 0.5):
+                 pool: Callable[[TableConfig], list[str]], poll_seconds: float = 0.5):
+        """``pool``: the servers a table's partitions are spread over now (``SegmentCommitter.placement_pool``),
+        the same ones consuming segments are placed on at commits."""
+        self.pool = pool
         self.store = store
         self.may_act = may_act
         self.timeout_seconds = timeout_seconds
@@ -43,9 +46,7 @@ class Rebalancer:
         ideal = self.store.ideal_state(config.name_with_type)
         if ideal is None:
             return []
-        live = eligible_instances(self.store.instances(), set(self.store.live_instance_ids()),
-                                  server_tag(config.tenants.server))
-        return plan_rebalance(ideal.record, config.replication, live)
+        return plan_rebalance(ideal.record, config.replication, self.pool(config))
 
     def start(self, config: TableConfig, moves: list[Move]) -> dict[str, Any]:
         table = config.name_with_type
@@ -60,6 +61,9 @@ class Rebalancer:
 
     def _run(self, table: str, moves: list[Move], job: dict[str, Any]) -> None:
         try:
+            if not self.may_act():
+                job["status"], job["error"] = "STOPPED", "this controller is no longer the leader"
+                return
             self.store.update_ideal_state(table, add_targets(moves))  # phase 1: old and new replicas together
             deadline = time.monotonic() + self.timeout_seconds
             left = list(moves)
@@ -81,9 +85,9 @@ class Rebalancer:
             else:
                 job["status"] = "DONE"
             log.info("rebalance of %s: %s (%d of %d moved)", table, job["status"], job["done"], len(moves))
-        except (CuveeError, OSError) as exc:
-            job["status"], job["error"] = "FAILED", str(exc)[:500]
-            log.warning("rebalance of %s failed: %s", table, exc)
+        except Exception as exc:  # noqa: BLE001 - the job must end, whatever happened: never IN_PROGRESS forever
+            job["status"], job["error"] = "FAILED", f"{type(exc).__name__}: {str(exc)[:500]}"
+            log.warning("rebalance of %s failed: %s", table, exc, exc_info=not isinstance(exc, (CuveeError, OSError)))
 
     def _served(self, table: str) -> dict[str, set[str]]:
         view = self.store.external_view(table)
@@ -100,9 +104,9 @@ def router(ctl: Controller) -> APIRouter:
     def rebalance(table: str, dryRun: bool = True) -> dict[str, Any]:  # noqa: N803 - Pinot's name
         ctl.require_leader()
         config = Catalog(ctl.store).realtime(table)
-        if config.is_upsert:
-            raise Conflict("rebalancing an upsert table is not supported yet: its partitions' segments must move "
-                           "with their consuming segment")
+        if keeps_partitions_together(config):
+            raise Conflict("rebalancing an upsert or strictReplicaGroup table is not supported yet: a partition's "
+                           "segments must move together with its consuming segment")
         try:
             moves = ctl.rebalancer.plan(config)
         except AssignmentError as exc:

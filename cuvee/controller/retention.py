@@ -97,12 +97,20 @@ class RetentionTask(PeriodicTask):
                 continue
             try:
                 for key in self.deep_store.list(f"{table}/{UPLOADS}/"):
-                    if upload_is_stale(key, now, self.stale_upload_ms):
+                    if upload_is_stale(key, now, self.stale_upload_ms) and not self._recorded(table, key):
                         self.deep_store.delete(key)
                         purged += 1
             except DeepStoreError as exc:  # the next pass retries
                 log.warning("retention: could not clean up stale uploads of %s: %s", table, exc)
         return purged
+
+    def _recorded(self, table: str, key: str) -> bool:
+        """Whether the segment the upload is of records it as its download URI (a commit on a controller that
+        had no deep store to move it with): then it is the segment's archive, never stale."""
+        assert self.deep_store is not None
+        segment = key.rsplit("/", 1)[-1].split(".", 1)[0]
+        found = self.store.find_segment(table, segment)
+        return found is not None and found.record.download_uri == self.deep_store.uri(key)
 
     def _table(self, catalog: Catalog, config: TableConfig) -> None:
         table, now = config.name_with_type, self.clock_ms()

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from cuvee.deepstore.keys import TEMP_PREFIX, check_key, check_prefix
-from cuvee.spi.deepstore import DeepStore, DeepStoreError, ObjectNotFoundError
+from cuvee.spi.deepstore import DeepStore, DeepStoreError, InvalidKeyError, ObjectNotFoundError
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ class S3DeepStore(DeepStore):
         self.prefix = prefix.strip("/")
         if self.prefix:
             check_prefix(self.prefix)
+            if "?" in self.prefix:
+                raise DeepStoreError(f"an S3 deep store prefix cannot hold '?': {self.prefix!r}")
         settings = settings or S3Settings()
         client: dict[str, Any] = {}
         if settings.endpoint():
@@ -134,7 +136,7 @@ class S3DeepStore(DeepStore):
         try:
             if not self._fs.exists(source):
                 raise ObjectNotFoundError(f"deep store key {src_key!r} does not exist ({self.uri(src_key)})")
-            self._fs.copy(source, target)
+            self._fs.cp_file(source, target)  # one object, server side (``copy`` would expand glob characters)
             self._fs.rm_file(source)
         except ObjectNotFoundError:
             raise
@@ -144,8 +146,10 @@ class S3DeepStore(DeepStore):
 
     def exists(self, key: str) -> bool:
         path = self._path(key)
-        try:
-            return bool(self._fs.isfile(path))
+        try:  # not ``isfile``: it answers False for every error, and an outage must not read as "not there"
+            return self._fs.info(path).get("type") == "file"
+        except FileNotFoundError:
+            return False
         except self._errors as e:
             raise DeepStoreError(f"cannot check deep store key {key!r}: {_reason(e)}") from e
 
@@ -180,7 +184,9 @@ class S3DeepStore(DeepStore):
         return f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
 
     def _path(self, key: str) -> str:
-        return f"{self._root()}/{check_key(key)}"
+        if "?" in check_key(key):  # s3fs reads "?versionId=" as an object version: another object's key
+            raise InvalidKeyError(f"deep store key {key!r}: '?' cannot be part of an S3 key here")
+        return f"{self._root()}/{key}"
 
 
 def _reason(error: BaseException) -> str:

@@ -228,3 +228,16 @@ def test_next_consuming_segments_go_to_the_servers_tagged_now() -> None:
     assert place_on_tagged(0, 1, {"a", "c"}, {"a", "c"})(("b",)) == ("a",)
     # Too few servers: where the previous segment is.
     assert place_on_tagged(0, 3, {"a"}, {"a"})(("a", "b", "c")) == ("a", "b", "c")
+
+
+def test_a_server_down_for_a_while_reshuffles_nothing_and_a_gone_one_holding_nothing_drops_out() -> None:
+    from cuvee.cluster.assignment import place_on_tagged, placement_pool
+
+    tagged = {"a", "b", "c", "d"}
+    everyone = placement_pool(tagged, live={"a", "b", "c", "d"}, holding={"a", "b", "c", "d"})
+    d_down = placement_pool(tagged, live={"a", "b", "c"}, holding={"a", "b", "c", "d"})
+    assert d_down == everyone  # d holds segments: still in, so no partition moves while it restarts
+    for partition in range(8):
+        before = place_on_tagged(partition, 2, everyone, tagged)(())
+        assert place_on_tagged(partition, 2, d_down, tagged)(before) == before
+    assert placement_pool(tagged, live={"a", "b", "c"}, holding={"a", "b"}) == ["a", "b", "c"]  # d: gone, empty

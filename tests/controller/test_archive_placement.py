@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuvee.cluster.store import ClusterStore
 from cuvee.controller.retention import RetentionTask
+from cuvee.metastore import open_metastore
 from cuvee.deepstore import open_deepstore
 from cuvee.segment.archive import deep_store_key, deep_store_upload_key, upload_is_stale, upload_of
 
@@ -41,9 +43,27 @@ def test_the_commit_moves_the_winners_upload_and_a_losers_upload_never_lands(tmp
     assert store.get(deep_store_key(TABLE, SEGMENT), tmp_path / "got").read_bytes() == b"the committed build"
     assert store.exists(store.key_of(lost))  # never moved: no commit takes it
 
-    task = RetentionTask(None, store, lambda: 2 + 3_600_001, 3600, lambda: True,  # type: ignore[arg-type]
-                         deletion_grace_ms=0, lineage_grace_ms=0, in_progress_timeout_ms=0, stale_upload_ms=3_600_000)
+    metadata = ClusterStore(open_metastore(f"sqlite:///{tmp_path / 'r.db'}"), "test")
+    task = RetentionTask(metadata, store, lambda: 2 + 3_600_001, 3600, lambda: True, deletion_grace_ms=0,
+                         lineage_grace_ms=0, in_progress_timeout_ms=0, stale_upload_ms=3_600_000)
     assert task._purge_stale_uploads([TABLE, "events_OFFLINE"]) == 1
     assert store.list(f"{TABLE}/uploads/") == [] and store.exists(deep_store_key(TABLE, SEGMENT))
     missing = store.uri(deep_store_upload_key(TABLE, "events__0__9__20261125T1200Z", 3))
     assert controller._place_archive(TABLE, "events__0__9__20261125T1200Z", missing) == ""  # peers serve it
+
+
+def test_an_upload_a_segment_records_as_its_archive_is_never_purged(tmp_path: Path) -> None:
+    """A commit on a controller without a deep store records the upload's own URI: it is the archive."""
+    from cuvee.cluster.records import SegmentRecord, SegmentStatus
+
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    store = open_deepstore(deep.as_uri())
+    archive = tmp_path / "a"
+    archive.write_bytes(b"the only archive")
+    uri = store.put(archive, deep_store_upload_key(TABLE, SEGMENT, 1))
+    metadata = ClusterStore(open_metastore(f"sqlite:///{tmp_path / 'r.db'}"), "test")
+    metadata.create_segment(TABLE, SegmentRecord(SEGMENT, SegmentStatus.DONE, 0, download_uri=uri))
+    task = RetentionTask(metadata, store, lambda: 10**13, 3600, lambda: True, deletion_grace_ms=0,
+                         lineage_grace_ms=0, in_progress_timeout_ms=0, stale_upload_ms=3_600_000)
+    assert task._purge_stale_uploads([TABLE]) == 0 and store.exists(store.key_of(uri))

@@ -132,3 +132,11 @@ def test_a_missing_source_file_is_a_deep_store_error(store: DeepStore, tmp_path:
         store.put(tmp_path / "no-such-file", "k")
     assert isinstance(info.value.__cause__, OSError)
     assert not store.exists("k")
+
+
+def test_keys_with_glob_characters_move_as_themselves(store: DeepStore, local_file, tmp_path: Path) -> None:
+    for name in ("star*", "g[1]", "brace{x}"):
+        store.put(local_file(name, name.encode()), f"src/{name}")
+        store.move(f"src/{name}", f"dst/{name}")
+        assert store.get(f"dst/{name}", tmp_path / name).read_bytes() == name.encode()
+        assert not store.exists(f"src/{name}")

@@ -165,3 +165,4 @@ def test_a_relative_root_is_refused() -> None:
         LocalDeepStore("relative/dir")
     with pytest.raises(DeepStoreError, match="is not a local deep store URI"):
         LocalDeepStore.from_uri("http://x/y")
+
