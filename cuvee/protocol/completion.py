@@ -59,6 +59,7 @@ class StopReason(Enum):
     TIME_LIMIT = "timeLimit"
     END_OF_PARTITION_GROUP = "endOfPartitionGroup"
     FORCE_COMMIT = "forceCommit"
+    MEMORY_LIMIT = "memoryLimit"  # the segment reached its share of the server's consuming-memory budget
 
     @property
     def decisive(self) -> bool:

@@ -57,6 +57,10 @@ class ServerConfig:
     # Bytes of committed upsert segments' valid rows kept for queries (cuvee.upsert.reads); 0: none kept, every
     # query filters all stored versions in its scan.
     upsert_read_cache_bytes: int = 256 * 1024 * 1024
+    # The bytes all consuming segments of this server may use together (their columns, dictionaries and indexes),
+    # split evenly among them; a segment that reaches its share ends early (stop reason memoryLimit) instead of
+    # growing the process until the OOM killer ends it. 0: no budget.
+    consuming_memory_bytes: int = 0
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
@@ -68,6 +72,8 @@ class ServerConfig:
                      "follower_join_timeout_seconds", "session_retry_initial_seconds", "session_retry_max_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.consuming_memory_bytes < 0:
+            raise ValueError("consuming_memory_bytes must be 0 (no budget) or positive")
         if self.session_retry_max_seconds < self.session_retry_initial_seconds:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.transition_workers < 1 or self.download_max_attempts < 1:

@@ -238,7 +238,14 @@ class Server:
             upsert=self.upserts.get(table),
             metrics=self.metrics,
             story=self.story,
+            memory_share=self._memory_share if self.config.consuming_memory_bytes else None,
         )
+
+    def _memory_share(self) -> int:
+        """Each consuming segment's share of ``consuming_memory_bytes``: the budget split evenly among the consuming
+        segments held now (a segment that ends leaves its share to the others)."""
+        held = max(1, len(self.transitions.all_consuming()))
+        return self.config.consuming_memory_bytes // held
 
     def _table_context(self, table: str) -> tuple[TableConfig, Schema]:
         context = self.catalog.get(table)

@@ -50,6 +50,7 @@ class EndCriteria:
     deadline: float | None
     force: Callable[[], bool]
     paused: Callable[[], bool]
+    memory_limit: Callable[[], int | None] | None = None  # bytes this segment may use now (its budget share)
 
 
 class PartitionConsumer:
@@ -146,6 +147,10 @@ class PartitionConsumer:
                 return StopReason.ROW_LIMIT
             if end.deadline is not None and self.clock() >= end.deadline:
                 return StopReason.TIME_LIMIT
+            if self.rows and end.memory_limit is not None:
+                limit = end.memory_limit()
+                if limit is not None and sum(self.segment.bytes_used().values()) >= limit:
+                    return StopReason.MEMORY_LIMIT
             if end.paused():
                 self.parked = True
                 self.interrupted.wait(self.config.fetch_max_wait_seconds)

@@ -110,7 +110,11 @@ class ConsumingSegment:
         upsert: TableUpsert | None = None,
         metrics: ServerMetrics | None = None,
         story: StoryWriter | None = None,
+        memory_share: Callable[[], int | None] | None = None,
     ):
+        """``memory_share``: the bytes this segment may use now (its share of the server's consuming-memory
+        budget); reaching it ends the segment (stop reason memoryLimit)."""
+        self._memory_share = memory_share
         if table.stream is None:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
         if record.start_offset is None:
@@ -365,6 +369,7 @@ class ConsumingSegment:
             deadline=None if threshold is None else started + threshold / 1000,
             force=self._force.is_set,
             paused=self._paused.is_set,
+            memory_limit=self._memory_share,
         ))
 
     def _consume_to_fixed_end(self, target: int) -> StopReason | None:
