@@ -20,15 +20,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cuvee.cli import (auth_cmd, cluster_cmd, pipeline_cmd, quickstart_cmd, role_cmd, segment_cmd, status_cmd,
-                           stream_cmd)
+    from cuvee.cli import (auth_cmd, cluster_cmd, pipeline_cmd, provision_cmd, quickstart_cmd, role_cmd, segment_cmd,
+                           status_cmd, stream_cmd)
 
     parser = _Parser(prog="cuvee", description="Cuvee: a real-time OLAP store.")
     parser.add_argument("--version", action="version", version=f"cuvee {__version__}")
     groups = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     groups.required = True
     for module in (stream_cmd, segment_cmd, role_cmd, cluster_cmd, quickstart_cmd, pipeline_cmd, auth_cmd,
-                   status_cmd):
+                   status_cmd, provision_cmd):
         module.register(groups)
     return parser
 
