@@ -30,6 +30,7 @@ quickstart: setup
 	$(VENV)/bin/cuvee quickstart --dir quickstart
 
 bench: setup
+	$(PIP) install -q -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:
