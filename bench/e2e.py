@@ -24,6 +24,12 @@ Full run (10M rows: 3-5 minutes on a 2-core box; needs ~5 GiB free memory and ~6
 
     .venv/bin/python bench/e2e.py --rows 10000000 --dir /tmp/cuvee-bench --keep
 
+``--deep-store-outage`` makes the deep store unwritable for the table while it ingests (commits go on peer-only,
+DESIGN.md section 9) and writable again after; run the same command with and without it to compare freshness (the
+issue's target: produce-to-queryable p99 during the outage within 10% of the healthy p99)::
+
+    .venv/bin/python bench/e2e.py --rows 2000000 --produce-rate 50000 --pauseless [--deep-store-outage]
+
 ``--pauseless`` makes the table consume pauselessly (docs/server.md); ``--produce-rate R`` paces the producer, so
 freshness while ingesting shows what commits cost at a rate the cluster sustains rather than a growing backlog
 (flat out, the producer outruns the servers on a 2-core box and "while ingesting" measures the queue). Per server
@@ -406,6 +412,9 @@ def main() -> int:
     parser.add_argument("--ingest-timeout", type=float, default=1800)
     parser.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running and its data in --dir")
+    parser.add_argument("--deep-store-outage", action="store_true",
+                        help="the deep store unwritable for the table during ingest (commits go peer-only), back after: "
+                             "compare freshness with a run without it")
     args = parser.parse_args()
     console = Console(width=150)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="cuvee-bench-"))
@@ -441,6 +450,11 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
     http = httpx.Client(timeout=120)
     http.post(f"{controller}/schemas", json=SCHEMA.to_json()).raise_for_status()
     http.post(f"{controller}/tables", json=config).raise_for_status()
+    blocker = Path(info["deepStore"].removeprefix("file://")) / f"{TABLE}_REALTIME"
+    if args.deep_store_outage:  # a file where the table's deep-store directory belongs: every upload fails
+        blocker.parent.mkdir(parents=True, exist_ok=True)
+        blocker.write_text("the deep store is down (bench/e2e.py --deep-store-outage)")
+        console.print("The deep store is unwritable for this table until ingest ends (commits go peer-only).")
     console.print(f"Table {TABLE}: {args.partitions} partitions, {args.replicas} replica(s), "
                   f"~{segment_rows:,} rows per segment{', pauseless' if args.pauseless else ''}; "
                   f"producing {args.rows:,} rows ...")
@@ -474,6 +488,8 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
     if seen != total:
         raise RuntimeError(f"COUNT(*) is {seen:,}, expected {total:,}")
     probe.finish()
+    if args.deep_store_outage:
+        blocker.unlink()  # back: repair uploads the peer-only segments
     cpu_after = {name: cpu_seconds(pid) for name, pid in server_pids.items()}
     ingest_s = (queryable_ms - produced["first_ms"]) / 1000
 
@@ -498,7 +514,7 @@ def run(args: argparse.Namespace, console: Console, info: dict[str, Any], segmen
     figures: dict[str, Any] = {
         "load_average_at_start": load_at_start, "rows": args.rows, "servers": args.servers,
         "partitions": args.partitions, "replicas": args.replicas, "segment_rows": segment_rows,
-        "pauseless": args.pauseless, "produce_rate": args.produce_rate,
+        "pauseless": args.pauseless, "produce_rate": args.produce_rate, "deep_store_outage": args.deep_store_outage,
         "ingest": {"seconds": ingest_s, "rows_per_s": total / ingest_s,
                    "producer_rows_per_s": args.rows / ((produced["done_ms"] - produced["first_ms"]) / 1000),
                    "per_server": per_server},
