@@ -94,6 +94,9 @@ class ControllerConfig:
     lineage_in_progress_timeout_seconds: float = 86400.0
     new_segment_grace_seconds: float = 300.0
     rebalance_timeout_seconds: float = 600.0  # a rebalance waits this long for new replicas to serve their segments
+    # once new replicas serve a segment, the rebalance waits this long before dropping the old ones: brokers must
+    # have read the external view that lists the new replicas (their routing_poll_seconds, or a watch, sooner)
+    rebalance_settle_seconds: float = 5.0
     stale_upload_seconds: float = 3600.0  # a committer's upload no commit moved into place is deleted after this
     max_upload_bytes: int = 256 * 1024 * 1024
     server_timeout_seconds: float = 5.0
@@ -123,6 +126,7 @@ class ControllerConfig:
             console_query_timeout_seconds=self.console_query_timeout_seconds,
             stale_upload_seconds=self.stale_upload_seconds,
             rebalance_timeout_seconds=self.rebalance_timeout_seconds,
+            rebalance_settle_seconds=self.rebalance_settle_seconds,
             session_retry_initial_seconds=self.session_retry_initial_seconds,
             session_retry_max_seconds=self.session_retry_max_seconds,
         )

@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 
 class Rebalancer:
     def __init__(self, store: ClusterStore, may_act: Callable[[], bool], timeout_seconds: float,
-                 pool: Callable[[TableConfig], list[str]], poll_seconds: float = 0.5):
+                 pool: Callable[[TableConfig], list[str]], poll_seconds: float = 0.5, settle_seconds: float = 5.0):
         """``pool``: the servers a table's partitions are spread over now (``SegmentCommitter.placement_pool``),
         the same ones consuming segments are placed on at commits."""
         self.pool = pool
+        self.settle_seconds = settle_seconds  # after the new replicas serve a segment, before the old ones go
         self.store = store
         self.may_act = may_act
         self.timeout_seconds = timeout_seconds
@@ -67,10 +68,19 @@ class Rebalancer:
             self.store.update_ideal_state(table, add_targets(moves))  # phase 1: old and new replicas together
             deadline = time.monotonic() + self.timeout_seconds
             left = list(moves)
+            seen: dict[str, float] = {}  # segment -> when its new replicas were first seen serving it
             while left and self.may_act():
                 served = self._served(table)
-                ready = [m for m in left if set(m.target) <= served.get(m.segment, set())]
-                if ready:  # phase 2 for those the new replicas serve: the old replicas go
+                now = time.monotonic()
+                for move in left:
+                    if set(move.target) <= served.get(move.segment, set()):
+                        seen.setdefault(move.segment, now)
+                    else:
+                        seen.pop(move.segment, None)
+                # Phase 2 for those the new replicas have served for settle_seconds (brokers route by the external
+                # view they last read: they must know the new replicas before the old ones go): the old replicas go
+                ready = [m for m in left if m.segment in seen and now - seen[m.segment] >= self.settle_seconds]
+                if ready:
                     self.store.update_ideal_state(table, drop_sources(ready, served))
                     left = [m for m in left if m not in ready]
                     job["done"] += len(ready)
