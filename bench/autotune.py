@@ -33,15 +33,9 @@ TOLERANCE = 0.15
 def run(cardinalities: list[int], segments_per_phase: int, desired: int, batch_rows: int) -> list[dict]:
     """Committed segments' metadata in order, each with the phase whose rows it holds most of."""
     with tempfile.TemporaryDirectory() as root, InProcessCluster(Path(root), servers=1) as cluster:
-        cluster.create_topic(TABLE, 1)
-        cluster.add_schema(SCHEMA)
-        configs = cluster.log_stream_configs(TABLE, **{
-            "realtime.segment.flush.threshold.rows": "0",
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=0, **{
             "realtime.segment.flush.threshold.segment.size": str(desired),
             "realtime.segment.flush.autotune.initialRows": "1000"})
-        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME",
-                           "segmentsConfig": {"replicasPerPartition": "1"},
-                           "tableIndexConfig": {"streamConfigs": configs}})
         rnd = random.Random(1)
         produced, phase_starts = 0, []
 

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from cuvee.console.sql_proxy import MAX_BODY_BYTES, forward_query, live_brokers
+from cuvee.controller.api_common import error_response
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -37,10 +38,11 @@ def console_router(ctl: Controller, app: FastAPI) -> APIRouter:
     async def sql(request: Request) -> JSONResponse:
         """``{"sql": ..., "queryOptions": ...}`` answered by a live broker, as its ``/query/sql`` answers."""
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
-            return _refuse(415, "send the query as JSON (Content-Type: application/json)")
+            return error_response(415, "send the query as JSON (Content-Type: application/json)")
         declared = request.headers.get("content-length", "")
         if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
-            return _refuse(413, f"the request body must declare its length and be at most {MAX_BODY_BYTES} bytes")
+            return error_response(413, f"the request body must declare its length and be at most {MAX_BODY_BYTES} "
+                                       "bytes")
         body: Any = await _json(request)
         brokers = await asyncio.to_thread(live_brokers, ctl.store)  # metadata reads: never on the event loop
         status, answer = await forward_query(
@@ -61,10 +63,6 @@ class _FramelessStaticFiles(StaticFiles):
                                                        "object-src 'none'; base-uri 'none'")
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
-
-
-def _refuse(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"code": status, "error": message}, status_code=status)
 
 
 async def _json(request: Request) -> Any:

@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 
 from cuvee.broker.config import BROKER_TAG
-from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 
 MAX_SQL_CHARS = 1_000_000  # the broker bounds it again (max_sql_bytes); this keeps the hop honest
@@ -23,17 +22,10 @@ MAX_BODY_BYTES = 4 * MAX_SQL_CHARS + 64 * 1024  # a JSON body holding the longes
 
 def live_brokers(store: ClusterStore) -> list[str]:
     """URLs of the brokers with a live node."""
-    urls = []
-    for instance in store.children(store.paths.instances):
-        found = store.find(InstanceInfo, store.paths.instance(instance))
-        if found is None or not any(tag.endswith("_BROKER") for tag in found.record.tags):
-            continue
-        if store.metastore.exists(store.paths.live(instance)) is None:
-            continue
-        url = found.record.url()
-        if url is not None:
-            urls.append(url)
-    return urls
+    live = set(store.live_instance_ids())
+    urls = (i.url() for i in store.instances()
+            if i.instance_id in live and any(tag.endswith("_BROKER") for tag in i.tags))
+    return [url for url in urls if url is not None]
 
 
 def _error(status: int, message: str) -> tuple[int, dict[str, Any]]:

@@ -313,18 +313,19 @@ class SegmentCommitter:
         other segments are; None: with the committed segment."""
         if keeps_partitions_together(config) or done.partition is None:
             return None
-        table_pool = self.placement_pool(config)
-        tag = server_tag(config.tenants.server)
-        tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
-        return place_on_tagged(done.partition, config.replication, table_pool, tagged)
+        tagged, pool = self._tagged_and_pool(config)
+        return place_on_tagged(done.partition, config.replication, pool, tagged)
 
     def placement_pool(self, config: TableConfig) -> list[str]:
         """The servers the table's partitions are spread over now (``cuvee.cluster.assignment.placement_pool``)."""
+        return self._tagged_and_pool(config)[1]
+
+    def _tagged_and_pool(self, config: TableConfig) -> tuple[set[str], list[str]]:
         tag = server_tag(config.tenants.server)
         tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
         ideal = self.store.ideal_state(config.name_with_type)
         holding = {i for replicas in ideal.record.segments.values() for i in replicas} if ideal is not None else set()
-        return placement_pool(tagged, set(self.store.live_instance_ids()), holding)
+        return tagged, placement_pool(tagged, set(self.store.live_instance_ids()), holding)
 
     def forget_learners(self) -> None:
         """On becoming leader: what this controller learned before may be older than what the last leader

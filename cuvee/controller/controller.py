@@ -67,6 +67,7 @@ class Controller:
         self._repair: RepairTask | None = None
         self._retention: RetentionTask | None = None
         self.deep_store: DeepStore | None = None
+        self.rebalancer: Rebalancer | None = None  # set when the services start
         self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth),
                                     verify=config.tls.client_verify())
         self.metrics = ControllerMetrics()  # GET /metrics (cuvee.metrics.controller)
@@ -213,6 +214,8 @@ class Controller:
             self._repair.stop()
         if self._retention is not None:
             self._retention.stop()
+        if self.rebalancer is not None:
+            self.rebalancer.stop()
         if self._http is not None:
             self._http.stop()
         if self.metastore is not None:

@@ -42,6 +42,7 @@ class Rebalancer:
         self.poll_seconds = poll_seconds
         self.jobs: dict[str, dict[str, Any]] = {}  # table -> the last rebalance's status
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # set by stop(): running rebalances end (old and new replicas kept)
 
     def plan(self, config: TableConfig) -> list[Move]:
         ideal = self.store.ideal_state(config.name_with_type)
@@ -60,16 +61,22 @@ class Rebalancer:
         threading.Thread(target=self._run, args=(table, moves, job), name=f"rebalance-{table}", daemon=True).start()
         return dict(job)
 
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _acting(self) -> bool:
+        return self.may_act() and not self._stopping.is_set()
+
     def _run(self, table: str, moves: list[Move], job: dict[str, Any]) -> None:
         try:
-            if not self.may_act():
-                job["status"], job["error"] = "STOPPED", "this controller is no longer the leader"
+            if not self._acting():
+                job["status"], job["error"] = "STOPPED", "this controller is no longer the leader, or stopping"
                 return
             self.store.update_ideal_state(table, add_targets(moves))  # phase 1: old and new replicas together
             deadline = time.monotonic() + self.timeout_seconds
             left = list(moves)
             seen: dict[str, float] = {}  # segment -> when its new replicas were first seen serving it
-            while left and self.may_act():
+            while left and self._acting():
                 served = self._served(table)
                 now = time.monotonic()
                 for move in left:
@@ -87,9 +94,10 @@ class Rebalancer:
                     job["left"] = [m.segment for m in left]
                 if not left or time.monotonic() > deadline:
                     break
-                time.sleep(self.poll_seconds)  # the external view moves on the controller's interval
+                # the external view moves on the controller's interval: look again then (or end at once on stop)
+                self._stopping.wait(self.poll_seconds)
             if left:
-                job["status"] = "TIMED_OUT" if self.may_act() else "STOPPED"
+                job["status"] = "TIMED_OUT" if self._acting() else "STOPPED"
                 job["error"] = (f"{len(left)} segment(s) not yet served by their new replicas; they stay ONLINE on "
                                 "old and new replicas (safe); run the rebalance again")
             else:
@@ -117,6 +125,7 @@ def router(ctl: Controller) -> APIRouter:
         if keeps_partitions_together(config):
             raise Conflict("rebalancing an upsert or strictReplicaGroup table is not supported yet: a partition's "
                            "segments must move together with its consuming segment")
+        assert ctl.rebalancer is not None  # routes are served once the services started
         try:
             moves = ctl.rebalancer.plan(config)
         except AssignmentError as exc:
@@ -130,6 +139,7 @@ def router(ctl: Controller) -> APIRouter:
     @api.get("/tables/{table}/rebalanceStatus")
     def rebalance_status(table: str) -> dict[str, Any]:
         config = Catalog(ctl.store).realtime(table)
+        assert ctl.rebalancer is not None
         return dict(ctl.rebalancer.jobs.get(config.name_with_type) or {"table": config.name_with_type,
                                                                          "status": "NONE"})
 

@@ -146,12 +146,13 @@ class InProcessCluster:
         self._ok(self.http.post(f"{self.controller_url}/tables", json=table))
 
     def realtime_table(self, schema: Mapping[str, Any], *, partitions: int = 2, replicas: int = 2,
-                       flush_rows: int = 100) -> dict[str, str]:
-        """A topic named after the schema, the schema, and a REALTIME table on it; returns its stream configs."""
+                       flush_rows: int = 100, **stream: str) -> dict[str, str]:
+        """A topic named after the schema, the schema, and a REALTIME table on it (``stream``: more stream config
+        keys, such as an auto-tuned table's desired size); returns its stream configs."""
         name = str(schema["schemaName"])
         self.create_topic(name, partitions)
         self.add_schema(schema)
-        configs = self.log_stream_configs(name, **{"realtime.segment.flush.threshold.rows": str(flush_rows)})
+        configs = self.log_stream_configs(name, **{"realtime.segment.flush.threshold.rows": str(flush_rows), **stream})
         self.add_table({"tableName": name, "tableType": "REALTIME",
                         "segmentsConfig": {"replicasPerPartition": str(replicas)},
                         "tableIndexConfig": {"streamConfigs": configs}})

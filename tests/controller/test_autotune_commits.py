@@ -46,6 +46,13 @@ def test_a_new_leader_learns_on_from_the_thresholds_recorded_in_segment_metadata
     assert successor.autotuned_rows(config) == (DESIRED * 100 // 4096, 4096 / 100)  # a new partition's first: 1,000
     assert successor.learner(T) is not None and successor.learner(T).bytes_per_row == 40.96
 
+    # A controller leading again forgets what it learned itself: what the metadata records since wins.
+    successor.autotuned_rows(config)
+    side_store.update_segment(T, following, lambda r: dataclasses.replace(r, bytes_per_row=81.92))
+    assert successor.autotuned_rows(config)[1] == 40.96  # its own, cached
+    successor.forget_learners()
+    assert successor.autotuned_rows(config) == (DESIRED * 100 // 8192, 81.92)
+
     # Metadata that records no R (nothing learned yet): the initial guess.
     for name in side_store.segment_names(T):
         side_store.update_segment(T, name, lambda r: dataclasses.replace(r, bytes_per_row=None))

@@ -21,14 +21,9 @@ PHASE_ROWS = 24_000
 
 def test_segment_sizes_converge_on_the_desired_size_and_follow_a_cardinality_shift(tmp_path: Path) -> None:
     with InProcessCluster(tmp_path, servers=1) as cluster:
-        cluster.create_topic(TABLE, 1)
-        cluster.add_schema(SCHEMA)
-        configs = cluster.log_stream_configs(TABLE, **{
-            "realtime.segment.flush.threshold.rows": "0",
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=0, **{
             "realtime.segment.flush.threshold.segment.size": str(DESIRED),
             "realtime.segment.flush.autotune.initialRows": "500"})
-        cluster.add_table({"tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "1"},
-                           "tableIndexConfig": {"streamConfigs": configs}})
         rnd = random.Random(7)
         for phase, cardinality in enumerate((50, 5_000)):
             start = phase * PHASE_ROWS
