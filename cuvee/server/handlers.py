@@ -24,6 +24,7 @@ from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import SegmentFetcher
 from cuvee.server.local import LocalSegments
+from cuvee.server.memory import release_freed_memory
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
@@ -65,6 +66,12 @@ ConsumingFactory = Callable[[str, SegmentRecord], Consuming]
 
 class TransitionError(CuveeError):
     """A transition cannot be made (metadata missing or in the wrong status)."""
+
+
+def _stop_and_release_memory(consuming: Consuming) -> None:
+    """Stop a consuming segment and give its freed rows back to the operating system (see server.memory)."""
+    consuming.stop()
+    release_freed_memory()
 
 
 def _once(fn: Callable[[], None]) -> Callable[[], None]:
@@ -230,7 +237,7 @@ class SegmentTransitions:
         self._cap_predecessor(table, record)
         upsert = self._upsert(table, refresh=True)  # before the factory: the consumer feeds this same state
         consuming = self._make_consuming(table, record)
-        stop = _once(consuming.stop)
+        stop = _once(lambda: _stop_and_release_memory(consuming))
         with self._lock:
             paused = self._paused.get(table, False)
             self._consuming[(table, segment)] = consuming

@@ -36,6 +36,7 @@ from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.server.app import build_server_app
 from cuvee.server.config import ServerConfig
 from cuvee.server.current_state import CurrentStates
+from cuvee.server.memory import tune_allocators
 from cuvee.server.download import Backoff, SegmentFetcher
 from cuvee.server.follower import IdealStateFollower
 from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransitions
@@ -91,6 +92,7 @@ class Server:
 
     def start(self) -> Server:
         cfg = self.config
+        tune_allocators()
         self.local.data_dir.mkdir(parents=True, exist_ok=True)
         self.deep_store = open_deepstore(cfg.deep_store, cfg.s3)
         self.metastore = SessionHolder(cfg.metadata, retry_initial_seconds=cfg.session_retry_initial_seconds,

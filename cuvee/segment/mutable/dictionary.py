@@ -103,14 +103,20 @@ class NumericDictionary:
 
 
 class ObjectDictionary:
-    """Strings, JSON text and bytes: a Python dict for lookups, values kept as Arrow chunks in id order."""
+    """Strings, JSON text and bytes: a Python dict for lookups, values kept as Arrow chunks in id order.
+
+    Readers concatenate the chunks (cached per chunk tuple); the writer then folds the chunks a reader concatenated
+    into that one array, so the values are held once, not as chunks plus their concatenation. ``bytes_used``
+    counts what is really held: the chunks, a concatenation not yet folded, the dict and its Python keys (which
+    for short strings weigh more than the Arrow values)."""
 
     def __init__(self, arrow_type: pa.DataType) -> None:
         self.arrow_type = arrow_type
         self._ids: dict[Any, int] = {}
-        self._chunks: list[pa.Array] = []
+        self._chunks: tuple[pa.Array, ...] = ()  # replaced whole (never mutated): a reader's tuple stays valid
         self._size = 0
-        self._concatenated: tuple[int, pa.Array] = (0, pa.array([], type=arrow_type))
+        self._key_bytes = 0
+        self._concatenated: tuple[tuple[pa.Array, ...], pa.Array] = ((), pa.array([], type=arrow_type))
 
     @property
     def size(self) -> int:
@@ -125,30 +131,47 @@ class ObjectDictionary:
         new_positions = [position for position, found in enumerate(ids) if found is None]
         if new_positions:
             next_id = self._size
+            key_bytes = 0
             for position in new_positions:
+                value = distinct_values[position]
                 ids[position] = next_id
-                known[distinct_values[position]] = next_id
+                known[value] = next_id
+                key_bytes += sys.getsizeof(value)
                 next_id += 1
-            self._chunks.append(distinct.take(new_positions))
+            self._chunks = self._folded() + (distinct.take(new_positions),)
+            self._key_bytes += key_bytes
             self._size = next_id
         mapping = np.array(ids, dtype=np.int32)
         return mapping[encoded.indices.to_numpy(zero_copy_only=False)]
+
+    def _folded(self) -> tuple[pa.Array, ...]:
+        """The chunks with the prefix a reader concatenated replaced by its concatenation (writer only)."""
+        chunks = self._chunks
+        covered, merged = self._concatenated
+        n = len(covered)
+        if n > 1 and len(chunks) >= n and all(a is b for a, b in zip(covered, chunks)):
+            return (merged,) + chunks[n:]
+        return chunks
 
     def id_of(self, value: Any) -> int | None:
         return self._ids.get(value)
 
     def values_array(self) -> pa.Array:
         chunks = self._chunks
-        count = len(chunks)
-        cached_count, cached = self._concatenated
-        if cached_count == count:
-            return cached
-        merged = pa.concat_arrays(chunks[:count])
-        self._concatenated = (count, merged)
+        covered, merged = self._concatenated
+        if covered is chunks:
+            return merged
+        merged = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks) if chunks else merged
+        self._concatenated = (chunks, merged)
         return merged
 
     def bytes_used(self) -> int:
-        return sum(chunk.nbytes for chunk in self._chunks[:]) + sys.getsizeof(self._ids)
+        chunks = self._chunks
+        covered, merged = self._concatenated
+        held = sum(chunk.nbytes for chunk in chunks)
+        if len(covered) > 1 and not (chunks and chunks[0] is merged):
+            held += merged.nbytes  # a concatenation the writer has not folded yet
+        return held + sys.getsizeof(self._ids) + self._key_bytes
 
 
 Dictionary = NumericDictionary | ObjectDictionary
