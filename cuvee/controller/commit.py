@@ -359,7 +359,9 @@ class SegmentCommitter:
             if record is not None and record.bytes_per_row is not None and (
                     newest is None or record.creation_time_ms > newest.creation_time_ms):
                 newest = record
-        learner = SizeLearner(SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows),
+        policy = SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows,
+                            learning_partition=stream.flush_autotune_learning_partition)
+        learner = SizeLearner(policy,
                               bytes_per_row=newest.bytes_per_row if newest is not None else None)
         self._learners[table] = learner
         return learner

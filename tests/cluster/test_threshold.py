@@ -84,3 +84,10 @@ def test_before_the_size_is_known_the_learned_ratio_or_the_current_threshold_is_
     assert SizeLearner(POLICY).threshold_before_size(70_000) == 70_000
     learner, _ = SizeLearner(POLICY).on_commit(CommittedSegment(0, 100_000, 50 * MB, 100_000))
     assert learner.threshold_before_size(70_000) == 200_000  # 100 MB / 500 B
+
+
+def test_by_default_every_partition_teaches_the_learner() -> None:
+    learner = SizeLearner(SizePolicy(desired_size_bytes=100 * MB, initial_rows=100_000, alpha=0.75),
+                          bytes_per_row=500.0)
+    after, _ = learner.on_commit(CommittedSegment(3, 100_000, 60 * MB, 100_000))
+    assert after.bytes_per_row == pytest.approx(0.75 * 500 + 0.25 * 600)
