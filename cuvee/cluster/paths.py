@@ -122,6 +122,10 @@ class ClusterPaths:
         """A hybrid table's explicit time boundary (``POST /tables/{t}/timeBoundary``), keyed by the raw name."""
         return f"{self.root}/timeboundary/{check_name('table', raw_table)}"
 
+    def rebalance(self, table: str) -> str:
+        """The table's last rebalance job and its progress (written by the leader that runs it)."""
+        return f"{self.root}/rebalance/{check_name('table', table)}"
+
     @property
     def pending_deletions(self) -> str:
         return f"{self.root}/deletions"

@@ -1,9 +1,10 @@
-"""Rebalancing a realtime table's committed segments onto the servers tagged now. Pure: plans and ideal-state
-update functions; ``cuvee.controller.rebalance`` carries them out.
+"""Rebalancing a table's committed segments onto the servers tagged now. Pure: plans and ideal-state update
+functions; ``cuvee.controller.rebalance`` carries them out.
 
-Each committed (ONLINE) segment's target is where its partition's consuming segment would be placed now
+Realtime: each committed (ONLINE) segment's target is where its partition's consuming segment would be placed now
 (``assign_partition`` over the live tagged servers, as ``place_on_tagged`` does at commits), so a partition's
-segments end up together. A move is made before it is broken: first the segment is ONLINE on its old and its new
+segments end up together. Offline (``plan_offline_rebalance``): segments spread evenly over the tagged servers,
+moving as few replicas as that takes. A move is made before it is broken: first the segment is ONLINE on its old and its new
 replicas together, and only once every new replica serves it (the external view says ONLINE) are the old ones
 dropped, so queries never lose a segment. Consuming segments are not moved: they move at their commits.
 """
@@ -50,6 +51,51 @@ def plan_rebalance(ideal: IdealState, replication: int, tagged_live: Collection[
     return moves
 
 
+def plan_offline_rebalance(ideal: IdealState, replication: int, eligible: Collection[str]) -> list[Move]:
+    """The moves that spread an offline table's ONLINE segments evenly over ``eligible`` servers, moving as few
+    replicas as that takes: replicas on servers no longer eligible go to the eligible ones holding fewest, then one
+    replica at a time goes from the most loaded server to the least loaded until they differ by at most one; never
+    two replicas of a segment on one server. Raises AssignmentError when there are fewer eligible servers than
+    replicas."""
+    pool = sorted(set(eligible))
+    check_replication(replication, pool)
+    placed = {name: set(replicas) for name, replicas in sorted(ideal.segments.items())
+              if replicas and all(state is ONLINE for state in replicas.values())}
+    load = dict.fromkeys(pool, 0)
+    for replicas in placed.values():
+        for instance in replicas:
+            if instance in load:
+                load[instance] += 1
+
+    def least_loaded(exclude: set[str]) -> str | None:
+        spare = [i for i in pool if i not in exclude]
+        return min(spare, key=lambda i: (load[i], i)) if spare else None
+
+    for replicas in placed.values():
+        for instance in sorted(replicas - set(pool)):  # its server is no longer tagged or alive
+            replicas.discard(instance)
+            if len(replicas) < replication and (to := least_loaded(replicas)) is not None:
+                replicas.add(to)
+                load[to] += 1
+    while True:  # each step lowers the spread, so this ends
+        busiest = max(pool, key=lambda i: (load[i], i))
+        moved = False
+        for idlest in sorted(pool, key=lambda i: (load[i], i)):
+            if load[busiest] - load[idlest] <= 1:
+                break
+            segment = next((n for n, r in placed.items() if busiest in r and idlest not in r), None)
+            if segment is not None:
+                placed[segment] = (placed[segment] - {busiest}) | {idlest}
+                load[busiest] -= 1
+                load[idlest] += 1
+                moved = True
+                break
+        if not moved:
+            break
+    return [Move(name, tuple(sorted(ideal.segments[name])), tuple(sorted(replicas)))
+            for name, replicas in placed.items() if replicas != set(ideal.segments[name])]
+
+
 def add_targets(moves: list[Move]) -> Callable[[IdealState], IdealState]:
     """Phase 1: each moved segment ONLINE on its current and target replicas together (a segment that changed
     since the plan, or left, is left alone)."""
@@ -86,4 +132,4 @@ def check_replication(replication: int, tagged_live: Collection[str]) -> None:
         raise AssignmentError(f"{len(tagged_live)} live tagged server(s) cannot hold {replication} replicas")
 
 
-__all__ = ["Move", "add_targets", "check_replication", "drop_sources", "plan_rebalance"]
+__all__ = ["Move", "add_targets", "check_replication", "drop_sources", "plan_offline_rebalance", "plan_rebalance"]

@@ -23,6 +23,7 @@ __all__ = [
     "IdealState",
     "InstanceInfo",
     "PendingDeletion",
+    "RebalanceJob",
     "Record",
     "RecordFormatError",
     "SegmentRecord",
@@ -410,6 +411,41 @@ class TimeBoundaryOverride(Record):
     def from_json(cls, doc: Any) -> TimeBoundaryOverride:
         f = Fields(cls.KIND, doc)
         return cls(table=f.string("table"), value=f.integer("timeValue"))
+
+
+@dataclass(frozen=True)
+class RebalanceJob(Record):
+    """A table's last rebalance (``POST /tables/{t}/rebalance``): its moves and progress, kept in the store so
+    ``rebalanceStatus`` answers the same on any controller and after a leader change. ``controller`` is the
+    instance running it; a job IN_PROGRESS under a controller that is no longer leader has stopped (its segments
+    stay ONLINE on old and new replicas, which is safe; running it again finishes it)."""
+
+    KIND = "rebalance job"
+
+    table: str
+    status: str
+    moves: tuple[dict[str, Any], ...]
+    done: int
+    left: tuple[str, ...]
+    error: str
+    controller: str
+    started_ms: int
+    updated_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "status": self.status, "moves": list(self.moves), "done": self.done,
+                "left": list(self.left), "error": self.error, "controller": self.controller,
+                "startedMs": self.started_ms, "updatedMs": self.updated_ms}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> RebalanceJob:
+        f = Fields(cls.KIND, doc)
+        moves = doc.get("moves", [])
+        if not isinstance(moves, list) or not all(isinstance(m, dict) for m in moves):
+            raise RecordFormatError(f"{cls.KIND}: moves must be a list of objects")
+        return cls(table=f.string("table"), status=f.string("status"), moves=tuple(moves), done=f.integer("done"),
+                   left=f.strings("left"), error=f.string("error", ""), controller=f.string("controller", ""),
+                   started_ms=f.integer("startedMs"), updated_ms=f.integer("updatedMs"))
 
 
 @dataclass(frozen=True)

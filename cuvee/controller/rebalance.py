@@ -1,6 +1,9 @@
-"""``POST /tables/{t}/rebalance`` (Pinot's; a dry run unless ``dryRun=false``) and ``GET /tables/{t}/rebalanceStatus``:
-the leader moves a realtime table's committed segments onto the servers tagged now (``cuvee.cluster.rebalance``),
-each move made before it is broken, in a thread of its own; one rebalance per table at a time.
+"""``POST /tables/{t}/rebalance`` (Pinot's; a dry run unless ``dryRun=false``; ``type=OFFLINE|REALTIME`` when the
+name has both) and ``GET /tables/{t}/rebalanceStatus``: the leader moves a table's committed segments onto the
+servers tagged now (``cuvee.cluster.rebalance``), each move made before it is broken, in a thread of its own; one
+rebalance per table at a time. The job and its progress are kept in the store (``RebalanceJob``), so any
+controller reports it, and one a former leader was running shows as STOPPED (its segments stay ONLINE on old and
+new replicas, which is safe; running it again finishes it).
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
+from cuvee.cluster.assignment import placement_pool
 from cuvee.cluster.errors import AssignmentError
-from cuvee.cluster.rebalance import Move, add_targets, drop_sources, plan_rebalance
-from cuvee.cluster.records import SegmentState
+from cuvee.cluster.offline_assignment import offline_server_tag
+from cuvee.cluster.rebalance import Move, add_targets, drop_sources, plan_offline_rebalance, plan_rebalance
+from cuvee.cluster.records import RebalanceJob, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import keeps_partitions_together
-from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.errors import CuveeError
 
 if TYPE_CHECKING:
@@ -31,16 +36,19 @@ log = logging.getLogger(__name__)
 
 class Rebalancer:
     def __init__(self, store: ClusterStore, may_act: Callable[[], bool], timeout_seconds: float,
-                 pool: Callable[[TableConfig], list[str]], poll_seconds: float = 0.5, settle_seconds: float = 5.0):
-        """``pool``: the servers a table's partitions are spread over now (``SegmentCommitter.placement_pool``),
-        the same ones consuming segments are placed on at commits."""
+                 pool: Callable[[TableConfig], list[str]], poll_seconds: float = 0.5, settle_seconds: float = 5.0,
+                 instance_id: Callable[[], str] = lambda: "", clock_ms: Callable[[], int] = lambda: 0):
+        """``pool``: the servers a realtime table's partitions are spread over now
+        (``SegmentCommitter.placement_pool``), the same ones consuming segments are placed on at commits."""
         self.pool = pool
+        self.instance_id = instance_id
+        self.clock_ms = clock_ms
         self.settle_seconds = settle_seconds  # after the new replicas serve a segment, before the old ones go
         self.store = store
         self.may_act = may_act
         self.timeout_seconds = timeout_seconds
         self.poll_seconds = poll_seconds
-        self.jobs: dict[str, dict[str, Any]] = {}  # table -> the last rebalance's status
+        self.jobs: dict[str, dict[str, Any]] = {}  # table -> the rebalance this controller runs or ran last
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # set by stop(): running rebalances end (old and new replicas kept)
 
@@ -48,7 +56,40 @@ class Rebalancer:
         ideal = self.store.ideal_state(config.name_with_type)
         if ideal is None:
             return []
-        return plan_rebalance(ideal.record, config.replication, self.pool(config))
+        if config.is_realtime:
+            return plan_rebalance(ideal.record, config.replication, self.pool(config))
+        tag = offline_server_tag(config.tenants.server)
+        tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
+        holding = {i for replicas in ideal.record.segments.values() for i in replicas}
+        return plan_offline_rebalance(ideal.record, config.replication,
+                                      placement_pool(tagged, set(self.store.live_instance_ids()), holding))
+
+    def status(self, table: str) -> dict[str, Any]:
+        """The table's last rebalance as the store has it; IN_PROGRESS only while this leader runs it."""
+        running = self.jobs.get(table)
+        if running is not None and running["status"] == "IN_PROGRESS":
+            return dict(running)
+        found = self.store.find(RebalanceJob, self.store.paths.rebalance(table))
+        if found is None:
+            return {"table": table, "status": "NONE"}
+        job = found.record.to_json()
+        if job["status"] == "IN_PROGRESS":  # its controller stopped leading (or died) before it ended
+            job["status"] = "STOPPED"
+            job["error"] = (f"the controller running it ({job['controller'] or 'unknown'}) stopped before it ended; "
+                            f"{len(job['left'])} segment(s) stay ONLINE on old and new replicas (safe); "
+                            "run the rebalance again")
+        return job
+
+    def _save(self, job: dict[str, Any]) -> None:
+        """Write the job's progress to the store (the leader is its only writer); a failed write is logged, the
+        move goes on: the status is for people, the ideal state is the truth."""
+        try:
+            self.store.put(self.store.paths.rebalance(job["table"]), RebalanceJob(
+                table=job["table"], status=job["status"], moves=tuple(job["moves"]), done=job["done"],
+                left=tuple(job["left"]), error=job["error"], controller=job["controller"],
+                started_ms=job["startedMs"], updated_ms=self.clock_ms()))
+        except (CuveeError, OSError) as exc:
+            log.warning("could not record the rebalance of %s: %s", job["table"], exc)
 
     def start(self, config: TableConfig, moves: list[Move]) -> dict[str, Any]:
         table = config.name_with_type
@@ -56,8 +97,10 @@ class Rebalancer:
             if self.jobs.get(table, {}).get("status") == "IN_PROGRESS":
                 raise Conflict(f"a rebalance of {table} is in progress (GET /tables/{{t}}/rebalanceStatus)")
             job = {"table": table, "status": "IN_PROGRESS", "moves": [m.to_json() for m in moves], "done": 0,
-                   "left": [m.segment for m in moves], "error": ""}
+                   "left": [m.segment for m in moves], "error": "", "controller": self.instance_id(),
+                   "startedMs": self.clock_ms()}
             self.jobs[table] = job
+        self._save(job)
         threading.Thread(target=self._run, args=(table, moves, job), name=f"rebalance-{table}", daemon=True).start()
         return dict(job)
 
@@ -92,6 +135,7 @@ class Rebalancer:
                     left = [m for m in left if m not in ready]
                     job["done"] += len(ready)
                     job["left"] = [m.segment for m in left]
+                    self._save(job)
                 if not left or time.monotonic() > deadline:
                     break
                 # the external view moves on the controller's interval: look again then (or end at once on stop)
@@ -106,6 +150,9 @@ class Rebalancer:
         except Exception as exc:  # noqa: BLE001 - the job must end, whatever happened: never IN_PROGRESS forever
             job["status"], job["error"] = "FAILED", f"{type(exc).__name__}: {str(exc)[:500]}"
             log.warning("rebalance of %s failed: %s", table, exc, exc_info=not isinstance(exc, (CuveeError, OSError)))
+        finally:
+            if job["status"] != "IN_PROGRESS":
+                self._save(job)
 
     def _served(self, table: str) -> dict[str, set[str]]:
         view = self.store.external_view(table)
@@ -119,9 +166,9 @@ def router(ctl: Controller) -> APIRouter:
     api = APIRouter()
 
     @api.post("/tables/{table}/rebalance")
-    def rebalance(table: str, dryRun: bool = True) -> dict[str, Any]:  # noqa: N803 - Pinot's name
+    def rebalance(table: str, dryRun: bool = True, type: str | None = None) -> dict[str, Any]:  # noqa: A002,N803 - Pinot's names
         ctl.require_leader()
-        config = Catalog(ctl.store).realtime(table)
+        config = _table(ctl, table, type)
         if keeps_partitions_together(config):
             raise Conflict("rebalancing an upsert or strictReplicaGroup table is not supported yet: a partition's "
                            "segments must move together with its consuming segment")
@@ -137,10 +184,26 @@ def router(ctl: Controller) -> APIRouter:
         return ctl.rebalancer.start(config, moves)
 
     @api.get("/tables/{table}/rebalanceStatus")
-    def rebalance_status(table: str) -> dict[str, Any]:
-        config = Catalog(ctl.store).realtime(table)
+    def rebalance_status(table: str, type: str | None = None) -> dict[str, Any]:  # noqa: A002 - Pinot's name
+        config = _table(ctl, table, type)
         assert ctl.rebalancer is not None
-        return dict(ctl.rebalancer.jobs.get(config.name_with_type) or {"table": config.name_with_type,
-                                                                         "status": "NONE"})
+        return ctl.rebalancer.status(config.name_with_type)
 
     return api
+
+
+def _table(ctl: Controller, table: str, table_type: str | None) -> TableConfig:
+    """The table ``table`` names: its only part, the part its suffix or ``type`` names; 400 when both exist and
+    neither says which."""
+    catalog = Catalog(ctl.store)
+    wanted = (table_type or "").strip().upper()
+    if wanted not in ("", "OFFLINE", "REALTIME"):
+        raise BadRequest(f"type must be OFFLINE or REALTIME, got {table_type!r}")
+    found = [t for t in (catalog.find_table(n) for n in catalog.resolve(table)) if t is not None]
+    if wanted:
+        found = [t for t in found if t.table_type.value == wanted]
+        if not found:
+            raise NotFound(f"table {table!r} has no {wanted} part")
+    if len(found) > 1:
+        raise BadRequest(f"table {table!r} has an OFFLINE and a REALTIME part: say which with type=OFFLINE|REALTIME")
+    return found[0]

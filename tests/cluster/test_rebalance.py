@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cuvee.cluster.errors import AssignmentError
-from cuvee.cluster.rebalance import add_targets, drop_sources, plan_rebalance
+from cuvee.cluster.rebalance import add_targets, drop_sources, plan_offline_rebalance, plan_rebalance
 from cuvee.cluster.records import IdealState, SegmentState
 
 ON, CONS = SegmentState.ONLINE, SegmentState.CONSUMING
@@ -40,3 +40,30 @@ def test_a_move_is_made_before_it_is_broken() -> None:
     assert done.segments["t__2__0__20261125T1200Z"] == {"c": ON}
     changed = _ideal({"t__2__0__20261125T1200Z": {"b": ON}})  # moved by someone else since the plan
     assert add_targets([move])(changed) == changed and drop_sources([move], {})(changed) == changed
+
+
+def _apply(ideal: IdealState, moves: list) -> dict[str, set[str]]:
+    placed = {name: set(replicas) for name, replicas in ideal.segments.items()}
+    for move in moves:
+        placed[move.segment] = set(move.target)
+    return placed
+
+
+def test_offline_segments_spread_evenly_over_added_servers_moving_as_few_replicas_as_that_takes() -> None:
+    ideal = IdealState("s_OFFLINE", {f"s_{i}": {"a": ON, "b": ON} for i in range(6)})
+    moves = plan_offline_rebalance(ideal, 2, {"a", "b", "c"})
+    placed = _apply(ideal, moves)
+    loads = {i: sum(i in r for r in placed.values()) for i in "abc"}
+    assert loads == {"a": 4, "b": 4, "c": 4}  # 12 replicas over 3 servers
+    assert all(len(r) == 2 for r in placed.values())  # never two replicas on one server
+    assert len(moves) == 4 and all(len(set(m.current) - set(m.target)) == 1 for m in moves)  # one replica each
+    assert plan_offline_rebalance(IdealState("s_OFFLINE", {n: dict.fromkeys(r, ON) for n, r in placed.items()}),
+                                  2, {"a", "b", "c"}) == []  # balanced: nothing more to do
+
+
+def test_offline_replicas_leave_servers_no_longer_tagged_and_mid_transition_segments_wait() -> None:
+    ideal = IdealState("s_OFFLINE", {"s_0": {"old": ON}, "s_1": {"a": ON}, "s_2": {"old": SegmentState.OFFLINE}})
+    moves = plan_offline_rebalance(ideal, 1, {"a", "b"})
+    assert [(m.segment, m.current, m.target) for m in moves] == [("s_0", ("old",), ("b",))]
+    with pytest.raises(AssignmentError):
+        plan_offline_rebalance(ideal, 3, {"a", "b"})

@@ -6,15 +6,38 @@ the tags outlive its restarts, and every count stays exact."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from cuvee.cluster.records import InstanceInfo
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
+from tests.offline.support import SCHEMA as SALES_SCHEMA
+from tests.offline.support import metadata_push, offline_table, rows
 
 TABLE = "grow"
 SCHEMA = {"schemaName": TABLE, "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
           "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}]}
+
+
+@contextmanager
+def queries_meanwhile(cluster: InProcessCluster, sql: str) -> Iterator[list[dict]]:
+    """Runs ``sql`` through the broker over and over in a thread while the block runs; yields the answers."""
+    answers: list[dict] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            answers.append(cluster.query(sql))
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _consuming_on(cluster: InProcessCluster, instance: str) -> list[str]:
@@ -53,23 +76,11 @@ def test_a_tagged_server_takes_new_consuming_segments_at_their_commits(tmp_path:
         planned = cluster.http.post(rebalance).json()
         assert planned["status"] == "DRY_RUN" and planned["moves"], planned
         assert any(extra.instance_id in m["to"] for m in planned["moves"])  # round-robin over three servers now
-        answers: list[dict] = []
-        stop = threading.Event()
-
-        def query_loop() -> None:
-            while not stop.is_set():
-                answers.append(cluster.query(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}"))
-
-        loop = threading.Thread(target=query_loop)
-        loop.start()
-        try:
+        with queries_meanwhile(cluster, f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}") as answers:
             started = cluster.http.post(rebalance, params={"dryRun": "false"}).json()
             assert started["status"] == "IN_PROGRESS"
             wait_until(lambda: cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/rebalanceStatus")
                        .json()["status"] == "DONE", 60, message="the rebalance did not finish")
-        finally:
-            stop.set()
-            loop.join()
         assert answers and all(not a["exceptions"] and a["resultTable"]["rows"] == [[produced, produced]]
                                for a in answers), [a for a in answers if a["exceptions"]][:3]
         assert cluster.http.post(rebalance).json()["status"] == "NO_OP"
@@ -98,3 +109,32 @@ def test_a_segment_a_server_dropped_before_the_brokers_view_moved_is_read_from_a
         for _ in range(6):  # the broker alternates replicas: some queries ask the server that dropped it first
             answer = cluster.query(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {TABLE}")
             assert not answer["exceptions"] and answer["resultTable"]["rows"] == [[250, 250]], answer
+
+
+def test_an_offline_tables_segments_spread_onto_an_added_server_with_every_query_exact_meanwhile(
+        tmp_path: Path) -> None:
+    with InProcessCluster(tmp_path, servers=1) as cluster:
+        cluster.add_schema(SALES_SCHEMA)
+        cluster.add_table(offline_table(replication=1))
+        for day in range(4):
+            pushed = metadata_push(cluster.http, cluster.controller_url, cluster.deep_store, tmp_path / "build",
+                                   f"sales_{day}", rows(range(day * 100, day * 100 + 100), day * 86_400_000))
+            assert pushed.status_code == 200, pushed.text
+        wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM sales") == 400, 60)
+        extra = cluster.add_server()  # the default tags: DefaultTenant_OFFLINE among them
+        rebalance = f"{cluster.controller_url}/tables/sales/rebalance"
+        assert cluster.http.post(rebalance, params={"type": "REALTIME"}).status_code == 404
+        assert cluster.http.post(rebalance, params={"type": "sideways"}).status_code == 400
+        planned = cluster.http.post(rebalance).json()
+        assert planned["status"] == "DRY_RUN" and len(planned["moves"]) == 2, planned  # 4 segments over 2 servers
+        assert all(m["to"] == [extra.instance_id] for m in planned["moves"])
+        with queries_meanwhile(cluster, "SELECT COUNT(*), COUNT(DISTINCT id) FROM sales") as answers:
+            assert cluster.http.post(rebalance, params={"dryRun": "false"}).json()["status"] == "IN_PROGRESS"
+            wait_until(lambda: cluster.http.get(f"{cluster.controller_url}/tables/sales/rebalanceStatus")
+                       .json()["status"] == "DONE", 60, message="the rebalance did not finish")
+        assert answers and all(not a["exceptions"] and a["resultTable"]["rows"] == [[400, 400]] for a in answers), \
+            [a for a in answers if a["exceptions"]][:3]
+        ideal = cluster.http.get(f"{cluster.controller_url}/tables/sales/idealstate").json()["OFFLINE"]
+        assert sum(extra.instance_id in replicas for replicas in ideal.values()) == 2
+        assert all(len(replicas) == 1 for replicas in ideal.values())
+        assert cluster.http.post(rebalance).json()["status"] == "NO_OP"
