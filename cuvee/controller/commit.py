@@ -148,9 +148,7 @@ class SegmentCommitter:
         try:
             self._check_leader()
             fault(COMMIT_BEFORE_STEP1)
-            location = action.location
-            if location and self.place_archive is not None:
-                location = self.place_archive(table, action.segment.name, location)
+            location = self._archive_location(table, action)
             step1 = mark_done(
                 end_offset=action.end_offset,
                 total_docs=action.total_docs,
@@ -177,6 +175,21 @@ class SegmentCommitter:
                 self.story.record(table, action.segment.name, "commitStopped", committer=action.instance,
                                   endOffset=action.end_offset, reason=type(exc).__name__)
             return False
+
+    def _archive_location(self, table: str, action: CommitSegmentMetadata) -> str:
+        """Where the committed archive is: the committer's upload moved into the segment's place. Not moved when
+        the segment is DONE already (a retried or late commitEnd: the archive in place is the committed build's
+        and must not be overwritten — at another end offset this commit is refused)."""
+        location = action.location
+        if not location or self.place_archive is None:
+            return location
+        found = self.store.find_segment(table, action.segment.name)
+        if found is not None and found.record.status is SegmentStatus.DONE:
+            if found.record.end_offset != action.end_offset:
+                raise CommitAbandoned(f"{action.segment.name} is already DONE at end offset "
+                                      f"{found.record.end_offset}, not {action.end_offset}")
+            return found.record.download_uri or ""
+        return self.place_archive(table, action.segment.name, location)
 
     def start_next(self, action: CommitStarted) -> str | None:
         """A pauseless table's commit start (see the module docstring); the placed next segment, or None when the

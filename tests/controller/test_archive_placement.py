@@ -67,3 +67,36 @@ def test_an_upload_a_segment_records_as_its_archive_is_never_purged(tmp_path: Pa
     task = RetentionTask(metadata, store, lambda: 10**13, 3600, lambda: True, deletion_grace_ms=0,
                          lineage_grace_ms=0, in_progress_timeout_ms=0, stale_upload_ms=3_600_000)
     assert task._purge_stale_uploads([TABLE]) == 0 and store.exists(store.key_of(uri))
+
+
+def test_a_late_commit_of_a_segment_already_done_never_moves_its_upload_over_the_committed_archive(
+        tmp_path: Path) -> None:
+    """A deposed leader's commitEnd that arrives after the segment is DONE (its retry, or its slow step) keeps the
+    archive in place: same end offset → the recorded URI; another end offset → the commit is abandoned."""
+    import dataclasses
+
+    import pytest
+
+    from cuvee.cluster.records import SegmentRecord, SegmentStatus
+    from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
+    from cuvee.controller.completion_types import CommitSegmentMetadata
+    from cuvee.protocol.segment_name import LLCSegmentName
+
+    metadata = ClusterStore(open_metastore(f"sqlite:///{tmp_path / 'm.db'}"), "test")
+    moved: list[str] = []
+    committer = SegmentCommitter(metadata, lambda: 0, 60_000,
+                                 place_archive=lambda table, segment, location: moved.append(location) or "placed")
+    name = LLCSegmentName.parse(SEGMENT)
+    action = CommitSegmentMetadata(segment=name, next_segment=LLCSegmentName.parse("events__0__4__20261125T1200Z"),
+                                   instance="Server_late", end_offset=100, location="file:///deep/upload",
+                                   crc=1, total_docs=100, size_bytes=10, build_time_ms=1, time_min=None,
+                                   time_max=None, generation=1)
+    metadata.create_segment(TABLE, SegmentRecord(SEGMENT, SegmentStatus.IN_PROGRESS, 0))
+    assert committer._archive_location(TABLE, action) == "placed" and len(moved) == 1  # the normal case: moved
+
+    metadata.update_segment(TABLE, SEGMENT, lambda r: dataclasses.replace(
+        r, status=SegmentStatus.DONE, end_offset=100, download_uri="file:///deep/events_REALTIME/the-archive"))
+    assert committer._archive_location(TABLE, action) == "file:///deep/events_REALTIME/the-archive"
+    with pytest.raises(CommitAbandoned):
+        committer._archive_location(TABLE, dataclasses.replace(action, end_offset=120))
+    assert len(moved) == 1  # neither late commit moved anything
