@@ -54,7 +54,8 @@ def parse_datetime_format(text: str) -> DateTimeFormat:
 
 
 def parse_granularity(text: str) -> tuple[int, str]:
-    """``(size, unit)`` from "1:MILLISECONDS" or "MILLISECONDS|1"."""
+    """``(size, unit)`` from "1:MILLISECONDS", "MILLISECONDS|1" or a bare unit, "DAYS" (size 1: Pinot's schemas
+    use that shorter form too)."""
     if not isinstance(text, str):
         raise ValueError("must be a string like '1:MILLISECONDS'")
     if "|" in text:
@@ -62,7 +63,11 @@ def parse_granularity(text: str) -> tuple[int, str]:
         return _size(size or "1", text), _unit(unit, text)
     size, sep, unit = text.partition(":")
     if not sep:
-        raise ValueError(f"{text!r} is not a granularity like '1:MILLISECONDS' or 'MILLISECONDS|1'")
+        try:
+            return 1, _unit(text, text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a granularity like '1:MILLISECONDS', 'MILLISECONDS|1' or 'DAYS'") \
+                from None
     return _size(size, text), _unit(unit, text)
 
 

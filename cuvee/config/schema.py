@@ -193,13 +193,13 @@ class Schema:
         if not isinstance(name, str) or not name:
             issues.append(ConfigIssue("$.schemaName", "required, a non-empty string"))
             name = ""
-        if "timeFieldSpec" in doc:
-            issues.append(ConfigIssue("$.timeFieldSpec", "Pinot's deprecated timeFieldSpec is not supported; "
-                                                         "declare the time column in dateTimeFieldSpecs"))
+        legacy_time = _legacy_time_spec(doc.get("timeFieldSpec"), issues) if "timeFieldSpec" in doc else None
         fields: list[FieldSpec] = []
         seen: set[str] = set()
         for role in FieldRole:
             specs = doc.get(role.value, [])
+            if role is FieldRole.DATE_TIME and legacy_time is not None and isinstance(specs, list):
+                specs = [*specs, legacy_time]
             if not isinstance(specs, list):
                 issues.append(ConfigIssue(f"$.{role.value}", "must be a list"))
                 continue
@@ -234,6 +234,7 @@ class Schema:
         return cls(name=name, fields=tuple(fields), primary_key_columns=tuple(pk), extra=extra)
 
     def to_json(self) -> dict[str, Any]:
+        """Pinot's current form (a legacy ``timeFieldSpec`` comes back as the date-time column it was read as)."""
         out: dict[str, Any] = {**copy.deepcopy(self.extra), "schemaName": self.name}
         for role in FieldRole:
             specs = [f.to_json() for f in self.fields if f.role is role]
@@ -377,3 +378,31 @@ def _to_bool(value: Any) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
         return value.strip().lower() in ("true", "1")
     raise ValueError("not a boolean")
+
+
+def _legacy_time_spec(spec: Any, issues: list[ConfigIssue]) -> dict[str, Any] | None:
+    """Pinot's deprecated ``timeFieldSpec`` as the ``dateTimeFieldSpecs`` entry Pinot itself converts it to:
+    ``{incomingGranularitySpec: {name, dataType, timeType, timeUnitSize, timeFormat}}`` becomes a column of format
+    ``<size>:<timeType>:EPOCH`` (or ``…:SIMPLE_DATE_FORMAT:<pattern>``) and the same granularity. An
+    ``outgoingGranularitySpec`` that differs would need the rows converted at ingestion: refused, with the way."""
+    at = "$.timeFieldSpec"
+    if not isinstance(spec, dict) or not isinstance(spec.get("incomingGranularitySpec"), dict):
+        issues.append(ConfigIssue(at, "must be an object with an incomingGranularitySpec"))
+        return None
+    incoming = spec["incomingGranularitySpec"]
+    outgoing = spec.get("outgoingGranularitySpec")
+    if outgoing is not None and outgoing != incoming:
+        issues.append(ConfigIssue(f"{at}.outgoingGranularitySpec", "a time column converted at ingestion is not "
+                                  "supported; declare the outgoing column in dateTimeFieldSpecs and convert it with "
+                                  "an ingestion transform (ingestionConfig.transformConfigs)"))
+        return None
+    name, data_type = incoming.get("name"), incoming.get("dataType")
+    unit, size = incoming.get("timeType"), incoming.get("timeUnitSize", 1)
+    time_format = incoming.get("timeFormat", "EPOCH")
+    if not isinstance(unit, str) or not isinstance(size, int) or isinstance(size, bool) or not isinstance(
+            time_format, str):
+        issues.append(ConfigIssue(f"{at}.incomingGranularitySpec", "needs timeType (e.g. MILLISECONDS), an integer "
+                                  "timeUnitSize and a timeFormat (EPOCH or SIMPLE_DATE_FORMAT:<pattern>)"))
+        return None
+    return {"name": name, "dataType": data_type, "format": f"{size}:{unit}:{time_format}",
+            "granularity": f"{size}:{unit}"}

@@ -216,7 +216,7 @@ def test_bad_date_time_formats(data_type: str, fmt: str | None, message: str) ->
     assert message in found["$.dateTimeFieldSpecs[0].format"]
 
 
-@pytest.mark.parametrize("granularity", ["MILLISECONDS", "1:EONS", "x:SECONDS", 5])
+@pytest.mark.parametrize("granularity", ["EONS", "1:EONS", "x:SECONDS", 5])
 def test_bad_granularity(granularity: Any) -> None:
     found = errors({"schemaName": "s", "dateTimeFieldSpecs": [dim("t", "LONG", granularity=granularity)]})
     assert list(found) == ["$.dateTimeFieldSpecs[0].granularity"]
@@ -242,8 +242,29 @@ def test_primary_key_is_kept(fixture_doc: Doc) -> None:
 def test_legacy_and_unsupported_features_are_refused_clearly() -> None:
     found = errors({"schemaName": "s", "timeFieldSpec": {},
                     "dimensionFieldSpecs": [dim("a", "STRING", transformFunction="upper(b)")]})
-    assert "declare the time column in dateTimeFieldSpecs" in found["$.timeFieldSpec"]
+    assert "incomingGranularitySpec" in found["$.timeFieldSpec"]
     assert "ingestionConfig.transformConfigs" in found["$.dimensionFieldSpecs[0].transformFunction"]
+    converted = errors({"schemaName": "s", "timeFieldSpec": {
+        "incomingGranularitySpec": {"name": "ms", "dataType": "LONG", "timeType": "MILLISECONDS"},
+        "outgoingGranularitySpec": {"name": "days", "dataType": "INT", "timeType": "DAYS"}}})
+    assert "ingestion transform" in converted["$.timeFieldSpec.outgoingGranularitySpec"]
+
+
+def test_pinots_older_and_shorter_schema_forms_load_as_pinot_reads_them() -> None:
+    """A legacy timeFieldSpec becomes the date-time column Pinot converts it to; a bare granularity unit is size 1
+    (Pinot's own compatibility-test schema uses ``"granularity": "DAYS"`` with ``"format": "EPOCH|DAYS"``)."""
+    legacy = Schema.from_json({"schemaName": "s", "dimensionFieldSpecs": [dim("a", "STRING")], "timeFieldSpec": {
+        "incomingGranularitySpec": {"name": "day", "dataType": "STRING", "timeType": "DAYS",
+                                    "timeFormat": "SIMPLE_DATE_FORMAT:yyyyMMdd"}}})
+    assert legacy.to_json()["dateTimeFieldSpecs"] == [{"name": "day", "dataType": "STRING", "granularity": "1:DAYS",
+                                                       "format": "1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd"}]
+    assert Schema.from_json(legacy.to_json()) == legacy  # stored in the current form, read back the same
+    short = Schema.from_json({"schemaName": "s", "dateTimeFieldSpecs": [
+        {"name": "DaysSinceEpoch", "dataType": "INT", "format": "EPOCH|DAYS", "granularity": "DAYS"}]})
+    assert short.column("DaysSinceEpoch").name == "DaysSinceEpoch"
+    assert "is not a granularity" in errors({"schemaName": "s", "dateTimeFieldSpecs": [
+        {"name": "t", "dataType": "INT", "format": "EPOCH|DAYS", "granularity": "FORTNIGHTS"}]})[
+        "$.dateTimeFieldSpecs[0].granularity"]
 
 
 def test_schema_shape_problems() -> None:
