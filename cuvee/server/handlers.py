@@ -24,7 +24,7 @@ from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import SegmentFetcher
 from cuvee.server.local import LocalSegments
-from cuvee.server.memory import release_freed_memory
+from cuvee.server.memory import RELEASER
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
@@ -69,9 +69,10 @@ class TransitionError(CuveeError):
 
 
 def _stop_and_release_memory(consuming: Consuming) -> None:
-    """Stop a consuming segment and give its freed rows back to the operating system (see server.memory)."""
+    """Stop a consuming segment and have its freed rows given back to the operating system (see server.memory:
+    in the releaser's thread, not this one, which may be a query's)."""
     consuming.stop()
-    release_freed_memory()
+    RELEASER.request()
 
 
 def _once(fn: Callable[[], None]) -> Callable[[], None]:

@@ -17,6 +17,9 @@ import ctypes
 import ctypes.util
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -52,10 +55,45 @@ def tune_allocators() -> None:
 
 
 def release_freed_memory() -> None:
-    """Return freed pages of Arrow's pool and of the C heap to the operating system."""
+    """Return freed pages of Arrow's pool and of the C heap to the operating system, now, in this thread.
+    Arrow's system pool trims the C heap itself; the explicit trim covers a pool that is not the system one."""
     try:
-        pa.default_memory_pool().release_unused()
-        if _GLIBC is not None:
+        pool = pa.default_memory_pool()
+        pool.release_unused()
+        if _GLIBC is not None and pool.backend_name != "system":
             _GLIBC.malloc_trim(0)
     except Exception:  # noqa: BLE001 - never worth failing a segment release over
         log.debug("giving freed memory back failed", exc_info=True)
+
+
+class MemoryReleaser:
+    """Runs ``release_freed_memory`` in a thread of its own, at most once per ``min_interval_seconds``: a trim
+    locks the heap's arenas and takes ~0.1–0.4 s on a large heap, so it must not run in the query thread that
+    happened to release a segment last, and a burst of releases needs one trim, not one each."""
+
+    def __init__(self, min_interval_seconds: float = 1.0, release: Callable[[], None] = release_freed_memory):
+        self.min_interval_seconds = min_interval_seconds
+        self.runs = 0
+        self._release = release
+        self._wanted = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def request(self) -> None:
+        """Ask for a release soon; returns at once."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memory-release", daemon=True)
+                self._thread.start()
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            self._release()
+            self.runs += 1
+            time.sleep(self.min_interval_seconds)  # rate limit: requests meanwhile make one more run after it
+
+
+RELEASER = MemoryReleaser()

@@ -36,6 +36,21 @@ def test_bytes_used_counts_the_python_keys_and_an_unfolded_concatenation() -> No
     assert d.values_array().to_pylist() == [*words, "one more"]
 
 
+def test_after_folding_the_original_chunks_are_no_longer_held_by_anything() -> None:
+    import gc
+    import weakref
+
+    d = ObjectDictionary(pa.string())
+    d.encode(pa.array(["a", "b"]))
+    d.encode(pa.array(["c"]))
+    first_chunks = [weakref.ref(chunk) for chunk in d._chunks]
+    d.values_array()  # a reader concatenates
+    d.encode(pa.array(["d"]))  # the writer folds
+    gc.collect()
+    assert all(ref() is None for ref in first_chunks)  # only their concatenation holds the values now
+    assert d.values_array().to_pylist() == ["a", "b", "c", "d"]
+
+
 def test_a_reader_holding_an_older_concatenation_keeps_valid_values_while_the_writer_appends() -> None:
     d = ObjectDictionary(pa.string())
     seen = []

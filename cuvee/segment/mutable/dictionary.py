@@ -150,7 +150,11 @@ class ObjectDictionary:
         covered, merged = self._concatenated
         n = len(covered)
         if n > 1 and len(chunks) >= n and all(a is b for a, b in zip(covered, chunks)):
-            return (merged,) + chunks[n:]
+            folded = (merged,) + chunks[n:]
+            # The cache must let go of the old chunks too, or they live on beside their concatenation. A reader
+            # that replaces it meanwhile only costs the next reader a concatenation.
+            self._concatenated = ((merged,), merged)
+            return folded
         return chunks
 
     def id_of(self, value: Any) -> int | None:
