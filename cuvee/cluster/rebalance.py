@@ -53,7 +53,9 @@ def plan_rebalance(ideal: IdealState, replication: int, tagged_live: Collection[
 
 def plan_offline_rebalance(ideal: IdealState, replication: int, eligible: Collection[str]) -> list[Move]:
     """The moves that spread an offline table's ONLINE segments evenly over ``eligible`` servers, moving as few
-    replicas as that takes: replicas on servers no longer eligible go to the eligible ones holding fewest, then one
+    replicas as that takes: each segment first gets exactly ``replication`` replicas (those on servers no longer
+    eligible go, extra ones — a stopped rebalance's — leave the busiest servers, missing ones go to the servers
+    holding fewest), then one
     replica at a time goes from the most loaded server to the least loaded until they differ by at most one; never
     two replicas of a segment on one server. Raises AssignmentError when there are fewer eligible servers than
     replicas."""
@@ -71,12 +73,15 @@ def plan_offline_rebalance(ideal: IdealState, replication: int, eligible: Collec
         spare = [i for i in pool if i not in exclude]
         return min(spare, key=lambda i: (load[i], i)) if spare else None
 
-    for replicas in placed.values():
-        for instance in sorted(replicas - set(pool)):  # its server is no longer tagged or alive
-            replicas.discard(instance)
-            if len(replicas) < replication and (to := least_loaded(replicas)) is not None:
-                replicas.add(to)
-                load[to] += 1
+    for replicas in placed.values():  # exactly ``replication`` replicas, all on eligible servers
+        replicas.difference_update(replicas - set(pool))  # their servers are no longer tagged or alive
+        while len(replicas) > replication:  # e.g. a stopped rebalance's old and new replicas: keep the idlest
+            busiest = max(replicas, key=lambda i: (load[i], i))
+            replicas.discard(busiest)
+            load[busiest] -= 1
+        while len(replicas) < replication and (to := least_loaded(replicas)) is not None:
+            replicas.add(to)
+            load[to] += 1
     while True:  # each step lowers the spread, so this ends
         busiest = max(pool, key=lambda i: (load[i], i))
         moved = False

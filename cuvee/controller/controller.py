@@ -171,7 +171,7 @@ class Controller:
         self.rebalancer = Rebalancer(self._store, lambda: self.is_leader, self.config.rebalance_timeout_seconds,
                                      committer.placement_pool, poll_seconds=self.config.external_view_interval_seconds,
                                      settle_seconds=self.config.rebalance_settle_seconds,
-                                     instance_id=lambda: self.instance_id, clock_ms=self.clock_ms)
+                                     me=lambda: self.url, leader=self.leader_url, clock_ms=self.clock_ms)
         self.metrics.watch_repair(lambda: dict(self._repair.stats) if self._repair is not None else {})
         self.metrics.watch_received(lambda: {"tar_push": self.received_segment_bytes, "repair_upload":
                                              self._repair.received_bytes if self._repair is not None else 0})

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
-from cuvee.cluster.assignment import placement_pool
+from cuvee.cluster.assignment import eligible_instances
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.offline_assignment import offline_server_tag
 from cuvee.cluster.rebalance import Move, add_targets, drop_sources, plan_offline_rebalance, plan_rebalance
 from cuvee.cluster.records import RebalanceJob, SegmentState
+from cuvee.cluster.errors import RecordNotFoundError
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
@@ -37,11 +38,15 @@ log = logging.getLogger(__name__)
 class Rebalancer:
     def __init__(self, store: ClusterStore, may_act: Callable[[], bool], timeout_seconds: float,
                  pool: Callable[[TableConfig], list[str]], poll_seconds: float = 0.5, settle_seconds: float = 5.0,
-                 instance_id: Callable[[], str] = lambda: "", clock_ms: Callable[[], int] = lambda: 0):
+                 me: Callable[[], str] = lambda: "", leader: Callable[[], str | None] = lambda: None,
+                 clock_ms: Callable[[], int] = lambda: 0):
         """``pool``: the servers a realtime table's partitions are spread over now
-        (``SegmentCommitter.placement_pool``), the same ones consuming segments are placed on at commits."""
+        (``SegmentCommitter.placement_pool``), the same ones consuming segments are placed on at commits. ``me``
+        and ``leader``: this controller's URL and the current leader's as the election knows it (None: unknown);
+        a job records the URL of the controller that runs it."""
         self.pool = pool
-        self.instance_id = instance_id
+        self.me = me
+        self.leader = leader
         self.clock_ms = clock_ms
         self.settle_seconds = settle_seconds  # after the new replicas serve a segment, before the old ones go
         self.store = store
@@ -58,11 +63,11 @@ class Rebalancer:
             return []
         if config.is_realtime:
             return plan_rebalance(ideal.record, config.replication, self.pool(config))
-        tag = offline_server_tag(config.tenants.server)
-        tagged = {i.instance_id for i in self.store.instances() if i.has_tag(tag)}
-        holding = {i for replicas in ideal.record.segments.values() for i in replicas}
-        return plan_offline_rebalance(ideal.record, config.replication,
-                                      placement_pool(tagged, set(self.store.live_instance_ids()), holding))
+        # Live tagged servers only: pushes place offline segments on live servers, and a segment moved to one that
+        # is down would never be served (the move would wait out its timeout).
+        eligible = eligible_instances(self.store.instances(), set(self.store.live_instance_ids()),
+                                      offline_server_tag(config.tenants.server))
+        return plan_offline_rebalance(ideal.record, config.replication, eligible)
 
     def status(self, table: str) -> dict[str, Any]:
         """The table's last rebalance as the store has it; IN_PROGRESS only while this leader runs it."""
@@ -73,23 +78,46 @@ class Rebalancer:
         if found is None:
             return {"table": table, "status": "NONE"}
         job = found.record.to_json()
-        if job["status"] == "IN_PROGRESS":  # its controller stopped leading (or died) before it ended
+        leader = self.leader()
+        runner_gone = job["controller"] == self.me() or (leader is not None and leader != job["controller"])
+        if job["status"] == "IN_PROGRESS" and runner_gone:  # its controller stopped leading (or died) before the end
             job["status"] = "STOPPED"
             job["error"] = (f"the controller running it ({job['controller'] or 'unknown'}) stopped before it ended; "
                             f"{len(job['left'])} segment(s) stay ONLINE on old and new replicas (safe); "
                             "run the rebalance again")
         return job
 
-    def _save(self, job: dict[str, Any]) -> None:
-        """Write the job's progress to the store (the leader is its only writer); a failed write is logged, the
-        move goes on: the status is for people, the ideal state is the truth."""
+    def _record(self, job: dict[str, Any]) -> RebalanceJob:
+        return RebalanceJob(table=job["table"], status=job["status"], moves=tuple(job["moves"]), done=job["done"],
+                            left=tuple(job["left"]), error=job["error"], controller=job["controller"],
+                            started_ms=job["startedMs"], updated_ms=self.clock_ms())
+
+    def _save(self, job: dict[str, Any], *, first: bool = False) -> bool:
+        """Write the job's progress to the store. The first write starts the record; later ones only update a
+        record that is still this job's (same controller and start: a successor's job, or a deleted table, is
+        never overwritten) — False when it is not. A failed write is logged and the move goes on: the status is
+        for people, the ideal state is the truth."""
+        path = self.store.paths.rebalance(job["table"])
         try:
-            self.store.put(self.store.paths.rebalance(job["table"]), RebalanceJob(
-                table=job["table"], status=job["status"], moves=tuple(job["moves"]), done=job["done"],
-                left=tuple(job["left"]), error=job["error"], controller=job["controller"],
-                started_ms=job["startedMs"], updated_ms=self.clock_ms()))
+            if first:
+                self.store.put(path, self._record(job))
+                return True
+
+            def progress(stored: RebalanceJob) -> RebalanceJob:
+                if (stored.controller, stored.started_ms) != (job["controller"], job["startedMs"]):
+                    raise _Superseded(f"the rebalance record of {job['table']} belongs to another job now")
+                return self._record(job)
+
+            self.store.update(RebalanceJob, path, progress)
+            return True
+        except (_Superseded, RecordNotFoundError):
+            return False
         except (CuveeError, OSError) as exc:
             log.warning("could not record the rebalance of %s: %s", job["table"], exc)
+            return True
+
+    def _table_exists(self, table: str) -> bool:
+        return Catalog(self.store).find_table(table) is not None
 
     def start(self, config: TableConfig, moves: list[Move]) -> dict[str, Any]:
         table = config.name_with_type
@@ -97,10 +125,10 @@ class Rebalancer:
             if self.jobs.get(table, {}).get("status") == "IN_PROGRESS":
                 raise Conflict(f"a rebalance of {table} is in progress (GET /tables/{{t}}/rebalanceStatus)")
             job = {"table": table, "status": "IN_PROGRESS", "moves": [m.to_json() for m in moves], "done": 0,
-                   "left": [m.segment for m in moves], "error": "", "controller": self.instance_id(),
+                   "left": [m.segment for m in moves], "error": "", "controller": self.me(),
                    "startedMs": self.clock_ms()}
             self.jobs[table] = job
-        self._save(job)
+        self._save(job, first=True)
         threading.Thread(target=self._run, args=(table, moves, job), name=f"rebalance-{table}", daemon=True).start()
         return dict(job)
 
@@ -115,6 +143,8 @@ class Rebalancer:
             if not self._acting():
                 job["status"], job["error"] = "STOPPED", "this controller is no longer the leader, or stopping"
                 return
+            if not self._table_exists(table):
+                raise _Superseded(f"table {table} was deleted")
             self.store.update_ideal_state(table, add_targets(moves))  # phase 1: old and new replicas together
             deadline = time.monotonic() + self.timeout_seconds
             left = list(moves)
@@ -131,11 +161,14 @@ class Rebalancer:
                 # view they last read: they must know the new replicas before the old ones go): the old replicas go
                 ready = [m for m in left if m.segment in seen and now - seen[m.segment] >= self.settle_seconds]
                 if ready:
+                    if not self._table_exists(table):
+                        raise _Superseded(f"table {table} was deleted")
                     self.store.update_ideal_state(table, drop_sources(ready, served))
                     left = [m for m in left if m not in ready]
                     job["done"] += len(ready)
                     job["left"] = [m.segment for m in left]
-                    self._save(job)
+                    if not self._save(job):
+                        raise _Superseded(f"the rebalance record of {table} was deleted or belongs to another job")
                 if not left or time.monotonic() > deadline:
                     break
                 # the external view moves on the controller's interval: look again then (or end at once on stop)
@@ -147,11 +180,15 @@ class Rebalancer:
             else:
                 job["status"] = "DONE"
             log.info("rebalance of %s: %s (%d of %d moved)", table, job["status"], job["done"], len(moves))
+        except _Superseded as exc:  # its table went, or a newer job owns the record: end without writing
+            job["status"], job["error"] = "STOPPED", str(exc)
+            job["superseded"] = True
+            log.info("rebalance of %s stopped: %s", table, exc)
         except Exception as exc:  # noqa: BLE001 - the job must end, whatever happened: never IN_PROGRESS forever
             job["status"], job["error"] = "FAILED", f"{type(exc).__name__}: {str(exc)[:500]}"
             log.warning("rebalance of %s failed: %s", table, exc, exc_info=not isinstance(exc, (CuveeError, OSError)))
         finally:
-            if job["status"] != "IN_PROGRESS":
+            if job["status"] != "IN_PROGRESS" and not job.pop("superseded", False):
                 self._save(job)
 
     def _served(self, table: str) -> dict[str, set[str]]:
@@ -160,6 +197,10 @@ class Rebalancer:
             return {}
         return {segment: {i for i, state in replicas.items() if state is SegmentState.ONLINE}
                 for segment, replicas in view.segments.items()}
+
+
+class _Superseded(Exception):
+    """The job must end without writing: its table was deleted, or its record belongs to another job."""
 
 
 def router(ctl: Controller) -> APIRouter:
@@ -204,6 +245,8 @@ def _table(ctl: Controller, table: str, table_type: str | None) -> TableConfig:
         found = [t for t in found if t.table_type.value == wanted]
         if not found:
             raise NotFound(f"table {table!r} has no {wanted} part")
+    if not found:  # deleted between the lookups
+        raise NotFound(f"table {table!r} does not exist")
     if len(found) > 1:
         raise BadRequest(f"table {table!r} has an OFFLINE and a REALTIME part: say which with type=OFFLINE|REALTIME")
     return found[0]

@@ -67,3 +67,17 @@ def test_offline_replicas_leave_servers_no_longer_tagged_and_mid_transition_segm
     assert [(m.segment, m.current, m.target) for m in moves] == [("s_0", ("old",), ("b",))]
     with pytest.raises(AssignmentError):
         plan_offline_rebalance(ideal, 3, {"a", "b"})
+
+
+def test_an_offline_rebalance_run_again_after_a_stop_trims_the_extra_replicas_and_tops_up_missing_ones() -> None:
+    stopped = IdealState("s_OFFLINE", {
+        "s_0": {"a": ON, "b": ON, "c": ON},  # phase 1 of a stopped rebalance: old and new replicas together
+        "s_1": {"a": ON, "b": ON, "c": ON},
+        "s_2": {"a": ON, "b": ON},
+        "s_3": {"b": ON},  # short of a replica
+    })
+    placed = _apply(stopped, plan_offline_rebalance(stopped, 2, {"a", "b", "c"}))
+    assert all(len(replicas) == 2 for replicas in placed.values()), placed
+    loads = sorted(sum(i in r for r in placed.values()) for i in "abc")
+    assert loads[-1] - loads[0] <= 1 and sum(loads) == 8
+    assert "b" in placed["s_3"]  # the replica it had stays
