@@ -29,7 +29,7 @@ class StreamKeys:
     FLUSH_SEGMENT_SIZE = "realtime.segment.flush.threshold.segment.size"
     FLUSH_SEGMENT_SIZE_LEGACY = "realtime.segment.flush.desired.size"
     AUTOTUNE_INITIAL_ROWS = "realtime.segment.flush.autotune.initialRows"
-    AUTOTUNE_LEARNING_PARTITION = "realtime.segment.flush.autotune.learningPartition"
+    AUTOTUNE_LEARNING = "realtime.segment.flush.autotune.learning"
 
     @staticmethod
     def offset_reset(stream_type: str) -> str:
@@ -84,8 +84,8 @@ class StreamConfig:
     flush_threshold_time_ms: int
     flush_threshold_segment_size_bytes: int
     flush_autotune_initial_rows: int
-    # None: every partition's segments teach the size learner; a number: only that partition's (the seed's way).
-    flush_autotune_learning_partition: int | None = None
+    # Who teaches the size learner: "each" partition its own R, "all" one R, or a partition number (the seed's way).
+    flush_autotune_learning: str | int = "each"
     properties: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
@@ -154,9 +154,15 @@ class StreamConfig:
         initial_rows = _parse_int(props, StreamKeys.AUTOTUNE_INITIAL_ROWS, DEFAULT_AUTOTUNE_INITIAL_ROWS, at, issues)
         if initial_rows == 0:
             issues.append(ConfigIssue(at(StreamKeys.AUTOTUNE_INITIAL_ROWS), "must be a positive integer"))
-        learning_partition: int | None = None
-        if props.get(StreamKeys.AUTOTUNE_LEARNING_PARTITION, "all").strip().lower() != "all":
-            learning_partition = _parse_int(props, StreamKeys.AUTOTUNE_LEARNING_PARTITION, 0, at, issues)
+        learning: str | int = props.get(StreamKeys.AUTOTUNE_LEARNING, "each").strip().lower()
+        if learning not in ("each", "all"):
+            if str(learning).isdigit():
+                learning = int(learning)
+            else:
+                issues.append(ConfigIssue(at(StreamKeys.AUTOTUNE_LEARNING),
+                                          f"{props[StreamKeys.AUTOTUNE_LEARNING]!r} must be each, all or a partition "
+                                          "number"))
+                learning = "each"
 
         time_ms = DEFAULT_FLUSH_THRESHOLD_TIME_MS
         if StreamKeys.FLUSH_TIME in props:
@@ -193,7 +199,7 @@ class StreamConfig:
             flush_threshold_time_ms=time_ms,
             flush_threshold_segment_size_bytes=size,
             flush_autotune_initial_rows=initial_rows,
-            flush_autotune_learning_partition=learning_partition,
+            flush_autotune_learning=learning,
             properties=props,
         )
 

@@ -47,7 +47,7 @@ from cuvee.cluster.assignment import (
 from cuvee.cluster.errors import ClusterStateError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
-from cuvee.cluster.threshold import CommittedSegment, SizeLearner, SizePolicy
+from cuvee.cluster.threshold import EACH, CommittedSegment, SizeLearner, SizePolicy
 from cuvee.config import TableConfig, TableType
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.completion_types import CommitSegmentMetadata, CommitStarted
@@ -306,8 +306,9 @@ class SegmentCommitter:
         with self._lock:
             learner = self._learner_for(config)
             if done.status is SegmentStatus.COMMITTING:  # its size is not known yet: learned from at commitEnd
-                rows = learner.threshold_before_size(done.row_threshold or stream.flush_autotune_initial_rows)
-                return rows, learner.bytes_per_row
+                rows = learner.threshold_before_size(done.row_threshold or stream.flush_autotune_initial_rows,
+                                                     done.partition)
+                return rows, learner.rate(done.partition)
             committed = CommittedSegment(
                 partition=done.partition or 0,
                 rows=done.total_docs,
@@ -317,7 +318,7 @@ class SegmentCommitter:
             )
             learner, rows = learner.on_commit(committed)
             self._learners[config.name_with_type] = learner
-            return rows, learner.bytes_per_row
+            return rows, learner.rate(committed.partition)
 
     def _placement(self, config: TableConfig, done: SegmentRecord) -> Placement | None:
         """Where the partition's next consuming segment goes: among the servers tagged for the table now
@@ -346,36 +347,43 @@ class SegmentCommitter:
         with self._lock:
             self._learners.clear()
 
-    def autotuned_rows(self, config: TableConfig) -> tuple[int, float | None]:
+    def autotuned_rows(self, config: TableConfig, partition: int | None = None) -> tuple[int, float | None]:
         """A segment that follows no commit on an auto-tuned table (a new stream partition's first, one repair
-        re-creates): desiredSize / R once R is known, else the initial guess; and R."""
+        re-creates for ``partition``): desiredSize / R once R is known, else the initial guess; and R."""
         with self._lock:
             learner = self._learner_for(config)
-        return learner.first_threshold(), learner.bytes_per_row
+        return learner.first_threshold(partition), learner.rate(partition)
 
     def _learner_for(self, config: TableConfig) -> SizeLearner:
-        """This table's learner; a controller that has none yet (it just became leader) takes R from the newest
-        consuming segment's metadata that records one, so learning goes on where the last leader left it. Under
-        the lock."""
+        """This table's learner; a controller that has none yet (it just became leader) takes R from the consuming
+        segments' metadata (each records the R its threshold came from: its partition's under "each"), so
+        learning goes on where the last leader left it; the table-wide R is then the newest of them. A learner
+        whose table config changed since keeps its R's under the new policy. Under the lock."""
         table = config.name_with_type
-        found = self._learners.get(table)
-        if found is not None:
-            return found
         stream = config.stream
         assert stream is not None
+        policy = SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows,
+                            learning=stream.flush_autotune_learning)
+        found = self._learners.get(table)
+        if found is not None:
+            if found.policy != policy:
+                found = self._learners[table] = dataclasses.replace(found, policy=policy)
+            return found
         newest: SegmentRecord | None = None
+        by_partition: dict[int, float] = {}
         ideal = self.store.ideal_state(table)  # the consuming segments carry the newest R: a few reads, not all
         consuming = ideal.record.segments_in(SegmentState.CONSUMING) if ideal is not None else []
         for name in consuming:
             versioned = self.store.find_segment(table, name)
             record = versioned.record if versioned is not None else None
-            if record is not None and record.bytes_per_row is not None and (
-                    newest is None or record.creation_time_ms > newest.creation_time_ms):
+            if record is None or record.bytes_per_row is None:
+                continue
+            if record.partition is not None:
+                by_partition[record.partition] = record.bytes_per_row
+            if newest is None or record.creation_time_ms > newest.creation_time_ms:
                 newest = record
-        policy = SizePolicy(stream.flush_threshold_segment_size_bytes, stream.flush_autotune_initial_rows,
-                            learning_partition=stream.flush_autotune_learning_partition)
-        learner = SizeLearner(policy,
-                              bytes_per_row=newest.bytes_per_row if newest is not None else None)
+        learner = SizeLearner(policy).with_rates(newest.bytes_per_row if newest is not None else None,
+                                                 by_partition if policy.learning == EACH else {})
         self._learners[table] = learner
         return learner
 

@@ -330,7 +330,7 @@ class RepairTask(PeriodicTask):
         successor = next_segment_name(record, self.store.segment_names(table), now)
         learned = None
         if stream.auto_tuned:  # what the learner says now, not the abandoned segment's threshold
-            rows, learned = self.committer.autotuned_rows(config)
+            rows, learned = self.committer.autotuned_rows(config, partition)
         else:
             rows = next_row_threshold(stream, ideal.record, record)
         llc = LLCSegmentName.parse(successor)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from cuvee.cluster.threshold import CommittedSegment, SizeLearner, SizePolicy
 
 MB = 1_000_000
-POLICY = SizePolicy(desired_size_bytes=100 * MB, initial_rows=100_000, alpha=0.9, learning_partition=0)
+POLICY = SizePolicy(desired_size_bytes=100 * MB, initial_rows=100_000, alpha=0.9, learning=0)
 
 
 def test_before_learning_the_initial_rows_are_used() -> None:
@@ -86,8 +88,33 @@ def test_before_the_size_is_known_the_learned_ratio_or_the_current_threshold_is_
     assert learner.threshold_before_size(70_000) == 200_000  # 100 MB / 500 B
 
 
-def test_by_default_every_partition_teaches_the_learner() -> None:
-    learner = SizeLearner(SizePolicy(desired_size_bytes=100 * MB, initial_rows=100_000, alpha=0.75),
+def test_by_default_each_partition_learns_its_width_and_a_shared_shift_moves_every_partition_at_once() -> None:
+    learner = SizeLearner(SizePolicy(desired_size_bytes=100 * MB, initial_rows=100_000, alpha=0.75))
+    widths = {0: 500.0, 1: 1600.0}  # partition 1's rows 3.2x wider than partition 0's
+    thresholds = {0: 100_000, 1: 100_000}
+
+    def rounds(n: int) -> None:
+        nonlocal learner
+        for _ in range(n):
+            for p, width in widths.items():
+                rows = thresholds[p]
+                learner, thresholds[p] = learner.on_commit(CommittedSegment(p, rows, int(rows * width), rows))
+
+    rounds(20)
+    assert learner.rate(0) == pytest.approx(500, rel=0.05) and learner.rate(1) == pytest.approx(1600, rel=0.05)
+    assert thresholds[0] == pytest.approx(200_000, rel=0.05) and thresholds[1] == pytest.approx(62_500, rel=0.05)
+    widths = {0: 1000.0, 1: 3200.0}  # a shift both partitions see: rows twice as wide
+    rounds(5)
+    assert learner.rate(0) == pytest.approx(1000, rel=0.15) and learner.rate(1) == pytest.approx(3200, rel=0.15)
+    assert learner.first_threshold(7) == math.floor(100 * MB / learner.bytes_per_row)  # a newcomer: the table's R
+    moved = learner.with_rates(1000.0, {0: 1000.0, 1: 3200.0})  # a new leader's, from segment metadata
+    assert moved.rate(1) == pytest.approx(3200) and moved.rate(5) == pytest.approx(1000)
+
+
+def test_all_keeps_one_rate_learned_from_every_partition() -> None:
+    learner = SizeLearner(SizePolicy(desired_size_bytes=100 * MB, initial_rows=100_000, alpha=0.75, learning="all"),
                           bytes_per_row=500.0)
     after, _ = learner.on_commit(CommittedSegment(3, 100_000, 60 * MB, 100_000))
-    assert after.bytes_per_row == pytest.approx(0.75 * 500 + 0.25 * 600)
+    assert after.bytes_per_row == pytest.approx(0.75 * 500 + 0.25 * 600) and after.rate(3) == after.bytes_per_row
+    with pytest.raises(ValueError):
+        SizePolicy(desired_size_bytes=1, learning="some")

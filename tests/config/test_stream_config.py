@@ -146,9 +146,9 @@ def test_numbers_survive_a_round_trip(rows: int, minutes: int) -> None:
     assert StreamConfig.from_json(config.to_json()) == config
 
 
-def test_the_size_learner_learns_from_every_partition_unless_one_is_named() -> None:
-    key = StreamKeys.AUTOTUNE_LEARNING_PARTITION
-    assert StreamConfig.from_json(LOG).flush_autotune_learning_partition is None
-    assert StreamConfig.from_json({**LOG, key: "all"}).flush_autotune_learning_partition is None
-    assert StreamConfig.from_json({**LOG, key: "2"}).flush_autotune_learning_partition == 2
-    assert "must be a non-negative integer" in errors({**LOG, key: "first"})[f"$['{key}']"]
+def test_the_size_learner_learns_per_partition_unless_told_all_or_one() -> None:
+    key = StreamKeys.AUTOTUNE_LEARNING
+    assert StreamConfig.from_json(LOG).flush_autotune_learning == "each"
+    assert StreamConfig.from_json({**LOG, key: "All"}).flush_autotune_learning == "all"
+    assert StreamConfig.from_json({**LOG, key: "2"}).flush_autotune_learning == 2
+    assert "must be each, all or a partition number" in errors({**LOG, key: "first"})[f"$['{key}']"]
