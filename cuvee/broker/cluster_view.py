@@ -36,6 +36,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, compute_time_boundary,
                                          expected_offline_segments, millis_per_value)
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
+from cuvee.config.datetime_format import TimeFormatKind
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.query import TableInfo
@@ -132,7 +133,14 @@ class ClusterSnapshot:
 
 def table_info(name_with_type: str, schema: Schema) -> TableInfo:
     timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
-    return TableInfo(name_with_type, tuple(schema.column_names), timestamps)
+    multi = frozenset(f.name for f in schema.fields if not f.single_value)
+    patterns = []
+    for spec in schema.fields:
+        fmt = spec.time_format
+        if fmt is not None and fmt.kind is TimeFormatKind.SIMPLE_DATE_FORMAT and fmt.pattern and \
+                spec.data_type is DataType.STRING:
+            patterns.append((spec.name, fmt.pattern))
+    return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns))
 
 
 class ClusterView:
@@ -194,7 +202,8 @@ class ClusterView:
             return None
         if len(entries) == 2:
             info = entries[0].info
-            return TableInfo(raw_table_name(entries[0].name), info.columns, info.timestamp_columns)
+            return TableInfo(raw_table_name(entries[0].name), info.columns, info.timestamp_columns,
+                             info.multi_value_columns, info.string_time_patterns)
         return entries[0].info
 
     def table(self, name_with_type: str) -> TableEntry | None:

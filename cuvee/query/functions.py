@@ -225,12 +225,22 @@ def _is_number(node: exp.Expression) -> bool:
     return isinstance(inner, exp.Literal) and not inner.is_string
 
 
-def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = frozenset()) -> exp.Expression:
+def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = frozenset(),
+                     string_times: dict[str, str] | None = None) -> exp.Expression:
     """``node`` with Pinot-only scalar functions (epoch conversions, PLUS/MINUS/...) replaced by DuckDB forms.
 
     In Pinot a TIMESTAMP column is a LONG of epoch millis to functions and comparisons; DuckDB sees a TIMESTAMP.
     So a TIMESTAMP column compared with a number, or passed to a TOEPOCH* function, is read as ``epoch_ms(col)``.
+    A STRING date-time column (``string_times``: column → its Java date pattern) given to EXTRACT or DATE_TRUNC is
+    read with its pattern; DATE_TRUNC of it answers epoch millis, as Pinot's ``dateTrunc`` does.
     """
+    patterns = string_times or {}
+
+    def parsed_time(arg: exp.Expression) -> exp.Expression | None:
+        if isinstance(arg, exp.Column) and arg.name in patterns:
+            return exp.func("strptime", arg.copy(), exp.Literal.string(_strftime_pattern(patterns[arg.name])),
+                            dialect=DIALECT)
+        return None
 
     def millis(arg: exp.Expression) -> exp.Expression:
         if isinstance(arg, exp.Column) and arg.name in timestamp_columns:
@@ -238,6 +248,11 @@ def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = f
         return arg
 
     def rewrite(sub: exp.Expression) -> exp.Expression:
+        if isinstance(sub, exp.Extract) and (moment := parsed_time(sub.expression)) is not None:
+            return exp.Extract(this=sub.this.copy(), expression=moment)
+        if isinstance(sub, exp.TimestampTrunc) and (moment := parsed_time(sub.this)) is not None:
+            return exp.func("epoch_ms", exp.TimestampTrunc(this=moment, unit=sub.args["unit"].copy()),
+                            dialect=DIALECT)
         if isinstance(sub, _COMPARISONS) and timestamp_columns:
             operands = [sub.this, sub.args.get("expression"), sub.args.get("low"), sub.args.get("high"),
                         *sub.args.get("expressions", [])]

@@ -27,17 +27,21 @@ from sqlglot.errors import SqlglotError
 from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import DIALECT, pinot_column_name, translate_scalar
+from cuvee.query.multivalue import rewrite_multi_value_predicates
 from cuvee.query.prescan import prescan, put_back
 
 
 @dataclass(frozen=True)
 class TableInfo:
-    """What the broker knows about a table: the name it routes on, its columns in schema order, and which of them
-    are TIMESTAMP (Pinot lets queries treat those as epoch millis)."""
+    """What the broker knows about a table: the name it routes on, its columns in schema order, which of them are
+    TIMESTAMP (Pinot lets queries treat those as epoch millis) and which multi-valued (compared any-match)."""
 
     name: str
     columns: tuple[str, ...]
     timestamp_columns: frozenset[str] = frozenset()
+    multi_value_columns: frozenset[str] = frozenset()
+    # STRING date-time columns and their Java date pattern (SIMPLE_DATE_FORMAT): EXTRACT and DATE_TRUNC read them.
+    string_time_patterns: tuple[tuple[str, str], ...] = ()
 
 
 TableResolver = Callable[[str], "TableInfo | None"]
@@ -93,8 +97,9 @@ def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
     aliases = tuple(item.alias if isinstance(item, exp.Alias) else None for item in select.expressions)
     _resolve_columns(select, table, {a for a in aliases if a})
     names = tuple(alias or pinot_column_name(item) for alias, item in zip(aliases, select.expressions))
-    select = translate_scalar(select, table.timestamp_columns)
+    select = translate_scalar(select, table.timestamp_columns, dict(table.string_time_patterns))
     assert isinstance(select, exp.Select)
+    select = rewrite_multi_value_predicates(select, table.multi_value_columns)
     return ParsedQuery(sql=sql, table=table, select=select, aliases=aliases, names=names, options=options)
 
 

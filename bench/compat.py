@@ -1,0 +1,84 @@
+"""The external query sets at size: every query judged right or not, and Cuvee's time against DuckDB's.
+
+An in-process cluster (``--servers``, default 1) serves the generated rows (``--rows`` per table, default
+1,000,000, in ``--segments`` offline segments); DuckDB holds the same rows in memory. Each query runs once to warm
+up, then ``--repeat`` times on each side; the figures are the medians: Cuvee's broker ``timeUsedMs`` and DuckDB's
+wall time for the same question (the set's oracle text). Printed: every query's verdict, both times and their
+ratio, and per set the geometric mean of the ratios (issue 10's target: ≤ 1.5× at 1M rows, ≤ 1.2× at 10M).
+
+    .venv/bin/python bench/compat.py [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.compat.judge import Verdict, oracle_connection, oracle_sql, shape_of
+from cuvee.testing.compat.queries import CLICKBENCH, PINOT, clickbench_queries, pinot_queries
+from cuvee.testing.compat.run import ask, generated, judge_all, load
+from cuvee.testing.waiting import wait_until
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--segments", type=int, default=8)
+    parser.add_argument("--servers", type=int, default=1)
+    parser.add_argument("--set", choices=["clickbench", "pinot", "all"], default="all")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    suites = [CLICKBENCH, PINOT] if args.set == "all" else [args.set]
+    console = Console(width=160)
+    with tempfile.TemporaryDirectory(prefix="cuvee-bench-compat-") as tmp, \
+            InProcessCluster(Path(tmp), servers=args.servers) as cluster:
+        tables = {}
+        for suite in suites:
+            started = time.perf_counter()
+            rows = generated(suite, args.rows)
+            name = "hits" if suite == CLICKBENCH else "mytable"
+            tables[name] = rows
+            load(cluster.http, cluster.controller_url, suite, rows, args.segments)
+            wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {name}") == args.rows, 600)
+            console.print(f"{name}: {args.rows:,} rows in {args.segments} segments, loaded in "
+                          f"{time.perf_counter() - started:.1f} s")
+        oracle = oracle_connection(tables)
+        for suite in suites:
+            queries = clickbench_queries() if suite == CLICKBENCH else pinot_queries()
+            verdicts = {o.query_id: o for o in judge_all(cluster.http, cluster.broker_url, oracle, queries)}
+            table = Table(title=f"{suite}: {args.rows:,} rows, medians of {args.repeat}")
+            for column in ("query", "verdict", "cuvee ms", "duckdb ms", "ratio"):
+                table.add_column(column, justify="right" if column.endswith(("ms", "ratio")) else "left")
+            ratios = []
+            for query in queries:
+                outcome = verdicts[query.id]
+                if outcome.verdict is not Verdict.PASS:
+                    table.add_row(query.id, outcome.verdict.value, "", "", outcome.detail[:60])
+                    continue
+                limited = shape_of(query.sql, oracle_sql(query.id, query.oracle_sql)).limited_sql
+                cuvee, duck = [], []
+                for _ in range(args.repeat):
+                    cuvee.append(ask(cluster.http, cluster.broker_url, query.sql).used_ms)
+                    began = time.perf_counter()
+                    oracle.execute(limited).fetchall()
+                    duck.append((time.perf_counter() - began) * 1000)
+                c, d = statistics.median(cuvee), max(statistics.median(duck), 0.01)
+                ratios.append(max(c, 0.01) / d)
+                table.add_row(query.id, "pass", f"{c:.1f}", f"{d:.1f}", f"{c / d:.2f}")
+            console.print(table)
+            passed = sum(o.verdict is Verdict.PASS for o in verdicts.values())
+            mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
+            console.print(f"{suite}: {passed}/{len(queries)} right; geometric mean of Cuvee/DuckDB = {mean:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""The compatibility suite's judge: it must fail wrong answers (else the suite proves nothing) and accept the
+answers Pinot's rules allow (default LIMIT 10, ties under ORDER BY … LIMIT, integral DOUBLE sums)."""
+
+from __future__ import annotations
+
+from cuvee.testing.compat.judge import compare, shape_of
+
+
+def judge(pinot: str, got: list[list], limited: list[tuple], unlimited: list[tuple] | None = None) -> bool:
+    shape = shape_of(pinot, pinot)
+    return compare(shape, got, limited, unlimited if unlimited is not None else limited)[0]
+
+
+def test_a_wrong_value_a_missing_row_or_a_wrong_order_fails() -> None:
+    assert not judge("SELECT a, COUNT(*) FROM t GROUP BY a", [["x", 2]], [("x", 3)])
+    assert not judge("SELECT COUNT(*) FROM t", [[1]], [(2,)])
+    assert not judge("SELECT a FROM t ORDER BY a LIMIT 2", [["b"], ["a"]], [("a",), ("b",)],
+                     [("a",), ("b",), ("c",)])
+    assert not judge("SELECT a FROM t WHERE b = 1 LIMIT 100", [["a"]], [("a",), ("b",)])
+
+
+def test_pinot_rules_are_accepted() -> None:
+    assert judge("SELECT SUM(x) FROM t", [[6.0]], [(6,)])  # Pinot's SUM is a DOUBLE
+    assert judge("SELECT AVG(x) FROM t", [[0.1 + 0.2]], [(0.3,)])
+    # Default LIMIT 10: any 10 of the groups, in any order when there is no ORDER BY.
+    groups = [(i, 1) for i in range(20)]
+    assert judge("SELECT a, COUNT(*) FROM t GROUP BY a", [[i, 1] for i in range(19, 9, -1)], groups[:10], groups)
+    # Ties under the LIMIT: rows with the same sort key may be any of the tied ones.
+    tied = [("a", 1), ("b", 1), ("c", 2)]
+    assert judge("SELECT n, k FROM t ORDER BY k LIMIT 2", [["b", 1], ["a", 1]], tied[:2], tied)
+    assert not judge("SELECT n, k FROM t ORDER BY k LIMIT 2", [["a", 1], ["c", 2]], tied[:2], tied)
