@@ -100,8 +100,10 @@ def produce(log_dir: Path, per_partition: dict[int, int], topic: str = TOPIC) ->
 
 @pytest.fixture
 def side_store(meta_uri: str) -> Iterator[ClusterStore]:
-    """A second session, playing the servers: their registrations and live nodes."""
-    meta: MetadataStore = open_metastore(meta_uri)
+    """A second session, playing the servers: their registrations and live nodes. Its session outlives a loaded
+    machine's stalls (30 s, not the controllers' 3 s): a CI run saw the fake servers' live nodes expire when its
+    heartbeat thread was starved, and a table creation then found too few live servers (400)."""
+    meta: MetadataStore = open_metastore(meta_uri.replace("session_timeout=3", "session_timeout=30"))
     yield ClusterStore(meta, CLUSTER)
     meta.close()
 
