@@ -47,6 +47,7 @@ class AggregateCall:
     name: str
     arg: exp.Expression | None
     percentile: float | None = None
+    multi_value: bool = False  # a ...MV aggregation: over every value of a multi-value column, not per row
 
 
 # Pinot aggregation names (upper case) served by one kind. The sketch-based distinct counts are answered exactly:
@@ -134,6 +135,8 @@ def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
         upper = node.name.upper()
         if upper in _UNSUPPORTED_FUNCTIONS:
             raise _sql_error(f"function {upper} is not supported")
+        if upper.endswith("MV") and len(upper) > 2:
+            return _multi_value_call(node, upper)
         kind = _ANONYMOUS_AGGREGATES.get(upper)
         if kind is not None:
             return AggregateCall(kind, upper.lower(), _single_arg(node, upper))
@@ -143,6 +146,24 @@ def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
         return None
     if isinstance(node, exp.AggFunc):
         raise _sql_error(f"aggregation {node.sql(dialect='duckdb')} is not supported")
+    return None
+
+
+# Pinot's ...MV aggregations over every value of a multi-value column: COUNTMV, SUMMV, MINMV, MAXMV, AVGMV,
+# MINMAXRANGEMV, DISTINCTCOUNTMV (and its sketch and bitmap variants), DISTINCTSUMMV, DISTINCTAVGMV, PERCENTILEMV.
+_MULTI_VALUE_BASES: dict[str, AggKind] = {"COUNT": AggKind.COUNT, "SUM": AggKind.SUM, "MIN": AggKind.MIN,
+                                          "MAX": AggKind.MAX, "AVG": AggKind.AVG}
+
+
+def _multi_value_call(node: exp.Anonymous, upper: str) -> AggregateCall | None:
+    base = upper[:-2]
+    kind = _MULTI_VALUE_BASES.get(base) or _ANONYMOUS_AGGREGATES.get(base)
+    if kind is not None:
+        return AggregateCall(kind, upper.lower(), _single_arg(node, upper), multi_value=True)
+    match = _PERCENTILE.match(base)
+    if match is not None:
+        call = _percentile_call(node, upper.lower(), match.group(2))
+        return AggregateCall(call.kind, upper.lower(), call.arg, call.percentile, multi_value=True)
     return None
 
 

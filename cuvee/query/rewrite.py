@@ -53,6 +53,23 @@ _PARTIALS: dict[AggKind, tuple[str, ...]] = {
     AggKind.DISTINCT_AVG: _DISTINCT_LIST,
     AggKind.PERCENTILE: ("list(CAST({x} AS DOUBLE)) FILTER (WHERE {x} IS NOT NULL)",),
 }
+# The same partials over every value of a multi-value column (Pinot's ...MV aggregations): per-row list functions
+# inside the aggregation, so the servers' partials and the broker's finals stay those of the plain kind.
+_MV_DISTINCT_LIST = ("list_distinct(flatten(list({x}) FILTER (WHERE {x} IS NOT NULL)))",)
+_MV_VALUES = "list_filter(CAST({x} AS DOUBLE[]), lambda v: v IS NOT NULL)"
+_MV_PARTIALS: dict[AggKind, tuple[str, ...]] = {
+    AggKind.COUNT: ("sum(list_aggregate({x}, 'count'))",),
+    AggKind.SUM: ("sum(list_sum({x}))",),
+    AggKind.MIN: ("min(list_min({x}))",),
+    AggKind.MAX: ("max(list_max({x}))",),
+    AggKind.AVG: ("sum(list_sum({x}))", "sum(list_aggregate({x}, 'count'))"),
+    AggKind.MIN_MAX_RANGE: ("min(list_min({x}))", "max(list_max({x}))"),
+    AggKind.DISTINCT_COUNT: _MV_DISTINCT_LIST,
+    AggKind.DISTINCT_COUNT_HLL: _MV_DISTINCT_LIST,
+    AggKind.DISTINCT_SUM: _MV_DISTINCT_LIST,
+    AggKind.DISTINCT_AVG: _MV_DISTINCT_LIST,
+    AggKind.PERCENTILE: (f"flatten(list({_MV_VALUES}) FILTER (WHERE {{x}} IS NOT NULL))",),
+}
 _MERGED = "list_distinct(flatten(list({p0})))"
 # Final steps: (aggregation over the partial columns, scalar step over its result ``{a}``). The scalar step runs
 # one level up so that a merged list is built and sorted once per group.
@@ -270,7 +287,8 @@ class _Merger:
         return f"__p{self.partials.index(sql)}"
 
     def final_column(self, call: AggregateCall) -> exp.Expression:
-        refs = {f"p{i}": self.partial(t, call) for i, t in enumerate(_PARTIALS[call.kind])}
+        templates = _MV_PARTIALS[call.kind] if call.multi_value else _PARTIALS[call.kind]
+        refs = {f"p{i}": self.partial(t, call) for i, t in enumerate(templates)}
         pct = "" if call.percentile is None else repr(call.percentile)
         aggregate, scalar = _FINALS[call.kind]
         aggregate = aggregate.format(**refs)

@@ -47,3 +47,27 @@ def test_a_multi_value_column_compared_with_a_column_is_refused_clearly() -> Non
     with pytest.raises(QueryError) as info:
         parse_query("SELECT id FROM t WHERE nums = id", lambda _: TABLE)
     assert "only be compared with constants" in str(info.value)
+
+
+def test_the_mv_aggregations_run_over_every_value_and_merge_across_servers() -> None:
+    from cuvee.query.execute import merge_partials, run_server_step
+    from cuvee.query.rewrite import plan_sql
+
+    table = TableInfo("t", ("g", "nums"), multi_value_columns=frozenset({"nums"}))
+    rows = pa.table({"g": ["a", "a", "b", "b"], "nums": [[1, 5], [7], [2, 3, 9], [10, 10]]})
+
+    def answer(sql: str) -> list[dict]:
+        plan = plan_sql(sql, lambda _: table)
+        partials = [run_server_step(plan, [rows.slice(0, 2)]), run_server_step(plan, [rows.slice(2)])]  # 2 servers
+        return merge_partials(plan, partials, rows.schema).to_pylist()
+
+    values = [1, 5, 7, 2, 3, 9, 10, 10]
+    [got] = answer("SELECT COUNTMV(nums), SUMMV(nums), MINMV(nums), MAXMV(nums), AVGMV(nums), MINMAXRANGEMV(nums), "
+                   "DISTINCTCOUNTMV(nums), DISTINCTSUMMV(nums), PERCENTILE90MV(nums), PERCENTILEMV(nums, 50) FROM t")
+    assert list(got.values()) == [8, sum(values), 1, 10, sum(values) / 8, 9.0, 7, sum(set(values)),
+                                  sorted(values)[7], sorted(values)[4]]
+    assert list(got) == ["countmv(nums)", "summv(nums)", "minmv(nums)", "maxmv(nums)", "avgmv(nums)",
+                         "minmaxrangemv(nums)", "distinctcountmv(nums)", "distinctsummv(nums)",
+                         "percentile90mv(nums)", "percentilemv(nums, 50)"]
+    assert answer("SELECT g, COUNTMV(nums) FROM t GROUP BY g ORDER BY g") == [
+        {"g": "a", "countmv(nums)": 3}, {"g": "b", "countmv(nums)": 5}]
