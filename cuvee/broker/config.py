@@ -44,6 +44,7 @@ class BrokerConfig:
     max_sql_bytes: int = 1_000_000  # longer SQL is refused (700); request bodies are capped a little above it
     max_server_connections: int = 256
     max_overrun_plans: int = 4  # queries are refused (400) while this many plans run on past their query's timeout
+    plan_cache_entries: int = 2048  # plans of repeated query texts kept (0: none); see cuvee/query/plan_cache.py
     stop_timeout_seconds: float = 5.0  # stop() waits this long for the routing thread and for the pool to close
     session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
     session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here

@@ -53,6 +53,7 @@ from cuvee.query import (
     parse_query_options,
     plan_sql,
 )
+from cuvee.query.plan_cache import PlanCache
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class QueryHandler:
         self._closing = False
         self._in_flight = 0  # queries inside handle(); only touched on the event loop
         self._overrun_plans = 0  # plans still running after their query was answered at its timeout (event loop)
+        self._plans = PlanCache(config.plan_cache_entries, plan=lambda sql, resolve: plan_sql(sql, resolve))
         self.pools_opened = 0
         self.metrics = metrics
 
@@ -286,7 +288,10 @@ class QueryHandler:
         if self._overrun_plans >= self.config.max_overrun_plans:
             raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"{self._overrun_plans} queries that overran their "
                                                             "timeout are still being planned; retry shortly")
-        future = asyncio.ensure_future(asyncio.to_thread(plan_sql, sql, self.view.resolve))
+        cached = self._plans.cached(sql, self.view.resolve)  # a repeated query: no parsing, no thread hop
+        if cached is not None:
+            return cached
+        future = asyncio.ensure_future(asyncio.to_thread(self._plans.plan, sql, self.view.resolve))
         try:
             return await asyncio.wait_for(asyncio.shield(future), budget_ms / 1000)
         except TimeoutError:

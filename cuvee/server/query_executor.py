@@ -19,7 +19,6 @@ pass WHERE.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ import pyarrow.compute as pc
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import sandboxed_cursor
+from cuvee.server.deadlines import DEADLINES
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
@@ -218,9 +218,8 @@ class QueryExecutor:
     def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
              total_docs: int) -> tuple[pa.Table, int]:
         con = sandboxed_cursor()
-        timer = threading.Timer(max(deadline - self._clock(), 0.0), _interrupt, args=(con,))
-        timer.daemon = True
-        timer.start()
+        # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
+        timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
             _bind(con, union, request.time_filter, upsert=VALID_COLUMN in union.column_names)
             result = con.sql(request.sql).to_arrow_table()

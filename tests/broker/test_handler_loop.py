@@ -146,7 +146,8 @@ def test_the_pool_closes_after_the_last_query_and_none_opens_once_stopping(monke
         first = asyncio.create_task(handler.handle("SELECT COUNT(*) FROM events"))
         await scattering.wait()
         monkeypatch.setattr(handler_module, "plan_sql", plan_gate)
-        planning = asyncio.create_task(handler.handle("SELECT COUNT(*) FROM events"))  # held while planning
+        # held while planning (another text: the first one's plan is cached and would not be planned again)
+        planning = asyncio.create_task(handler.handle("SELECT count(*) FROM events"))
         assert await asyncio.to_thread(plan_gate.entered.wait, HOLD)
         await asyncio.to_thread(handler.close)  # as Broker.stop() does, from its own thread
         assert not pools[0].is_closed, "the pool was closed under an in-flight query"

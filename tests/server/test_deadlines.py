@@ -1,0 +1,26 @@
+"""The shared deadline watcher: actions run at their deadline in its thread, in deadline order, and a cancelled
+one never runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from cuvee.server.deadlines import Deadlines
+from cuvee.testing.waiting import wait_until
+
+
+def test_actions_run_at_their_deadlines_in_order_and_cancelled_ones_never() -> None:
+    deadlines = Deadlines()
+    ran: list[tuple[str, str]] = []
+    now = time.monotonic()
+    late = deadlines.watch(now + 0.3, lambda: ran.append(("late", threading.current_thread().name)))
+    deadlines.watch(now + 0.1, lambda: ran.append(("early", threading.current_thread().name)))
+    cancelled = deadlines.watch(now + 0.05, lambda: ran.append(("cancelled", "")))
+    cancelled.cancel()
+    wait_until(lambda: len(ran) == 2, 5)
+    assert [name for name, _ in ran] == ["early", "late"] and {t for _, t in ran} == {"query-deadlines"}
+    assert time.monotonic() - now >= 0.3 and not late.cancelled
+    deadlines.watch(time.monotonic() - 1, lambda: 1 / 0)  # a failing action does not stop the watcher
+    deadlines.watch(time.monotonic(), lambda: ran.append(("after", "")))
+    wait_until(lambda: len(ran) == 3, 5)
