@@ -217,7 +217,7 @@ class QueryExecutor:
 
     def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
              total_docs: int) -> tuple[pa.Table, int]:
-        con = sandboxed_cursor()
+        con = sandboxed_cursor(union.num_rows)
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
@@ -297,7 +297,7 @@ def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
 
 def _check_select(sql: str) -> None:
     """Exactly one SELECT: the server step never writes, attaches or changes settings."""
-    con = sandboxed_cursor()
+    con = sandboxed_cursor(0)
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
