@@ -142,6 +142,7 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     order = list(select.args["order"].expressions) if select.args.get("order") else []
     group = _group_expressions(select, items, by_alias)
     has_aggregates = any(_aggregates_in(e) for e in [*items, *(o.this for o in order)]) or having is not None
+    source = SERVER_RELATION
     if not group and not has_aggregates:
         limit = DEFAULT_LIMIT if limit is None else limit
         kind, server, final = _plan_selection(items, names, by_alias, order, where_sql, limit, offset)
@@ -149,16 +150,39 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
         kind = QueryKind.GROUP_BY if group else QueryKind.AGGREGATION
         if kind is QueryKind.GROUP_BY and limit is None:
             limit = DEFAULT_LIMIT
-        kind, server, final = _plan_aggregation(kind, items, names, by_alias, group, having, order, where_sql,
-                                                limit, offset)
+        source = _multi_value_groups(group, parsed.table.multi_value_columns, where_sql)
+        kind, server, final = _plan_aggregation(kind, items, names, by_alias, group, having, order,
+                                                None if source != SERVER_RELATION else where_sql, limit, offset,
+                                                source)
     docs_scanned = docs_column = None
-    if where_sql and kind is QueryKind.SELECTION:
+    if where_sql and (kind is QueryKind.SELECTION or source != SERVER_RELATION):  # unnested rows are not docs
         docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}"
     elif where_sql:
         docs_column = DOCS_COLUMN
     return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
                      docs_scanned_sql=docs_scanned, docs_column=docs_column, column_names=names, limit=limit, offset=offset,
                      options=dict(parsed.options))
+
+
+def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:
+    """What the server step groups over: its segments, or — when a GROUP BY key is a multi-value column — the rows
+    that pass WHERE with that column unnested, so each of a row's values makes (or joins) a group of its own, as
+    Pinot groups a multi-value column; several such keys group by every combination of their values."""
+    keys = []
+    for expr in group:
+        used = {c.name for c in expr.find_all(exp.Column)} & multi_value
+        if not used:
+            continue
+        if not isinstance(expr, exp.Column):
+            raise sql_error(f"GROUP BY on an expression of multi-value column(s) {', '.join(sorted(used))} is not "
+                            "supported: group by the column itself")
+        keys.append(expr.name)
+    if not keys:
+        return SERVER_RELATION
+    source = f"(SELECT * FROM {SERVER_RELATION} WHERE {where_sql})" if where_sql else SERVER_RELATION
+    for key in keys:
+        source = f"(SELECT * REPLACE (unnest({_quote(key)}) AS {_quote(key)}) FROM {source})"
+    return source
 
 
 def _limit_offset(select: exp.Select) -> tuple[int | None, int]:
@@ -321,7 +345,7 @@ class _Merger:
 def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple[str, ...],
                       by_alias: dict[str, exp.Expression], group: list[exp.Expression], having: exp.Having | None,
                       order: list[exp.Ordered], where_sql: str | None, limit: int | None,
-                      offset: int) -> tuple[QueryKind, str, str]:
+                      offset: int, source: str = SERVER_RELATION) -> tuple[QueryKind, str, str]:
     merger = _Merger(group)
     outputs = [merger.rewrite(item, "the select list") for item in items]
     having_sql = None
@@ -338,7 +362,7 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     keys = [f"{g.sql(dialect=DIALECT)} AS __g{i}" for i, g in enumerate(group)]
     partials = [f"{p} AS __p{i}" for i, p in enumerate(merger.partials)]
     docs = [f"count(*) AS {DOCS_COLUMN}"] if where_sql else []  # numDocsScanned from this scan (see QueryPlan)
-    server = f"SELECT {', '.join(keys + partials + docs) or 'count(*) AS __rows'} FROM {SERVER_RELATION}"
+    server = f"SELECT {', '.join(keys + partials + docs) or 'count(*) AS __rows'} FROM {source}"
     server += f" WHERE {where_sql}" if where_sql else ""
     server += f" GROUP BY {', '.join(str(i + 1) for i in range(len(group)))}" if group else ""
     group_cols = [f"__g{i}" for i in range(len(group))]

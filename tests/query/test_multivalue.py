@@ -71,3 +71,27 @@ def test_the_mv_aggregations_run_over_every_value_and_merge_across_servers() -> 
                          "percentile90mv(nums)", "percentilemv(nums, 50)"]
     assert answer("SELECT g, COUNTMV(nums) FROM t GROUP BY g ORDER BY g") == [
         {"g": "a", "countmv(nums)": 3}, {"g": "b", "countmv(nums)": 5}]
+
+
+def test_group_by_a_multi_value_column_makes_a_group_of_each_value_after_the_rows_are_filtered() -> None:
+    from cuvee.query.execute import merge_partials, run_server_step
+    from cuvee.query.rewrite import plan_sql
+
+    table = TableInfo("t", ("id", "tags", "nums"), multi_value_columns=frozenset({"tags", "nums"}))
+    rows = pa.table({"id": [1, 2, 3, 4], "tags": [["a", "b"], ["b"], ["c", "a"], ["x"]],
+                     "nums": [[1], [2, 3], [4], [5]]})
+
+    def answer(sql: str) -> list[tuple]:
+        plan = plan_sql(sql, lambda _: table)
+        partials = [run_server_step(plan, [rows.slice(0, 2)]), run_server_step(plan, [rows.slice(2)])]
+        return [tuple(r.values()) for r in merge_partials(plan, partials, rows.schema).to_pylist()]
+
+    assert answer("SELECT tags, COUNT(*) FROM t GROUP BY tags ORDER BY tags") == [
+        ("a", 2), ("b", 2), ("c", 1), ("x", 1)]
+    # WHERE picks rows (any value matches) before they are unnested: row 3 (c, a) brings its 'c' along.
+    assert answer("SELECT tags, SUM(id) FROM t WHERE tags = 'a' GROUP BY tags ORDER BY tags") == [
+        ("a", 4.0), ("b", 1.0), ("c", 3.0)]
+    assert answer("SELECT tags, nums, COUNT(*) FROM t WHERE id < 3 GROUP BY tags, nums ORDER BY 1, 2") == [
+        ("a", 1, 1), ("b", 1, 1), ("b", 2, 1), ("b", 3, 1)]
+    with pytest.raises(QueryError):
+        answer("SELECT upper(tags), COUNT(*) FROM t GROUP BY upper(tags)")
