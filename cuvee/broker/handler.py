@@ -47,6 +47,7 @@ from cuvee.query import (
     QueryErrorCode,
     QueryPlan,
     broker_response,
+    check_plan,
     embedded_options,
     error_response,
     merge_partials,
@@ -112,7 +113,7 @@ class QueryHandler:
         self._closing = False
         self._in_flight = 0  # queries inside handle(); only touched on the event loop
         self._overrun_plans = 0  # plans still running after their query was answered at its timeout (event loop)
-        self._plans = PlanCache(config.plan_cache_entries, plan=lambda sql, resolve: plan_sql(sql, resolve))
+        self._plans = PlanCache(config.plan_cache_entries, plan=self._checked_plan)
         self.pools_opened = 0
         self.metrics = metrics
 
@@ -299,6 +300,15 @@ class QueryHandler:
             future.add_done_callback(self._overrun_done)
             raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"planning the query took longer than its timeout "
                                                             f"({budget_ms} ms)") from None
+
+    def _checked_plan(self, sql: str, resolve: Any) -> QueryPlan:
+        """A plan whose steps bind over the table's columns (``check_plan``: 700 before any server is asked);
+        checked once per text, then cached with the plan."""
+        plan = plan_sql(sql, resolve)
+        targets = self.view.targets(plan.table)
+        if targets:
+            check_plan(plan, targets[0].entry.arrow_schema)
+        return plan
 
     def _overrun_done(self, future: asyncio.Future[Any]) -> None:
         self._overrun_plans -= 1

@@ -6,7 +6,7 @@ broker runs over the servers' partial results. ``execute`` runs either step with
 """
 
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.execute import merge_partials, run_server_step
+from cuvee.query.execute import check_plan, merge_partials, run_server_step
 from cuvee.query.parse import (
     ParsedQuery,
     TableInfo,
@@ -20,7 +20,6 @@ from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryKind, Q
 
 __all__ = [
     "PARTIALS_RELATION", "SERVER_RELATION", "ExecutionStats", "ParsedQuery", "QueryError", "QueryErrorCode",
-    "QueryKind", "QueryPlan", "TableInfo", "TableResolver", "broker_response", "embedded_options", "error_response",
-    "merge_partials",
-    "parse_query", "parse_query_options", "plan_query", "plan_sql", "result_table", "run_server_step",
+    "QueryKind", "QueryPlan", "TableInfo", "TableResolver", "broker_response", "check_plan", "embedded_options",
+    "error_response", "merge_partials", "parse_query", "parse_query_options", "plan_query", "plan_sql", "result_table", "run_server_step",
 ]

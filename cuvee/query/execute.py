@@ -13,6 +13,7 @@ one takes ~1 ms (measured on 2 cores): most of a small query's time. ``rows`` pi
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 
@@ -82,3 +83,28 @@ def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: 
     if not partials:
         partials = [run_server_step(plan, [], table_schema)]
     return run_sql(plan.final_sql, PARTIALS_RELATION, _union(partials, None))
+
+
+_DUCKDB_NOISE = re.compile(r"\s*(You might need to add explicit type casts\.|LINE \d+:.*|Candidate functions:.*)$",
+                           re.DOTALL)
+_DUCKDB_KIND = re.compile(r"^(Binder|Conversion|Catalog|Parser|Invalid Input|Not implemented|Out of Range) Error: ")
+
+
+def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
+    """Run both steps of ``plan`` over no rows of ``table_schema``: what DuckDB cannot bind (a function that does
+    not take these argument types, a comparison of incompatible types) is refused before any server is asked, with
+    Pinot's 700 (QueryValidationError) and a message naming the problem instead of an execution failure on
+    every server. Failures that need rows (a bad cast of one value) still happen at execution."""
+    try:
+        merge_partials(plan, [run_server_step(plan, [], table_schema)], table_schema)
+    except QueryError as exc:
+        raise QueryError(QueryErrorCode.QUERY_VALIDATION, f"the query cannot run on this table: "
+                                                          f"{user_message(exc.message)}") from None
+
+
+def user_message(duckdb_text: str) -> str:
+    """DuckDB's first error line without its engine wording: the kind prefix and the hints that name DuckDB's
+    internals go; what is left names the function or the types."""
+    text = _DUCKDB_NOISE.sub("", _DUCKDB_KIND.sub("", duckdb_text.strip()))
+    text = text.replace("STRING_LITERAL", "STRING").replace("INTEGER_LITERAL", "INT").replace("VARCHAR", "STRING")
+    return text.strip() or "it cannot be bound"
