@@ -37,6 +37,7 @@ from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, compute_time
                                          expected_offline_segments, millis_per_value)
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
 from cuvee.config.datetime_format import TimeFormatKind
+from cuvee.query.functions import strftime_pattern
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.query import TableInfo
@@ -135,10 +136,13 @@ def table_info(name_with_type: str, schema: Schema) -> TableInfo:
     timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
     multi = frozenset(f.name for f in schema.fields if not f.single_value)
     patterns = []
-    for spec in schema.fields:
+    for spec in schema.fields:  # STRING date-time columns EXTRACT/DATE_TRUNC can read (UTC, fields we translate)
         fmt = spec.time_format
-        if fmt is not None and fmt.kind is TimeFormatKind.SIMPLE_DATE_FORMAT and fmt.pattern and \
-                spec.data_type is DataType.STRING:
+        if fmt is None or fmt.kind is not TimeFormatKind.SIMPLE_DATE_FORMAT or not fmt.pattern or \
+                spec.data_type is not DataType.STRING:
+            continue
+        zoned = "tz(" in (spec.format or "") or len((spec.format or "").split("|")) > 2
+        if not zoned and strftime_pattern(fmt.pattern) is not None:
             patterns.append((spec.name, fmt.pattern))
     return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns))
 
@@ -191,11 +195,12 @@ class ClusterView:
     def snapshot(self) -> ClusterSnapshot:
         return self._snapshot
 
-    def resolve(self, name: str) -> TableInfo | None:
+    def resolve(self, name: str, *, load: bool = True) -> TableInfo | None:
         """The planner's TableResolver: ``events``, ``events_REALTIME`` or another casing of either. A hybrid
-        table's raw name resolves to one table named by its raw name (both halves share the schema)."""
+        table's raw name resolves to one table named by its raw name (both halves share the schema). A name the
+        snapshot lacks is read from the metadata store unless ``load`` is false."""
         entries = self._lookup(self._snapshot, name)
-        if not entries:
+        if not entries and load:
             self._load_named(name)
             entries = self._lookup(self._snapshot, name)
         if not entries:
@@ -205,6 +210,14 @@ class ClusterView:
             return TableInfo(raw_table_name(entries[0].name), info.columns, info.timestamp_columns,
                              info.multi_value_columns, info.string_time_patterns)
         return entries[0].info
+
+    def fingerprint(self, name: str) -> tuple[TableInfo, tuple[pa.Schema, ...]] | None:
+        """What a cached plan of a query naming ``name`` depends on — the planner's view and the column types of
+        each half — from the current snapshot only: never reads the store (it is called on the event loop)."""
+        info = self.resolve(name, load=False)
+        if info is None:
+            return None
+        return info, tuple(entry.arrow_schema for entry in self._lookup(self._snapshot, name))
 
     def table(self, name_with_type: str) -> TableEntry | None:
         return self._snapshot.tables.get(name_with_type)

@@ -113,7 +113,8 @@ class QueryHandler:
         self._closing = False
         self._in_flight = 0  # queries inside handle(); only touched on the event loop
         self._overrun_plans = 0  # plans still running after their query was answered at its timeout (event loop)
-        self._plans = PlanCache(config.plan_cache_entries, plan=self._checked_plan)
+        self._plans = PlanCache(config.plan_cache_entries, plan=self._checked_plan,
+                                fingerprint=getattr(view, "fingerprint", None))  # test views may lack it
         self.pools_opened = 0
         self.metrics = metrics
 

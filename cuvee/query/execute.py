@@ -13,6 +13,7 @@ one takes ~1 ms (measured on 2 cores): most of a small query's time. ``rows`` pi
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -25,6 +26,14 @@ from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryPlan
 
 
 SMALL_INPUT_ROWS = 100_000  # inputs up to this many rows run on the single-threaded database
+MEMORY_SHARE = 0.4  # of physical memory, for each database: together the 80% DuckDB gives one by default
+
+
+def _memory_limit() -> str | None:
+    try:
+        return f"{int(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') * MEMORY_SHARE)}B"
+    except (ValueError, OSError, AttributeError):  # a platform without these: DuckDB's own default
+        return None
 
 _databases: dict[bool, duckdb.DuckDBPyConnection] = {}
 _database_lock = threading.Lock()
@@ -41,6 +50,9 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
             config: dict[str, str | bool | int] = {"enable_external_access": False}
             if small:
                 config["threads"] = 1
+            limit = _memory_limit()
+            if limit is not None:
+                config["memory_limit"] = limit
             database = duckdb.connect(config=config)
             database.execute("SET lock_configuration = true")
             _databases[small] = database
@@ -91,15 +103,22 @@ _DUCKDB_KIND = re.compile(r"^(Binder|Conversion|Catalog|Parser|Invalid Input|Not
 
 
 def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
-    """Run both steps of ``plan`` over no rows of ``table_schema``: what DuckDB cannot bind (a function that does
-    not take these argument types, a comparison of incompatible types) is refused before any server is asked, with
-    Pinot's 700 (QueryValidationError) and a message naming the problem instead of an execution failure on
-    every server. Failures that need rows (a bad cast of one value) still happen at execution."""
+    """Bind both steps of ``plan`` over the table's columns without running them: what DuckDB cannot bind (a
+    function that does not take these argument types, a comparison of incompatible types) is refused before any
+    server is asked, with Pinot's 700 (QueryValidationError) and a message naming the problem instead of an
+    execution failure on every server. Nothing is evaluated (the steps become views; a constant a query computes
+    is not folded here), so the check costs a millisecond whatever the query asks. Failures that need rows (a bad
+    cast of one value) still happen at execution."""
+    con = sandboxed_cursor(0)
     try:
-        merge_partials(plan, [run_server_step(plan, [], table_schema)], table_schema)
-    except QueryError as exc:
+        con.register(SERVER_RELATION, table_schema.empty_table())
+        con.execute(f"CREATE TEMP VIEW {PARTIALS_RELATION} AS {plan.server_sql}")
+        con.sql(plan.final_sql)  # a relation: bound here, run only when fetched (never)
+    except duckdb.Error as exc:
         raise QueryError(QueryErrorCode.QUERY_VALIDATION, f"the query cannot run on this table: "
-                                                          f"{user_message(exc.message)}") from None
+                                                          f"{user_message(str(exc).splitlines()[0])}") from None
+    finally:
+        con.close()
 
 
 def user_message(duckdb_text: str) -> str:

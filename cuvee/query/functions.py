@@ -211,7 +211,17 @@ _OPERATORS: dict[str, type[exp.Binary]] = {
 # Java SimpleDateFormat letters -> strftime, longest first (toDateTime's pattern).
 _JAVA_PATTERN = (("yyyy", "%Y"), ("yy", "%y"), ("MMMM", "%B"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"),
                  ("HH", "%H"), ("hh", "%I"), ("mm", "%M"), ("ss", "%S"), ("SSS", "%g"), ("EEEE", "%A"),
-                 ("EEE", "%a"), ("a", "%p"))
+                 ("EEE", "%a"), ("a", "%p"), ("M", "%-m"), ("d", "%-d"), ("H", "%-H"), ("h", "%-I"), ("m", "%-M"),
+                 ("s", "%-S"))
+
+
+def strftime_pattern(java: str) -> str | None:
+    """``java`` as a strftime pattern, or None when it has a field this translation does not know (a zone —
+    ``Z``, ``X``, ``z`` — week fields, …): reading such values with a partial pattern would be wrong."""
+    unquoted = re.sub(r"'[^']*'", "", java)
+    for letters, _ in _JAVA_PATTERN:
+        unquoted = unquoted.replace(letters, "")
+    return None if re.search(r"[A-Za-z]", unquoted) else _strftime_pattern(java)
 
 
 def _strftime_pattern(java: str) -> str:

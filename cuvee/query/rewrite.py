@@ -180,8 +180,9 @@ def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str]
     if not keys:
         return SERVER_RELATION
     source = f"(SELECT * FROM {SERVER_RELATION} WHERE {where_sql})" if where_sql else SERVER_RELATION
-    for key in keys:
-        source = f"(SELECT * REPLACE (unnest({_quote(key)}) AS {_quote(key)}) FROM {source})"
+    for key in keys:  # a row with no values (NULL or empty) stays, in the NULL group, as a single-value NULL would
+        values = f"CASE WHEN len({_quote(key)}) > 0 THEN {_quote(key)} ELSE [NULL] END"
+        source = f"(SELECT * REPLACE (unnest({values}) AS {_quote(key)}) FROM {source})"
     return source
 
 

@@ -15,41 +15,68 @@ from collections.abc import Callable
 
 
 class Handle:
-    __slots__ = ("cancelled",)
+    """A watched deadline. ``cancel`` drops the action at once (it may hold a cursor), so a query that ended in
+    time leaves only this small object in the heap until the heap is compacted."""
 
-    def __init__(self) -> None:
-        self.cancelled = False
+    __slots__ = ("action", "_owner")
+
+    def __init__(self, action: Callable[[], None], owner: Deadlines) -> None:
+        self.action: Callable[[], None] | None = action
+        self._owner = owner
+
+    @property
+    def cancelled(self) -> bool:
+        return self.action is None
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if self.action is not None:
+            self.action = None
+            self._owner._cancelled()
 
 
 class Deadlines:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._heap: list[tuple[float, int, Handle, Callable[[], None]]] = []
+        self._cancelled_count = 0
+        self._heap: list[tuple[float, int, Handle]] = []
         self._order = itertools.count()
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def watch(self, deadline: float, action: Callable[[], None]) -> Handle:
         """Run ``action`` in the watcher's thread at ``deadline`` (this clock) unless the handle is cancelled."""
-        handle = Handle()
+        handle = Handle(action, self)
         with self._changed:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="query-deadlines", daemon=True)
                 self._thread.start()
             first = not self._heap or deadline < self._heap[0][0]
-            heapq.heappush(self._heap, (deadline, next(self._order), handle, action))
+            heapq.heappush(self._heap, (deadline, next(self._order), handle))
             if first:
                 self._changed.notify()
         return handle
+
+    def __len__(self) -> int:
+        """Entries in the heap, cancelled ones not yet compacted away included."""
+        with self._changed:
+            return len(self._heap)
+
+    def _cancelled(self) -> None:
+        """A handle was cancelled: when cancelled entries are most of the heap (queries end long before hour-long
+        timeouts), rebuild it without them, so it holds about as many entries as queries running."""
+        with self._changed:
+            self._cancelled_count += 1
+            if self._cancelled_count > 64 and self._cancelled_count * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled_count = 0
 
     def _run(self) -> None:
         while True:
             with self._changed:
                 while self._heap and self._heap[0][2].cancelled:
                     heapq.heappop(self._heap)
+                    self._cancelled_count = max(self._cancelled_count - 1, 0)
                 if not self._heap:
                     self._changed.wait()
                     continue
@@ -57,8 +84,9 @@ class Deadlines:
                 if wait > 0:
                     self._changed.wait(wait)
                     continue
-                _, _, handle, action = heapq.heappop(self._heap)
-            if not handle.cancelled:
+                _, _, handle = heapq.heappop(self._heap)
+                action, handle.action = handle.action, None
+            if action is not None:
                 try:
                     action()
                 except Exception:  # noqa: BLE001 - one failed action must not stop the watcher

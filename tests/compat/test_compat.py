@@ -17,6 +17,17 @@ from cuvee.testing.compat.run import generated, judge_all, load
 from cuvee.testing.waiting import wait_until
 
 ROWS = 20_000
+# Queries whose right answer on 20,000 generated rows is empty (or all zeros) whatever the engine: they check
+# little here, and bench/compat.py runs them at size. Any other query answering nothing fails the test (the
+# generated rows must give each query something to select).
+EMPTY_BY_DESIGN = {
+    "clickbench-028": "HAVING COUNT(*) > 100000", "clickbench-029": "HAVING COUNT(*) > 100000",
+    "clickbench-039": "OFFSET 1000", "clickbench-041": "OFFSET 100 of a narrow filter",
+    "clickbench-042": "OFFSET 10000", "clickbench-043": "OFFSET 1000",
+    "pinot-113": "BETWEEN 1257 AND 325", "pinot-117": "Quarter NOT IN (1) in a one-quarter sample",
+    "pinot-189": "BETWEEN 338.0 AND 18", "pinot-190": "BETWEEN '1900-1959' AND '0700-0759'",
+    "pinot-191": "BETWEEN 353 AND 328", "pinot-199": "BETWEEN 292.0 AND 237.0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -42,4 +53,5 @@ def test_every_query_of_the_set_answers_and_answers_right(outcomes: dict[str, li
     assert len(found) == expected
     bad = [f"{o.query_id} {o.verdict.value}: {o.detail}" for o in found if o.verdict is not Verdict.PASS]
     assert not bad, "\n".join(bad)
-    assert sum(o.rows for o in found) > expected  # the generated rows make the queries select something
+    idle = {o.query_id for o in found if o.extra.get("trivial")} - set(EMPTY_BY_DESIGN)
+    assert not idle, f"the generated rows give these queries nothing to answer: {sorted(idle)}"

@@ -22,6 +22,9 @@ def test_a_wrong_value_a_missing_row_or_a_wrong_order_fails() -> None:
 def test_pinot_rules_are_accepted() -> None:
     assert judge("SELECT SUM(x) FROM t", [[6.0]], [(6,)])  # Pinot's SUM is a DOUBLE
     assert judge("SELECT AVG(x) FROM t", [[0.1 + 0.2]], [(0.3,)])
+    assert not judge("SELECT AVG(x) FROM t", [[12345.64]], [(12345.6,)])  # 6 digits only for FLOAT inputs
+    shape = shape_of("SELECT SUM(f) FROM t", "SELECT SUM(f) FROM t")
+    assert compare(shape, [[12345.6001]], [(12345.6002,)], [(12345.6002,)], float_inputs=True)[0]
     # Default LIMIT 10: any 10 of the groups, in any order when there is no ORDER BY.
     groups = [(i, 1) for i in range(20)]
     assert judge("SELECT a, COUNT(*) FROM t GROUP BY a", [[i, 1] for i in range(19, 9, -1)], groups[:10], groups)

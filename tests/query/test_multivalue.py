@@ -95,3 +95,5 @@ def test_group_by_a_multi_value_column_makes_a_group_of_each_value_after_the_row
         ("a", 1, 1), ("b", 1, 1), ("b", 2, 1), ("b", 3, 1)]
     with pytest.raises(QueryError):
         answer("SELECT upper(tags), COUNT(*) FROM t GROUP BY upper(tags)")
+    rows = pa.table({"id": [1, 2, 3], "tags": [["a"], [], None], "nums": [[1], [2], [3]]})  # no values: kept
+    assert answer("SELECT tags, COUNT(*) FROM t GROUP BY tags ORDER BY tags") == [("a", 1), (None, 2)]

@@ -42,3 +42,14 @@ def test_the_cache_keeps_its_bound_and_drops_the_least_recently_used() -> None:
     long_text = "SELECT a FROM t WHERE a IN (" + ",".join(str(i) for i in range(5000)) + ")"
     cache.plan(long_text, tables.get)
     assert cache.cached(long_text, tables.get) is None  # too long to keep
+
+
+def test_a_fingerprint_catches_a_type_change_the_planners_view_does_not_show() -> None:
+    tables = {"t": TableInfo("t", ("x",))}
+    types = {"t": "INT"}
+    cache = PlanCache(8, fingerprint=lambda name: (tables.get(name), types.get(name)))
+    sql = "SELECT SUM(x) FROM t"
+    cache.plan(sql, tables.get)
+    assert cache.cached(sql, tables.get) is not None
+    types["t"] = "STRING"  # re-created with x as a string: same columns, other types
+    assert cache.cached(sql, tables.get) is None

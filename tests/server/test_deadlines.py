@@ -20,7 +20,19 @@ def test_actions_run_at_their_deadlines_in_order_and_cancelled_ones_never() -> N
     cancelled.cancel()
     wait_until(lambda: len(ran) == 2, 5)
     assert [name for name, _ in ran] == ["early", "late"] and {t for _, t in ran} == {"query-deadlines"}
-    assert time.monotonic() - now >= 0.3 and not late.cancelled
+    assert time.monotonic() - now >= 0.3 and late.action is None  # run, then let go
     deadlines.watch(time.monotonic() - 1, lambda: 1 / 0)  # a failing action does not stop the watcher
     deadlines.watch(time.monotonic(), lambda: ran.append(("after", "")))
     wait_until(lambda: len(ran) == 3, 5)
+
+
+def test_queries_that_end_in_time_leave_neither_their_action_nor_a_growing_heap() -> None:
+    deadlines = Deadlines()
+    far = time.monotonic() + 3600  # an hour-long timeout: the entries would otherwise stay that long
+    handles = []
+    for _ in range(1000):
+        handle = deadlines.watch(far, lambda: None)
+        handle.cancel()
+        handles.append(handle)
+    assert all(h.action is None for h in handles)  # no cursor kept alive by a closure
+    assert len(deadlines) <= 130  # compacted as cancelled entries came to outnumber live ones

@@ -117,6 +117,10 @@ def hits(n: int, seed: int = 1) -> pa.Table:
 # ---- Pinot's compatibility set: mytable (on-time flights) -----------------------------------------------------
 
 CARRIERS = ["AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX", "WN"]
+AIRLINE_IDS = [19805, 19930, 20409, 19790, 20366, 20436, 20437, 19690, 20398, 20304, 19977, 20355, 21171, 19393]
+# Each airport's city market: values the queries compare with among them.
+CITY_MARKETS = [30397, 30073, 30721, 30141, 31295, 30194, 31136, 32467, 30977, 31703, 31884, 32211, 32335, 33264,
+                33570, 34100, 35991, 32457, 30559, 30436]
 AIRPORTS = ["ATL", "BDL", "BOS", "COD", "DEN", "DFW", "DLH", "JFK", "LAX", "LIT", "MLU", "MSN", "MTJ", "ORD",
             "PIH", "RFD", "SEA", "SFO", "SIT", "TUS"]
 CITIES = ["Atlanta, GA", "Boston, MA", "Columbus, GA", "Dallas, TX", "Denver, CO", "Grand Rapids, MI",
@@ -158,11 +162,11 @@ def ontime(n: int, seed: int = 1) -> pa.Table:
     arr_delay = np.round(dep_delay + rng.normal(0, 10, n))
     airports = np.array(AIRPORTS, dtype=object)
     columns: dict[str, Any] = {
-        "AirlineID": 19790 + carrier_ix, "Carrier": carriers, "UniqueCarrier": carriers,
+        "AirlineID": np.array(AIRLINE_IDS)[carrier_ix], "Carrier": carriers, "UniqueCarrier": carriers,
         "Origin": airports[origin_ix], "Dest": airports[dest_ix],
         "OriginAirportID": 10000 + origin_ix * 37, "DestAirportID": 10000 + dest_ix * 37,
         "OriginAirportSeqID": 1000000 + origin_ix * 3701, "DestAirportSeqID": 1000000 + dest_ix * 3701,
-        "OriginCityMarketID": 30000 + origin_ix * 11, "DestCityMarketID": 30000 + dest_ix * 11,
+        "OriginCityMarketID": np.array(CITY_MARKETS)[origin_ix], "DestCityMarketID": np.array(CITY_MARKETS)[dest_ix],
         "OriginCityName": _pick(rng, CITIES, n), "DestCityName": _pick(rng, CITIES, n),
         "OriginState": codes[state_o], "DestState": codes[state_d],
         "OriginStateName": names[state_o], "DestStateName": names[state_d],
@@ -180,7 +184,7 @@ def ontime(n: int, seed: int = 1) -> pa.Table:
         "DepTimeBlk": _pick(rng, BLOCKS, n), "ArrTimeBlk": _pick(rng, BLOCKS, n),
         "Distance": distance, "DistanceGroup": 1 + distance // 250,
         "CRSElapsedTime": 30 + distance // 8, "ActualElapsedTime": 25 + distance // 8 + rng.integers(0, 30, n),
-        "AirTime": 20 + distance // 8, "TaxiIn": rng.integers(1, 200, n), "TaxiOut": rng.integers(1, 60, n),
+        "AirTime": 20 + distance // 8, "TaxiIn": rng.integers(1, 200, n), "TaxiOut": rng.integers(1, 120, n),
         "Cancelled": cancelled,
         "CancellationCode": np.where(cancelled == 1, _pick(rng, ["A", "B", "C"], n), ""),
         "Diverted": (rng.random(n) < 0.03).astype(np.int32),
@@ -196,14 +200,16 @@ def ontime(n: int, seed: int = 1) -> pa.Table:
         "DivActualElapsedTime": rng.integers(0, 400, n), "DivAirportLandings": rng.integers(0, 3, n),
         "DivArrDelay": rng.integers(0, 300, n), "DivDistance": rng.integers(0, 500, n),
         "DivReachedDest": rng.integers(0, 2, n),
-        "DivAirportIDs": _mv(rng, np.arange(10000, 10000 + 20 * 37, 37), n, pa.int32()),
-        "DivAirportSeqIDs": _mv(rng, np.arange(1000000, 1000000 + 20 * 3701, 3701), n, pa.int32()),
+        # Multi-value pools span the constants Pinot's queries compare them with (airport ids 10000–15000, ground
+        # times to 100 minutes, wheel times 1–2400, …), so their filters select rows.
+        "DivAirportIDs": _mv(rng, np.arange(10000, 15001), n, pa.int32()),
+        "DivAirportSeqIDs": _mv(rng, np.arange(1000000, 1500000, 37), n, pa.int32()),
         "DivAirports": _mv(rng, airports, n, pa.string()),
-        "DivLongestGTimes": _mv(rng, np.arange(0, 60, 1.5), n, pa.float32()),
+        "DivLongestGTimes": _mv(rng, np.arange(0, 100, 0.5), n, pa.float32()),
         "DivTailNums": _mv(rng, np.array(TAILS, dtype=object), n, pa.string()),
-        "DivTotalGTimes": _mv(rng, np.arange(0, 200, 7), n, pa.int64()),
-        "DivWheelsOffs": _mv(rng, np.arange(1, 2400, 13), n, pa.int32()),
-        "DivWheelsOns": _mv(rng, np.arange(1, 2400, 17), n, pa.int32()),
+        "DivTotalGTimes": _mv(rng, np.arange(0, 200), n, pa.int64()),
+        "DivWheelsOffs": _mv(rng, np.arange(1, 2400), n, pa.int32()),
+        "DivWheelsOns": _mv(rng, np.arange(1, 2400), n, pa.int32()),
         "RandomAirports": _mv(rng, airports, n, pa.string()),
     }
     return _typed(Schema.from_json(schema(PINOT)), columns, n)

@@ -21,7 +21,7 @@ from cuvee.config import Schema, TableConfig
 from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 from cuvee.testing.compat import data
-from cuvee.testing.compat.judge import Outcome, Verdict, compare, oracle_sql, run_oracle, shape_of
+from cuvee.testing.compat.judge import Outcome, Verdict, compare, oracle_sql, run_oracle, shape_of, trivial
 from cuvee.testing.compat.queries import CLICKBENCH, CompatQuery, schema
 
 TIME_COLUMNS = {CLICKBENCH: None, "pinot": "DaysSinceEpoch"}
@@ -97,10 +97,18 @@ def judge_all(http: httpx.Client, broker: str, oracle: Any, queries: Iterable[Co
         if answer.rows is None:
             outcomes.append(Outcome(query.id, Verdict.ERROR, answer.error, answer.used_ms, oracle_ms))
             continue
-        right, why = compare(shape, answer.rows, limited, unlimited)
+        right, why = compare(shape, answer.rows, limited, unlimited,
+                             float_inputs=any(c in query.sql for c in float_columns(query.suite)))
         outcomes.append(Outcome(query.id, Verdict.PASS if right else Verdict.WRONG, why, answer.used_ms, oracle_ms,
-                                len(answer.rows)))
+                                len(answer.rows), {"trivial": trivial(limited)}))
     return outcomes
+
+
+def float_columns(suite: str) -> frozenset[str]:
+    """The set's FLOAT (32-bit) columns."""
+    doc = schema(suite)
+    return frozenset(spec["name"] for key in ("dimensionFieldSpecs", "metricFieldSpecs", "dateTimeFieldSpecs")
+                     for spec in doc.get(key, []) if spec.get("dataType") == "FLOAT")
 
 
 def generated(suite: str, rows: int, seed: int = 1) -> pa.Table:
