@@ -37,6 +37,8 @@ from cuvee.query.parse import DIALECT, ParsedQuery, TableResolver, parse_query, 
 SERVER_RELATION = "cuvee_segments"
 PARTIALS_RELATION = "cuvee_partials"
 DEFAULT_LIMIT = 10
+# The server step of ``SELECT COUNT(*)`` without WHERE: servers answer it from their row counts, not a scan.
+COUNT_ROWS_SERVER_SQL = f"SELECT count(*) AS __p0 FROM {SERVER_RELATION}"
 DOCS_COLUMN = "__docs"  # an aggregation's per-group count of rows passing WHERE (numDocsScanned), never merged
 
 _DISTINCT_LIST = ("list(DISTINCT {x}) FILTER (WHERE {x} IS NOT NULL)",)

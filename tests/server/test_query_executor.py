@@ -189,3 +189,16 @@ def test_union_decodes_dictionaries_when_segments_disagree_on_types() -> None:
     encoded = pa.table({"c": pa.array(["b", "c"]).dictionary_encode()})
     union = _union([plain, encoded])
     assert union.column("c").to_pylist() == ["a", "b", "b", "c"]
+
+
+def test_count_star_without_a_filter_is_answered_from_the_rows_held_without_a_scan(loaded, monkeypatch) -> None:
+    from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL
+
+    registry, rows, names = loaded
+    plan, server_request = plan_request("SELECT COUNT(*) FROM events", names)
+    assert plan.server_sql == COUNT_ROWS_SERVER_SQL  # the planner still writes what servers recognise
+    monkeypatch.setattr(QueryExecutor, "_run", lambda *a, **k: pytest.fail("scanned for a plain COUNT(*)"))
+    result, stats = QueryExecutor(registry).execute(server_request)
+    assert result is not None and result.to_pylist() == [{"__p0": rows.num_rows}]
+    assert stats.numDocsScanned == rows.num_rows and stats.numSegmentsProcessed == len(names)
+    assert merge_partials(plan, [result], schema().arrow_schema()).to_pylist() == [{"count(*)": rows.num_rows}]
