@@ -228,6 +228,7 @@ class QueryExecutor:
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
+            union = _columns_read(union, request)
             _bind(con, union, request.time_filter, upsert=VALID_COLUMN in union.column_names)
             result = con.sql(request.sql).to_arrow_table()
             docs = total_docs
@@ -293,6 +294,23 @@ def _take_docs_column(result: pa.Table, name: str) -> tuple[pa.Table, int]:
         raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"the server SQL has no column {name!r} to count scanned rows")
     docs = pc.sum(result.column(name)).as_py() or 0
     return result.drop_columns([name]), int(docs)
+
+
+def _columns_read(union: pa.Table, request: ServerQueryRequest) -> pa.Table:
+    """``union`` with only the columns the request reads (zero-copy). DuckDB's Arrow scan pays for every column
+    of the table it is given, read or not: a filter and a MAX over 1M rows took ~95 ms with the 79 columns of a
+    wide table and ~19 ms with the two it reads. The planner writes every column as a quoted identifier, so a
+    column the SQL does not name in quotes is not read (naming one too many only costs its scan)."""
+    texts = (request.sql, request.docs_scanned_sql or "")
+    keep = {VALID_COLUMN}
+    if request.time_filter is not None:
+        keep.add(request.time_filter.column)
+    named = [name for name in union.column_names if name not in keep
+             and any(f'"{name.replace(chr(34), chr(34) * 2)}"' in text for text in texts)]
+    if not named:  # COUNT(*) and the like: one column, so the view has one and the row count stays
+        named = [name for name in union.column_names if name != VALID_COLUMN][:1]
+    needed = [name for name in union.column_names if name in keep or name in named]
+    return union if len(needed) == len(union.column_names) else union.select(needed)
 
 
 def _counts_rows_only(request: ServerQueryRequest) -> bool:

@@ -202,3 +202,20 @@ def test_count_star_without_a_filter_is_answered_from_the_rows_held_without_a_sc
     assert result is not None and result.to_pylist() == [{"__p0": rows.num_rows}]
     assert stats.numDocsScanned == rows.num_rows and stats.numSegmentsProcessed == len(names)
     assert merge_partials(plan, [result], schema().arrow_schema()).to_pylist() == [{"count(*)": rows.num_rows}]
+
+
+def test_only_the_columns_a_query_names_are_given_to_duckdb(loaded, monkeypatch) -> None:
+    from cuvee.server import query_executor
+
+    registry, rows, names = loaded
+    seen: list[list[str]] = []
+    real = query_executor._bind
+    monkeypatch.setattr(query_executor, "_bind", lambda con, union, *a, **k: (seen.append(union.column_names),
+                                                                              real(con, union, *a, **k))[1])
+    got = run_pinot(registry, "SELECT city, MAX(v) FROM events WHERE d > 0 GROUP BY city ORDER BY city LIMIT 3",
+                    names)
+    assert seen == [["city", "v", "d"]] or sorted(seen[0]) == ["city", "d", "v"]
+    assert got.num_rows == 3
+    seen.clear()
+    assert run_pinot(registry, "SELECT COUNT(*) FROM events WHERE v > 0", names).num_rows == 1
+    assert len(seen[0]) == 1  # v alone
