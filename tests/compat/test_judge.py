@@ -32,3 +32,9 @@ def test_pinot_rules_are_accepted() -> None:
     tied = [("a", 1), ("b", 1), ("c", 2)]
     assert judge("SELECT n, k FROM t ORDER BY k LIMIT 2", [["b", 1], ["a", 1]], tied[:2], tied)
     assert not judge("SELECT n, k FROM t ORDER BY k LIMIT 2", [["a", 1], ["c", 2]], tied[:2], tied)
+
+
+def test_rows_sorted_by_a_column_not_shown_cannot_be_told_right_or_wrong_under_ties() -> None:
+    shape = shape_of("SELECT a FROM t ORDER BY b LIMIT 1", "SELECT a FROM t ORDER BY b LIMIT 1")
+    assert compare(shape, [["x"]], [("y",)], [("y",), ("x",)])[0] is None  # unjudged, not passed
+    assert compare(shape, [["z"]], [("y",)], [("y",), ("x",)])[0] is False  # not among the rows at all: wrong

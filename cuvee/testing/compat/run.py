@@ -99,8 +99,9 @@ def judge_all(http: httpx.Client, broker: str, oracle: Any, queries: Iterable[Co
             continue
         right, why = compare(shape, answer.rows, limited, unlimited,
                              float_inputs=any(c in query.sql for c in float_columns(query.suite)))
-        outcomes.append(Outcome(query.id, Verdict.PASS if right else Verdict.WRONG, why, answer.used_ms, oracle_ms,
-                                len(answer.rows), {"trivial": trivial(limited)}))
+        verdict = Verdict.UNJUDGED if right is None else Verdict.PASS if right else Verdict.WRONG
+        outcomes.append(Outcome(query.id, verdict, why, answer.used_ms, oracle_ms, len(answer.rows),
+                                {"trivial": trivial(limited)}))
     return outcomes
 
 
