@@ -246,6 +246,22 @@ def _strftime_pattern(java: str) -> str:
     return "".join(out)
 
 
+def _now_millis() -> exp.Expression:
+    return exp.Cast(this=exp.func("epoch_ms", exp.CurrentTimestamp(), dialect=DIALECT), to=exp.DataType.build("BIGINT"))
+
+
+_ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE)
+
+
+def _iso_duration_millis(text: str) -> int:
+    """An ISO-8601 duration of days, hours, minutes and seconds (``P1DT2H``, ``PT30M``, ``PT1.5S``) in millis."""
+    match = _ISO_DURATION.match(text.strip())
+    if match is None or text.strip().upper() in ("P", "PT"):
+        raise _sql_error(f"{text!r} is not an ISO-8601 duration like 'PT1H' or 'P1DT12H'")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+
+
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
 
 
@@ -279,6 +295,14 @@ def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = f
         return arg
 
     def rewrite(sub: exp.Expression) -> exp.Expression:
+        if isinstance(sub, exp.RegexpExtract) and sub.args.get("parameters") is not None:
+            # Pinot's regexp_extract(value, regexp, group, default): the default when nothing matches (sqlglot
+            # reads the 4th argument as regex flags; DuckDB would answer '')
+            default = sub.args["parameters"].copy()
+            plain = exp.RegexpExtract(this=sub.this.copy(), expression=sub.expression.copy(),
+                                      group=(sub.args.get("group") or exp.Literal.number(0)).copy())
+            return exp.func("coalesce", exp.func("nullif", plain, exp.Literal.string(""), dialect=DIALECT),
+                            default, dialect=DIALECT)
         if isinstance(sub, exp.Extract) and (moment := parsed_time(sub.expression)) is not None:
             return exp.Extract(this=sub.this.copy(), expression=moment)
         if isinstance(sub, exp.TimestampTrunc) and (moment := parsed_time(sub.this)) is not None:
@@ -306,6 +330,19 @@ def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = f
             return exp.Mul(this=exp.paren(args[0]), expression=exp.Literal.number(_FROM_EPOCH[upper]))
         if upper in _OPERATORS:
             return exp.paren(_OPERATORS[upper](this=exp.paren(args[0]), expression=exp.paren(args[1])))
+        if upper in ("ARRAYLENGTH", "CARDINALITY"):  # a multi-value column's number of values
+            if len(args) != 1:
+                raise _sql_error(f"{upper} takes one argument, a multi-value column")
+            return exp.func("len", args[0], dialect=DIALECT)
+        if upper == "NOW":  # Pinot: the current time in epoch millis (a LONG)
+            if args:
+                raise _sql_error("NOW takes no argument")
+            return _now_millis()
+        if upper == "AGO":  # Pinot: now minus an ISO-8601 duration ('PT1H', 'P1D'), in epoch millis
+            if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+                raise _sql_error("AGO takes one ISO-8601 duration literal, e.g. ago('PT1H')")
+            return exp.paren(exp.Sub(this=_now_millis(), expression=exp.Literal.number(
+                _iso_duration_millis(args[0].name))))
         if upper == "TODATETIME":  # toDateTime(epochMillis, 'yyyy-MM-dd'): a TIMESTAMP column is its millis
             if len(args) != 2 or not (isinstance(args[1], exp.Literal) and args[1].is_string):
                 raise _sql_error("TODATETIME takes epoch millis and a date pattern literal (UTC; no time zone "
