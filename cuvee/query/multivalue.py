@@ -25,10 +25,24 @@ _NEGATED = (exp.NEQ,)
 
 def rewrite_multi_value_predicates(select: exp.Select, columns: Collection[str]) -> exp.Select:
     """``select`` with every WHERE predicate on a multi-value column in ``columns`` made Pinot's any-match."""
-    where = select.args.get("where")
-    if where is None or not columns:
+    if not columns:
         return select
     names = frozenset(columns)
+    group = select.args.get("group")
+    grouped = {e.name for e in group.expressions if isinstance(e, exp.Column)} if group is not None else set()
+    outside = names - grouped  # a GROUP BY key is one value per group outside WHERE: comparable there
+    for key in ("expressions", "having", "order"):
+        value = select.args.get(key)
+        for part in value if isinstance(value, list) else [value] if value is not None else []:
+            for node in part.find_all(*_FLIPPED, exp.In, exp.Between, exp.Like, exp.ILike, exp.RegexpLike):
+                subject = _mv_subject(node, frozenset(outside))
+                if subject is not None:
+                    raise QueryError(QueryErrorCode.SQL_PARSING,
+                                     f"multi-value column {subject.name!r} can be compared only in WHERE: "
+                                     f"{node.sql(dialect='duckdb')}")
+    where = select.args.get("where")
+    if where is None:
+        return select
     select.set("where", where.transform(lambda node: _rewrite(node, names), copy=True))
     return select
 

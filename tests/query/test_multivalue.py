@@ -97,3 +97,17 @@ def test_group_by_a_multi_value_column_makes_a_group_of_each_value_after_the_row
         answer("SELECT upper(tags), COUNT(*) FROM t GROUP BY upper(tags)")
     rows = pa.table({"id": [1, 2, 3], "tags": [["a"], [], None], "nums": [[1], [2], [3]]})  # no values: kept
     assert answer("SELECT tags, COUNT(*) FROM t GROUP BY tags ORDER BY tags") == [("a", 1), (None, 2)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT CASE WHEN tags = 'a' THEN 1 ELSE 0 END FROM t",
+    "SELECT id FROM t ORDER BY tags = 'a' LIMIT 3",
+])
+def test_a_multi_value_comparison_outside_where_is_refused_in_plain_words(sql: str) -> None:
+    with pytest.raises(QueryError) as info:
+        parse_query(sql, lambda _: TABLE)
+    assert "can be compared only in WHERE" in str(info.value)
+
+
+def test_a_grouped_multi_value_column_is_one_value_per_group_outside_where() -> None:
+    parse_query("SELECT tags, COUNT(*) FROM t GROUP BY tags HAVING tags <> 'x' ORDER BY tags = 'a'", lambda _: TABLE)
