@@ -219,3 +219,12 @@ def test_only_the_columns_a_query_names_are_given_to_duckdb(loaded, monkeypatch)
     seen.clear()
     assert run_pinot(registry, "SELECT COUNT(*) FROM events WHERE v > 0", names).num_rows == 1
     assert len(seen[0]) == 1  # v alone
+
+
+def test_columns_named_without_quotes_in_any_case_are_kept(loaded) -> None:
+    registry, rows, names = loaded
+    result, stats = QueryExecutor(registry).execute(
+        request("SELECT count(*) AS n, SUM(V) AS s, max(\"d\") AS m FROM cuvee_segments WHERE City IS NOT NULL",
+                names))
+    assert stats.exceptions == () and result is not None
+    assert result.column("n").to_pylist() == [rows.filter(rows.column("city").is_valid()).num_rows]
