@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class Handle:
@@ -90,7 +93,7 @@ class Deadlines:
                 try:
                     action()
                 except Exception:  # noqa: BLE001 - one failed action must not stop the watcher
-                    pass
+                    log.warning("a deadline action failed", exc_info=True)
 
 
 DEADLINES = Deadlines()
