@@ -44,6 +44,10 @@ class BrokerConfig:
     max_sql_bytes: int = 1_000_000  # longer SQL is refused (700); request bodies are capped a little above it
     max_server_connections: int = 256
     max_overrun_plans: int = 4  # queries are refused (400) while this many plans run on past their query's timeout
+    # the multi-stage engine (docs/query.md#multi-stage-queries): rows one leaf may bring to the broker, and the
+    # memory the broker's stage may use (the relations it reads count against it)
+    multistage_leaf_rows: int = 1_000_000
+    multistage_memory_mb: int = 1024
     plan_cache_entries: int = 2048  # plans of repeated query texts kept (0: none); see cuvee/query/plan_cache.py
     stop_timeout_seconds: float = 5.0  # stop() waits this long for the routing thread and for the pool to close
     session_retry_initial_seconds: float = 0.5  # an expired metadata-store session is re-opened after this ...
@@ -67,7 +71,8 @@ class BrokerConfig:
             raise ValueError("server_grace_seconds and new_segment_grace_seconds must not be negative")
         if self.max_timeout_ms and self.max_timeout_ms < self.timeout_ms:
             raise ValueError("max_timeout_ms must be at least timeout_ms")
-        for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections", "max_overrun_plans"):
+        for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections", "max_overrun_plans",
+                     "multistage_leaf_rows", "multistage_memory_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if not 0 <= self.port < 65536:

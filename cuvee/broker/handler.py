@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import pyarrow as pa
+from sqlglot import exp
 
 from cuvee.auth.layer import internal_headers
 from cuvee.auth.policy import Permission, Principal
@@ -40,6 +41,8 @@ from cuvee.broker.scatter import ServerCall, ServerReply, scatter
 from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
+from cuvee.multistage.engine import SPARK_HINT, Stage
+from cuvee.multistage.plan import RELATION_PREFIX, in_subqueries, inline_values, plan_stages
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
@@ -54,6 +57,8 @@ from cuvee.query import (
     parse_query_options,
     plan_sql,
 )
+from cuvee.query.functions import DIALECT
+from cuvee.query.parse import MultiStageRequired, split_query
 from cuvee.query.plan_cache import PlanCache
 
 log = logging.getLogger(__name__)
@@ -91,6 +96,42 @@ def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
         numSegmentsQueried=stats.numSegmentsQueried, numSegmentsProcessed=stats.numSegmentsProcessed,
         numSegmentsMatched=stats.numSegmentsMatched, numConsumingSegmentsQueried=stats.numConsumingSegmentsQueried,
         minConsumingFreshnessTimeMs=stats.minConsumingFreshnessTimeMs)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gathered:
+    """One plan's server answers: the table (a hybrid's first half), its routings, the replies, calls made."""
+
+    entry: TableEntry
+    routings: list[RoutingTable]
+    replies: list[ServerReply]
+    num_calls: int
+
+
+@dataclasses.dataclass
+class _StageRun:
+    """A multi-stage query in flight: its deadline and options, and every leaf's answers and errors so far."""
+
+    deadline: float
+    skip_upsert: bool
+    principal: Principal | None
+    gathered: list[_Gathered] = dataclasses.field(default_factory=list)
+    exceptions: list[QueryError] = dataclasses.field(default_factory=list)
+
+    def remaining_ms(self, now: float) -> int:
+        return max(int((self.deadline - now) * 1000), 1)
+
+
+def _too_many_rows(limit: int) -> QueryError:
+    """A multi-stage answer has no default LIMIT (a single stage's is 10): one beyond the broker's bound is
+    refused rather than cut silently."""
+    return QueryError(QueryErrorCode.QUERY_VALIDATION, f"the answer has more than {limit} rows "
+                                                       "(max_response_rows); add a LIMIT")
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # an interrupted stage's failure is nobody's answer
 
 
 def _names(segments: tuple[str, ...] | list[str]) -> str:
@@ -210,26 +251,35 @@ class QueryHandler:
         if query_options is not None and not isinstance(query_options, str):
             raise QueryError(QueryErrorCode.SQL_PARSING, "queryOptions must be a string like \"k=v;k2=v2\"")
         options = parse_query_options(query_options)
-        plan = await self._plan(sql, _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms,
-                                                  cfg.timeout_limit_ms))
+        budget_ms = _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms, cfg.timeout_limit_ms)
+        try:
+            plan = await self._plan(sql, budget_ms)
+        except MultiStageRequired:
+            return await self._multi_stage(number, started, sql, options, principal, measured)
         options.update(plan.options)
         measured[0] = raw_table_name(plan.table)  # Pinot labels broker metrics by raw table name
+        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
+        gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _skip_upsert(options),
+                                      cfg.max_response_rows)
+        return await asyncio.to_thread(self._answer, number, started, plan, gathered)
+
+    async def _gather(self, number: int, plan: QueryPlan, principal: Principal | None, deadline: float,
+                      skip_upsert: bool, max_rows: int) -> _Gathered:
+        """Route ``plan`` over its table (both halves of a hybrid one), ask the servers, and ask again for what a
+        server no longer held. ``principal`` needs READ on the table; ``max_rows`` bounds LIMIT + OFFSET (700)."""
+        cfg = self.config
         if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):
             raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on table "
                                                            f"{plan.table!r}")
-        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
-        skip_upsert = _skip_upsert(options)
         rows = (plan.limit or 0) + plan.offset
-        if rows > cfg.max_response_rows:
+        if rows > max_rows:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,
-                             f"LIMIT + OFFSET asks for {rows} rows; this broker returns at most "
-                             f"{cfg.max_response_rows}")
+                             f"LIMIT + OFFSET asks for {rows} rows; this broker returns at most {max_rows}")
         targets = self.view.targets(plan.table)
         if not targets:
             raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {plan.table!r} does not exist")
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
-        deadline = started + timeout_ms / 1000
         routings: list[RoutingTable] = []
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
@@ -243,8 +293,97 @@ class QueryHandler:
         replies = await scatter(self._http(), calls, wait) if calls else []
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  skip_upsert)
-        return await asyncio.to_thread(self._answer, number, started, plan, targets[0].entry, routings, replies,
-                                       len(calls) + retried)
+        return _Gathered(targets[0].entry, routings, replies, len(calls) + retried)
+
+    async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
+                           principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
+        """A query a single stage cannot answer (``cuvee.multistage``), within its timeout: first its
+        IN-subqueries, whose values take their place (what is left may then be one stage, pushed to the servers
+        whole); then its leaves through the single-stage path at once, and the rest at the broker under
+        ``multistage_memory_mb``."""
+        cfg = self.config
+        query, text_options = await asyncio.to_thread(split_query, sql)
+        options.update(text_options)
+        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
+        run = _StageRun(started + timeout_ms / 1000, _skip_upsert(options), principal)
+        relations: dict[str, pa.Table] = {}
+        while pending := await asyncio.to_thread(in_subqueries, query, self.view.resolve, cfg.multistage_leaf_rows):
+            measured[0] = measured[0] or raw_table_name(pending[0].table)
+            answers = await self._leaves(number, run, [(p.sql, p.table) for p in pending])
+            if answers is None:
+                return self._stage_response(number, started, None, None, run)
+            for subquery, answer in zip(pending, answers):
+                relation = f"{RELATION_PREFIX}in{len(relations) + 1}"
+                if inline_values(subquery, answer.column(0).to_pylist(), relation):
+                    relations[relation] = answer
+        if not relations:  # every IN-subquery became a list: perhaps one stage now
+            if isinstance(query, exp.Select) and query.args.get("limit") is None:
+                query.set("limit", exp.Limit(expression=exp.Literal.number(cfg.max_response_rows + 1)))
+            try:
+                plan = await self._plan(query.sql(dialect=DIALECT), run.remaining_ms(self._clock()))
+            except MultiStageRequired:
+                plan = None
+            if plan is not None:
+                measured[0] = raw_table_name(plan.table)
+                run.gathered.append(await self._gather(number, plan, principal, run.deadline, run.skip_upsert,
+                                                       cfg.max_response_rows + 1))
+                merged, errors, _ = await asyncio.to_thread(self._merge, plan, run.gathered[-1])
+                run.exceptions += errors
+                if merged is not None and merged.num_rows > cfg.max_response_rows:
+                    raise _too_many_rows(cfg.max_response_rows)
+                return await asyncio.to_thread(self._stage_response, number, started, merged, plan.column_names, run)
+        stages = await asyncio.to_thread(plan_stages, query, self.view.resolve, cfg.multistage_leaf_rows)
+        measured[0] = measured[0] or raw_table_name(stages.leaves[0].table)
+        answers = await self._leaves(number, run, [(leaf.sql, leaf.table) for leaf in stages.leaves])
+        if answers is None:
+            return self._stage_response(number, started, None, None, run)
+        relations.update({leaf.relation: answer for leaf, answer in zip(stages.leaves, answers)})
+        stage = Stage(cfg.multistage_memory_mb)
+        running = asyncio.ensure_future(asyncio.to_thread(stage.run, stages.final_sql, relations))
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(running),
+                                            max(run.deadline - self._clock(), 0.0) + cfg.server_grace_seconds)
+        except TimeoutError:
+            stage.interrupt()
+            running.add_done_callback(_retrieve)
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"the broker stage did not finish within the query's "
+                                                            f"timeout ({timeout_ms} ms)") from None
+        if answer.num_rows > cfg.max_response_rows:
+            raise _too_many_rows(cfg.max_response_rows)
+        names = stages.column_names if stages.column_names and len(stages.column_names) == answer.num_columns \
+            else None
+        return await asyncio.to_thread(self._stage_response, number, started, answer, names, run)
+
+    async def _leaves(self, number: int, run: _StageRun, leaves: list[tuple[str, str]]) -> list[pa.Table] | None:
+        """The answers of single-stage queries (SQL, table) asked at once, named as each plan names its columns;
+        None when one has no answer (the errors are in ``run``). More rows than ``multistage_leaf_rows`` is 700."""
+        cfg = self.config
+        plans = [await self._plan(sql, run.remaining_ms(self._clock())) for sql, _ in leaves]
+        gathered = await asyncio.gather(*(self._gather(number, plan, run.principal, run.deadline, run.skip_upsert,
+                                                       cfg.multistage_leaf_rows + 1) for plan in plans))
+        run.gathered += gathered
+        answers: list[pa.Table] = []
+        for (_, table), plan, leaf_gathered in zip(leaves, plans, gathered):
+            merged, errors, _ = await asyncio.to_thread(self._merge, plan, leaf_gathered)
+            run.exceptions += errors
+            if merged is None:
+                return None
+            if merged.num_rows > cfg.multistage_leaf_rows:
+                raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                                 f"more than {cfg.multistage_leaf_rows} rows of table {table!r} would reach the "
+                                 f"broker (multistage_leaf_rows); filter them, or {SPARK_HINT}")
+            answers.append(merged.rename_columns(list(plan.column_names)))
+        return answers
+
+    def _stage_response(self, number: int, started: float, answer: pa.Table | None, names: Any,
+                        run: _StageRun) -> dict[str, Any]:
+        replies = [reply for g in run.gathered for reply in g.replies]
+        stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
+        return broker_response(
+            request_id=str(number), time_used_ms=self._elapsed_ms(started), table=answer,
+            column_names=names if answer is not None else None, stats=stats,
+            num_servers_queried=sum(g.num_calls for g in run.gathered),
+            num_servers_responded=sum(1 for r in replies if r.responded), exceptions=run.exceptions)
 
     async def _ask_again(self, request_id: str, plan: QueryPlan, calls: list[ServerCall], called: list[QueryTarget],
                          replies: list[ServerReply], servers: Mapping[str, str], deadline: float,
@@ -316,26 +455,33 @@ class QueryHandler:
         if not future.cancelled():
             future.exception()  # retrieved: a failed overrun plan is nobody's answer
 
-    def _answer(self, number: int, started: float, plan: QueryPlan, entry: TableEntry, routings: list[RoutingTable],
-                replies: list[ServerReply], num_calls: int) -> dict[str, Any]:
-        """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""
-        unavailable = sum(len(routing.unavailable) for routing in routings)
+    def _merge(self, plan: QueryPlan, gathered: _Gathered) -> tuple[pa.Table | None, list[QueryError],
+                                                                      ExecutionStats]:
+        """The merged answer (None when merging failed), the errors to report, and the servers' statistics."""
+        unavailable = sum(len(routing.unavailable) for routing in gathered.routings)
         if unavailable and self.metrics is not None:
-            self.metrics.unavailable_segments.labels(raw_table_name(entry.name)).inc(unavailable)
-        exceptions = [e for routing in routings for e in self._unavailable(routing)] + self._exceptions(replies)
+            self.metrics.unavailable_segments.labels(raw_table_name(gathered.entry.name)).inc(unavailable)
+        replies = gathered.replies
+        exceptions = [e for routing in gathered.routings for e in self._unavailable(routing)]
+        exceptions += self._exceptions(replies)
         partials = [r.table for r in replies if r.table is not None]
         merged: pa.Table | None
         try:
-            merged = merge_partials(plan, partials, entry.arrow_schema)
+            merged = merge_partials(plan, partials, gathered.entry.arrow_schema)
         except QueryError as exc:
             merged = None
             exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
+        return merged, exceptions, stats
+
+    def _answer(self, number: int, started: float, plan: QueryPlan, gathered: _Gathered) -> dict[str, Any]:
+        """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""
+        merged, exceptions, stats = self._merge(plan, gathered)
         return broker_response(
             request_id=str(number), time_used_ms=self._elapsed_ms(started), table=merged,
             column_names=plan.column_names if merged is not None else None, stats=stats,
-            num_servers_queried=num_calls, num_servers_responded=sum(1 for r in replies if r.responded),
-            exceptions=exceptions)
+            num_servers_queried=gathered.num_calls,
+            num_servers_responded=sum(1 for r in gathered.replies if r.responded), exceptions=exceptions)
 
     def _calls(self, request_id: str, plan: QueryPlan, target: QueryTarget, routing: RoutingTable,
                servers: Mapping[str, str], deadline: float, skip_upsert: bool = False) -> list[ServerCall]:

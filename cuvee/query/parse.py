@@ -72,8 +72,18 @@ def sql_error(message: str) -> QueryError:
     return QueryError(QueryErrorCode.SQL_PARSING, message)
 
 
-def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
-    """Parse and validate ``sql``; raises QueryError with Pinot's code on any problem."""
+class MultiStageRequired(QueryError):
+    """The query is valid SQL a single stage cannot answer (a join, subquery, CTE, set operation, window or
+    FILTER clause): the broker's multi-stage engine (``cuvee.multistage``) takes it. Code 150 for callers that
+    only plan single-stage queries."""
+
+    def __init__(self, construct: str) -> None:
+        super().__init__(QueryErrorCode.SQL_PARSING, f"{construct} need the multi-stage engine")
+        self.construct = construct
+
+
+def split_query(sql: str) -> tuple[exp.Expression, dict[str, str]]:
+    """The one query of ``sql`` and the options its text sets (``SET k = v;`` statements, ``OPTION(...)``)."""
     text, options = _strip_option_clause(sql)
     statements = _parse_statements(text)
     query: exp.Expression | None = None
@@ -86,6 +96,15 @@ def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
             raise sql_error("only one query per request is allowed")
     if query is None:
         raise sql_error("no query to run")
+    return query, options
+
+
+def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
+    """Parse and validate ``sql``; raises QueryError with Pinot's code on any problem (``MultiStageRequired`` for
+    what only the multi-stage engine answers)."""
+    query, options = split_query(sql)
+    if isinstance(query, exp.SetOperation):
+        raise MultiStageRequired(f"set operations ({query.key.upper()})")
     if not isinstance(query, exp.Select):
         raise sql_error(f"only SELECT queries are supported, not {query.key.upper()}")
     _check_shape(query)
@@ -95,7 +114,8 @@ def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
     select.set("from", None)
     _expand_star(select, table)
     aliases = tuple(item.alias if isinstance(item, exp.Alias) else None for item in select.expressions)
-    _resolve_columns(select, table, {a for a in aliases if a})
+    source = query.args.get("from_") or query.args.get("from")
+    _resolve_columns(select, table, {a for a in aliases if a}, source.this.alias)
     names = tuple(alias or pinot_column_name(item) for alias, item in zip(aliases, select.expressions))
     select = translate_scalar(select, table.timestamp_columns, dict(table.string_time_patterns))
     assert isinstance(select, exp.Select)
@@ -184,20 +204,26 @@ def _check_shape(query: exp.Select) -> None:
     for key, value in query.args.items():
         if value and key not in _ALLOWED_ARGS:
             clause = key.rstrip("_").upper()
-            raise sql_error("joins are not supported" if clause == "JOINS" else f"{clause} is not supported")
+            if clause in _MULTI_STAGE_CLAUSES:
+                raise MultiStageRequired(_MULTI_STAGE_CLAUSES[clause])
+            raise sql_error(f"{clause} is not supported")
     if isinstance(query.args.get("distinct"), exp.Distinct) and query.args["distinct"].args.get("on"):
         raise sql_error("DISTINCT ON is not supported")
     for node in query.walk():
         if node is query:
             continue
         if isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
-            raise sql_error("subqueries are not supported")
+            raise MultiStageRequired("subqueries")
         if isinstance(node, exp.Join):
-            raise sql_error("joins are not supported")
+            raise MultiStageRequired("joins")
         if isinstance(node, exp.Window):
-            raise sql_error("window functions are not supported")
+            raise MultiStageRequired("window functions")
         if isinstance(node, exp.Filter):
-            raise sql_error("FILTER clauses on aggregations are not supported")
+            raise MultiStageRequired("FILTER clauses on aggregations")
+
+
+_MULTI_STAGE_CLAUSES = {"JOINS": "joins", "WITH": "common table expressions (WITH)", "QUALIFY": "QUALIFY",
+                        "WINDOWS": "window functions"}
 
 
 def _resolve_table(query: exp.Select, resolve: TableResolver) -> TableInfo:
@@ -226,13 +252,14 @@ def _expand_star(select: exp.Select, table: TableInfo) -> None:
     select.set("expressions", items)
 
 
-def _resolve_columns(select: exp.Select, table: TableInfo, aliases: set[str]) -> None:
-    """Canonicalise column references; names that match no column but a select alias are left for the planner."""
+def _resolve_columns(select: exp.Select, table: TableInfo, aliases: set[str], table_alias: str = "") -> None:
+    """Canonicalise column references; names that match no column but a select alias are left for the planner.
+    A column may be qualified by the table's name or its alias (``FROM events e … e.city``)."""
     exact = set(table.columns)
     folded: dict[str, list[str]] = {}
     for name in table.columns:
         folded.setdefault(name.lower(), []).append(name)
-    qualifiers = {table.name.lower(), raw_table_name(table.name).lower()}
+    qualifiers = {table.name.lower(), raw_table_name(table.name).lower()} | ({table_alias.lower()} if table_alias else set())
     lambda_params = {p.name for lam in select.find_all(exp.Lambda) for p in lam.expressions}
 
     def rewrite(node: exp.Expression) -> exp.Expression:

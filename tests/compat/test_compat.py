@@ -5,18 +5,13 @@ right. ``bench/compat.py`` runs the same at size and prints each query's time ag
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from cuvee.testing.cluster import InProcessCluster
-from cuvee.testing.compat.judge import Outcome, Verdict, oracle_connection
+from cuvee.testing.compat.judge import Outcome, Verdict
 from cuvee.testing.compat.queries import CLICKBENCH, PINOT, clickbench_queries, pinot_queries
-from cuvee.testing.compat.run import generated, judge_all, load
-from cuvee.testing.waiting import wait_until
+from cuvee.testing.compat.run import judge_all
+from tests.compat.conftest import Compat
 
-ROWS = 20_000
 # Queries whose right answer on 20,000 generated rows is empty (or all zeros) whatever the engine: they check
 # little here, and bench/compat.py runs them at size. Any other query answering nothing fails the test (the
 # generated rows must give each query something to select).
@@ -31,19 +26,10 @@ EMPTY_BY_DESIGN = {
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[Outcome]]]:
-    root: Path = tmp_path_factory.mktemp("compat")
-    with InProcessCluster(root, servers=2) as cluster:
-        tables = {}
-        for suite in (CLICKBENCH, PINOT):
-            rows = generated(suite, ROWS)
-            name = "hits" if suite == CLICKBENCH else "mytable"
-            tables[name] = rows
-            load(cluster.http, cluster.controller_url, suite, rows, segments=4)
-            wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {name}") == ROWS, 60)
-        oracle = oracle_connection(tables)
-        yield {CLICKBENCH: judge_all(cluster.http, cluster.broker_url, oracle, clickbench_queries()),
-               PINOT: judge_all(cluster.http, cluster.broker_url, oracle, pinot_queries())}
+def outcomes(compat: Compat) -> dict[str, list[Outcome]]:
+    http, broker = compat.cluster.http, compat.cluster.broker_url
+    return {CLICKBENCH: judge_all(http, broker, compat.oracle, clickbench_queries()),
+            PINOT: judge_all(http, broker, compat.oracle, pinot_queries())}
 
 
 @pytest.mark.parametrize("suite, expected", [(CLICKBENCH, 43), (PINOT, 200)])

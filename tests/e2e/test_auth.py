@@ -91,6 +91,12 @@ def test_who_may_query_on_the_broker(cluster: InProcessCluster) -> None:
     denied = _sql(cluster, sql, headers={"Authorization": f"Bearer {READER_TOKEN}"}).json()
     assert [e["errorCode"] for e in denied["exceptions"]] == [180]
     assert _sql(cluster, sql, auth=("admin", "admin-pw")).json()["exceptions"] == []
+    # the multi-stage engine asks every table's leaf through the same check: no table is read through another
+    joined = f"SELECT COUNT(*) FROM {TABLE} a JOIN {TABLE} b ON a.id = b.id"
+    assert _sql(cluster, joined, auth=("reader", "reader-pw")).json()["resultTable"]["rows"] == [[500]]
+    through = _sql(cluster, f"SELECT COUNT(*) FROM other WHERE id IN (SELECT id FROM {TABLE})",
+                   headers={"Authorization": f"Bearer {READER_TOKEN}"}).json()
+    assert [e["errorCode"] for e in through["exceptions"]] == [180] and "resultTable" not in through
     assert httpx.get(f"{cluster.broker_url}/debug/routingTable/{TABLE}", auth=("reader", "reader-pw"),
                      timeout=10).status_code == 403
 

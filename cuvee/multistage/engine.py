@@ -1,0 +1,107 @@
+"""The broker's stage: the query over the leaves' relations, in DuckDB, under a memory bound.
+
+A database of its own, apart from the ones merging partials (``cuvee.query.execute``): its memory limit is the
+broker's ``multistage_memory_mb``, so one large join cannot take the memory every other query merges in. Sandboxed
+like those (no files, no network, no spilling to disk, settings locked). A stage that does not fit is refused in
+words that point to where it fits: the Spark data source reads a table on a cluster of any size.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import duckdb
+import pyarrow as pa
+
+from cuvee.query.errors import QueryError, QueryErrorCode
+
+SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
+              "reads tables on a cluster of any size")
+
+_databases: dict[tuple[int, int], duckdb.DuckDBPyConnection] = {}
+_lock = threading.Lock()
+
+
+def _database(memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:
+    with _lock:
+        database = _databases.get((memory_mb, threads))
+        if database is None:
+            database = duckdb.connect(config={"enable_external_access": False, "memory_limit": f"{memory_mb}MB",
+                                              "threads": threads, "temp_directory": ""})
+            database.execute("SET lock_configuration = true")
+            _databases[(memory_mb, threads)] = database
+        return database
+
+
+class Stage:
+    """One broker stage in flight; ``interrupt`` (any thread) stops it at the query's deadline."""
+
+    def __init__(self, memory_mb: int, threads: int = 2) -> None:
+        self.memory_mb = memory_mb
+        self._cursor = _database(memory_mb, threads).cursor()
+
+    def run(self, sql: str, relations: Mapping[str, pa.Table]) -> pa.Table:
+        """The answer of ``sql`` over ``relations`` (name → Arrow table); QueryError for anything that fails."""
+        held = sum(table.nbytes for table in relations.values())
+        if held > self.memory_mb * 1024 * 1024:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"the rows this query joins take {held // (1024 * 1024)} MiB at the broker, more than "
+                             f"its multistage_memory_mb ({self.memory_mb}); narrow the query, or {SPARK_HINT}")
+        try:
+            for name, table in relations.items():
+                self._cursor.register(name, table)
+            return _plain_numbers(self._cursor.execute(sql).to_arrow_table())
+        except duckdb.OutOfMemoryException:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"the query needs more than the broker's multistage_memory_mb ({self.memory_mb}) to "
+                             f"run; narrow it, or {SPARK_HINT}") from None
+        except duckdb.InterruptException:
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time") from None
+        except duckdb.BinderException as exc:
+            raise _binder_error(str(exc)) from None
+        except duckdb.Error as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {first[:300]}") from None
+        finally:
+            self.close()
+
+    def interrupt(self) -> None:
+        try:
+            self._cursor.interrupt()
+        except duckdb.Error:  # finished and closed meanwhile
+            pass
+
+    def close(self) -> None:
+        try:
+            self._cursor.close()
+        except duckdb.Error:
+            pass
+
+
+def _plain_numbers(table: pa.Table) -> pa.Table:
+    """DuckDB's wide sums (HUGEINT, DECIMAL) as Pinot types them: whole numbers LONG when they fit, else DOUBLE."""
+    for i, field in enumerate(table.schema):
+        if not pa.types.is_decimal(field.type):
+            continue
+        column = table.column(i)
+        if field.type.scale == 0:
+            try:
+                converted = column.cast(pa.int64())
+            except pa.ArrowInvalid:  # beyond a LONG
+                converted = column.cast(pa.float64())
+        else:
+            converted = column.cast(pa.float64())
+        table = table.set_column(i, field.name, converted)
+    return table
+
+
+def _binder_error(text: str) -> QueryError:
+    """DuckDB's binder words as a user's: an unknown column is Pinot's 710; the rest 150 with the first line."""
+    first = text.splitlines()[0] if text else "the query does not bind"
+    first = first.removeprefix("Binder Error: ")
+    for marker in ('Referenced column "', 'does not have a column named "'):
+        if marker in first:
+            name = first.split(marker, 1)[1].split('"', 1)[0]
+            return QueryError(QueryErrorCode.UNKNOWN_COLUMN, f"Unknown columnName '{name}' found in the query")
+    return QueryError(QueryErrorCode.SQL_PARSING, first[:300])

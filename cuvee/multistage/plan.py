@@ -1,0 +1,433 @@
+"""Split a query a scatter-gather cannot answer into stages: leaves the servers answer, and the rest for the broker.
+
+A *leaf* is a SELECT over one table with nothing a single stage cannot do (no join, subquery, window or set
+operation inside it, and no column of an enclosing query): it runs through the ordinary single-stage path —
+pushed to the servers whole, aggregations, GROUP BY and LIMIT included — and its answer becomes a relation of the
+broker's stage. Every other table the query reads is fetched as a leaf of its own: the columns the query names,
+filtered by the WHERE conjuncts that concern that table alone. Those conjuncts move into the leaf (and leave the
+broker's query) only when the SELECT has no outer join, whose null-supplying side a moved filter would change.
+The broker then runs what is left — the joins, set operations, windows, subqueries over leaf relations — in
+DuckDB under a memory bound (``cuvee.multistage.engine``).
+
+Pure: no I/O. Every leaf is asked for at most ``leaf_rows + 1`` rows, so the broker can tell a leaf that was cut.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from cuvee.config.table import raw_table_name
+from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.functions import DIALECT, classify_aggregate, pinot_column_name, translate_scalar
+from cuvee.query.parse import TableInfo, TableResolver
+
+RELATION_PREFIX = "__cuvee_stage_"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One single-stage query the servers answer; the broker's query reads its answer as ``relation``."""
+
+    relation: str
+    sql: str  # Pinot SQL for the single-stage path
+    table: str  # the table as the query names it
+    whole: bool  # a whole SELECT of the query (its answer is that SELECT's); else a table's filtered rows
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The leaves, and the broker's query over their relations (DuckDB SQL)."""
+
+    leaves: tuple[Leaf, ...]
+    final_sql: str
+    column_names: tuple[str, ...] | None  # Pinot's names for the answer's columns; None: the engine's own
+
+
+@dataclass(frozen=True)
+class InSubquery:
+    """An uncorrelated ``x IN (SELECT one column FROM one table …)``: the servers answer the subquery first, and
+    its values take its place in the query (Pinot's IN_SUBQUERY), so what is left may still run as one stage."""
+
+    node: exp.In  # in the tree ``in_subqueries`` was given
+    sql: str  # the subquery as single-stage SQL
+    table: str
+
+
+INLINE_VALUES = 10_000  # an IN-subquery's answer of up to this many values becomes a list in the query
+
+
+def in_subqueries(tree: exp.Expression, resolve: TableResolver, leaf_rows: int) -> list[InSubquery]:
+    """The IN-subqueries of ``tree`` a single stage answers whole (the innermost ones)."""
+    ctes = _cte_names(tree)
+    found: list[InSubquery] = []
+    for node in tree.find_all(exp.In):
+        query = node.args.get("query")
+        select = query.this if isinstance(query, exp.Subquery) else query
+        if (isinstance(select, exp.Select) and len(select.expressions) == 1
+                and not isinstance(select.expressions[0], exp.Star) and _is_leaf(select, ctes, resolve)):
+            table = _source_table(select)
+            assert table is not None
+            found.append(InSubquery(node, _leaf_sql(select, leaf_rows), table.name))
+    return found
+
+
+def inline_values(subquery: InSubquery, values: list[object], relation: str) -> bool:
+    """Put the subquery's answer in its place: a list of literals (at most ``INLINE_VALUES`` of them), else the
+    relation ``relation`` — True then: the caller registers the answer under that name."""
+    literals = _literals(values) if len(values) <= INLINE_VALUES else None
+    node = subquery.node
+    if literals is None:
+        node.set("query", exp.Subquery(this=exp.select("*").from_(exp.to_table(relation, quoted=True))))
+        return True
+    if not literals:
+        node.replace(exp.false())  # x IN (no rows) is false, also for a NULL x
+    else:
+        node.set("query", None)
+        node.set("expressions", literals)
+    return False
+
+
+def _literals(values: list[object]) -> list[exp.Expression] | None:
+    """SQL literals for the values (each once), or None when one has no literal form here (a list, a NaN)."""
+    literals: list[exp.Expression] = []
+    seen: set[object] = set()
+    for value in values:
+        key = (type(value), value) if not isinstance(value, list) else None
+        if key is not None and key in seen:
+            continue
+        if value is None:
+            literals.append(exp.null())
+        elif isinstance(value, bool):
+            literals.append(exp.true() if value else exp.false())
+        elif isinstance(value, int):
+            literals.append(exp.Literal.number(value))
+        elif isinstance(value, float) and math.isfinite(value):
+            literals.append(exp.Literal.number(repr(value)))
+        elif isinstance(value, decimal.Decimal) and value.is_finite():
+            literals.append(exp.Literal.number(str(value)))
+        elif isinstance(value, str):
+            literals.append(exp.Literal.string(value))
+        elif isinstance(value, dt.datetime):  # a TIMESTAMP: compared as epoch millis, as Pinot does
+            moment = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+            literals.append(exp.Literal.number(int(moment.timestamp() * 1000)))
+        else:
+            return None
+        seen.add(key)
+    return literals
+
+
+def _cte_names(tree: exp.Expression) -> set[str]:
+    return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+
+def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -> StagePlan:
+    """The stages of ``query`` (a parsed statement). Raises QueryError 190 for an unknown table, 150 for what
+    neither stage can run."""
+    tree = query.copy()
+    ctes = _cte_names(tree)
+    for select in list(tree.find_all(exp.Select)):
+        _aggregate_below_windows(select, ctes, resolve)
+    leaves: list[Leaf] = []
+    timestamps: set[str] = set()
+
+    def relation() -> str:
+        return f"{RELATION_PREFIX}{len(leaves) + 1}"
+
+    for select in [s for s in tree.find_all(exp.Select) if _is_leaf(s, ctes, resolve)]:
+        table = _source_table(select)
+        assert table is not None
+        name = relation()
+        leaves.append(Leaf(name, _leaf_sql(select, leaf_rows), table.name, whole=True))
+        select.replace(exp.select("*").from_(exp.to_table(name, quoted=True)))
+    # found afresh each time: moving a filter rebuilds its WHERE, and the tables in the conditions it keeps
+    while (table := next((t for t in tree.find_all(exp.Table) if _is_cluster_table(t, ctes)), None)) is not None:
+        info = _resolve(table.name, resolve)
+        timestamps |= info.timestamp_columns
+        name = relation()
+        enclosing = table.find_ancestor(exp.Select)
+        filters = _movable_filters(enclosing, table, info, resolve, ctes) if enclosing is not None else []
+        columns = _columns_needed(tree, table, info)
+        leaf = exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(exp.to_table(table.name))
+        for condition in filters:
+            leaf = leaf.where(_unqualified(condition), copy=False)
+        leaf = leaf.limit(leaf_rows + 1)
+        leaves.append(Leaf(name, leaf.sql(dialect=DIALECT), table.name, whole=False))
+        table.replace(exp.Table(this=exp.to_identifier(name, quoted=True),
+                                alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
+    if not leaves:
+        raise QueryError(QueryErrorCode.SQL_PARSING, "the query reads no table")
+    final = translate_scalar(tree, frozenset(timestamps))
+    return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), _answer_names(final))
+
+
+def _resolve(name: str, resolve: TableResolver) -> TableInfo:
+    info = resolve(name)
+    if info is None:
+        raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {name!r} does not exist")
+    return info
+
+
+def _is_cluster_table(table: exp.Table, ctes: set[str]) -> bool:
+    """A table of the cluster (not a CTE's name, nor a relation this plan made)."""
+    if not isinstance(table.this, exp.Identifier) or table.name.startswith(RELATION_PREFIX):
+        return False
+    if table.args.get("db") or table.args.get("catalog"):
+        raise QueryError(QueryErrorCode.SQL_PARSING, f"qualified table names are not supported: "
+                                                     f"{table.sql(dialect=DIALECT)}")
+    return table.name.lower() not in ctes
+
+
+def _source_table(select: exp.Select) -> exp.Table | None:
+    source = select.args.get("from_") or select.args.get("from")
+    table = source.this if source is not None else None
+    return table if isinstance(table, exp.Table) else None
+
+
+_LEAF_ARGS = {"expressions", "from", "from_", "where", "group", "having", "order", "limit", "offset", "distinct"}
+
+
+def _is_leaf(select: exp.Select, ctes: set[str], resolve: TableResolver) -> bool:
+    """A SELECT the single-stage path answers whole: one cluster table, nothing nested, no outer column."""
+    if any(value and key not in _LEAF_ARGS for key, value in select.args.items()):
+        return False
+    table = _source_table(select)
+    if table is None or not _is_cluster_table(table, ctes):
+        return False
+    for node in select.walk():
+        if node is not select and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation, exp.Join,
+                                                    exp.Window, exp.Filter)):
+            return False
+    info = _resolve(table.name, resolve)
+    names = {table.alias_or_name.lower(), table.name.lower(), raw_table_name(info.name).lower(),
+             info.name.lower()}
+    columns = {c.lower() for c in info.columns}
+    aliases = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
+    for column in select.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        if column.table:
+            if column.table.lower() not in names:
+                return False  # an enclosing query's column: correlated
+        elif column.name.lower() not in columns and column.name.lower() not in aliases:
+            return False
+    return True
+
+
+def _leaf_sql(select: exp.Select, leaf_rows: int) -> str:
+    """``select`` as single-stage SQL: the table by its name alone (an alias dropped, columns unqualified), and a
+    LIMIT (a subquery's rows are all its rows; the single stage's default is 10)."""
+    leaf = _unqualified(select)
+    assert isinstance(leaf, exp.Select)
+    table = _source_table(leaf)
+    assert table is not None
+    table.set("alias", None)
+    if leaf.args.get("limit") is None:
+        leaf.set("limit", exp.Limit(expression=exp.Literal.number(leaf_rows + 1)))
+    return leaf.sql(dialect=DIALECT)
+
+
+def _unqualified(node: exp.Expression) -> exp.Expression:
+    copy = node.copy()
+    for column in copy.find_all(exp.Column):
+        column.set("table", None)
+    return copy
+
+
+def _conjuncts(condition: exp.Expression) -> Iterator[exp.Expression]:
+    if isinstance(condition, exp.And):
+        yield from _conjuncts(condition.this)
+        yield from _conjuncts(condition.expression)
+    elif isinstance(condition, exp.Paren):
+        yield from _conjuncts(condition.this)
+    else:
+        yield condition
+
+
+def _sources(select: exp.Select) -> list[exp.Expression]:
+    source = select.args.get("from_") or select.args.get("from")
+    found = [source.this] if source is not None else []
+    return found + [join.this for join in select.args.get("joins") or []]
+
+
+def _movable_filters(select: exp.Select, table: exp.Table, info: TableInfo, resolve: TableResolver,
+                     ctes: set[str]) -> list[exp.Expression]:
+    """The WHERE conjuncts of ``select`` that read ``table``'s columns alone, taken out of ``select`` (they move
+    into the table's leaf). None when the SELECT has an outer join, or ``table`` is not one of its own sources."""
+    sources = _sources(select)
+    where = select.args.get("where")
+    if where is None or not any(s is table for s in sources):
+        return []
+    if any(join.side for join in select.args.get("joins") or []):
+        return []
+    own = {c.lower() for c in info.columns}
+    others: set[str] | None = set()  # unqualified names another source may have; None: unknown (a subquery)
+    for source in sources:
+        if source is table:
+            continue
+        if isinstance(source, exp.Table) and _is_cluster_table(source, ctes):
+            assert others is not None
+            others |= {c.lower() for c in _resolve(source.name, resolve).columns}
+        else:
+            others = None
+            break
+    label = table.alias_or_name.lower()
+
+    def movable(condition: exp.Expression) -> bool:
+        if condition.find(exp.Select, exp.Subquery, exp.Window, exp.AggFunc) is not None:
+            return False
+        columns = [c for c in condition.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
+        for column in columns:
+            if column.table:
+                if column.table.lower() != label:
+                    return False
+            elif column.name.lower() not in own or others is None or column.name.lower() in others:
+                return False
+        return bool(columns)
+
+    kept: list[exp.Expression] = []
+    moved: list[exp.Expression] = []
+    for condition in _conjuncts(where.this):
+        (moved if movable(condition) else kept).append(condition)
+    if moved:
+        select.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
+    return moved
+
+
+def _columns_needed(tree: exp.Expression, table: exp.Table, info: TableInfo) -> list[str]:
+    """The table's columns the query may read: every column named anywhere (a superset: names are not resolved
+    to sources), all of them under a ``*`` that can reach the table; at least one (the row count stays)."""
+    label = table.alias_or_name.lower()
+    for star in tree.find_all(exp.Star):
+        parent = star.parent
+        if isinstance(parent, exp.Select) or (isinstance(parent, exp.Column) and
+                                             (not parent.table or parent.table.lower() == label)):
+            return list(info.columns)
+    named = {c.name.lower() for c in tree.find_all(exp.Column) if not isinstance(c.this, exp.Star)}
+    columns = [c for c in info.columns if c.lower() in named]
+    return columns or list(info.columns[:1])
+
+
+def _answer_names(final: exp.Expression) -> tuple[str, ...] | None:
+    """Pinot's column names for the answer: aliases, else Pinot's name of each select item (the first arm's of a
+    set operation); None when a ``*`` leaves them to the relations."""
+    select = final
+    while isinstance(select, exp.SetOperation):
+        select = select.this
+    if isinstance(select, exp.Subquery):
+        select = select.this
+    if not isinstance(select, exp.Select):
+        return None
+    names: list[str] = []
+    for item in select.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            return None
+        names.append(item.alias if isinstance(item, exp.Alias) else pinot_column_name(item))
+    return tuple(names)
+
+
+def _aggregate_below_windows(select: exp.Select, ctes: set[str], resolve: TableResolver) -> None:
+    """A grouped SELECT over one table with window functions on top (``SUM(COUNT(*)) OVER (…)``): the grouping
+    moves into a subquery the servers answer whole, and the windows run over its groups at the broker — the
+    table's rows never travel. Left as it is when anything else is in the way (a join, a nested query, DISTINCT)."""
+    if select.find(exp.Window) is None or select.args.get("joins") or select.args.get("distinct"):
+        return
+    table = _source_table(select)
+    if table is None or not _is_cluster_table(table, ctes):
+        return
+    if any(node is not select and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation))
+           for node in select.walk()):
+        return
+    info = _resolve(table.name, resolve)
+    names = {table.alias_or_name.lower(), table.name.lower(), raw_table_name(info.name).lower(), info.name.lower()}
+    if any(c.table and c.table.lower() not in names for c in select.find_all(exp.Column)):
+        return  # a correlated column
+    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    keys = [_group_key(key, items, info) for key in (select.args["group"].expressions if select.args.get("group")
+                                                      else [])]
+    aggregates = [node for node in select.walk() if _pushed_aggregate(node)]
+    aggregates = [a for a in aggregates if not any(_pushed_aggregate(p) for p in _ancestors(a, select))]
+    if not aggregates and not keys:
+        return
+    replaced: dict[str, exp.Expression] = {}
+    inner: list[exp.Expression] = []
+    for prefix, found in (("__k", keys), ("__a", aggregates)):
+        for expression in found:
+            text = _unqualified(expression).sql(dialect=DIALECT)
+            if text not in replaced:
+                name = f"{prefix}{len(replaced) + 1}"
+                replaced[text] = exp.column(name)
+                inner.append(exp.alias_(_unqualified(expression), name))
+    leaf = exp.select(*inner).from_(exp.to_table(table.name))
+    if select.args.get("where") is not None:
+        leaf = leaf.where(_unqualified(select.args["where"].this), copy=False)
+    if keys:
+        leaf = leaf.group_by(*(_unqualified(k) for k in keys), copy=False)
+
+    def outer(node: exp.Expression) -> exp.Expression:
+        if isinstance(node.parent, exp.Window) and node.arg_key == "this":
+            return node  # the window function itself
+        if isinstance(node, (exp.Column, exp.Anonymous, exp.Func, exp.Binary, exp.Paren, exp.Cast)):
+            text = _unqualified(node).sql(dialect=DIALECT)
+            if text in replaced:
+                return replaced[text].copy()
+        return node
+
+    for key in ("expressions", "having", "order", "qualify"):
+        value = select.args.get(key)
+        if isinstance(value, list):
+            select.set(key, [_keep_name(item, outer) for item in value])
+        elif value is not None:
+            select.set(key, value.transform(outer))
+    having = select.args.get("having")
+    select.set("where", exp.Where(this=having.this) if having is not None else None)  # groups filtered, then windows
+    select.set("having", None)
+    select.set("group", None)
+    select.set("from_" if "from_" in select.args else "from",
+               exp.From(this=exp.Subquery(this=leaf, alias=exp.TableAlias(this=exp.to_identifier(
+                   table.alias_or_name)))))
+
+
+def _keep_name(item: exp.Expression, outer: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    """A select item rewritten over the grouped subquery, keeping the name Pinot gives the item as written."""
+    if isinstance(item, exp.Alias):
+        return item.transform(outer)
+    rewritten = item.transform(outer)
+    if rewritten.sql(dialect=DIALECT) == item.sql(dialect=DIALECT):
+        return rewritten
+    return exp.alias_(rewritten, pinot_column_name(item), quoted=True)
+
+
+def _group_key(key: exp.Expression, items: list[exp.Expression], info: TableInfo) -> exp.Expression:
+    """A GROUP BY entry as the expression it names: a position, or a select alias that is not a column."""
+    if isinstance(key, exp.Literal) and not key.is_string and key.name.isdigit() and 1 <= int(key.name) <= len(items):
+        return items[int(key.name) - 1]
+    if isinstance(key, exp.Column) and not key.table and key.name.lower() not in {c.lower() for c in info.columns}:
+        for item in key.parent_select.expressions if key.parent_select else []:
+            if isinstance(item, exp.Alias) and item.alias.lower() == key.name.lower():
+                return item.this
+    return key
+
+
+def _pushed_aggregate(node: exp.Expression) -> bool:
+    """An aggregation of the grouping (not a window's own function)."""
+    if isinstance(node.parent, exp.Window) and node.arg_key == "this":
+        return False
+    if not isinstance(node, (exp.AggFunc, exp.Anonymous)):
+        return False
+    try:
+        return classify_aggregate(node) is not None
+    except QueryError:
+        return isinstance(node, exp.AggFunc)
+
+
+def _ancestors(node: exp.Expression, stop: exp.Expression) -> Iterator[exp.Expression]:
+    parent = node.parent
+    while parent is not None and parent is not stop:
+        yield parent
+        parent = parent.parent

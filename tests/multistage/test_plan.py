@@ -1,0 +1,115 @@
+"""Splitting queries into stages (pure): which SELECTs the servers answer whole, which filters move into a table's
+leaf and which must stay, grouping moved below windows, and IN-subquery answers put in the query."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlglot import exp
+
+from cuvee.multistage.plan import INLINE_VALUES, in_subqueries, inline_values, plan_stages
+from cuvee.query import QueryError, QueryErrorCode, TableInfo
+from cuvee.query.functions import DIALECT
+from cuvee.query.parse import split_query
+
+TABLES = {"events": TableInfo("events", ("id", "city", "v", "ts"), timestamp_columns=frozenset({"ts"})),
+          "users": TableInfo("users", ("id", "name", "age"))}
+
+
+def resolve(name: str) -> TableInfo | None:
+    return TABLES.get(name.lower())
+
+
+def stages(sql: str):  # type: ignore[no-untyped-def]
+    return plan_stages(split_query(sql)[0], resolve, 100)
+
+
+def test_a_join_fetches_each_tables_named_columns_with_its_own_filters_moved_into_its_leaf() -> None:
+    plan = stages("SELECT e.city, u.name, COUNT(*) FROM events e JOIN users u ON e.id = u.id "
+                  "WHERE e.v > 3 AND u.age < 40 AND e.city = u.name GROUP BY 1, 2")
+    assert [leaf.sql for leaf in plan.leaves] == [
+        'SELECT "id", "city" FROM events WHERE v > 3 LIMIT 101',
+        'SELECT "id", "name" FROM users WHERE age < 40 LIMIT 101']
+    assert "e.v > 3" not in plan.final_sql and "e.city = u.name" in plan.final_sql
+    assert plan.column_names == ("city", "name", "count(*)")
+
+
+def test_an_outer_join_keeps_every_filter_above_it() -> None:
+    """``u.age IS NULL`` moved below a LEFT JOIN would keep users it must drop."""
+    plan = stages("SELECT e.id FROM events e LEFT JOIN users u ON e.id = u.id WHERE u.age IS NULL AND e.v > 1")
+    assert all("WHERE" not in leaf.sql for leaf in plan.leaves)
+    assert "u.age IS NULL" in plan.final_sql and "e.v > 1" in plan.final_sql
+
+
+def test_an_unqualified_column_two_tables_have_is_not_moved() -> None:
+    plan = stages("SELECT COUNT(*) FROM events JOIN users ON events.id = users.id WHERE id > 5 AND city = 'x'")
+    assert plan.leaves[0].sql == 'SELECT "id" FROM events WHERE city = \'x\' LIMIT 101'  # city: read in the leaf
+    assert "id > 5" in plan.final_sql
+
+
+def test_uncorrelated_subqueries_ctes_and_set_operations_run_whole_on_the_servers() -> None:
+    plan = stages("WITH c AS (SELECT city, COUNT(*) AS n FROM events GROUP BY city) "
+                  "SELECT * FROM c UNION ALL SELECT name, age FROM users WHERE age > 3")
+    assert sorted((leaf.whole, leaf.sql) for leaf in plan.leaves) == [
+        (True, "SELECT city, COUNT(*) AS n FROM events GROUP BY city LIMIT 101"),
+        (True, "SELECT name, age FROM users WHERE age > 3 LIMIT 101")]
+
+
+def test_a_correlated_subquery_is_not_a_leaf_its_tables_are() -> None:
+    plan = stages("SELECT COUNT(*) FROM events e WHERE EXISTS (SELECT 1 FROM users u WHERE u.id = e.id AND u.age > 9)")
+    assert [leaf.whole for leaf in plan.leaves] == [False, False]
+    assert plan.leaves[1].sql == 'SELECT "id" FROM users WHERE age > 9 LIMIT 101'
+    assert "u.id = e.id" in plan.final_sql
+
+
+def test_a_cte_named_like_nothing_in_the_cluster_is_not_fetched_and_unknown_tables_are_190() -> None:
+    assert len(stages("WITH x AS (SELECT id FROM events) SELECT a.id FROM x a JOIN x b ON a.id = b.id").leaves) == 1
+    with pytest.raises(QueryError) as unknown:
+        stages("SELECT * FROM events JOIN nosuch ON events.id = nosuch.id")
+    assert unknown.value.code is QueryErrorCode.TABLE_DOES_NOT_EXIST
+
+
+def test_grouping_moves_below_windows_and_having_filters_groups_before_them() -> None:
+    plan = stages("SELECT city, SUM(v), ROW_NUMBER() OVER (ORDER BY SUM(v) DESC) AS r FROM events e "
+                  "WHERE id > 0 GROUP BY 1 HAVING COUNT(*) > 2")
+    [leaf] = plan.leaves
+    assert leaf.whole
+    assert leaf.sql == "SELECT city AS __k1, SUM(v) AS __a2, COUNT(*) AS __a3 FROM events WHERE id > 0 GROUP BY city " \
+                       "LIMIT 101"
+    assert "WHERE __a3 > 2" in plan.final_sql and "ORDER BY __a2 DESC" in plan.final_sql
+    assert plan.column_names == ("city", "sum(v)", "r")
+
+
+def test_windows_over_rows_fetch_the_rows_their_where_keeps() -> None:
+    [leaf] = stages("SELECT v, ROW_NUMBER() OVER (PARTITION BY city ORDER BY v) FROM events WHERE v > 2").leaves
+    assert leaf.sql == 'SELECT "city", "v" FROM events WHERE v > 2 LIMIT 101'
+
+
+def in_tree(sql: str) -> tuple[exp.Expression, list]:  # type: ignore[type-arg]
+    tree = split_query(sql)[0]
+    return tree, in_subqueries(tree, resolve, 100)
+
+
+def test_an_in_subquery_is_answered_first_and_its_values_take_its_place() -> None:
+    tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE id NOT IN (SELECT id FROM users WHERE age > 3)")
+    assert found.sql == "SELECT id FROM users WHERE age > 3 LIMIT 101"
+    assert not inline_values(found, [3, 1, 3, None], "r")
+    assert tree.sql(dialect=DIALECT) == "SELECT COUNT(*) FROM events WHERE NOT id IN (3, 1, NULL)"
+    tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE NOT city IN (SELECT name FROM users)")
+    assert not inline_values(found, [], "r")  # NOT (x IN no rows): every row
+    assert tree.sql(dialect=DIALECT) == "SELECT COUNT(*) FROM events WHERE NOT FALSE"
+    tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE ts IN (SELECT ts FROM events WHERE v = 1)")
+    inline_values(found, [dt.datetime(2026, 1, 1, 0, 0, 1)], "r")
+    assert "IN (1767225601000)" in tree.sql(dialect=DIALECT)  # a TIMESTAMP as Pinot compares it: epoch millis
+
+
+def test_too_many_values_or_lists_stay_a_relation_and_correlated_in_subqueries_wait() -> None:
+    tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE id IN (SELECT id FROM users)")
+    assert inline_values(found, list(range(INLINE_VALUES + 1)), "__cuvee_stage_in1")
+    assert "(SELECT * FROM __cuvee_stage_in1)" in tree.sql(dialect=DIALECT)
+    assert in_subqueries(tree, resolve, 100) == []
+    tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE city IN (SELECT name FROM users)")
+    assert inline_values(found, [["a", "b"]], "r")
+    _, pending = in_tree("SELECT COUNT(*) FROM events e WHERE id IN (SELECT id FROM users u WHERE u.name = e.city)")
+    assert pending == []
