@@ -307,6 +307,9 @@ def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
         return translate_node(sub) or sub
     upper = sub.name.upper()
     args = list(sub.expressions)
+    if upper == "JSON_MATCH":
+        raise _sql_error("function JSON_MATCH is not supported (it filters on Pinot's JSON index): write "
+                         "JSON_EXTRACT_SCALAR(col, '$.a', 'STRING') = 'x' instead")
     if upper in _UNSUPPORTED_FUNCTIONS:
         raise _sql_error(f"function {upper} is not supported")
     if upper in _OPERATORS:

@@ -188,6 +188,7 @@ def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
     assert types("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'LONG') FROM t") == [pa.int64()]
     refused("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'MONEY') FROM t", "unknown result type 'MONEY'")
     refused("SELECT JSON_EXTRACT_SCALAR(j, s, 'INT') FROM t", "the JSON path must be a string literal")
+    refused("SELECT id FROM t WHERE JSON_MATCH(j, '\"$.a\"=''x''')", "JSON_MATCH is not supported")
 
 
 def test_json_extract_key_lists_an_objects_key_paths() -> None:
