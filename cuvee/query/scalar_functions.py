@@ -14,6 +14,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from cuvee.query.datetime_functions import bigint, call, int_literal, number, sql_error, string_literal
+from cuvee.query.errors import QueryError
 
 _LAMBDA = "cuvee_fn_item"  # a lambda parameter no column of a parsed query can be named (see multivalue.py)
 _DOUBLE = exp.DataType.build("DOUBLE")
@@ -66,7 +67,7 @@ def _substr(name: str, args: list[exp.Expression]) -> exp.Expression:
     def position(node: exp.Expression) -> exp.Expression:  # a 0-based index, from the end when a negative literal
         try:
             value = int_literal(node, name, "an index")
-        except Exception:  # an expression: taken as a non-negative index
+        except QueryError:  # an expression: taken as a non-negative index
             return exp.paren(node)
         return number(value) if value >= 0 else call("greatest", exp.Add(this=length.copy(),
                                                                          expression=number(value)), number(0))
