@@ -144,7 +144,9 @@ def table_info(name_with_type: str, schema: Schema) -> TableInfo:
         zoned = "tz(" in (spec.format or "") or len((spec.format or "").split("|")) > 2
         if not zoned and strftime_pattern(fmt.pattern) is not None:
             patterns.append((spec.name, fmt.pattern))
-    return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns))
+    numbers = frozenset(f.name for f in schema.fields if f.single_value and f.data_type in (
+        DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE))
+    return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns), numbers)
 
 
 class ClusterView:
@@ -208,7 +210,7 @@ class ClusterView:
         if len(entries) == 2:
             info = entries[0].info
             return TableInfo(raw_table_name(entries[0].name), info.columns, info.timestamp_columns,
-                             info.multi_value_columns, info.string_time_patterns)
+                             info.multi_value_columns, info.string_time_patterns, info.number_columns)
         return entries[0].info
 
     def fingerprint(self, name: str) -> tuple[TableInfo, tuple[pa.Schema, ...]] | None:

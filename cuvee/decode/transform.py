@@ -31,9 +31,10 @@ from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.config.sections import IngestionConfig
 from cuvee.query.errors import QueryError
 from cuvee.query.execute import sandboxed_cursor
-from cuvee.query.functions import DIALECT, translate_scalar
+from cuvee.query.functions import DIALECT, READ_DIALECT, translate_scalar
 
 _BATCH = "ingested_batch"
+_NUMBERS = (DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE)
 _ROW = "__cuvee_row"
 
 
@@ -111,6 +112,7 @@ def decode_schema(schema: Schema, transformer: RowTransformer | None) -> Schema:
 
 def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIssue], str, Schema]:
     timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
+    numbers = frozenset(f.name for f in schema.fields if f.single_value and f.data_type in _NUMBERS)
     issues: list[ConfigIssue] = []
     paths = [f"$.ingestionConfig.transformConfigs[{i}].transformFunction"
              for i in range(len(ingestion.transform_configs))]
@@ -118,7 +120,7 @@ def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIss
     if ingestion.filter_function is not None:
         paths.append("$.ingestionConfig.filterConfig.filterFunction")
         texts.append(ingestion.filter_function)
-    parsed = [_expression(text, timestamps, path, issues) for text, path in zip(texts, paths)]
+    parsed = [_expression(text, timestamps, numbers, path, issues) for text, path in zip(texts, paths)]
     sources = sorted({c.name for e in parsed if e is not None for c in e.find_all(exp.Column)}
                      - set(schema.column_names))
     for reserved in [name for name in sources if name.startswith("__cuvee")]:
@@ -146,17 +148,17 @@ def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIss
     return issues, statement, extended
 
 
-def _expression(text: str, timestamps: frozenset[str], path: str,
+def _expression(text: str, timestamps: frozenset[str], numbers: frozenset[str], path: str,
                 issues: list[ConfigIssue]) -> exp.Expression | None:
     if text.strip().lower().startswith("groovy("):
         issues.append(ConfigIssue(path, "Groovy scripts are not supported: write the expression in SQL, e.g. "
                                         "\"toEpochDays(ts)\" or \"country = 'NZ'\""))
         return None
     try:
-        parsed = sqlglot.parse_one(text, read=DIALECT)
+        parsed = sqlglot.parse_one(text, read=READ_DIALECT)
         if not isinstance(parsed, exp.Expression) or isinstance(parsed, (exp.Select, exp.Query)):
             raise ValueError("not an expression")
-        return translate_scalar(parsed, timestamps)
+        return translate_scalar(parsed, timestamps, number_columns=numbers)
     except (sqlglot.errors.ParseError, QueryError, ValueError) as exc:
         message = getattr(exc, "message", None) or str(exc).splitlines()[0]
         issues.append(ConfigIssue(path, f"cannot parse {text!r}: {message}"))

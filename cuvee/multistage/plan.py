@@ -135,6 +135,7 @@ def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -
         _aggregate_below_windows(select, ctes, resolve)
     leaves: list[Leaf] = []
     timestamps: set[str] = set()
+    numbers: set[str] = set()
 
     def relation() -> str:
         return f"{RELATION_PREFIX}{len(leaves) + 1}"
@@ -149,6 +150,7 @@ def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -
     while (table := next((t for t in tree.find_all(exp.Table) if _is_cluster_table(t, ctes)), None)) is not None:
         info = _resolve(table.name, resolve)
         timestamps |= info.timestamp_columns
+        numbers |= info.number_columns
         name = relation()
         enclosing = table.find_ancestor(exp.Select)
         filters = _movable_filters(enclosing, table, info, resolve, ctes) if enclosing is not None else []
@@ -162,7 +164,7 @@ def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -
                                 alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
     if not leaves:
         raise QueryError(QueryErrorCode.SQL_PARSING, "the query reads no table")
-    final = translate_scalar(tree, frozenset(timestamps))
+    final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), _answer_names(final))
 
 

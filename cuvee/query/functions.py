@@ -12,12 +12,31 @@ import re
 from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
 
-
+from cuvee.query.datetime_functions import TimeTypes, strftime_pattern, translate_datetime
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.prescan import is_number_list
+from cuvee.query.scalar_functions import translate_node, translate_other
 
-DIALECT = "duckdb"
+DIALECT = "duckdb"  # what the servers run, and how translated trees are written
+
+# Pinot names sqlglot would read as its own functions with other argument lists, dropping or reinterpreting
+# arguments (DATETRUNC's 3rd to 5th, JSON_EXTRACT_SCALAR's type and default, STRPOS's instance, SUBSTR's end, the
+# time-rounding ROUND(value, toNearest), CONCAT's trailing separator, LOG as ln): read as plain calls and
+# translated here with Pinot's meaning.
+_PINOT_NAMES = ("DATE_TRUNC", "DATETRUNC", "JSON_EXTRACT_SCALAR", "STRPOS", "SUBSTR", "SPLIT", "TRUNCATE", "LOG",
+                "ROUND", "CONCAT")
+
+
+class PinotDuckDB(DuckDB):
+    """DuckDB's dialect reading Pinot's function names as plain calls (see ``_PINOT_NAMES``)."""
+
+    class Parser(DuckDB.Parser):
+        FUNCTIONS = {name: builder for name, builder in DuckDB.Parser.FUNCTIONS.items() if name not in _PINOT_NAMES}
+
+
+READ_DIALECT = PinotDuckDB  # how queries and ingestion expressions are read
 
 
 class AggKind(enum.Enum):
@@ -76,7 +95,7 @@ _BUILTIN_AGGREGATES: dict[type[exp.Expression], AggKind] = {
 }
 _DISTINCT_VARIANTS = {AggKind.SUM: AggKind.DISTINCT_SUM, AggKind.AVG: AggKind.DISTINCT_AVG}
 _UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "JSON_MATCH", "VECTOR_SIMILARITY", "LOOKUP", "GAPFILL", "IN_SUBQUERY",
-                          "IN_ID_SET", "IDSET", "JSON_EXTRACT_SCALAR", "JSONEXTRACTSCALAR", "JSON_EXTRACT_KEY"}
+                          "IN_ID_SET", "IDSET"}
 
 
 def _sql_error(message: str) -> QueryError:
@@ -198,52 +217,10 @@ def pinot_column_name(expr: exp.Expression) -> str:
     return f"{label}({', '.join(a.sql(dialect=DIALECT) for a in args)})"
 
 
-# Pinot scalar functions that DuckDB lacks, as (divisor of epoch millis) or (multiplier to epoch millis).
-_TO_EPOCH = {"TOEPOCHSECONDS": 1000, "TOEPOCHMINUTES": 60_000, "TOEPOCHHOURS": 3_600_000, "TOEPOCHDAYS": 86_400_000}
-_FROM_EPOCH = {"FROMEPOCHSECONDS": 1000, "FROMEPOCHMINUTES": 60_000, "FROMEPOCHHOURS": 3_600_000,
-               "FROMEPOCHDAYS": 86_400_000}
 _OPERATORS: dict[str, type[exp.Binary]] = {
     "PLUS": exp.Add, "ADD": exp.Add, "MINUS": exp.Sub, "SUB": exp.Sub, "TIMES": exp.Mul, "MULT": exp.Mul,
     "DIVIDE": exp.Div, "DIV": exp.Div, "MOD": exp.Mod,
 }
-
-
-# Java SimpleDateFormat letters -> strftime, longest first (toDateTime's pattern).
-_JAVA_PATTERN = (("yyyy", "%Y"), ("yy", "%y"), ("MMMM", "%B"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"),
-                 ("HH", "%H"), ("hh", "%I"), ("mm", "%M"), ("ss", "%S"), ("SSS", "%g"), ("EEEE", "%A"),
-                 ("EEE", "%a"), ("a", "%p"), ("M", "%-m"), ("d", "%-d"), ("H", "%-H"), ("h", "%-I"), ("m", "%-M"),
-                 ("s", "%-S"))
-
-
-def strftime_pattern(java: str) -> str | None:
-    """``java`` as a strftime pattern, or None when it has a field this translation does not know (a zone —
-    ``Z``, ``X``, ``z`` — week fields, …): reading such values with a partial pattern would be wrong."""
-    unquoted = re.sub(r"'[^']*'", "", java)
-    for letters, _ in _JAVA_PATTERN:
-        unquoted = unquoted.replace(letters, "")
-    return None if re.search(r"[A-Za-z]", unquoted) else _strftime_pattern(java)
-
-
-def _strftime_pattern(java: str) -> str:
-    """A Java date pattern as a strftime one; text in single quotes is literal (``''`` is a quote)."""
-    out: list[str] = []
-    i = 0
-    while i < len(java):
-        if java[i] == "'":
-            end = java.find("'", i + 1)
-            end = len(java) if end < 0 else end
-            out.append("'" if end == i + 1 else java[i + 1:end].replace("%", "%%"))
-            i = end + 1
-            continue
-        for letters, directive in _JAVA_PATTERN:
-            if java.startswith(letters, i):
-                out.append(directive)
-                i += len(letters)
-                break
-        else:
-            out.append("%%" if java[i] == "%" else java[i])
-            i += 1
-    return "".join(out)
 
 
 def _now_millis() -> exp.Expression:
@@ -273,83 +250,98 @@ def _is_number(node: exp.Expression) -> bool:
 
 
 def translate_scalar(node: exp.Expression, timestamp_columns: frozenset[str] = frozenset(),
-                     string_times: dict[str, str] | None = None) -> exp.Expression:
-    """``node`` with Pinot-only scalar functions (epoch conversions, PLUS/MINUS/...) replaced by DuckDB forms.
+                     string_times: dict[str, str] | None = None,
+                     number_columns: frozenset[str] = frozenset()) -> exp.Expression:
+    """``node`` with Pinot's scalar functions (date-time, string, JSON, math; PLUS/MINUS/...) as DuckDB forms.
 
-    In Pinot a TIMESTAMP column is a LONG of epoch millis to functions and comparisons; DuckDB sees a TIMESTAMP.
-    So a TIMESTAMP column compared with a number, or passed to a TOEPOCH* function, is read as ``epoch_ms(col)``.
-    A STRING date-time column (``string_times``: column → its Java date pattern) given to EXTRACT or DATE_TRUNC is
-    read with its pattern; DATE_TRUNC of it answers epoch millis, as Pinot's ``dateTrunc`` does.
+    In Pinot a TIMESTAMP column is a LONG of epoch millis to functions, arithmetic and comparisons; DuckDB sees a
+    TIMESTAMP. So a TIMESTAMP compared with a number, added to one, or passed to a function that takes millis is
+    read as ``epoch_ms(col)``, and ``CAST(long AS TIMESTAMP)`` reads the LONG as millis (``number_columns``: the
+    columns known numeric). A STRING date-time column (``string_times``: column → its Java date pattern) given to
+    EXTRACT or DATE_TRUNC is read with its pattern. The tree is rewritten bottom-up, so a translated call's
+    arguments are already translated (``ROUND(DATE_TRUNC('minute', CAST(col AS TIMESTAMP)), 300000)``).
     """
-    patterns = string_times or {}
+    types = TimeTypes(timestamp_columns, number_columns, string_times or {})
+    root = node.copy()
+    nodes = list(root.walk(bfs=False))
+    for sub in reversed(nodes):  # children before their parents
+        parent, key, index = sub.parent, sub.arg_key, sub.index  # before a translation wraps sub in a new node
+        new = _translate_one(sub, types)
+        if new is sub:
+            continue
+        if parent is None:
+            root = new
+        else:
+            parent.set(key, new, index)
+    return root
 
-    def parsed_time(arg: exp.Expression) -> exp.Expression | None:
-        if isinstance(arg, exp.Column) and arg.name in patterns:
-            return exp.func("strptime", arg.copy(), exp.Literal.string(_strftime_pattern(patterns[arg.name])),
-                            dialect=DIALECT)
-        return None
 
-    def millis(arg: exp.Expression) -> exp.Expression:
-        if isinstance(arg, exp.Column) and arg.name in timestamp_columns:
-            return exp.func("epoch_ms", arg.copy(), dialect=DIALECT)
-        return arg
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod)
 
-    def rewrite(sub: exp.Expression) -> exp.Expression:
-        if isinstance(sub, exp.RegexpExtract) and sub.args.get("parameters") is not None:
-            # Pinot's regexp_extract(value, regexp, group, default): the default when nothing matches (sqlglot
-            # reads the 4th argument as regex flags; DuckDB would answer '')
-            default = sub.args["parameters"].copy()
-            plain = exp.RegexpExtract(this=sub.this.copy(), expression=sub.expression.copy(),
-                                      group=(sub.args.get("group") or exp.Literal.number(0)).copy())
-            return exp.func("coalesce", exp.func("nullif", plain, exp.Literal.string(""), dialect=DIALECT),
-                            default, dialect=DIALECT)
-        if isinstance(sub, exp.Extract) and (moment := parsed_time(sub.expression)) is not None:
-            return exp.Extract(this=sub.this.copy(), expression=moment)
-        if isinstance(sub, exp.TimestampTrunc) and (moment := parsed_time(sub.this)) is not None:
-            return exp.func("epoch_ms", exp.TimestampTrunc(this=moment, unit=sub.args["unit"].copy()),
-                            dialect=DIALECT)
-        if isinstance(sub, _COMPARISONS) and timestamp_columns:
-            operands = [sub.this, sub.args.get("expression"), sub.args.get("low"), sub.args.get("high"),
-                        *sub.args.get("expressions", [])]
-            others = [o for o in operands[1:] if o is not None]
-            if others and all(_is_number(o) for o in others):
-                sub.set("this", millis(sub.this))
-            return sub
-        if not isinstance(sub, exp.Anonymous):
-            return sub
-        upper = sub.name.upper()
-        args = list(sub.expressions)
-        if upper in _UNSUPPORTED_FUNCTIONS:
-            raise _sql_error(f"function {upper} is not supported")
-        if upper in _TO_EPOCH or upper in _FROM_EPOCH or upper in _OPERATORS:
-            if len(args) != (1 if upper not in _OPERATORS else 2):
-                raise _sql_error(f"{upper} takes {1 if upper not in _OPERATORS else 2} argument(s), got {len(args)}")
-        if upper in _TO_EPOCH:
-            return exp.IntDiv(this=exp.paren(millis(args[0])), expression=exp.Literal.number(_TO_EPOCH[upper]))
-        if upper in _FROM_EPOCH:
-            return exp.Mul(this=exp.paren(args[0]), expression=exp.Literal.number(_FROM_EPOCH[upper]))
-        if upper in _OPERATORS:
-            return exp.paren(_OPERATORS[upper](this=exp.paren(args[0]), expression=exp.paren(args[1])))
-        if upper in ("ARRAYLENGTH", "CARDINALITY"):  # a multi-value column's number of values
-            if len(args) != 1:
-                raise _sql_error(f"{upper} takes one argument, a multi-value column")
-            return exp.func("len", args[0], dialect=DIALECT)
-        if upper == "NOW":  # Pinot: the current time in epoch millis (a LONG)
-            if args:
-                raise _sql_error("NOW takes no argument")
-            return _now_millis()
-        if upper == "AGO":  # Pinot: now minus an ISO-8601 duration ('PT1H', 'P1D'), in epoch millis
-            if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
-                raise _sql_error("AGO takes one ISO-8601 duration literal, e.g. ago('PT1H')")
-            return exp.paren(exp.Sub(this=_now_millis(), expression=exp.Literal.number(
-                _iso_duration_millis(args[0].name))))
-        if upper == "TODATETIME":  # toDateTime(epochMillis, 'yyyy-MM-dd'): a TIMESTAMP column is its millis
-            if len(args) != 2 or not (isinstance(args[1], exp.Literal) and args[1].is_string):
-                raise _sql_error("TODATETIME takes epoch millis and a date pattern literal (UTC; no time zone "
-                                 "argument)")
-            moment = args[0] if isinstance(args[0], exp.Column) and args[0].name in timestamp_columns else \
-                exp.func("epoch_ms", args[0], dialect=DIALECT)
-            return exp.func("strftime", moment, exp.Literal.string(_strftime_pattern(args[1].name)), dialect=DIALECT)
+
+def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
+    """One node's translation; its children are translated already."""
+    if isinstance(sub, exp.RegexpExtract) and sub.args.get("parameters") is not None:
+        # Pinot's regexp_extract(value, regexp, group, default): the default when nothing matches (sqlglot
+        # reads the 4th argument as regex flags; DuckDB would answer '')
+        default = sub.args["parameters"]
+        plain = exp.RegexpExtract(this=sub.this, expression=sub.expression,
+                                  group=sub.args.get("group") or exp.Literal.number(0))
+        return exp.func("coalesce", exp.func("nullif", plain, exp.Literal.string(""), dialect=DIALECT),
+                        default, dialect=DIALECT)
+    if isinstance(sub, exp.Extract) and isinstance(sub.expression, exp.Column) and \
+            sub.expression.name in types.string_times:
+        return exp.Extract(this=sub.this, expression=types.parsed(sub.expression))
+    if isinstance(sub, exp.Cast) and sub.to.this in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ):
+        return types.cast_to_timestamp(sub)
+    if isinstance(sub, _COMPARISONS) and types.timestamps:
+        operands = [sub.this, sub.args.get("expression"), sub.args.get("low"), sub.args.get("high"),
+                    *sub.args.get("expressions", [])]
+        others = [o for o in operands[1:] if o is not None]
+        if others and all(_is_number(o) for o in others):
+            sub.set("this", types.millis(sub.this))
         return sub
+    if isinstance(sub, _ARITHMETIC):
+        return _millis_arithmetic(sub, types)
+    if not isinstance(sub, exp.Anonymous):
+        return translate_node(sub) or sub
+    upper = sub.name.upper()
+    args = list(sub.expressions)
+    if upper == "JSON_MATCH":
+        raise _sql_error("function JSON_MATCH is not supported (it filters on Pinot's JSON index): write "
+                         "JSON_EXTRACT_SCALAR(col, '$.a', 'STRING') = 'x' instead")
+    if upper in _UNSUPPORTED_FUNCTIONS:
+        raise _sql_error(f"function {upper} is not supported")
+    if upper in _OPERATORS:
+        if len(args) != 2:
+            raise _sql_error(f"{upper} takes 2 arguments, got {len(args)}")
+        return exp.paren(_millis_arithmetic(_OPERATORS[upper](this=exp.paren(args[0]), expression=exp.paren(args[1])),
+                                            types))
+    if upper in ("ARRAYLENGTH", "CARDINALITY"):  # a multi-value column's number of values
+        if len(args) != 1:
+            raise _sql_error(f"{upper} takes one argument, a multi-value column")
+        return exp.func("len", args[0], dialect=DIALECT)
+    if upper == "NOW":  # Pinot: the current time in epoch millis (a LONG)
+        if args:
+            raise _sql_error("NOW takes no argument")
+        return _now_millis()
+    if upper == "AGO":  # Pinot: now minus an ISO-8601 duration ('PT1H', 'P1D'), in epoch millis
+        if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+            raise _sql_error("AGO takes one ISO-8601 duration literal, e.g. ago('PT1H')")
+        return exp.paren(exp.Sub(this=_now_millis(), expression=exp.Literal.number(
+            _iso_duration_millis(args[0].name))))
+    translated = translate_datetime(upper, args, types)
+    if translated is None:
+        translated = translate_other(upper, args)
+    return sub if translated is None else translated
 
-    return node.transform(rewrite)
+
+def _millis_arithmetic(node: exp.Binary, types: TimeTypes) -> exp.Expression:
+    """Arithmetic with a TIMESTAMP operand is on its epoch millis, as in Pinot (``ts + 1000``, ``ts - other``);
+    an INTERVAL operand keeps DuckDB's timestamp arithmetic."""
+    operands = (node.this, node.expression)
+    if any(isinstance(o, exp.Interval) for o in operands) or not any(types.is_timestamp(o) for o in operands):
+        return node
+    node.set("this", types.millis(node.this))
+    node.set("expression", types.millis(node.expression))
+    return node

@@ -26,7 +26,7 @@ from sqlglot.errors import SqlglotError
 
 from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.functions import DIALECT, pinot_column_name, translate_scalar
+from cuvee.query.functions import DIALECT, READ_DIALECT, pinot_column_name, translate_scalar
 from cuvee.query.multivalue import rewrite_multi_value_predicates
 from cuvee.query.prescan import prescan, put_back
 
@@ -42,6 +42,8 @@ class TableInfo:
     multi_value_columns: frozenset[str] = frozenset()
     # STRING date-time columns and their Java date pattern (SIMPLE_DATE_FORMAT): EXTRACT and DATE_TRUNC read them.
     string_time_patterns: tuple[tuple[str, str], ...] = ()
+    # single-value INT/LONG/FLOAT/DOUBLE columns: CAST(col AS TIMESTAMP) reads them as epoch millis, as Pinot does
+    number_columns: frozenset[str] = frozenset()
 
 
 TableResolver = Callable[[str], "TableInfo | None"]
@@ -117,7 +119,8 @@ def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
     source = query.args.get("from_") or query.args.get("from")
     _resolve_columns(select, table, {a for a in aliases if a}, source.this.alias)
     names = tuple(alias or pinot_column_name(item) for alias, item in zip(aliases, select.expressions))
-    select = translate_scalar(select, table.timestamp_columns, dict(table.string_time_patterns))
+    select = translate_scalar(select, table.timestamp_columns, dict(table.string_time_patterns),
+                              table.number_columns)
     assert isinstance(select, exp.Select)
     select = rewrite_multi_value_predicates(select, table.multi_value_columns)
     return ParsedQuery(sql=sql, table=table, select=select, aliases=aliases, names=names, options=options)
@@ -178,9 +181,9 @@ def _parse_statements(text: str) -> list[exp.Expression]:
     if scanned.depth > MAX_NESTING:
         raise sql_error(f"the query nests parentheses {scanned.depth} deep; at most {MAX_NESTING}")
     try:
-        statements = [s for s in sqlglot.parse(scanned.text, read=DIALECT) if s is not None]
+        statements = [s for s in sqlglot.parse(scanned.text, read=READ_DIALECT) if s is not None]
         if scanned.lists and sum(put_back(s, scanned.lists) for s in statements) != len(scanned.lists):
-            statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]  # the slow, sure way
+            statements = [s for s in sqlglot.parse(text, read=READ_DIALECT) if s is not None]  # the slow, sure way
     except (SqlglotError, ValueError) as e:
         raise sql_error(str(e).splitlines()[0] if str(e) else "cannot parse the query") from None
     except RecursionError:  # nesting the parentheses count does not see (a long chain of operators)

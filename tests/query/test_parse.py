@@ -182,4 +182,4 @@ def test_to_date_time_formats_epoch_millis_with_a_java_pattern() -> None:
     plan = plan_sql("SELECT toDateTime(ts, 'yyyy-MM-dd''T''HH:mm') AS d FROM events LIMIT 1", resolve)
     assert "STRFTIME(\"ts\", '%Y-%m-%dT%H:%M')" in plan.server_sql
     with pytest.raises(QueryError, match="TODATETIME takes"):
-        plan_sql("SELECT toDateTime(ts, 'yyyy', 'UTC') FROM events", resolve)
+        plan_sql("SELECT toDateTime(ts) FROM events", resolve)

@@ -1,0 +1,242 @@
+"""Pinot's string, JSON, hashing and math scalar functions where DuckDB lacks the name or reads it differently.
+
+Pinot's meanings (its ``StringFunctions``, ``JsonFunctions``, ``ArithmeticFunctions``): ``strpos`` and ``substr``
+count from 0 and answer -1 / use an exclusive end; ``concat(a, b, sep)`` takes the separator last; ``split`` and
+``splitPart`` split on the whole delimiter and drop empty parts; ``lpad``/``rpad`` never shorten; ``log`` is the
+natural logarithm; ``roundDecimal``/``truncate`` round the decimal text of a DOUBLE (Java's BigDecimal HALF_UP /
+DOWN); math answers DOUBLE. Names that mean the same in both engines are left to DuckDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from cuvee.query.datetime_functions import bigint, call, int_literal, number, sql_error, string_literal
+from cuvee.query.errors import QueryError
+
+_LAMBDA = "cuvee_fn_item"  # a lambda parameter no column of a parsed query can be named (see multivalue.py)
+_DOUBLE = exp.DataType.build("DOUBLE")
+
+
+def _double(node: exp.Expression) -> exp.Cast:
+    return exp.Cast(this=node, to=_DOUBLE)
+
+
+def _arity(name: str, args: list[exp.Expression], *counts: int) -> None:
+    if len(args) not in counts:
+        wanted = " or ".join(str(c) for c in counts)
+        raise sql_error(f"{name} takes {wanted} argument(s), got {len(args)}")
+
+
+def _lambda(body: exp.Expression) -> exp.Lambda:
+    return exp.Lambda(this=body, expressions=[exp.to_identifier(_LAMBDA)])
+
+
+def _item() -> exp.Column:
+    return exp.column(_LAMBDA, quoted=False)
+
+
+def _parts(text: exp.Expression, delimiter: exp.Expression) -> exp.Expression:
+    """Commons' ``splitByWholeSeparator``: the parts between whole delimiters, empty parts dropped."""
+    return call("list_filter", call("string_split", text, delimiter),
+                _lambda(exp.NEQ(this=_item(), expression=exp.Literal.string(""))))
+
+
+def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """0-based index of the first (or the n-th, overlapping) occurrence; -1 when there is none."""
+    _arity(name, args, 2, 3)
+    text, find = args[0], args[1]
+    if len(args) == 2:
+        return exp.Sub(this=call("strpos", text, find), expression=number(1))
+    starts = call("list_filter", call("range", number(0), call("length", text)), _lambda(exp.EQ(
+        this=exp.Substring(this=text.copy(), start=exp.Add(this=_item(), expression=number(1)),
+                           length=call("length", find.copy())), expression=find.copy())))
+    nth = call("list_extract", starts, args[2])  # 1-based, as the instance counts
+    return call("coalesce", nth, number(-1))
+
+
+def _substr(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """``substr(s, begin[, end])``: 0-based begin, exclusive end (-1: to the end); negative literals count from the
+    end, as Commons' ``StringUtils.substring`` does."""
+    _arity(name, args, 2, 3)
+    text = args[0]
+    length = call("length", text.copy())
+
+    def position(node: exp.Expression) -> exp.Expression:  # a 0-based index, from the end when a negative literal
+        try:
+            value = int_literal(node, name, "an index")
+        except QueryError:  # an expression: taken as a non-negative index
+            return exp.paren(node)
+        return number(value) if value >= 0 else call("greatest", exp.Add(this=length.copy(),
+                                                                         expression=number(value)), number(0))
+
+    begin = position(args[1])
+    if len(args) == 2 or (isinstance(args[2], exp.Neg) and int_literal(args[2], name, "the end") == -1):
+        return exp.Substring(this=text, start=exp.Add(this=begin, expression=number(1)))
+    end = position(args[2])
+    count = call("greatest", exp.Sub(this=end, expression=begin.copy()), number(0))
+    return exp.Substring(this=text, start=exp.Add(this=begin.copy(), expression=number(1)), length=count)
+
+
+def _split(name: str, args: list[exp.Expression]) -> exp.Expression:
+    _arity(name, args, 2)
+    return _parts(args[0], args[1])
+
+
+def _split_part(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """The part at a 0-based index (negative: from the end); Pinot answers the string 'null' past the end."""
+    _arity(name, args, 3)
+    index = int_literal(args[2], name, "the index")
+    picked = call("list_extract", _parts(args[0], args[1]), number(index + 1 if index >= 0 else index))
+    return call("coalesce", picked, exp.Literal.string("null"))
+
+
+def _concat(name: str, args: list[exp.Expression]) -> exp.Expression:
+    if len(args) == 3:  # Pinot's concat(a, b, separator)
+        return call("concat", args[0], args[2], args[1])
+    return call("concat", *args)
+
+
+def _pad(node: exp.Pad) -> exp.Expression:
+    """Commons' leftPad/rightPad: a string already as long as the size is kept whole (DuckDB would cut it)."""
+    text, size = node.this, node.expression
+    fill = node.args.get("fill_pattern") or exp.Literal.string(" ")
+    padded = call("lpad" if node.args.get("is_left") else "rpad", text.copy(), size.copy(), fill)
+    return exp.Case(ifs=[exp.If(this=exp.GTE(this=call("length", text), expression=exp.paren(size)),
+                                true=text.copy())], default=padded)
+
+
+def _decimal_text(value: exp.Expression) -> exp.Expression:
+    """A DOUBLE as the exact decimal of its shortest text (Java's ``BigDecimal.valueOf``); NULL from 10^20 on."""
+    return exp.TryCast(this=exp.Cast(this=_double(value), to=exp.DataType.build("VARCHAR")),
+                       to=exp.DataType.build("DECIMAL(38, 18)"))
+
+
+def _scaled(name: str, args: list[exp.Expression], duck: str, plain: Callable[[exp.Expression], exp.Expression]
+            ) -> exp.Expression:
+    """roundDecimal / truncate with a scale: on the decimal text (HALF_UP / DOWN), as a DOUBLE; without one:
+    Java's Math.round / toward zero."""
+    _arity(name, args, 1, 2)
+    if len(args) == 1:
+        return _double(plain(args[0]))
+    scale = int_literal(args[1], name, "the scale")
+    exact = _double(call(duck, _decimal_text(args[0]), number(scale)))
+    return call("coalesce", exact, _double(call(duck, _double(args[0].copy()), number(scale))))
+
+
+def _int_div(name: str, args: list[exp.Expression]) -> exp.Expression:
+    _arity(name, args, 2)
+    return bigint(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+
+
+def _json_path(node: exp.Expression, name: str) -> str:
+    path = string_literal(node, name, "the JSON path").strip()
+    if not path.startswith("$"):
+        raise sql_error(f"{name}: the JSON path must start with '$', got {path!r}")
+    return path
+
+
+_JSON_TYPES = {"INT": "INTEGER", "LONG": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE", "BOOLEAN": "BOOLEAN",
+               "STRING": "VARCHAR", "BIG_DECIMAL": "DECIMAL(38, 18)", "TIMESTAMP": "TIMESTAMP", "JSON": "VARCHAR",
+               "BYTES": "BLOB"}
+
+
+def _typed(value: exp.Expression, duck: str) -> exp.Expression:
+    if duck == "VARCHAR":
+        return value
+    if duck == "TIMESTAMP":  # Pinot reads a TIMESTAMP as epoch millis or as timestamp text
+        return call("coalesce", call("epoch_ms", exp.TryCast(this=value, to=exp.DataType.build("BIGINT"))),
+                    exp.TryCast(this=value.copy(), to=exp.DataType.build("TIMESTAMP")))
+    return exp.TryCast(this=value, to=exp.DataType.build(duck))
+
+
+def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """``jsonExtractScalar(json, path, type[, default])``: NULL (or the default) where the path is missing or the
+    value does not convert; the ``…_ARRAY`` types answer a list (a path with ``[*]``, or one naming an array)."""
+    _arity(name, args, 3, 4)
+    path = exp.Literal.string(_json_path(args[1], name))
+    kind = string_literal(args[2], name, "the result type").strip().upper()
+    element = kind[:-len("_ARRAY")] if kind.endswith("_ARRAY") else None
+    if (element or kind) not in _JSON_TYPES:
+        raise sql_error(f"{name}: unknown result type {kind!r}, expected one of "
+                        f"{', '.join(_JSON_TYPES)} (or their _ARRAY forms)")
+    if element is not None:
+        listed = exp.TryCast(this=call("json_extract", args[0], path),
+                             to=exp.DataType.build(f"{_JSON_TYPES[element]}[]"))
+        return listed if len(args) == 3 else call("coalesce", listed, args[3])
+    value = _typed(call("json_extract_string", args[0], path), _JSON_TYPES[kind])
+    if len(args) == 4:
+        return call("coalesce", value, _typed(exp.Cast(this=args[3], to=exp.DataType.build("VARCHAR")),
+                                              _JSON_TYPES[kind]))
+    return value
+
+
+def _json_path_typed(duck: str) -> Callable[[str, list[exp.Expression]], exp.Expression]:
+    def translate(name: str, args: list[exp.Expression]) -> exp.Expression:
+        _arity(name, args, 2, 3)
+        value = _typed(call("json_extract_string", args[0], exp.Literal.string(_json_path(args[1], name))), duck)
+        return value if len(args) == 2 else call("coalesce", value, _typed(
+            exp.Cast(this=args[2], to=exp.DataType.build("VARCHAR")), duck))
+    return translate
+
+
+def _json_extract_key(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """``jsonExtractKey(json, '$.a.*')``: the paths of an object's keys, in Pinot's ``$['a']['key']`` spelling.
+    Only a dotted path ending in ``.*`` (``$.*`` for the top level) is translated."""
+    _arity(name, args, 2)
+    path = _json_path(args[1], name)
+    segments = path[1:].split(".")
+    if segments[-1] != "*" or any(not s.replace("_", "").isalnum() for s in segments[1:-1]) or segments[0]:
+        raise sql_error(f"{name}: only paths like '$.*' or '$.a.b.*' (an object's keys) are supported, got {path!r}")
+    parent = "$" + "".join(f".{s}" for s in segments[1:-1])
+    prefix = "$" + "".join(f"['{s}']" for s in segments[1:-1])
+    keys = call("json_keys", args[0], exp.Literal.string(parent))
+    quoted = exp.DPipe(this=exp.DPipe(this=exp.Literal.string(prefix + "['"), expression=_item()),
+                       expression=exp.Literal.string("']"))
+    return call("list_transform", keys, _lambda(quoted))
+
+
+_HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
+    "STRPOS": _strpos,
+    "SUBSTR": _substr,
+    "SPLIT": _split,
+    "SPLITPART": _split_part,
+    "CONCAT": _concat,
+    "CODEPOINT": lambda name, args: (_arity(name, args, 1), call("unicode", args[0]))[1],
+    "TOUTF8": lambda name, args: (_arity(name, args, 1), call("encode", args[0]))[1],
+    "INTDIV": _int_div,
+    "ROUNDDECIMAL": lambda name, args: _scaled(name, args, "round", lambda x: call("floor", exp.Add(
+        this=_double(x), expression=exp.Literal.number(0.5)))),
+    "TRUNCATE": lambda name, args: _scaled(name, args, "trunc", lambda x: call("trunc", _double(x))),
+    "LOG": lambda name, args: call("ln", *args) if len(args) == 1 else call("log", *args),
+    "JSON_EXTRACT_SCALAR": _json_extract_scalar,
+    "JSONEXTRACTSCALAR": _json_extract_scalar,
+    "JSON_EXTRACT_KEY": _json_extract_key,
+    "JSONEXTRACTKEY": _json_extract_key,
+    "JSONPATHSTRING": _json_path_typed("VARCHAR"),
+    "JSONPATHLONG": _json_path_typed("BIGINT"),
+    "JSONPATHDOUBLE": _json_path_typed("DOUBLE"),
+}
+_UNAVAILABLE = {"SHA512": "DuckDB has no SHA-512", "MURMURHASH2": "not translated",
+                "MURMURHASH3BIT32": "not translated"}
+# sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE.
+_DOUBLE_MATH = (exp.Abs, exp.Ceil, exp.Floor, exp.Sign)
+
+
+def translate_other(upper: str, args: list[exp.Expression]) -> exp.Expression | None:
+    """The DuckDB form of Pinot function ``upper`` (an anonymous call's upper-case name), or None."""
+    if upper in _UNAVAILABLE:
+        raise sql_error(f"function {upper} is not supported ({_UNAVAILABLE[upper]})")
+    handler = _HANDLERS.get(upper)
+    return None if handler is None else handler(upper, args)
+
+
+def translate_node(node: exp.Expression) -> exp.Expression | None:
+    """Pinot's meaning for a node sqlglot parsed into one of its own classes (lpad/rpad, DOUBLE math), or None."""
+    if isinstance(node, exp.Pad):
+        return _pad(node)
+    if isinstance(node, _DOUBLE_MATH):
+        return _double(node)
+    return None

@@ -1,0 +1,276 @@
+"""Pinot's scalar functions with Pinot's names, argument orders and result types, run through the planner and
+DuckDB; expected values are computed here independently (datetime/zoneinfo, hashlib, json, Decimal)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+
+from cuvee.query import QueryError, QueryErrorCode
+from cuvee.query.execute import merge_partials, run_server_step
+from cuvee.query.parse import TableInfo
+from cuvee.query.rewrite import plan_sql
+
+UTC = dt.timezone.utc
+MOMENTS = [dt.datetime(2024, 3, 10, 9, 47, 31, 250_000, tzinfo=UTC),  # a Sunday; LA changes to DST that day
+           dt.datetime(2023, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
+           dt.datetime(1969, 7, 20, 20, 17, 40, tzinfo=UTC)]  # before the epoch: negative millis
+MILLIS = [int(m.timestamp() * 1000) for m in MOMENTS]
+DOCS = [{"a": "x", "n": 7, "f": 2.5, "ok": True, "arr": [1, 2, 3], "o": {"k1": 1, "k2": "v"}},
+        {"a": "y", "n": -3, "arr": [], "o": {}},
+        {"n": "12", "t": 1700000000123}]
+TABLE = TableInfo("t", ("id", "ts", "ms", "s", "j", "x", "b"), timestamp_columns=frozenset({"ts"}),
+                  number_columns=frozenset({"id", "ms", "x"}))
+ROWS = pa.table({
+    "id": [0, 1, 2],
+    "ts": pa.array([m.replace(tzinfo=None) for m in MOMENTS], pa.timestamp("ms")),
+    "ms": pa.array(MILLIS, pa.int64()),
+    "s": ["a,b,,c", "hello world", "ab"],
+    "j": [json.dumps(d) for d in DOCS],
+    "x": [2.345, -2.675, 1.005],
+    "b": [b"\x01\x02", b"abc", b""],
+})
+
+
+def answer(sql: str) -> list[tuple]:
+    plan = plan_sql(sql, lambda _: TABLE)
+    merged = merge_partials(plan, [run_server_step(plan, [ROWS])], ROWS.schema)
+    return [tuple(r.values()) for r in merged.to_pylist()]
+
+
+def column(sql: str) -> list:
+    """The first column of ``SELECT <expr>, id FROM t ORDER BY id``."""
+    return [row[0] for row in answer(f"SELECT {sql}, id FROM t ORDER BY id")]
+
+
+def types(sql: str) -> list[pa.DataType]:
+    plan = plan_sql(sql, lambda _: TABLE)
+    return list(merge_partials(plan, [run_server_step(plan, [ROWS])], ROWS.schema).schema.types)
+
+
+def refused(sql: str, words: str) -> None:
+    with pytest.raises(QueryError) as caught:
+        answer(sql)
+    assert caught.value.code is QueryErrorCode.SQL_PARSING, caught.value
+    assert words in str(caught.value), caught.value
+
+
+def floor_to(moment: dt.datetime, unit: str) -> dt.datetime:
+    """An independent truncation: datetime fields zeroed from ``unit`` down (week: back to Monday)."""
+    fields = ["microsecond", "second", "minute", "hour"]
+    cut = {"second": 1, "minute": 2, "hour": 3, "day": 4, "week": 4, "month": 4, "quarter": 4, "year": 4}[unit]
+    moment = moment.replace(**{f: 0 for f in fields[:cut]})
+    if unit == "week":
+        moment -= dt.timedelta(days=moment.weekday())
+    if unit in ("month", "quarter", "year"):
+        moment = moment.replace(day=1)
+    if unit == "quarter":
+        moment = moment.replace(month=(moment.month - 1) // 3 * 3 + 1)
+    if unit == "year":
+        moment = moment.replace(month=1)
+    return moment
+
+
+def millis_of(moment: dt.datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+# ---- date-time ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("unit", ["second", "minute", "hour", "day", "week", "month", "quarter", "year"])
+def test_date_trunc_answers_epoch_millis_in_utc(unit: str) -> None:
+    expected = [millis_of(floor_to(m, unit)) for m in MOMENTS]
+    assert column(f"DATETRUNC('{unit}', ms)") == expected
+    assert column(f"DATE_TRUNC('{unit}', ts)") == expected  # a TIMESTAMP column is millis to Pinot: a LONG back
+    assert types(f"SELECT DATE_TRUNC('{unit}', ts) FROM t") == [pa.int64()]
+
+
+@pytest.mark.parametrize("unit", ["hour", "day", "week", "month"])
+def test_date_trunc_in_a_time_zone_with_input_and_output_units(unit: str) -> None:
+    zone = ZoneInfo("America/Los_Angeles")
+    expected = [millis_of(floor_to(m.astimezone(zone), unit)) for m in MOMENTS]
+    assert column(f"DATETRUNC('{unit}', ms, 'MILLISECONDS', 'America/Los_Angeles')") == expected
+    seconds = [int(e / 1000) for e in expected]  # Java's division toward zero
+    assert column(f"DATETRUNC('{unit}', ms / 1000, 'SECONDS', 'America/Los_Angeles')") == seconds
+    assert column(f"DATETRUNC('{unit}', ms, 'MILLISECONDS', 'America/Los_Angeles', 'SECONDS')") == seconds
+
+
+def test_superset_time_grain_answers_the_five_minute_bucket_as_a_timestamp() -> None:
+    def bucket(m: dt.datetime) -> dt.datetime:
+        millis = millis_of(floor_to(m, "minute"))
+        return dt.datetime.fromtimestamp(int(millis / 300_000) * 300_000 / 1000, UTC).replace(tzinfo=None)
+
+    expected = [bucket(m) for m in MOMENTS]
+    for col in ("ms", "ts"):
+        sql = f"CAST(ROUND(DATE_TRUNC('minute', CAST({col} AS TIMESTAMP)), 300000) AS TIMESTAMP)"
+        assert column(sql) == expected
+        assert types(f"SELECT {sql} FROM t") == [pa.timestamp("us")]
+
+
+def test_timestamps_are_millis_to_arithmetic_and_casts() -> None:
+    assert column("ts + 1000") == [m + 1000 for m in MILLIS]
+    assert column("ts - ms") == [0, 0, 0]
+    assert column("CAST(ms AS TIMESTAMP)") == [m.replace(tzinfo=None) for m in MOMENTS]
+    assert column("ROUND(ms, 1000)") == [int(m / 1000) * 1000 for m in MILLIS]
+
+
+def test_date_time_convert_between_epoch_and_date_formats() -> None:
+    # buckets are the calendar's (floor, also before 1970); a coarser output unit divides as Java does
+    assert column("DATETIMECONVERT(ms, '1:MILLISECONDS:EPOCH', '1:SECONDS:EPOCH', '15:MINUTES')") == \
+        [int(m // 900_000 * 900_000 / 1000) for m in MILLIS]
+    assert column("DATETIMECONVERT(ms, 'EPOCH|MILLISECONDS|1', '5:MINUTES:EPOCH', '1:HOURS')") == \
+        [int(m // 3_600_000 * 3_600_000 / 300_000) for m in MILLIS]
+    assert column("DATETIMECONVERT(ms, '1:MILLISECONDS:EPOCH', '1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd', '1:DAYS')") \
+        == [m.strftime("%Y-%m-%d") for m in MOMENTS]
+    zone = ZoneInfo("Asia/Kolkata")
+    assert column("DATETIMECONVERT(ts, 'TIMESTAMP', 'SIMPLE_DATE_FORMAT|yyyy-MM-dd HH:mm:ss|Asia/Kolkata', "
+                  "'1:HOURS')") == [m.astimezone(zone).strftime("%Y-%m-%d %H:00:00") for m in MOMENTS]
+    assert column("DATETIMECONVERT(DATETIMECONVERT(ms, '1:MILLISECONDS:EPOCH', '1:DAYS:SIMPLE_DATE_FORMAT:"
+                  "yyyy-MM-dd', '1:DAYS'), '1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd', 'TIMESTAMP', '1:DAYS')") == \
+        [floor_to(m, "day").replace(tzinfo=None) for m in MOMENTS]
+    assert column("DATETIMECONVERT(ms / 1000, '1:SECONDS:EPOCH', '1:MILLISECONDS:EPOCH', '1:SECONDS')") == \
+        [int(m / 1000) * 1000 for m in MILLIS]  # ms / 1000 is a DOUBLE here; its seconds are floored
+
+
+def test_to_and_from_date_time_with_a_zone() -> None:
+    zone = ZoneInfo("Europe/Berlin")
+    texts = [m.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S") for m in MOMENTS]
+    assert column("toDateTime(ms, 'yyyy-MM-dd HH:mm:ss', 'Europe/Berlin')") == texts
+    assert column("toDateTime(ts, 'yyyy-MM-dd HH:mm:ss', 'Europe/Berlin')") == texts
+    back = column("fromDateTime(toDateTime(ms, 'yyyy-MM-dd HH:mm:ss', 'Europe/Berlin'), 'yyyy-MM-dd HH:mm:ss', "
+                  "'Europe/Berlin')")
+    assert back == [millis_of(m.replace(microsecond=0)) for m in MOMENTS]
+    assert column("fromDateTime('2024-01-02', 'yyyy-MM-dd')") == [1704153600000] * 3
+
+
+def test_time_convert_and_epoch_buckets() -> None:
+    assert column("timeConvert(ms, 'MILLISECONDS', 'HOURS')") == [int(m / 3_600_000) for m in MILLIS]
+    assert column("timeConvert(id, 'DAYS', 'SECONDS')") == [0, 86_400, 172_800]
+    assert column("toEpochMinutesRounded(ms, 15)") == [int(int(m / 60_000) / 15) * 15 for m in MILLIS]
+    assert column("toEpochHoursBucket(ts, 6)") == [int(int(m / 3_600_000) / 6) for m in MILLIS]
+    assert column("fromEpochDaysBucket(id, 7)") == [i * 7 * 86_400_000 for i in range(3)]
+    assert column("toEpochSeconds(ts)") == [int(m / 1000) for m in MILLIS]
+
+
+def test_date_time_mistakes_are_150_naming_the_function() -> None:
+    refused("SELECT DATETRUNC('fortnight', ms) FROM t", "DATETRUNC: unknown unit 'fortnight'")
+    refused("SELECT DATETRUNC('day', ms, 'MILLISECONDS', 'Mars/Olympus') FROM t", "unknown time zone 'Mars/Olympus'")
+    refused("SELECT DATETRUNC('day', ms, 'EONS') FROM t", "unknown input time unit 'EONS'")
+    refused("SELECT DATETRUNC(s, ms) FROM t", "the unit must be a string literal")
+    refused("SELECT DATETIMECONVERT(ms, '1:MILLISECONDS:EPOCH', '1:SECONDS:EPOCH') FROM t", "takes 4 arguments")
+    refused("SELECT DATETIMECONVERT(ms, '1:FORTNIGHTS:EPOCH', '1:SECONDS:EPOCH', '1:SECONDS') FROM t",
+            "bad input format")
+    refused("SELECT toDateTime(ms, 'yyyy', 'Nowhere/Land') FROM t", "TODATETIME: unknown time zone")
+    refused("SELECT timeConvert(ms, 'MILLISECONDS', 'WEEKS') FROM t", "unknown to unit 'WEEKS'")
+
+
+# ---- JSON -----------------------------------------------------------------------------------------------------
+
+
+def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
+    assert column("JSON_EXTRACT_SCALAR(j, '$.a', 'STRING')") == [d.get("a") for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.a', 'STRING', 'none')") == [d.get("a", "none") for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.n', 'INT')") == [int(d["n"]) for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.f', 'DOUBLE', -1.5)") == [d.get("f", -1.5) for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.ok', 'BOOLEAN')") == [True, None, None]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], [], None]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.t', 'TIMESTAMP')") == [
+        None, None, dt.datetime.fromtimestamp(1700000000.123, UTC).replace(tzinfo=None)]
+    assert column("jsonPathLong(j, '$.n')") == [7, -3, 12]
+    assert column("jsonPathString(j, '$.o.k2', 'missing')") == ["v", "missing", "missing"]
+    assert types("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'LONG') FROM t") == [pa.int64()]
+    refused("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'MONEY') FROM t", "unknown result type 'MONEY'")
+    refused("SELECT JSON_EXTRACT_SCALAR(j, s, 'INT') FROM t", "the JSON path must be a string literal")
+    refused("SELECT id FROM t WHERE JSON_MATCH(j, '\"$.a\"=''x''')", "JSON_MATCH is not supported")
+
+
+def test_json_extract_key_lists_an_objects_key_paths() -> None:
+    expected = [[f"$['o']['{k}']" for k in d["o"]] if "o" in d else None for d in DOCS]
+    assert column("JSON_EXTRACT_KEY(j, '$.o.*')") == expected
+    assert column("JSON_EXTRACT_KEY(j, '$.*')")[2] == [f"$['{k}']" for k in DOCS[2]]
+
+
+# ---- strings --------------------------------------------------------------------------------------------------
+
+
+def java_ordinal_index(text: str, find: str, n: int) -> int:
+    at = -1
+    for _ in range(n):
+        at = text.find(find, at + 1)
+        if at < 0:
+            return -1
+    return at
+
+
+def test_strpos_is_zero_based_with_minus_one_when_absent() -> None:
+    assert column("strpos(s, 'b')") == [s.find("b") for s in ROWS["s"].to_pylist()]
+    assert column("strpos(s, ',', 2)") == [java_ordinal_index(s, ",", 2) for s in ROWS["s"].to_pylist()]
+    assert column("strpos(s, 'o', 2)") == [java_ordinal_index(s, "o", 2) for s in ROWS["s"].to_pylist()]
+
+
+def test_substr_uses_a_zero_based_begin_and_an_exclusive_end() -> None:
+    strings = ROWS["s"].to_pylist()
+    assert column("substr(s, 1, 3)") == [s[1:3] for s in strings]
+    assert column("substr(s, 2)") == [s[2:] for s in strings]
+    assert column("substr(s, 1, -1)") == [s[1:] for s in strings]
+    assert column("substr(s, -2)") == [s[-2:] for s in strings]
+    assert column("SUBSTRING(s, 1, 3)") == [s[0:3] for s in strings]  # SQL's SUBSTRING stays 1-based
+
+
+def test_split_split_part_concat_and_pads() -> None:
+    strings = ROWS["s"].to_pylist()
+    assert column("split(s, ',')") == [[p for p in s.split(",") if p] for s in strings]
+    assert column("splitPart(s, ',', 2)") == ["c", "null", "null"]
+    assert column("splitPart(s, ',', -1)") == [[p for p in s.split(",") if p][-1] for s in strings]
+    assert column("concat(s, 'z', '-')") == [f"{s}-z" for s in strings]
+    assert column("concat(s, 'z')") == [f"{s}z" for s in strings]
+    assert column("lpad(s, 4, '*')") == [s.rjust(4, "*") for s in strings]  # never shortened, unlike DuckDB's
+    assert column("rpad(s, 4, '*')") == [s.ljust(4, "*") for s in strings]
+
+
+def test_string_functions_that_mean_the_same_pass_through() -> None:
+    strings = ROWS["s"].to_pylist()
+    assert column("reverse(s)") == [s[::-1] for s in strings]
+    assert column("upper(s)") == [s.upper() for s in strings]
+    assert column("startsWith(s, 'a')") == [s.startswith("a") for s in strings]
+    assert column("endsWith(s, 'b')") == [s.endswith("b") for s in strings]
+    assert column("contains(s, 'llo')") == ["llo" in s for s in strings]
+    assert column("replace(s, 'a', 'A')") == [s.replace("a", "A") for s in strings]
+    assert column("trim(concat(' ', s))") == strings
+    assert column("codepoint(s)") == [ord(s[0]) for s in strings]
+    assert column("chr(65)") == ["A"] * 3
+
+
+# ---- hashing and math -----------------------------------------------------------------------------------------
+
+
+def test_hashes_of_bytes_answer_hex() -> None:
+    blobs = ROWS["b"].to_pylist()
+    assert column("md5(b)") == [hashlib.md5(b).hexdigest() for b in blobs]
+    assert column("sha(b)") == [hashlib.sha1(b).hexdigest() for b in blobs]
+    assert column("sha256(b)") == [hashlib.sha256(b).hexdigest() for b in blobs]
+    assert column("sha256(toUtf8(s))") == [hashlib.sha256(s.encode()).hexdigest() for s in ROWS["s"].to_pylist()]
+    refused("SELECT sha512(b) FROM t", "SHA512 is not supported")
+
+
+def test_math_with_pinot_meanings_and_double_results() -> None:
+    xs = ROWS["x"].to_pylist()
+    assert column("roundDecimal(x, 2)") == [float(Decimal(repr(x)).quantize(Decimal("0.01"), ROUND_HALF_UP))
+                                           for x in xs]
+    assert column("truncate(x, 2)") == [float(Decimal(repr(x)).quantize(Decimal("0.01"), ROUND_DOWN)) for x in xs]
+    assert column("roundDecimal(x)") == [2.0, -3.0, 1.0]  # Java's Math.round: half up
+    assert column("intDiv(id - 2, 2)") == [-1, -1, 0]  # floor, not toward zero
+    assert column("log(exp(id))") == pytest.approx([0.0, 1.0, 2.0])  # Pinot's log is ln
+    assert column("ceil(id)") == [0.0, 1.0, 2.0] and types("SELECT ceil(id), abs(id) FROM t") == [pa.float64()] * 2
+    assert column("sqrt(id * 4)") == [0.0, 2.0, 2.0 ** 1.5]
+    assert column("power(id, 2)") == [0.0, 1.0, 4.0]
+    assert column("mod(id + 5, 3)") == [2, 0, 1]
+    assert column("least(id, 1)") == [0, 1, 1] and column("greatest(id, 1)") == [1, 1, 2]
+    refused("SELECT roundDecimal(x, id) FROM t", "the scale must be an integer literal")
