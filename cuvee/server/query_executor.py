@@ -45,10 +45,17 @@ log = logging.getLogger(__name__)
 
 
 class _Failed(Exception):
-    def __init__(self, code: QueryErrorCode, message: str):
+    """``data``: DuckDB failed on the rows (a value that does not convert, a bad regex over a column…), so the
+    segment holding them can be named."""
+
+    def __init__(self, code: QueryErrorCode, message: str, *, data: bool = False):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.data = data
+
+
+_CULPRIT_PROBES = 32  # segments tried one by one to name the one a failing query trips on
 
 
 @dataclass
@@ -157,7 +164,15 @@ class QueryExecutor:
                         result = pa.table({"__p0": pa.array([union.num_rows], pa.int64())})
                         docs_scanned = union.num_rows
                     else:
-                        result, docs_scanned = self._run(request, union, deadline, counts.total_docs)
+                        try:
+                            result, docs_scanned = self._run(request, union, deadline, counts.total_docs)
+                        except _Failed as failure:
+                            if not failure.data:
+                                raise
+                            culprit = (acquired.segments[0].name if len(acquired.segments) == 1 else
+                                       self._culprit(request, acquired.segments, valid, deadline))
+                            where = f"on segment {culprit}" if culprit else f"on one of {len(tables)} segments"
+                            raise _Failed(failure.code, f"the query failed {where}: {failure.message}") from None
                     counts.processed = len(tables)
                     counts.consuming_processed = counts.consuming_queried
             except _Failed as failure:
@@ -245,10 +260,28 @@ class QueryExecutor:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
                           f"query timed out after {request.timeout_ms} ms and was interrupted") from None
         except duckdb.Error as exc:
-            raise _Failed(QueryErrorCode.QUERY_EXECUTION, str(exc).splitlines()[0]) from None
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION, _reason(exc),
+                          data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
         finally:
             timer.cancel()
             con.close()
+
+    def _culprit(self, request: ServerQueryRequest, segments: Sequence[QueryableSegment], valid: Valid | None,
+                 deadline: float) -> str | None:
+        """The segment a query that failed on the rows fails on alone (the first of at most ``_CULPRIT_PROBES``
+        tried, within the query's time), or None. Only after a failure: a good query never pays for it."""
+        for segment in segments[:_CULPRIT_PROBES]:
+            if self._clock() >= deadline:
+                return None
+            tables = self._views([segment], _Counts(), [], valid)
+            if not tables:
+                continue
+            try:
+                self._run(request, _union(tables), deadline, tables[0].num_rows)
+            except _Failed as failure:
+                if failure.data:
+                    return segment.name
+        return None
 
 
 _UNFILTERED = "cuvee_unfiltered"
@@ -347,6 +380,14 @@ def _check_select(sql: str) -> None:
         con.close()
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         raise _Failed(QueryErrorCode.QUERY_EXECUTION, "the server SQL must be exactly one SELECT statement")
+
+
+def _reason(exc: duckdb.Error) -> str:
+    """Why DuckDB failed, in a line: its message without the error class it starts with (``Conversion Error:``)
+    and without the SQL it quotes after it."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    kind, sep, rest = first.partition(" Error: ")
+    return (rest if sep and len(kind) < 40 else first)[:500]
 
 
 def _union(tables: list[pa.Table]) -> pa.Table:

@@ -228,3 +228,18 @@ def test_columns_named_without_quotes_in_any_case_are_kept(loaded) -> None:
                 names))
     assert stats.exceptions == () and result is not None
     assert result.column("n").to_pylist() == [rows.filter(rows.column("city").is_valid()).num_rows]
+
+
+def test_a_query_failing_on_the_rows_names_the_segment_that_holds_them(loaded) -> None:
+    """Issue 10: an execution failure says which segment and why (ids 300..549 are in the second segment); a
+    query wrong whatever the rows (an unknown column) is not blamed on a segment."""
+    registry, _, names = loaded
+    bad = "SELECT CAST(CASE WHEN id = 400 THEN 'abc' ELSE '1' END AS INT) AS x FROM cuvee_segments"
+    result, stats = QueryExecutor(registry).execute(request(bad, names))
+    assert result is None
+    [error] = stats.exceptions
+    assert error.error_code == int(QueryErrorCode.QUERY_EXECUTION)
+    assert error.message == (f"the query failed on segment {names[1]}: Could not convert string 'abc' to INT32")
+    result, stats = QueryExecutor(registry).execute(request("SELECT nope FROM cuvee_segments", names))
+    assert "segment" not in stats.exceptions[0].message and "nope" in stats.exceptions[0].message
+    assert registry.ref_count(TABLE, names[1]) == 0
