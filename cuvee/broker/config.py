@@ -47,6 +47,7 @@ class BrokerConfig:
     # the multi-stage engine (docs/query.md#multi-stage-queries): rows one leaf may bring to the broker, and the
     # memory the broker's stage may use (the relations it reads count against it)
     multistage_leaf_rows: int = 1_000_000
+    multistage_max_leaves: int = 64  # single-stage queries one multi-stage query may ask
     multistage_memory_mb: int = 1024
     plan_cache_entries: int = 2048  # plans of repeated query texts kept (0: none); see cuvee/query/plan_cache.py
     stop_timeout_seconds: float = 5.0  # stop() waits this long for the routing thread and for the pool to close
@@ -72,7 +73,7 @@ class BrokerConfig:
         if self.max_timeout_ms and self.max_timeout_ms < self.timeout_ms:
             raise ValueError("max_timeout_ms must be at least timeout_ms")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections", "max_overrun_plans",
-                     "multistage_leaf_rows", "multistage_memory_mb"):
+                     "multistage_leaf_rows", "multistage_memory_mb", "multistage_max_leaves"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if not 0 <= self.port < 65536:

@@ -117,6 +117,8 @@ class _StageRun:
     principal: Principal | None
     gathered: list[_Gathered] = dataclasses.field(default_factory=list)
     exceptions: list[QueryError] = dataclasses.field(default_factory=list)
+    leaves: int = 0  # single-stage queries asked so far
+    held_bytes: int = 0  # of the leaves' answers held for the broker's stage
 
     def remaining_ms(self, now: float) -> int:
         return max(int((self.deadline - now) * 1000), 1)
@@ -302,12 +304,14 @@ class QueryHandler:
         whole); then its leaves through the single-stage path at once, and the rest at the broker under
         ``multistage_memory_mb``."""
         cfg = self.config
-        query, text_options = await asyncio.to_thread(split_query, sql)
+        budget_ms = _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms, cfg.timeout_limit_ms)
+        query, text_options = await self._bounded(budget_ms, split_query, sql)
         options.update(text_options)
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
         run = _StageRun(started + timeout_ms / 1000, _skip_upsert(options), principal)
         relations: dict[str, pa.Table] = {}
-        while pending := await asyncio.to_thread(in_subqueries, query, self.view.resolve, cfg.multistage_leaf_rows):
+        while pending := await self._bounded(run.remaining_ms(self._clock()), in_subqueries, query,
+                                             self.view.resolve, cfg.multistage_leaf_rows):
             measured[0] = measured[0] or raw_table_name(pending[0].table)
             answers = await self._leaves(number, run, [(p.sql, p.table) for p in pending])
             if answers is None:
@@ -332,7 +336,8 @@ class QueryHandler:
                 if merged is not None and merged.num_rows > cfg.max_response_rows:
                     raise _too_many_rows(cfg.max_response_rows)
                 return await asyncio.to_thread(self._stage_response, number, started, merged, plan.column_names, run)
-        stages = await asyncio.to_thread(plan_stages, query, self.view.resolve, cfg.multistage_leaf_rows)
+        stages = await self._bounded(run.remaining_ms(self._clock()), plan_stages, query, self.view.resolve,
+                                     cfg.multistage_leaf_rows)
         measured[0] = measured[0] or raw_table_name(stages.leaves[0].table)
         answers = await self._leaves(number, run, [(leaf.sql, leaf.table) for leaf in stages.leaves])
         if answers is None:
@@ -358,20 +363,30 @@ class QueryHandler:
         """The answers of single-stage queries (SQL, table) asked at once, named as each plan names its columns;
         None when one has no answer (the errors are in ``run``). More rows than ``multistage_leaf_rows`` is 700."""
         cfg = self.config
+        run.leaves += len(leaves)
+        if run.leaves > cfg.multistage_max_leaves:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"the query reads tables {run.leaves} times; the broker's multistage_max_leaves allows "
+                             f"{cfg.multistage_max_leaves}")
         plans = [await self._plan(sql, run.remaining_ms(self._clock())) for sql, _ in leaves]
         gathered = await asyncio.gather(*(self._gather(number, plan, run.principal, run.deadline, run.skip_upsert,
-                                                       cfg.multistage_leaf_rows + 1) for plan in plans))
+                                                       cfg.multistage_leaf_rows + 1 + plan.offset) for plan in plans))
         run.gathered += gathered
         answers: list[pa.Table] = []
         for (_, table), plan, leaf_gathered in zip(leaves, plans, gathered):
             merged, errors, _ = await asyncio.to_thread(self._merge, plan, leaf_gathered)
             run.exceptions += errors
-            if merged is None:
+            if merged is None or errors:  # a leaf short of rows would make NOT IN, EXCEPT, anti-joins say wrong
                 return None
             if merged.num_rows > cfg.multistage_leaf_rows:
                 raise QueryError(QueryErrorCode.QUERY_VALIDATION,
                                  f"more than {cfg.multistage_leaf_rows} rows of table {table!r} would reach the "
                                  f"broker (multistage_leaf_rows); filter them, or {SPARK_HINT}")
+            run.held_bytes += merged.nbytes
+            if run.held_bytes > cfg.multistage_memory_mb * 1024 * 1024:
+                raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                                 f"the rows this query brings to the broker take more than its multistage_memory_mb "
+                                 f"({cfg.multistage_memory_mb}); filter them, or {SPARK_HINT}")
             answers.append(merged.rename_columns(list(plan.column_names)))
         return answers
 
@@ -432,14 +447,22 @@ class QueryHandler:
         cached = self._plans.cached(sql, self.view.resolve)  # a repeated query: no parsing, no thread hop
         if cached is not None:
             return cached
-        future = asyncio.ensure_future(asyncio.to_thread(self._plans.plan, sql, self.view.resolve))
+        return await self._bounded(budget_ms, self._plans.plan, sql, self.view.resolve)
+
+    async def _bounded(self, budget_ms: int, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(*args)`` (planning: CPU only) on a worker thread, answered 400 when it overruns ``budget_ms`` —
+        what is left of the query's timeout — and counted among the overrun plans until it ends."""
+        if self._overrun_plans >= self.config.max_overrun_plans:
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"{self._overrun_plans} queries that overran their "
+                                                            "timeout are still being planned; retry shortly")
+        future = asyncio.ensure_future(asyncio.to_thread(work, *args))
         try:
             return await asyncio.wait_for(asyncio.shield(future), budget_ms / 1000)
         except TimeoutError:
             self._overrun_plans += 1
             future.add_done_callback(self._overrun_done)
-            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"planning the query took longer than its timeout "
-                                                            f"({budget_ms} ms)") from None
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, f"planning the query took longer than the time its "
+                                                            f"timeout left ({budget_ms} ms)") from None
 
     def _checked_plan(self, sql: str, resolve: Any) -> QueryPlan:
         """A plan whose steps bind over the table's columns (``check_plan``: 700 before any server is asked);

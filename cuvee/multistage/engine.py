@@ -19,6 +19,7 @@ from cuvee.query.errors import QueryError, QueryErrorCode
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
 
+_BATCH_ROWS = 64 * 1024
 _databases: dict[tuple[int, int], duckdb.DuckDBPyConnection] = {}
 _lock = threading.Lock()
 
@@ -51,11 +52,9 @@ class Stage:
         try:
             for name, table in relations.items():
                 self._cursor.register(name, table)
-            return _plain_numbers(self._cursor.execute(sql).to_arrow_table())
+            answer = self._bounded_answer(self._cursor.execute(sql))
         except duckdb.OutOfMemoryException:
-            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
-                             f"the query needs more than the broker's multistage_memory_mb ({self.memory_mb}) to "
-                             f"run; narrow it, or {SPARK_HINT}") from None
+            raise self._too_big() from None
         except duckdb.InterruptException:
             raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time") from None
         except duckdb.BinderException as exc:
@@ -65,6 +64,25 @@ class Stage:
             raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {first[:300]}") from None
         finally:
             self.close()
+        return _pinot_types(answer)
+
+    def _bounded_answer(self, result: duckdb.DuckDBPyConnection) -> pa.Table:
+        """The answer, fetched in batches and counted against the bound as they come (DuckDB's memory limit covers
+        its own buffers, not the Arrow answer it hands over)."""
+        reader = result.to_arrow_reader(_BATCH_ROWS)
+        batches: list[pa.RecordBatch] = []
+        held = 0
+        for batch in reader:
+            held += batch.nbytes
+            if held > self.memory_mb * 1024 * 1024:
+                raise self._too_big()
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=reader.schema)
+
+    def _too_big(self) -> QueryError:
+        return QueryError(QueryErrorCode.QUERY_VALIDATION,
+                          f"the query needs more than the broker's multistage_memory_mb ({self.memory_mb}) to "
+                          f"run; narrow it, or {SPARK_HINT}")
 
     def interrupt(self) -> None:
         try:
@@ -79,12 +97,17 @@ class Stage:
             pass
 
 
-def _plain_numbers(table: pa.Table) -> pa.Table:
-    """DuckDB's wide sums (HUGEINT, DECIMAL) as Pinot types them: whole numbers LONG when they fit, else DOUBLE."""
+def _pinot_types(table: pa.Table) -> pa.Table:
+    """The answer in types Pinot's response has: DuckDB's wide sums (HUGEINT, DECIMAL) whole numbers LONG when
+    they fit, else DOUBLE; intervals and other types without a Pinot counterpart as their text (STRING)."""
     for i, field in enumerate(table.schema):
+        column = table.column(i)
+        if pa.types.is_interval(field.type) or pa.types.is_duration(field.type) or pa.types.is_time(field.type):
+            table = table.set_column(i, field.name, pa.array([None if v is None else str(v)
+                                                              for v in column.to_pylist()], pa.string()))
+            continue
         if not pa.types.is_decimal(field.type):
             continue
-        column = table.column(i)
         if field.type.scale == 0:
             try:
                 converted = column.cast(pa.int64())

@@ -64,13 +64,19 @@ INLINE_VALUES = 10_000  # an IN-subquery's answer of up to this many values beco
 
 def in_subqueries(tree: exp.Expression, resolve: TableResolver, leaf_rows: int) -> list[InSubquery]:
     """The IN-subqueries of ``tree`` a single stage answers whole (the innermost ones)."""
-    ctes = _cte_names(tree)
+    try:
+        return _in_subqueries(tree, resolve, leaf_rows)
+    except RecursionError:
+        raise QueryError(QueryErrorCode.SQL_PARSING, "the query is nested too deeply to plan") from None
+
+
+def _in_subqueries(tree: exp.Expression, resolve: TableResolver, leaf_rows: int) -> list[InSubquery]:
     found: list[InSubquery] = []
     for node in tree.find_all(exp.In):
         query = node.args.get("query")
         select = query.this if isinstance(query, exp.Subquery) else query
         if (isinstance(select, exp.Select) and len(select.expressions) == 1
-                and not isinstance(select.expressions[0], exp.Star) and _is_leaf(select, ctes, resolve)):
+                and not isinstance(select.expressions[0], exp.Star) and _is_leaf(select, resolve)):
             table = _source_table(select)
             assert table is not None
             found.append(InSubquery(node, _leaf_sql(select, leaf_rows), table.name))
@@ -107,8 +113,8 @@ def _literals(values: list[object]) -> list[exp.Expression] | None:
             literals.append(exp.true() if value else exp.false())
         elif isinstance(value, int):
             literals.append(exp.Literal.number(value))
-        elif isinstance(value, float) and math.isfinite(value):
-            literals.append(exp.Literal.number(repr(value)))
+        elif isinstance(value, float) and math.isfinite(value):  # a DOUBLE: a decimal literal misses a FLOAT's value
+            literals.append(exp.cast(exp.Literal.number(repr(value)), exp.DataType.build("DOUBLE")))
         elif isinstance(value, decimal.Decimal) and value.is_finite():
             literals.append(exp.Literal.number(str(value)))
         elif isinstance(value, str):
@@ -122,17 +128,39 @@ def _literals(values: list[object]) -> list[exp.Expression] | None:
     return literals
 
 
-def _cte_names(tree: exp.Expression) -> set[str]:
-    return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+def _is_cte_reference(table: exp.Table) -> bool:
+    """Whether ``table`` names a CTE visible where it stands: one of an enclosing WITH — inside a CTE's own body
+    only the CTEs defined before it, so ``WITH t AS (SELECT … FROM t)`` reads the real table ``t``."""
+    name = table.name.lower()
+    previous: exp.Expression = table
+    node = table.parent
+    while node is not None:
+        if isinstance(node, exp.With):
+            index = next(i for i, cte in enumerate(node.expressions) if cte is previous)
+            if any(cte.alias_or_name.lower() == name for cte in node.expressions[:index]):
+                return True
+        else:
+            with_ = node.args.get("with_") or node.args.get("with")
+            if isinstance(with_, exp.With) and with_ is not previous and \
+                    any(cte.alias_or_name.lower() == name for cte in with_.expressions):
+                return True
+        previous, node = node, node.parent
+    return False
 
 
 def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -> StagePlan:
     """The stages of ``query`` (a parsed statement). Raises QueryError 190 for an unknown table, 150 for what
     neither stage can run."""
+    try:
+        return _plan_stages(query, resolve, leaf_rows)
+    except RecursionError:
+        raise QueryError(QueryErrorCode.SQL_PARSING, "the query is nested too deeply to plan") from None
+
+
+def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -> StagePlan:
     tree = query.copy()
-    ctes = _cte_names(tree)
     for select in list(tree.find_all(exp.Select)):
-        _aggregate_below_windows(select, ctes, resolve)
+        _aggregate_below_windows(select, resolve)
     leaves: list[Leaf] = []
     timestamps: set[str] = set()
     numbers: set[str] = set()
@@ -140,32 +168,33 @@ def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -
     def relation() -> str:
         return f"{RELATION_PREFIX}{len(leaves) + 1}"
 
-    for select in [s for s in tree.find_all(exp.Select) if _is_leaf(s, ctes, resolve)]:
+    for select in [s for s in tree.find_all(exp.Select) if _is_leaf(s, resolve)]:
         table = _source_table(select)
         assert table is not None
         name = relation()
         leaves.append(Leaf(name, _leaf_sql(select, leaf_rows), table.name, whole=True))
         select.replace(exp.select("*").from_(exp.to_table(name, quoted=True)))
     # found afresh each time: moving a filter rebuilds its WHERE, and the tables in the conditions it keeps
-    while (table := next((t for t in tree.find_all(exp.Table) if _is_cluster_table(t, ctes)), None)) is not None:
+    while (table := next((t for t in tree.find_all(exp.Table) if _is_cluster_table(t)), None)) is not None:
         info = _resolve(table.name, resolve)
         timestamps |= info.timestamp_columns
         numbers |= info.number_columns
         name = relation()
         enclosing = table.find_ancestor(exp.Select)
-        filters = _movable_filters(enclosing, table, info, resolve, ctes) if enclosing is not None else []
+        filters = _movable_filters(enclosing, table, info, resolve) if enclosing is not None else []
         columns = _columns_needed(tree, table, info)
         leaf = exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(exp.to_table(table.name))
-        for condition in filters:
-            leaf = leaf.where(_unqualified(condition), copy=False)
+        if filters:
+            leaf = leaf.where(exp.and_(*(_unqualified(c) for c in filters)), copy=False)
         leaf = leaf.limit(leaf_rows + 1)
         leaves.append(Leaf(name, leaf.sql(dialect=DIALECT), table.name, whole=False))
         table.replace(exp.Table(this=exp.to_identifier(name, quoted=True),
                                 alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
     if not leaves:
         raise QueryError(QueryErrorCode.SQL_PARSING, "the query reads no table")
+    names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
     final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
-    return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), _answer_names(final))
+    return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)
 
 
 def _resolve(name: str, resolve: TableResolver) -> TableInfo:
@@ -175,14 +204,14 @@ def _resolve(name: str, resolve: TableResolver) -> TableInfo:
     return info
 
 
-def _is_cluster_table(table: exp.Table, ctes: set[str]) -> bool:
+def _is_cluster_table(table: exp.Table) -> bool:
     """A table of the cluster (not a CTE's name, nor a relation this plan made)."""
     if not isinstance(table.this, exp.Identifier) or table.name.startswith(RELATION_PREFIX):
         return False
     if table.args.get("db") or table.args.get("catalog"):
         raise QueryError(QueryErrorCode.SQL_PARSING, f"qualified table names are not supported: "
                                                      f"{table.sql(dialect=DIALECT)}")
-    return table.name.lower() not in ctes
+    return not _is_cte_reference(table)
 
 
 def _source_table(select: exp.Select) -> exp.Table | None:
@@ -194,20 +223,19 @@ def _source_table(select: exp.Select) -> exp.Table | None:
 _LEAF_ARGS = {"expressions", "from", "from_", "where", "group", "having", "order", "limit", "offset", "distinct"}
 
 
-def _is_leaf(select: exp.Select, ctes: set[str], resolve: TableResolver) -> bool:
+def _is_leaf(select: exp.Select, resolve: TableResolver) -> bool:
     """A SELECT the single-stage path answers whole: one cluster table, nothing nested, no outer column."""
     if any(value and key not in _LEAF_ARGS for key, value in select.args.items()):
         return False
     table = _source_table(select)
-    if table is None or not _is_cluster_table(table, ctes):
+    if table is None or not _is_cluster_table(table):
         return False
     for node in select.walk():
         if node is not select and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation, exp.Join,
                                                     exp.Window, exp.Filter)):
             return False
     info = _resolve(table.name, resolve)
-    names = {table.alias_or_name.lower(), table.name.lower(), raw_table_name(info.name).lower(),
-             info.name.lower()}
+    names = _qualifiers(table, info)
     columns = {c.lower() for c in info.columns}
     aliases = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
     for column in select.find_all(exp.Column):
@@ -219,6 +247,14 @@ def _is_leaf(select: exp.Select, ctes: set[str], resolve: TableResolver) -> bool
         elif column.name.lower() not in columns and column.name.lower() not in aliases:
             return False
     return True
+
+
+def _qualifiers(table: exp.Table, info: TableInfo) -> set[str]:
+    """The names a column may be qualified with to mean ``table``: its alias when it has one (then its name means
+    a table of an enclosing query: ``FROM t x WHERE x.id = t.id`` is correlated), else its names."""
+    if table.alias:
+        return {table.alias.lower()}
+    return {table.name.lower(), raw_table_name(info.name).lower(), info.name.lower()}
 
 
 def _leaf_sql(select: exp.Select, leaf_rows: int) -> str:
@@ -257,22 +293,29 @@ def _sources(select: exp.Select) -> list[exp.Expression]:
     return found + [join.this for join in select.args.get("joins") or []]
 
 
-def _movable_filters(select: exp.Select, table: exp.Table, info: TableInfo, resolve: TableResolver,
-                     ctes: set[str]) -> list[exp.Expression]:
+def _plain_join(join: exp.Join) -> bool:
+    """An inner or cross join (a comma too): a filter on one side may run before it. Not an outer, ASOF,
+    POSITIONAL, NATURAL, SEMI or ANTI one, whose answer a moved filter can change."""
+    kind = (join.args.get("kind") or "").upper()
+    return not join.side and not join.args.get("method") and kind in ("", "INNER", "CROSS")
+
+
+def _movable_filters(select: exp.Select, table: exp.Table, info: TableInfo,
+                     resolve: TableResolver) -> list[exp.Expression]:
     """The WHERE conjuncts of ``select`` that read ``table``'s columns alone, taken out of ``select`` (they move
     into the table's leaf). None when the SELECT has an outer join, or ``table`` is not one of its own sources."""
     sources = _sources(select)
     where = select.args.get("where")
     if where is None or not any(s is table for s in sources):
         return []
-    if any(join.side for join in select.args.get("joins") or []):
+    if not all(_plain_join(join) for join in select.args.get("joins") or []):
         return []
     own = {c.lower() for c in info.columns}
     others: set[str] | None = set()  # unqualified names another source may have; None: unknown (a subquery)
     for source in sources:
         if source is table:
             continue
-        if isinstance(source, exp.Table) and _is_cluster_table(source, ctes):
+        if isinstance(source, exp.Table) and _is_cluster_table(source):
             assert others is not None
             others |= {c.lower() for c in _resolve(source.name, resolve).columns}
         else:
@@ -305,12 +348,15 @@ def _columns_needed(tree: exp.Expression, table: exp.Table, info: TableInfo) -> 
     """The table's columns the query may read: every column named anywhere (a superset: names are not resolved
     to sources), all of them under a ``*`` that can reach the table; at least one (the row count stays)."""
     label = table.alias_or_name.lower()
+    if any(join.args.get("method") == "NATURAL" for join in tree.find_all(exp.Join)):
+        return list(info.columns)  # joined on every column the two sides share
     for star in tree.find_all(exp.Star):
         parent = star.parent
         if isinstance(parent, exp.Select) or (isinstance(parent, exp.Column) and
                                              (not parent.table or parent.table.lower() == label)):
             return list(info.columns)
     named = {c.name.lower() for c in tree.find_all(exp.Column) if not isinstance(c.this, exp.Star)}
+    named |= {i.name.lower() for join in tree.find_all(exp.Join) for i in join.args.get("using") or []}
     columns = [c for c in info.columns if c.lower() in named]
     return columns or list(info.columns[:1])
 
@@ -333,20 +379,21 @@ def _answer_names(final: exp.Expression) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def _aggregate_below_windows(select: exp.Select, ctes: set[str], resolve: TableResolver) -> None:
+def _aggregate_below_windows(select: exp.Select, resolve: TableResolver) -> None:
     """A grouped SELECT over one table with window functions on top (``SUM(COUNT(*)) OVER (…)``): the grouping
     moves into a subquery the servers answer whole, and the windows run over its groups at the broker — the
     table's rows never travel. Left as it is when anything else is in the way (a join, a nested query, DISTINCT)."""
-    if select.find(exp.Window) is None or select.args.get("joins") or select.args.get("distinct"):
+    if (select.find(exp.Window) is None or select.args.get("joins") or select.args.get("distinct")
+            or select.find(exp.Filter) is not None):
         return
     table = _source_table(select)
-    if table is None or not _is_cluster_table(table, ctes):
+    if table is None or not _is_cluster_table(table):
         return
     if any(node is not select and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation))
            for node in select.walk()):
         return
     info = _resolve(table.name, resolve)
-    names = {table.alias_or_name.lower(), table.name.lower(), raw_table_name(info.name).lower(), info.name.lower()}
+    names = _qualifiers(table, info)
     if any(c.table and c.table.lower() not in names for c in select.find_all(exp.Column)):
         return  # a correlated column
     items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]

@@ -105,3 +105,17 @@ def test_a_broker_stage_past_the_querys_timeout_is_stopped_and_answered_400(comp
     assert [e["errorCode"] for e in answer["exceptions"]] == [400], answer["exceptions"]
     assert "timeout" in answer["exceptions"][0]["message"] and answer["timeUsedMs"] < 10_000
     assert ask(compat, "SELECT COUNT(*) FROM mytable")["resultTable"]["rows"] == [[20_000]]  # the broker goes on
+
+
+def test_a_leaf_that_fails_fails_the_query_and_too_many_leaves_are_refused(compat: Compat) -> None:
+    """A leaf short of rows would make NOT IN, EXCEPT and anti-joins answer wrong: its error is the answer (here
+    a conversion that fails on the rows, named with its segment). 65 leaves are over multistage_max_leaves."""
+    failed = ask(compat, "SELECT COUNT(*) FROM (SELECT CAST(Carrier AS INT) AS c FROM mytable WHERE DayOfWeek = 1) a "
+                         "JOIN (SELECT DISTINCT DayOfWeek AS d FROM mytable) b ON a.c = b.d")
+    assert "resultTable" not in failed and failed["exceptions"]
+    assert {e["errorCode"] for e in failed["exceptions"]} == {200}
+    assert "the query failed on segment mytable_" in failed["exceptions"][0]["message"]
+    union = " UNION ALL ".join(f"SELECT COUNT(*) FROM mytable WHERE DayOfWeek = {i % 7 + 1}" for i in range(65))
+    refused = ask(compat, f"SELECT SUM(1) FROM ({union}) u")
+    assert [e["errorCode"] for e in refused["exceptions"]] == [700]
+    assert "multistage_max_leaves" in refused["exceptions"][0]["message"]

@@ -59,3 +59,11 @@ def test_unknown_columns_are_710_and_an_interrupt_stops_the_stage() -> None:
 
     wait_until(stopped, 10, message="the interrupted stage kept running")
     assert isinstance(failure[0], QueryError) and failure[0].code is QueryErrorCode.BROKER_TIMEOUT
+
+
+def test_an_answer_larger_than_the_bound_is_refused_while_it_is_fetched_and_intervals_are_text() -> None:
+    with pytest.raises(QueryError) as refused:  # ~200 MB of answer under a 16 MB bound
+        Stage(16).run("SELECT repeat('x', 20000000) AS s FROM range(10)", {})
+    assert refused.value.code is QueryErrorCode.QUERY_VALIDATION
+    answer = Stage(16).run("SELECT INTERVAL 1 DAY AS i, TIME '10:00:00' AS t", {})
+    assert answer.schema.types == [pa.string(), pa.string()] and answer.column("t").to_pylist() == ["10:00:00"]

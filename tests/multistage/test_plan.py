@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import duckdb
+import pyarrow as pa
 import pytest
 from sqlglot import exp
 
@@ -113,3 +115,58 @@ def test_too_many_values_or_lists_stay_a_relation_and_correlated_in_subqueries_w
     assert inline_values(found, [["a", "b"]], "r")
     _, pending = in_tree("SELECT COUNT(*) FROM events e WHERE id IN (SELECT id FROM users u WHERE u.name = e.city)")
     assert pending == []
+
+
+# Found by a review of the first version: each of these answered wrong or failed.
+
+def test_an_outer_tables_name_inside_an_aliased_subquery_makes_it_correlated() -> None:
+    plan = stages("SELECT COUNT(*) FROM events WHERE EXISTS (SELECT 1 FROM events x WHERE x.id = events.id + 1)")
+    assert not any(leaf.whole for leaf in plan.leaves) and "x.id = events.id + 1" in plan.final_sql
+
+
+def test_natural_and_using_joins_fetch_the_columns_they_join_on() -> None:
+    natural = stages("SELECT COUNT(*) FROM events NATURAL JOIN users")
+    assert natural.leaves[0].sql.startswith('SELECT "id", "city", "v", "ts" FROM events')
+    using = stages("SELECT a.v FROM events a JOIN users b USING (id)")
+    assert all('"id"' in leaf.sql for leaf in using.leaves)
+
+
+@pytest.mark.parametrize("join", ["ASOF JOIN", "POSITIONAL JOIN", "SEMI JOIN", "ANTI JOIN", "FULL JOIN"])
+def test_filters_stay_above_joins_other_than_inner_and_cross(join: str) -> None:
+    on = "" if join == "POSITIONAL JOIN" else " ON a.id >= b.id"
+    plan = stages(f"SELECT COUNT(*) FROM events a {join} users b{on} WHERE a.v = 1")
+    assert "a.v = 1" in plan.final_sql and all("WHERE" not in leaf.sql for leaf in plan.leaves)
+
+
+def test_a_cte_body_reads_the_table_its_name_shadows() -> None:
+    [leaf] = stages("WITH events AS (SELECT id FROM events WHERE id < 5) SELECT COUNT(*) FROM events").leaves
+    assert leaf.whole and leaf.sql == "SELECT id FROM events WHERE id < 5 LIMIT 101"
+    plan = stages("WITH a AS (SELECT id FROM users), b AS (SELECT id FROM a) SELECT COUNT(*) FROM b "
+                  "WHERE id IN (SELECT id FROM events)")
+    assert sorted(leaf.table for leaf in plan.leaves) == ["events", "users"]
+
+
+def test_filter_clauses_under_windows_are_computed_at_the_broker() -> None:
+    plan = stages("SELECT city, COUNT(*) FILTER (WHERE v > 1) AS c, SUM(COUNT(*)) OVER () AS s FROM events "
+                  "GROUP BY city")
+    assert not plan.leaves[0].whole and "FILTER" in plan.final_sql and "__a" not in plan.final_sql
+
+
+def test_many_filters_and_deep_queries_plan_or_are_refused_with_150() -> None:
+    where = " AND ".join(f"a.v <> {i}" for i in range(400))
+    plan = stages(f"SELECT COUNT(*) FROM events a JOIN users b ON a.id = b.id WHERE {where}")
+    assert plan.leaves[0].sql.count("<>") == 400
+
+
+def test_inlined_floats_equal_the_float_column_they_came_from() -> None:
+    tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE v IN (SELECT v FROM events WHERE id < 5)")
+    value = pa.array([0.4], pa.float32()).to_pylist()[0]
+    inline_values(found, [value], "r")
+    where = tree.args["where"].sql(dialect=DIALECT)
+    assert duckdb.connect().execute(f"SELECT COUNT(*) FROM (SELECT 0.4::FLOAT AS v) {where}").fetchone() == (1,)
+
+
+def test_answer_columns_are_named_as_written_not_as_translated() -> None:
+    plan = stages("SELECT substr(a.city, 0, 1), COUNT(*) FROM events a JOIN users u ON a.id = u.id GROUP BY 1")
+    assert plan.column_names == ("SUBSTR(a.city, 0, 1)", "count(*)")
+    assert "SUBSTRING" in plan.final_sql.upper()
