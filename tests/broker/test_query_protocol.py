@@ -121,7 +121,8 @@ def test_lookups_round_trip_and_are_absent_unless_used() -> None:
     assert "lookups" not in REQUEST.to_dict()  # an older server, which refuses unknown fields, still reads it
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
     asked = ServerQueryRequest("4", "f_OFFLINE", "SELECT 1", ("s",), 10, lookups=(
-        DimLookup("cuvee_lookup_1", "teams_OFFLINE", ("t0", "t1")), DimLookup("cuvee_lookup_2", "d_OFFLINE", (), schema)))
+        DimLookup("cuvee_lookup_1", "teams_OFFLINE", ("t0", "t1")),
+        DimLookup("cuvee_lookup_2", "d_OFFLINE", (), schema)))
     back = ServerQueryRequest.decode(asked.encode())
     assert back == asked and back.lookups[1].schema == schema and back.lookups[0].schema is None
     assert orjson.loads(asked.encode())["lookups"][0] == {"relation": "cuvee_lookup_1", "table": "teams_OFFLINE",
