@@ -132,7 +132,7 @@ class ClusterSnapshot:
         return frozenset(self.servers)
 
 
-def table_info(name_with_type: str, schema: Schema) -> TableInfo:
+def table_info(name_with_type: str, schema: Schema, dim_table: bool = False) -> TableInfo:
     timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
     multi = frozenset(f.name for f in schema.fields if not f.single_value)
     patterns = []
@@ -146,7 +146,16 @@ def table_info(name_with_type: str, schema: Schema) -> TableInfo:
             patterns.append((spec.name, fmt.pattern))
     numbers = frozenset(f.name for f in schema.fields if f.single_value and f.data_type in (
         DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE))
-    return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns), numbers)
+    key_types = tuple(_KEY_TYPES.get(schema.column(c).data_type, "") if schema.has_column(c) else ""
+                      for c in schema.primary_key_columns)
+    return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns), numbers,
+                     dim_table=dim_table, primary_key=tuple(schema.primary_key_columns), primary_key_types=key_types)
+
+
+# what LOOKUP converts a fact value to, to compare it with a dimension table's key (Pinot reads the value as the
+# key's type); other key types are compared as they are
+_KEY_TYPES = {DataType.INT: "INTEGER", DataType.LONG: "BIGINT", DataType.FLOAT: "FLOAT", DataType.DOUBLE: "DOUBLE",
+              DataType.STRING: "VARCHAR", DataType.BOOLEAN: "BOOLEAN"}
 
 
 class ClusterView:
@@ -336,7 +345,7 @@ class ClusterView:
             except (ConfigValidationError, orjson.JSONDecodeError) as exc:
                 log.warning("table %s: schema %s is invalid: %s", name, schema_name, exc)
                 return None
-            info, arrow_schema = table_info(name, schema), schema.arrow_schema()
+            info, arrow_schema = table_info(name, schema, config.is_dim_table), schema.arrow_schema()
             step = millis_per_value(schema, config.time_column)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, step, config.segments.push_frequency, end_times, override,

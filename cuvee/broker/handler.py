@@ -35,6 +35,7 @@ from cuvee.auth.policy import Permission, Principal
 from cuvee.broker.cluster_view import ClusterView, TableEntry
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.errors import query_error
+from cuvee.broker.lookups import lookup_requests, with_schemas
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter
@@ -424,10 +425,11 @@ class QueryHandler:
             return replies, 0
         halves = {id(target): target for target in called}
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
+        lookups = lookup_requests(plan, self.view)
         retry_calls = [ServerCall(instance, servers[instance], ServerQueryRequest(
                            request_id, halves[half].entry.name, plan.server_sql, tuple(sorted(segments)),
                            remaining_ms, plan.docs_scanned_sql, plan.docs_column, halves[half].time_filter,
-                           skip_upsert))
+                           skip_upsert, lookups))
                        for (half, instance), segments in again.items()]
         second = await scatter(self._http(), retry_calls, max(deadline - self._clock(), 0.0))  # within the query's time
         found = {segment for call, reply in zip(retry_calls, second) if reply.stats is not None
@@ -467,7 +469,7 @@ class QueryHandler:
     def _checked_plan(self, sql: str, resolve: Any) -> QueryPlan:
         """A plan whose steps bind over the table's columns (``check_plan``: 700 before any server is asked);
         checked once per text, then cached with the plan."""
-        plan = plan_sql(sql, resolve)
+        plan = with_schemas(plan_sql(sql, resolve), self.view)  # LOOKUP's dimension tables typed
         targets = self.view.targets(plan.table)
         if targets:
             check_plan(plan, targets[0].entry.arrow_schema)
@@ -509,9 +511,10 @@ class QueryHandler:
     def _calls(self, request_id: str, plan: QueryPlan, target: QueryTarget, routing: RoutingTable,
                servers: Mapping[str, str], deadline: float, skip_upsert: bool = False) -> list[ServerCall]:
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
+        lookups = lookup_requests(plan, self.view)
         return [ServerCall(instance, servers[instance], ServerQueryRequest(
                     request_id, target.entry.name, plan.server_sql, segments, remaining_ms, plan.docs_scanned_sql,
-                    plan.docs_column, target.time_filter, skip_upsert))
+                    plan.docs_column, target.time_filter, skip_upsert, lookups))
                 for instance, segments in routing.servers.items()]
 
     @staticmethod

@@ -3,7 +3,8 @@
 A new segment goes to ``replication`` distinct live servers tagged ``<tenant>_OFFLINE``, the ones holding the
 fewest of the table's segments (ties by instance id), so a table's segments spread evenly and two replicas never
 share a server. A segment pushed again under the same name keeps its servers (they reload it); only servers that
-are no longer eligible are replaced.
+are no longer eligible are replaced. A dimension table's segments go to every eligible server (``replicas``), so
+each server answers LOOKUP from its own copy; a rebalance brings them to servers added later.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ OFFLINE_TAG_SUFFIX = "_OFFLINE"
 def offline_server_tag(tenant: str) -> str:
     """The tag of the servers that serve a tenant's offline tables (``DefaultTenant_OFFLINE``)."""
     return tenant + OFFLINE_TAG_SUFFIX
+
+
+def replicas(replication: int, dim_table: bool, instances: Sequence[str]) -> int:
+    """Replicas per segment of an offline table: its ``replication``; for a dimension table, every eligible server
+    (at least one: no eligible server is then the same error as for any table)."""
+    return max(len(set(instances)), 1) if dim_table else replication
 
 
 def assign_offline_segment(ideal: IdealState, segment: str, replication: int,

@@ -25,7 +25,7 @@ from cuvee.config.sections import (
 )
 from cuvee.config.stream_config import StreamConfig
 
-__all__ = ["IndexingConfig", "TableConfig", "TableType", "raw_table_name"]
+__all__ = ["DimensionTableConfig", "IndexingConfig", "TableConfig", "TableType", "raw_table_name"]
 
 # Letters, digits, '_' and '-': the name goes into metadata-store paths and file names. '__' separates the
 # parts of an LLC segment name (events__6__0__20261121T1647Z), so a table name must not contain it.
@@ -52,6 +52,30 @@ def raw_table_name(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class DimensionTableConfig:
+    """Pinot's ``dimensionTableConfig`` of a dimension table: accepted and written back. Neither key changes what
+    Cuvee does: a server always reads a dimension table's rows from its segments in memory (``disablePreload``
+    trades memory for speed in Pinot's hash map, which Cuvee does not build), and duplicate primary keys are not
+    refused (``errorOnDuplicatePrimaryKey``): a LOOKUP answers one of the rows."""
+
+    disable_preload: bool = False
+    error_on_duplicate_primary_key: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def parse(cls, obj: JsonObject) -> DimensionTableConfig:
+        return cls(disable_preload=bool(obj.boolean("disablePreload")),
+                   error_on_duplicate_primary_key=bool(obj.boolean("errorOnDuplicatePrimaryKey")),
+                   extra=obj.extras())
+
+    def to_json(self) -> dict[str, Any]:
+        out = copy.deepcopy(self.extra)
+        out["disablePreload"] = self.disable_preload
+        out["errorOnDuplicatePrimaryKey"] = self.error_on_duplicate_primary_key
+        return out
+
+
+@dataclass(frozen=True)
 class TableConfig:
     """A table: its name and type, segment and index settings, and for REALTIME tables the stream it consumes."""
 
@@ -64,6 +88,10 @@ class TableConfig:
     upsert: UpsertConfig | None = None
     ingestion: IngestionConfig = field(default_factory=IngestionConfig)
     stream: StreamConfig | None = None
+    # Pinot's dimension table (``isDimTable``, OFFLINE only): every segment on every server of the tenant, so
+    # LOOKUP reads it on each server beside the fact table's segments
+    is_dim_table: bool = False
+    dimension_table: DimensionTableConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
@@ -129,6 +157,12 @@ class TableConfig:
         stream = _parse_stream(index_obj, ingestion_obj, table_type, issues)
         if upsert is not None and upsert.enabled and table_type is TableType.OFFLINE:
             issues.append(ConfigIssue("$.upsertConfig.mode", "upsert is supported on REALTIME tables only"))
+        is_dim = bool(root.boolean("isDimTable"))
+        dimension = DimensionTableConfig.parse(root.child("dimensionTableConfig")) \
+            if root.has("dimensionTableConfig") else None
+        if is_dim and table_type is TableType.REALTIME:
+            issues.append(ConfigIssue("$.isDimTable", "a dimension table must be an OFFLINE table (it is replicated "
+                                                      "on every server and fed by pushes), not REALTIME"))
         what = f"table config {name!r}" if name else "table config"
         if issues or name is None or table_type is None:
             raise ConfigValidationError(what, issues)
@@ -142,6 +176,8 @@ class TableConfig:
             upsert=upsert,
             ingestion=ingestion,
             stream=stream,
+            is_dim_table=is_dim,
+            dimension_table=dimension,
             extra=root.extras(),
         )
 
@@ -168,6 +204,10 @@ class TableConfig:
             out["upsertConfig"] = self.upsert.to_json()
         if ingestion:
             out["ingestionConfig"] = ingestion
+        if self.is_dim_table:
+            out["isDimTable"] = True
+        if self.dimension_table is not None:
+            out["dimensionTableConfig"] = self.dimension_table.to_json()
         return out
 
 

@@ -33,7 +33,14 @@ def validate_table(table: TableConfig, schema: Schema) -> None:
 
 def table_schema_issues(table: TableConfig, schema: Schema) -> list[ConfigIssue]:
     return [*_index_issues(table, schema), *_time_issues(table, schema), *_upsert_issues(table, schema),
-            *_transform_issues(table, schema)]
+            *_transform_issues(table, schema), *_dim_table_issues(table, schema)]
+
+
+def _dim_table_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:
+    """LOOKUP finds a dimension table's rows by its primary key: the schema must name one (Pinot's rule)."""
+    if table.is_dim_table and not schema.primary_key_columns:
+        yield ConfigIssue("$.isDimTable", f"a dimension table needs primaryKeyColumns in schema {schema.name!r} "
+                                          "(LOOKUP finds its rows by that key)")
 
 
 def _unknown(schema: Schema, column: str, path: str) -> ConfigIssue:

@@ -18,7 +18,7 @@ from fastapi import APIRouter
 
 from cuvee.cluster.assignment import eligible_instances
 from cuvee.cluster.errors import AssignmentError
-from cuvee.cluster.offline_assignment import offline_server_tag
+from cuvee.cluster.offline_assignment import offline_server_tag, replicas
 from cuvee.cluster.rebalance import Move, add_targets, drop_sources, plan_offline_rebalance, plan_rebalance
 from cuvee.cluster.records import RebalanceJob, SegmentState
 from cuvee.cluster.errors import RecordNotFoundError
@@ -67,7 +67,9 @@ class Rebalancer:
         # is down would never be served (the move would wait out its timeout).
         eligible = eligible_instances(self.store.instances(), set(self.store.live_instance_ids()),
                                       offline_server_tag(config.tenants.server))
-        return plan_offline_rebalance(ideal.record, config.replication, eligible)
+        # a dimension table: every eligible server, so servers added since its pushes get its segments
+        return plan_offline_rebalance(ideal.record, replicas(config.replication, config.is_dim_table, eligible),
+                                      eligible)
 
     def status(self, table: str) -> dict[str, Any]:
         """The table's last rebalance as the store has it; IN_PROGRESS only while this leader runs it."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cuvee.cluster.errors import AssignmentError
-from cuvee.cluster.offline_assignment import offline_server_tag, place_offline_segments
+from cuvee.cluster.offline_assignment import offline_server_tag, place_offline_segments, replicas
 from cuvee.cluster.assignment import eligible_instances
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
@@ -148,11 +148,12 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
                                    offline_server_tag(table.tenants.server))
     found = store.ideal_state(name)
     current = found.record if found is not None else None
+    replication = replicas(table.replication, table.is_dim_table, instances)  # a dim table: every server
     try:  # a dry run, so too few servers is a 400 before anything is written
         if current is not None:
-            place_offline_segments(current, [s.name for s in pushed], table.replication, instances)
-        elif len(set(instances)) < table.replication:
-            raise AssignmentError(f"{table.replication} replica(s) wanted but only {len(instances)} eligible server(s)")
+            place_offline_segments(current, [s.name for s in pushed], replication, instances)
+        elif len(set(instances)) < replication:
+            raise AssignmentError(f"{replication} replica(s) wanted but only {len(instances)} eligible server(s)")
     except AssignmentError as exc:
         raise BadRequest(f"table {name}: {exc} (servers must carry tag "
                          f"{offline_server_tag(table.tenants.server)!r})") from None
@@ -178,7 +179,7 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
     crcs = {s.name: s.crc for s in pushed}
     try:
         store.update_ideal_state(name, lambda ideal: place_offline_segments(
-            ideal, [s.name for s in pushed], table.replication, instances).with_crcs(crcs))
+            ideal, [s.name for s in pushed], replication, instances).with_crcs(crcs))
     except AssignmentError as exc:
         raise BadRequest(f"table {name}: {exc}") from None
     log.info("pushed %d segment(s) into %s", len(pushed), name)

@@ -24,6 +24,7 @@ def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
     name = table.name_with_type
     if catalog.find_table(name) is not None:
         raise Conflict(f"table {name!r} already exists")
+    _check_not_hybrid_dim(catalog, table)
     plan = None
     if table.is_realtime:
         assert table.stream is not None
@@ -35,6 +36,18 @@ def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
     else:
         store.update_ideal_state(name, lambda ideal: ideal)
     return table
+
+
+def _check_not_hybrid_dim(catalog: Catalog, table: TableConfig) -> None:
+    """A dimension table cannot be half of a hybrid table (Pinot's rule): LOOKUP reads its OFFLINE segments alone."""
+    if table.is_realtime:
+        twin = catalog.find_table(table.table_name + "_OFFLINE")
+        if twin is not None and twin.is_dim_table:
+            raise BadRequest(f"table {table.table_name!r} is a dimension table (isDimTable); it cannot have a "
+                             "REALTIME part")
+    elif table.is_dim_table and catalog.find_table(table.table_name + "_REALTIME") is not None:
+        raise BadRequest(f"table {table.table_name!r} has a REALTIME part; a dimension table cannot be half of a "
+                         "hybrid table")
 
 
 def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
@@ -54,6 +67,7 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
                          "column, partial strategies, out-of-order handling and TTLs cannot change on an existing "
                          "table (every replica must decide its keys by the same rules); delete the table and create "
                          "it again")
+    _check_not_hybrid_dim(catalog, table)
     catalog.check_against_schema(table)
     catalog.update_table_config(table)
     return table

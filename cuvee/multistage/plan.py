@@ -25,6 +25,7 @@ from sqlglot import exp
 from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import DIALECT, classify_aggregate, pinot_column_name, translate_scalar
+from cuvee.query.lookup import is_lookup
 from cuvee.query.parse import TableInfo, TableResolver
 
 RELATION_PREFIX = "__cuvee_stage_"
@@ -192,6 +193,9 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) 
                                 alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
     if not leaves:
         raise QueryError(QueryErrorCode.SQL_PARSING, "the query reads no table")
+    if any(is_lookup(node) for node in tree.find_all(exp.Anonymous)):  # dimension tables live on the servers
+        raise QueryError(QueryErrorCode.SQL_PARSING, "LOOKUP runs on the servers: use it in a SELECT over one table "
+                                                     "(a subquery or CTE of its own), not over a join's rows")
     names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
     final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)

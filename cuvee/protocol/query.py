@@ -12,6 +12,9 @@ Both sides parse strictly: a missing, mistyped or unknown field raises QueryWire
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -102,6 +105,49 @@ class TimeFilter:
         return cls(_require(doc, "column", str, what), _require(doc, "op", str, what), _require(doc, "value", int, what))
 
 
+LOOKUP_RELATION = re.compile(r"cuvee_lookup_[1-9][0-9]{0,3}")  # cuvee.query.lookup.LOOKUP_PREFIX + n
+
+
+@dataclass(frozen=True)
+class DimLookup:
+    """A dimension table the request's SQL reads (LOOKUP): the server registers the union of ``segments`` of
+    ``table`` (every one the broker's routing knows; a server lacking one reports it) as ``relation``. ``schema``
+    types the relation when there is no segment (sent only then, as an Arrow IPC schema)."""
+
+    relation: str
+    table: str
+    segments: tuple[str, ...]
+    schema: pa.Schema | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.relation, str) or not LOOKUP_RELATION.fullmatch(self.relation):
+            raise QueryWireError(f"lookup: relation must be cuvee_lookup_<n>, got {self.relation!r}")
+        if not isinstance(self.table, str) or not self.table:
+            raise QueryWireError("lookup: table must be a non-empty string")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"relation": self.relation, "table": self.table, "segments": list(self.segments)}
+        if self.schema is not None:
+            out["schema"] = base64.b64encode(self.schema.serialize().to_pybytes()).decode()
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> DimLookup:
+        what = "lookup"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
+        _no_unknown(doc, {"relation", "table", "segments", "schema"}, what)
+        raw = _optional_string(doc, "schema", what)
+        schema = None
+        if raw is not None:
+            try:
+                schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw, validate=True)))
+            except (binascii.Error, ValueError, pa.ArrowException) as exc:
+                raise QueryWireError(f"{what}: schema is not a base64 Arrow schema ({exc})") from None
+        return cls(_require(doc, "relation", str, what), _require(doc, "table", str, what),
+                   _strings(doc, "segments", what), schema)
+
+
 @dataclass(frozen=True)
 class ServerQueryRequest:
     """What the broker asks one server: run ``sql`` (the planner's server step, over ``cuvee_segments``) on these
@@ -119,6 +165,7 @@ class ServerQueryRequest:
     docs_column: str | None = None
     time_filter: TimeFilter | None = None
     skip_upsert: bool = False  # queryOptions skipUpsert=true: an upsert table's every row, not only the latest
+    lookups: tuple[DimLookup, ...] = ()  # the dimension tables ``sql`` reads (LOOKUP)
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -131,7 +178,8 @@ class ServerQueryRequest:
                 "timeoutMs": self.timeout_ms, "docsScannedSql": self.docs_scanned_sql,
                 "docsColumn": self.docs_column,
                 "timeFilter": self.time_filter.to_dict() if self.time_filter is not None else None,
-                **({"skipUpsert": True} if self.skip_upsert else {})}  # absent unless set: older servers refuse it
+                **({"skipUpsert": True} if self.skip_upsert else {}),  # absent unless set: older servers refuse it
+                **({"lookups": [lookup.to_dict() for lookup in self.lookups]} if self.lookups else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -139,7 +187,7 @@ class ServerQueryRequest:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
-                          "timeFilter", "skipUpsert"}, what)
+                          "timeFilter", "skipUpsert", "lookups"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -147,10 +195,16 @@ class ServerQueryRequest:
         docs_column = _optional_string(doc, "docsColumn", what)
         raw_filter = doc.get("timeFilter")
         time_filter = TimeFilter.from_dict(raw_filter) if raw_filter is not None else None
+        raw_lookups = doc.get("lookups", [])
+        if not isinstance(raw_lookups, list):
+            raise QueryWireError(f"{what}: lookups must be a list")
+        lookups = tuple(DimLookup.from_dict(item) for item in raw_lookups)
+        if len({lookup.relation for lookup in lookups}) != len(lookups):
+            raise QueryWireError(f"{what}: lookups name a relation twice")
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
-                   docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert)
+                   docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

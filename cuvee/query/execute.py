@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -59,11 +59,13 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
         return database.cursor()
 
 
-def run_sql(sql: str, relation: str, table: pa.Table) -> pa.Table:
-    """``sql`` over ``table`` bound as ``relation``, as an Arrow table."""
+def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Table] | None = None) -> pa.Table:
+    """``sql`` over ``table`` bound as ``relation`` (and ``others`` under their names), as an Arrow table."""
     con = sandboxed_cursor(table.num_rows)
     try:
         con.register(relation, table)
+        for name, rows in (others or {}).items():
+            con.register(name, rows)
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as e:
         raise QueryError(QueryErrorCode.QUERY_EXECUTION, str(e).splitlines()[0]) from None
@@ -81,9 +83,13 @@ def _union(tables: Sequence[pa.Table], schema: pa.Schema | None) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Schema | None = None) -> pa.Table:
-    """A server's partial result over the union of its segments (``schema`` types the union of none)."""
-    return run_sql(plan.server_sql, SERVER_RELATION, _union(segments, schema))
+def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Schema | None = None,
+                    lookups: Mapping[str, pa.Table] | None = None) -> pa.Table:
+    """A server's partial result over the union of its segments (``schema`` types the union of none) and the
+    dimension tables its LOOKUPs read (relation -> rows; default: none of their rows)."""
+    if lookups is None:
+        lookups = {lookup.relation: lookup.empty() for lookup in plan.lookups}
+    return run_sql(plan.server_sql, SERVER_RELATION, _union(segments, schema), lookups)
 
 
 def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: pa.Schema) -> pa.Table:
@@ -112,6 +118,8 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
     con = sandboxed_cursor(0)
     try:
         con.register(SERVER_RELATION, table_schema.empty_table())
+        for lookup in plan.lookups:  # LOOKUP's dimension tables, typed by their schemas (the broker adds them)
+            con.register(lookup.relation, lookup.empty())
         con.execute(f"CREATE TEMP VIEW {PARTIALS_RELATION} AS {plan.server_sql}")
         con.sql(plan.final_sql)  # a relation: bound here, run only when fetched (never)
     except duckdb.Error as exc:

@@ -94,7 +94,7 @@ _BUILTIN_AGGREGATES: dict[type[exp.Expression], AggKind] = {
     exp.Avg: AggKind.AVG,
 }
 _DISTINCT_VARIANTS = {AggKind.SUM: AggKind.DISTINCT_SUM, AggKind.AVG: AggKind.DISTINCT_AVG}
-_UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "JSON_MATCH", "VECTOR_SIMILARITY", "LOOKUP", "GAPFILL", "IN_SUBQUERY",
+_UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "JSON_MATCH", "VECTOR_SIMILARITY", "GAPFILL", "IN_SUBQUERY",
                           "IN_ID_SET", "IDSET"}
 
 
@@ -312,6 +312,8 @@ def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
                          "JSON_EXTRACT_SCALAR(col, '$.a', 'STRING') = 'x' instead")
     if upper in _UNSUPPORTED_FUNCTIONS:
         raise _sql_error(f"function {upper} is not supported")
+    if upper == "LOOKUP":  # its arguments are translated; the call itself by cuvee.query.lookup, with the tables
+        return sub
     if upper in _OPERATORS:
         if len(args) != 2:
             raise _sql_error(f"{upper} takes 2 arguments, got {len(args)}")

@@ -27,6 +27,7 @@ from sqlglot.errors import SqlglotError
 from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import DIALECT, READ_DIALECT, pinot_column_name, translate_scalar
+from cuvee.query.lookup import Lookup, translate_lookups
 from cuvee.query.multivalue import rewrite_multi_value_predicates
 from cuvee.query.prescan import prescan, put_back
 
@@ -44,6 +45,11 @@ class TableInfo:
     string_time_patterns: tuple[tuple[str, str], ...] = ()
     # single-value INT/LONG/FLOAT/DOUBLE columns: CAST(col AS TIMESTAMP) reads them as epoch millis, as Pinot does
     number_columns: frozenset[str] = frozenset()
+    # a dimension table (isDimTable) and its schema's primary key: what LOOKUP may read (``cuvee.query.lookup``)
+    dim_table: bool = False
+    primary_key: tuple[str, ...] = ()
+    # the DuckDB type of each primary key column ('' where none is known): LOOKUP converts a fact value to it
+    primary_key_types: tuple[str, ...] = ()
 
 
 TableResolver = Callable[[str], "TableInfo | None"]
@@ -64,6 +70,7 @@ class ParsedQuery:
     aliases: tuple[str | None, ...]
     names: tuple[str, ...]
     options: Mapping[str, str] = field(default_factory=dict)
+    lookups: tuple[Lookup, ...] = ()  # the dimension tables LOOKUP calls read (their relations on the servers)
 
 
 _OPTION_CLAUSE = re.compile(r"\s+OPTION\s*\((?P<body>[^()]*)\)\s*;?\s*$", re.IGNORECASE)
@@ -123,7 +130,10 @@ def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:
                               table.number_columns)
     assert isinstance(select, exp.Select)
     select = rewrite_multi_value_predicates(select, table.multi_value_columns)
-    return ParsedQuery(sql=sql, table=table, select=select, aliases=aliases, names=names, options=options)
+    select, lookups = translate_lookups(select, resolve, table.multi_value_columns)
+    assert isinstance(select, exp.Select)
+    return ParsedQuery(sql=sql, table=table, select=select, aliases=aliases, names=names, options=options,
+                       lookups=lookups)
 
 
 def parse_query_options(text: str | None) -> dict[str, str]:

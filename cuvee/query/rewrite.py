@@ -32,9 +32,9 @@ from sqlglot import exp
 
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
+from cuvee.query.lookup import SERVER_RELATION, Lookup
 from cuvee.query.parse import DIALECT, ParsedQuery, TableResolver, parse_query, sql_error
 
-SERVER_RELATION = "cuvee_segments"
 PARTIALS_RELATION = "cuvee_partials"
 DEFAULT_LIMIT = 10
 # The server step of ``SELECT COUNT(*)`` without WHERE: servers answer it from their row counts, not a scan.
@@ -120,6 +120,8 @@ class QueryPlan:
     limit: int | None
     offset: int
     options: Mapping[str, str] = field(default_factory=dict)
+    # the dimension tables LOOKUP reads: each server registers each one's rows as its relation (``Lookup``)
+    lookups: tuple[Lookup, ...] = ()
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -163,7 +165,7 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
         docs_column = DOCS_COLUMN
     return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
                      docs_scanned_sql=docs_scanned, docs_column=docs_column, column_names=names, limit=limit, offset=offset,
-                     options=dict(parsed.options))
+                     options=dict(parsed.options), lookups=parsed.lookups)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:
@@ -185,7 +187,7 @@ def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str]
     for key in keys:  # a row with no values (NULL or empty) stays, in the NULL group, as a single-value NULL would
         values = f"CASE WHEN len({_quote(key)}) > 0 THEN {_quote(key)} ELSE [NULL] END"
         source = f"(SELECT * REPLACE (unnest({values}) AS {_quote(key)}) FROM {source})"
-    return source
+    return f"{source} AS {SERVER_RELATION}"  # named so, a LOOKUP's fact columns still resolve
 
 
 def _limit_offset(select: exp.Select) -> tuple[int | None, int]:

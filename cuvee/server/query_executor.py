@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -66,6 +66,28 @@ class _Counts:
     consuming_processed: int = 0
     non_empty: int = 0
     freshness_ms: int | None = None
+
+
+@dataclass
+class _Dims:
+    """The dimension tables a request's LOOKUPs read: relation -> this server's rows of the table, and per table
+    the listed segments this server does not hold."""
+
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    missing: dict[str, list[str]] = field(default_factory=dict)
+    broken: list[str] = field(default_factory=list)  # dimension tables whose segments cannot be read
+
+    def check(self) -> None:
+        """A dimension segment this server lacks would make LOOKUP answer NULL for its keys: an error instead."""
+        if self.broken:
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"dimension table(s) {', '.join(self.broken)[:512]} cannot "
+                                                          "be read on this server (the server log has the details)")
+        if self.missing:
+            listed = "; ".join(f"dimension table {table[:256]} lacks segment(s) {', '.join(names[:10])}"
+                               + (f" ... ({len(names) - 10} more)" if len(names) > 10 else "")
+                               for table, names in sorted(self.missing.items()))
+            raise _Failed(QueryErrorCode.SERVER_SEGMENT_MISSING, f"LOOKUP cannot run on this server: {listed} "
+                                                                 "(a rebalance of the table places them)")
 
 
 _CONSISTENT_TRIES = 100
@@ -127,6 +149,31 @@ class QueryExecutor:
                                    [d for d in acquired.deleted if d in asked]), valid
                     return
 
+    @contextmanager
+    def _dims(self, request: ServerQueryRequest) -> Iterator[_Dims]:
+        """Hold every listed segment of each dimension table the request reads, for the whole query (a segment
+        deleted on purpose is not missing, as for the fact table)."""
+        dims = _Dims()
+        with ExitStack() as stack:
+            for lookup in request.lookups:
+                acquired = stack.enter_context(self.registry.acquire(lookup.table, lookup.segments))
+                if acquired.missing:
+                    dims.missing[lookup.table] = list(acquired.missing)
+                    continue
+                try:
+                    tables = [query_table(segment) for segment in acquired.segments]
+                except Exception:  # a broken segment costs this query an error, never the server's answer
+                    log.exception("dimension table %s cannot be read for a query", lookup.table)
+                    dims.broken.append(lookup.table)
+                    continue
+                if tables:
+                    dims.tables[lookup.relation] = _union(tables)
+                elif lookup.schema is not None:
+                    dims.tables[lookup.relation] = lookup.schema.empty_table()
+                else:
+                    dims.missing[lookup.table] = ["(none listed, and no schema to type it)"]
+            yield dims
+
     def _upsert(self, table: str) -> TableUpsert | None:
         if self._upserts is None or not table.endswith("_REALTIME"):
             return None
@@ -143,7 +190,7 @@ class QueryExecutor:
         result: pa.Table | None = None
         docs_scanned = 0
         errors: list[ServerException] = []
-        with self._acquire(request) as (acquired, valid):
+        with self._acquire(request) as (acquired, valid), self._dims(request) as dims:
             missing = list(acquired.missing)
             if valid is _UNAVAILABLE:
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
@@ -156,6 +203,7 @@ class QueryExecutor:
                     _check_select(request.docs_scanned_sql)
                 tables = self._views(acquired.segments, counts, errors, valid)
                 if tables:
+                    dims.check()
                     union = _union(tables)
                     self._check_deadline(deadline, request.timeout_ms)
                     if _counts_rows_only(request) and VALID_COLUMN not in union.column_names:
@@ -165,12 +213,13 @@ class QueryExecutor:
                         docs_scanned = union.num_rows
                     else:
                         try:
-                            result, docs_scanned = self._run(request, union, deadline, counts.total_docs)
+                            result, docs_scanned = self._run(request, union, deadline, counts.total_docs,
+                                                             dims.tables)
                         except _Failed as failure:
                             if not failure.data:
                                 raise
                             culprit = (acquired.segments[0].name if len(acquired.segments) == 1 else
-                                       self._culprit(request, acquired.segments, valid, deadline))
+                                       self._culprit(request, acquired.segments, valid, deadline, dims.tables))
                             where = f"on segment {culprit}" if culprit else f"on one of {len(tables)} segments"
                             raise _Failed(failure.code, f"the query failed {where}: {failure.message}") from None
                     counts.processed = len(tables)
@@ -239,13 +288,15 @@ class QueryExecutor:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT, f"query timed out: {timeout_ms} ms passed before it ran")
 
     def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
-             total_docs: int) -> tuple[pa.Table, int]:
+             total_docs: int, dims: Mapping[str, pa.Table] | None = None) -> tuple[pa.Table, int]:
         con = sandboxed_cursor(union.num_rows)
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
             union = _columns_read(union, request)
             _bind(con, union, request.time_filter, upsert=VALID_COLUMN in union.column_names)
+            for relation, rows in (dims or {}).items():  # LOOKUP's dimension tables (names checked on the wire)
+                con.register(relation, rows)
             result = con.sql(request.sql).to_arrow_table()
             docs = total_docs
             if request.docs_column is not None:
@@ -267,7 +318,7 @@ class QueryExecutor:
             con.close()
 
     def _culprit(self, request: ServerQueryRequest, segments: Sequence[QueryableSegment], valid: Valid | None,
-                 deadline: float) -> str | None:
+                 deadline: float, dims: Mapping[str, pa.Table] | None = None) -> str | None:
         """The segment a query that failed on the rows fails on alone (the first of at most ``_CULPRIT_PROBES``
         tried, within the query's time), or None. Only after a failure: a good query never pays for it."""
         for segment in segments[:_CULPRIT_PROBES]:
@@ -277,7 +328,7 @@ class QueryExecutor:
             if not tables:
                 continue
             try:
-                self._run(request, _union(tables), deadline, tables[0].num_rows)
+                self._run(request, _union(tables), deadline, tables[0].num_rows, dims)
             except _Failed as failure:
                 if failure.data:
                     return segment.name

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from cuvee.protocol.query import (
+    DimLookup,
     QueryWireError,
     TimeFilter,
     ServerException,
@@ -114,3 +115,30 @@ def test_bad_responses_are_clear_errors() -> None:
         pass
     with pytest.raises(QueryWireError, match="server query stats"):
         decode_response(sink.getvalue())
+
+
+def test_lookups_round_trip_and_are_absent_unless_used() -> None:
+    assert "lookups" not in REQUEST.to_dict()  # an older server, which refuses unknown fields, still reads it
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    asked = ServerQueryRequest("4", "f_OFFLINE", "SELECT 1", ("s",), 10, lookups=(
+        DimLookup("cuvee_lookup_1", "teams_OFFLINE", ("t0", "t1")),
+        DimLookup("cuvee_lookup_2", "d_OFFLINE", (), schema)))
+    back = ServerQueryRequest.decode(asked.encode())
+    assert back == asked and back.lookups[1].schema == schema and back.lookups[0].schema is None
+    assert orjson.loads(asked.encode())["lookups"][0] == {"relation": "cuvee_lookup_1", "table": "teams_OFFLINE",
+                                                         "segments": ["t0", "t1"]}
+
+
+@pytest.mark.parametrize(("lookups", "error"), [
+    ({"relation": "cuvee_lookup_1"}, "must be a list"),
+    ([{"relation": "cuvee_segments", "table": "t", "segments": []}], "relation must be cuvee_lookup_<n>"),
+    ([{"relation": "cuvee_lookup_1; DROP", "table": "t", "segments": []}], "relation must be cuvee_lookup_<n>"),
+    ([{"relation": "cuvee_lookup_1", "table": "", "segments": []}], "table must be a non-empty string"),
+    ([{"relation": "cuvee_lookup_1", "table": "t", "segments": [""]}], "must be a non-empty string"),
+    ([{"relation": "cuvee_lookup_1", "table": "t", "segments": [], "schema": "!!"}], "not a base64 Arrow schema"),
+    ([{"relation": "cuvee_lookup_1", "table": "t", "segments": [], "sql": "x"}], "unknown field"),
+    ([{"relation": "cuvee_lookup_1", "table": "t", "segments": []}] * 2, "a relation twice"),
+])
+def test_lookups_parsing_is_strict(lookups: object, error: str) -> None:
+    with pytest.raises(QueryWireError, match=error):
+        ServerQueryRequest.from_dict({**REQUEST.to_dict(), "lookups": lookups})

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from cuvee.cluster.errors import AssignmentError
-from cuvee.cluster.offline_assignment import assign_offline_segment, place_offline_segments
+from cuvee.cluster.offline_assignment import assign_offline_segment, place_offline_segments, replicas
 from cuvee.cluster.records import IdealState, SegmentState
 
 
@@ -27,3 +27,17 @@ def test_a_repush_keeps_its_servers_and_replaces_only_ineligible_ones() -> None:
 def test_too_few_servers() -> None:
     with pytest.raises(AssignmentError, match="only 1 eligible"):
         assign_offline_segment(IdealState("t_OFFLINE"), "s", 2, ["a"])
+
+
+def test_a_dim_tables_segments_go_to_every_eligible_server() -> None:
+    servers = ["a", "b", "c"]
+    assert replicas(2, False, servers) == 2
+    assert replicas(2, True, servers) == 3 and replicas(1, True, ["a", "a"]) == 1
+    ideal = place_offline_segments(IdealState("d_OFFLINE"), ["s0", "s1"], replicas(1, True, servers), servers)
+    assert {name: sorted(r) for name, r in ideal.segments.items()} == {"s0": servers, "s1": servers}
+
+
+def test_a_dim_table_without_an_eligible_server_is_refused_like_any_table() -> None:
+    assert replicas(3, True, []) == 1
+    with pytest.raises(AssignmentError, match="only 0 eligible"):
+        assign_offline_segment(IdealState("d_OFFLINE"), "s", replicas(3, True, []), [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.offline_assignment import replicas
 from cuvee.cluster.rebalance import add_targets, drop_sources, plan_offline_rebalance, plan_rebalance
 from cuvee.cluster.records import IdealState, SegmentState
 
@@ -81,3 +82,14 @@ def test_an_offline_rebalance_run_again_after_a_stop_trims_the_extra_replicas_an
     loads = sorted(sum(i in r for r in placed.values()) for i in "abc")
     assert loads[-1] - loads[0] <= 1 and sum(loads) == 8
     assert "b" in placed["s_3"]  # the replica it had stays
+
+
+def test_a_dim_tables_rebalance_brings_every_segment_to_a_server_added_later() -> None:
+    ideal = IdealState("d_OFFLINE", {f"d_{i}": {"a": ON, "b": ON} for i in range(3)})
+    servers = {"a", "b", "c"}
+    moves = plan_offline_rebalance(ideal, replicas(1, True, servers), servers)
+    assert [(m.segment, m.current, m.target) for m in moves] == [
+        (f"d_{i}", ("a", "b"), ("a", "b", "c")) for i in range(3)]  # added, nothing taken away
+    assert all(set(r) == servers for r in _apply(ideal, moves).values())
+    gone = plan_offline_rebalance(ideal, replicas(1, True, {"a"}), {"a"})  # b left the tenant: its copies go
+    assert all(m.target == ("a",) for m in gone) and len(gone) == 3

@@ -170,3 +170,16 @@ def test_answer_columns_are_named_as_written_not_as_translated() -> None:
     plan = stages("SELECT substr(a.city, 0, 1), COUNT(*) FROM events a JOIN users u ON a.id = u.id GROUP BY 1")
     assert plan.column_names == ("SUBSTR(a.city, 0, 1)", "count(*)")
     assert "SUBSTRING" in plan.final_sql.upper()
+
+def test_a_lookup_goes_to_the_servers_with_its_leaf_or_its_tables_filter_and_never_stays_above_a_join() -> None:
+    plan = stages("WITH c AS (SELECT LOOKUP('teams', 'name', 'id', id) AS team, COUNT(*) AS n FROM events "
+                  "GROUP BY 1) SELECT c.team, u.age FROM c JOIN users u ON c.team = u.name")
+    assert plan.leaves[0].whole and "LOOKUP('teams', 'name', 'id', id)" in plan.leaves[0].sql
+    assert "LOOKUP" not in plan.final_sql.upper()
+    moved = stages("SELECT u.name FROM events e JOIN users u ON e.id = u.id "
+                   "WHERE LOOKUP('teams', 'name', 'id', e.city) = 'x'")
+    assert "LOOKUP('teams', 'name', 'id', city) = 'x'" in moved.leaves[0].sql
+    assert "LOOKUP" not in moved.final_sql.upper()
+    with pytest.raises(QueryError) as info:  # over a join's rows: only the broker could run it, and it cannot
+        stages("SELECT LOOKUP('teams', 'name', 'id', e.id) FROM events e JOIN users u ON e.id = u.id")
+    assert info.value.code is QueryErrorCode.SQL_PARSING and "LOOKUP runs on the servers" in info.value.message

@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from cuvee.protocol.query import ServerQueryRequest
+from cuvee.protocol.query import DimLookup, ServerQueryRequest
 from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
 from cuvee.query.rewrite import DOCS_COLUMN
 from cuvee.server.query_executor import QueryExecutor, _union
@@ -243,3 +243,43 @@ def test_a_query_failing_on_the_rows_names_the_segment_that_holds_them(loaded) -
     result, stats = QueryExecutor(registry).execute(request("SELECT nope FROM cuvee_segments", names))
     assert "segment" not in stats.exceptions[0].message and "nope" in stats.exceptions[0].message
     assert registry.ref_count(TABLE, names[1]) == 0
+
+
+class _Rows:
+    """A committed segment of fixed rows (a dimension table's, of another schema than the events')."""
+
+    is_consuming = False
+    last_ingestion_ms = None
+
+    def __init__(self, name: str, rows: pa.Table):
+        self.name, self.rows, self.num_docs = name, rows, rows.num_rows
+
+    def to_arrow(self) -> pa.Table:
+        return self.rows
+
+
+def test_a_lookups_dimension_table_is_the_union_of_the_listed_segments_and_a_missing_one_is_an_error() -> None:
+    registry = SegmentRegistry()
+    registry.put(TABLE, MutableView(segment_name(0, 0), event_rows(50, 0, 4)))
+    dim = pa.table({"name": ["amsterdam", "berlin", "bern"], "country": ["NL", "DE", "CH"]})
+    registry.put("cities_OFFLINE", _Rows("cities_0", dim.slice(0, 2)))
+    registry.put("cities_OFFLINE", _Rows("cities_1", dim.slice(2)))
+    sql = ('SELECT "city", (SELECT l."country" FROM cuvee_lookup_1 AS l WHERE l."name" = cuvee_segments."city" '
+           'LIMIT 1) AS country FROM cuvee_segments')
+
+    def ask(segments: tuple[str, ...], schema: pa.Schema | None = None) -> tuple[pa.Table | None, list]:
+        lookups = (DimLookup("cuvee_lookup_1", "cities_OFFLINE", segments, schema),)
+        result, stats = QueryExecutor(registry).execute(ServerQueryRequest(
+            "1", TABLE, sql, (segment_name(0, 0),), 10_000, lookups=lookups))
+        return result, [(e.error_code, e.message) for e in stats.exceptions]
+
+    result, errors = ask(("cities_0", "cities_1"))
+    assert errors == [] and result is not None
+    expected = {"amsterdam": "NL", "berlin": "DE", "bern": "CH", "cairo": None, None: None}
+    assert all(expected[row["city"]] == row["country"] for row in result.to_pylist())
+    assert {row["country"] for row in result.to_pylist()} == {"NL", "DE", "CH", None}
+    result, errors = ask(("cities_0", "cities_1", "cities_7"))
+    assert result is None and errors == [(int(QueryErrorCode.SERVER_SEGMENT_MISSING), errors[0][1])]
+    assert "dimension table cities_OFFLINE lacks segment(s) cities_7" in errors[0][1]
+    result, errors = ask((), dim.schema)  # no segment routed: the schema types an empty table, every key unmatched
+    assert errors == [] and result is not None and set(result.column("country").to_pylist()) == {None}
