@@ -25,8 +25,9 @@ MILLIS = [int(m.timestamp() * 1000) for m in MOMENTS]
 DOCS = [{"a": "x", "n": 7, "f": 2.5, "ok": True, "arr": [1, 2, 3], "o": {"k1": 1, "k2": "v"}},
         {"a": "y", "n": -3, "arr": [], "o": {}},
         {"n": "12", "t": 1700000000123}]
-TABLE = TableInfo("t", ("id", "ts", "ms", "s", "j", "x", "b"), timestamp_columns=frozenset({"ts"}),
-                  number_columns=frozenset({"id", "ms", "x"}))
+DAYS = [16091, 0, -1]  # an INT (int32) column of days since the epoch
+TABLE = TableInfo("t", ("id", "ts", "ms", "s", "j", "x", "b", "days"), timestamp_columns=frozenset({"ts"}),
+                  number_columns=frozenset({"id", "ms", "x", "days"}))
 ROWS = pa.table({
     "id": [0, 1, 2],
     "ts": pa.array([m.replace(tzinfo=None) for m in MOMENTS], pa.timestamp("ms")),
@@ -35,6 +36,7 @@ ROWS = pa.table({
     "j": [json.dumps(d) for d in DOCS],
     "x": [2.345, -2.675, 1.005],
     "b": [b"\x01\x02", b"abc", b""],
+    "days": pa.array(DAYS, pa.int32()),
 })
 
 
@@ -157,6 +159,19 @@ def test_time_convert_and_epoch_buckets() -> None:
     assert column("toEpochHoursBucket(ts, 6)") == [int(int(m / 3_600_000) / 6) for m in MILLIS]
     assert column("fromEpochDaysBucket(id, 7)") == [i * 7 * 86_400_000 for i in range(3)]
     assert column("toEpochSeconds(ts)") == [int(m / 1000) for m in MILLIS]
+
+
+def test_an_int_column_of_days_converts_to_millis_without_int32_overflow() -> None:
+    # Pinot's time functions take a Java long: the INT is widened before it is multiplied (DuckDB's INT32 product
+    # overflowed: a 200 for any date after 1970-01-25)
+    millis = [d * 86_400_000 for d in DAYS]
+    assert column("fromEpochDays(days)") == millis
+    assert column("fromEpochDaysBucket(days, 1)") == millis
+    assert column("timeConvert(days, 'DAYS', 'MILLISECONDS')") == millis
+    month_starts = [(dt.date(1970, 1, 1) + dt.timedelta(days=d)).replace(day=1) for d in DAYS]
+    assert column("DATETRUNC('month', days, 'DAYS')") == [(m - dt.date(1970, 1, 1)).days for m in month_starts]
+    assert column("DATETRUNC('hour', 1700000000, 'SECONDS', 'UTC', 'MILLISECONDS')") == [1699999200000] * 3
+    assert column("timeConvert(1.9, 'SECONDS', 'MILLISECONDS')") == [1000] * 3  # a long: the fraction dropped
 
 
 def test_date_time_mistakes_are_150_naming_the_function() -> None:
