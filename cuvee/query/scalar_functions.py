@@ -126,9 +126,53 @@ def _scaled(name: str, args: list[exp.Expression], duck: str, plain: Callable[[e
     return call("coalesce", exact, _double(call(duck, _double(args[0].copy()), number(scale))))
 
 
+def _special(text: str) -> exp.Cast:
+    """A DOUBLE DuckDB writes no literal for: 'NaN', 'Infinity', '-Infinity'."""
+    return _double(exp.Literal.string(text))
+
+
+def _java_long(value: exp.Expression) -> exp.Expression:
+    """Java's ``(long) d`` of a DOUBLE: toward zero, NaN is 0, out of range saturates (DuckDB's cast would fail)."""
+    return exp.Case(ifs=[
+        exp.If(this=call("isnan", value), true=number(0)),  # first: DuckDB orders NaN above every number
+        exp.If(this=exp.GTE(this=value.copy(), expression=_double(exp.Literal.string("9223372036854775808"))),
+               true=bigint(exp.Literal.string("9223372036854775807"))),
+        exp.If(this=exp.LTE(this=value.copy(), expression=_double(exp.Literal.string("-9223372036854775808"))),
+               true=bigint(exp.Literal.string("-9223372036854775808")))],
+        default=bigint(call("trunc", value.copy())))
+
+
 def _int_div(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """Pinot's ``(long) Math.floor(a / b)`` in doubles: a zero divisor answers Long.MAX/MIN_VALUE (0 for 0 / 0)."""
     _arity(name, args, 2)
-    return bigint(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+    return _java_long(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+
+
+def _logarithm(value: exp.Expression, of_positive: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    """Java's ``Math.log`` family: -Infinity at 0, NaN below (DuckDB raises an error for both). ``of_positive`` is
+    given the value only where it is positive (or NaN), so a constant argument cannot fail while being folded."""
+    x = _double(value)
+    guarded = exp.Case(ifs=[exp.If(this=exp.GT(this=x.copy(), expression=number(0)), true=x.copy())])
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=x.copy(), expression=number(0)), true=_special("-Infinity")),
+                         exp.If(this=exp.LT(this=x.copy(), expression=number(0)), true=_special("NaN"))],
+                    default=of_positive(guarded))
+
+
+def _log(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """Pinot's ``log`` is ``ln``; DuckDB's two-argument ``log(base, x)`` is kept, with Java's answers at x <= 0."""
+    _arity(name, args, 1, 2)
+    if len(args) == 1:
+        return _logarithm(args[0], lambda x: call("ln", x))
+    return _logarithm(args[1], lambda x: call("log", args[0], x))
+
+
+def _sqrt(value: exp.Expression) -> exp.Expression:
+    """Java's ``Math.sqrt``: NaN below 0 (DuckDB raises an error)."""
+    x = _double(value)
+    guarded = exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=number(0)), true=exp.Null())],
+                       default=x.copy())
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=number(0)), true=_special("NaN"))],
+                    default=call("sqrt", guarded))
 
 
 def _json_path(node: exp.Expression, name: str) -> str:
@@ -210,7 +254,7 @@ _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
     "ROUNDDECIMAL": lambda name, args: _scaled(name, args, "round", lambda x: call("floor", exp.Add(
         this=_double(x), expression=exp.Literal.number(0.5)))),
     "TRUNCATE": lambda name, args: _scaled(name, args, "trunc", lambda x: call("trunc", _double(x))),
-    "LOG": lambda name, args: call("ln", *args) if len(args) == 1 else call("log", *args),
+    "LOG": _log,
     "JSON_EXTRACT_SCALAR": _json_extract_scalar,
     "JSONEXTRACTSCALAR": _json_extract_scalar,
     "JSON_EXTRACT_KEY": _json_extract_key,
@@ -221,8 +265,22 @@ _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
 }
 _UNAVAILABLE = {"SHA512": "DuckDB has no SHA-512", "MURMURHASH2": "not translated",
                 "MURMURHASH3BIT32": "not translated"}
-# sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE.
+# sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE: the argument is
+# made a DOUBLE first, as Pinot's take one (abs of the smallest BIGINT would overflow), and so is the answer.
 _DOUBLE_MATH = (exp.Abs, exp.Ceil, exp.Floor, exp.Sign)
+
+
+def _log_node(node: exp.Log) -> exp.Expression:
+    """``log10(x)`` / ``log2(x)`` (sqlglot's ``Log(base, x)``) with Java's answers at x <= 0; Pinot's ``log2`` is
+    ``Math.log(x) / Math.log(2)``."""
+    base, value = node.this, node.expression
+    if value is None:  # a base-less Log: DuckDB's log10
+        base, value = number(10), base
+    if isinstance(base, exp.Literal) and base.name == "10":
+        return _logarithm(value, lambda x: call("log10", x))
+    if isinstance(base, exp.Literal) and base.name == "2":
+        return _logarithm(value, lambda x: exp.Div(this=call("ln", x), expression=call("ln", _double(number(2)))))
+    return _logarithm(value, lambda x: call("log", base, x))
 
 
 def translate_other(upper: str, args: list[exp.Expression]) -> exp.Expression | None:
@@ -234,9 +292,17 @@ def translate_other(upper: str, args: list[exp.Expression]) -> exp.Expression | 
 
 
 def translate_node(node: exp.Expression) -> exp.Expression | None:
-    """Pinot's meaning for a node sqlglot parsed into one of its own classes (lpad/rpad, DOUBLE math), or None."""
+    """Pinot's meaning for a node sqlglot parsed into one of its own classes (lpad/rpad, DOUBLE math, ln, log10,
+    log2, sqrt), or None."""
     if isinstance(node, exp.Pad):
         return _pad(node)
     if isinstance(node, _DOUBLE_MATH):
+        node.set("this", _double(node.this))
         return _double(node)
+    if isinstance(node, exp.Ln):
+        return _logarithm(node.this, lambda x: call("ln", x))
+    if isinstance(node, exp.Log):
+        return _log_node(node)
+    if isinstance(node, exp.Sqrt):
+        return _sqrt(node.this)
     return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
@@ -289,3 +290,18 @@ def test_math_with_pinot_meanings_and_double_results() -> None:
     assert column("mod(id + 5, 3)") == [2, 0, 1]
     assert column("least(id, 1)") == [0, 1, 1] and column("greatest(id, 1)") == [1, 1, 2]
     refused("SELECT roundDecimal(x, id) FROM t", "the scale must be an integer literal")
+
+
+def test_math_answers_java_values_where_duckdb_raises_an_error() -> None:
+    # Java's Math.log / log10 / sqrt: -Infinity at 0 and NaN below it (DuckDB: Out of Range Error, a 200)
+    for fn in ("log", "ln", "log10", "log2"):
+        below, zero, _ = column(f"{fn}(id - 1)")
+        assert math.isnan(below) and zero == -math.inf, fn
+    assert column("log2(id * 4)")[1:] == [math.log(4) / math.log(2), math.log(8) / math.log(2)]  # Pinot's log2
+    assert column("log10(id * 1000)")[1:] == [3.0, math.log10(2000)]
+    below, *rest = column("sqrt(id - 1)")
+    assert math.isnan(below) and rest == [0.0, 1.0]
+    # intDiv is (long) Math.floor(a / b) in doubles: a zero divisor saturates (0 / 0 is NaN, which is 0)
+    assert column("intDiv(id - 1, 0)") == [-(2 ** 63), 0, 2 ** 63 - 1]
+    # abs takes a DOUBLE: the smallest BIGINT has no BIGINT absolute value
+    assert column("abs(-9223372036854775808)") == [9.223372036854776e18] * 3
