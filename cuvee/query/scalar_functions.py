@@ -187,13 +187,39 @@ _JSON_TYPES = {"INT": "INTEGER", "LONG": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "
                "BYTES": "BLOB"}
 
 
-def _typed(value: exp.Expression, duck: str) -> exp.Expression:
+_WHOLE_NUMBER = r"[+-]?[0-9]+"
+
+
+def _typed(value: exp.Expression, duck: str, booleans: bool = True) -> exp.Expression:
+    """A JSON value's text as ``duck``, NULL where it does not convert. As Java's ``Number.intValue``/``longValue``
+    an INT or LONG drops a fraction (12.7 is 12; DuckDB's cast would round it to 13), and with ``booleans``
+    (jsonExtractScalar, not jsonPath…) a number type reads true/false as 1/0."""
     if duck == "VARCHAR":
         return value
     if duck == "TIMESTAMP":  # Pinot reads a TIMESTAMP as epoch millis or as timestamp text
         return call("coalesce", call("epoch_ms", exp.TryCast(this=value, to=exp.DataType.build("BIGINT"))),
                     exp.TryCast(this=value.copy(), to=exp.DataType.build("TIMESTAMP")))
-    return exp.TryCast(this=value, to=exp.DataType.build(duck))
+    target = exp.DataType.build(duck)
+    if duck == "BOOLEAN":
+        return exp.TryCast(this=value, to=target)
+    ifs = []
+    if booleans:
+        ifs += [exp.If(this=exp.EQ(this=value.copy(), expression=exp.Literal.string(text)),
+                       true=exp.Cast(this=number(bit), to=target.copy())) for text, bit in (("true", 1), ("false", 0))]
+    if duck in ("INTEGER", "BIGINT"):
+        ifs.append(exp.If(this=call("regexp_full_match", value.copy(), exp.Literal.string(_WHOLE_NUMBER)),
+                          true=exp.TryCast(this=value.copy(), to=target.copy())))
+        fallback: exp.Expression = exp.TryCast(this=call("trunc", exp.TryCast(this=value.copy(), to=_DOUBLE)),
+                                               to=target.copy())
+    else:
+        fallback = exp.TryCast(this=value.copy(), to=target.copy())
+    return exp.Case(ifs=ifs, default=fallback) if ifs else fallback
+
+
+def _parsable(json: exp.Expression) -> exp.Expression:
+    """``json`` where it is well-formed JSON, else NULL: malformed JSON gives the default (or NULL), as in Pinot,
+    instead of DuckDB's error."""
+    return exp.Case(ifs=[exp.If(this=call("json_valid", json), true=json.copy())])
 
 
 def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expression:
@@ -206,11 +232,12 @@ def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expressio
     if (element or kind) not in _JSON_TYPES:
         raise sql_error(f"{name}: unknown result type {kind!r}, expected one of "
                         f"{', '.join(_JSON_TYPES)} (or their _ARRAY forms)")
+    json = _parsable(args[0])
     if element is not None:
-        listed = exp.TryCast(this=call("json_extract", args[0], path),
+        listed = exp.TryCast(this=call("json_extract", json, path),
                              to=exp.DataType.build(f"{_JSON_TYPES[element]}[]"))
         return listed if len(args) == 3 else call("coalesce", listed, args[3])
-    value = _typed(call("json_extract_string", args[0], path), _JSON_TYPES[kind])
+    value = _typed(call("json_extract_string", json, path), _JSON_TYPES[kind])
     if len(args) == 4:
         return call("coalesce", value, _typed(exp.Cast(this=args[3], to=exp.DataType.build("VARCHAR")),
                                               _JSON_TYPES[kind]))
@@ -220,9 +247,10 @@ def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expressio
 def _json_path_typed(duck: str) -> Callable[[str, list[exp.Expression]], exp.Expression]:
     def translate(name: str, args: list[exp.Expression]) -> exp.Expression:
         _arity(name, args, 2, 3)
-        value = _typed(call("json_extract_string", args[0], exp.Literal.string(_json_path(args[1], name))), duck)
+        path = exp.Literal.string(_json_path(args[1], name))
+        value = _typed(call("json_extract_string", _parsable(args[0]), path), duck, booleans=False)
         return value if len(args) == 2 else call("coalesce", value, _typed(
-            exp.Cast(this=args[2], to=exp.DataType.build("VARCHAR")), duck))
+            exp.Cast(this=args[2], to=exp.DataType.build("VARCHAR")), duck, booleans=False))
     return translate
 
 
@@ -236,7 +264,7 @@ def _json_extract_key(name: str, args: list[exp.Expression]) -> exp.Expression:
         raise sql_error(f"{name}: only paths like '$.*' or '$.a.b.*' (an object's keys) are supported, got {path!r}")
     parent = "$" + "".join(f".{s}" for s in segments[1:-1])
     prefix = "$" + "".join(f"['{s}']" for s in segments[1:-1])
-    keys = call("json_keys", args[0], exp.Literal.string(parent))
+    keys = call("json_keys", _parsable(args[0]), exp.Literal.string(parent))
     quoted = exp.DPipe(this=exp.DPipe(this=exp.Literal.string(prefix + "['"), expression=_item()),
                        expression=exp.Literal.string("']"))
     return call("list_transform", keys, _lambda(quoted))

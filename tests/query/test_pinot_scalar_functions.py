@@ -207,6 +207,25 @@ def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
     refused("SELECT id FROM t WHERE JSON_MATCH(j, '\"$.a\"=''x''')", "JSON_MATCH is not supported")
 
 
+def test_json_numbers_convert_as_java_does_and_malformed_json_gives_the_default() -> None:
+    # Number.longValue()/intValue() drop the fraction (DuckDB's cast rounds 12.7 to 13); the extractor reads a JSON
+    # boolean as 1/0 for the number types, jsonPathLong does not (Long.parseLong("true") fails: the default)
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": 12.7}', '$.a', 'LONG')") == [12] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": -12.7}', '$.a', 'INT')") == [-12] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": 12345678901234567}', '$.a', 'LONG')") == [12345678901234567] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": true}', '$.a', 'INT', 0)") == [1] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": false}', '$.a', 'DOUBLE')") == [0.0] * 3
+    assert column("jsonPathLong('{\"a\": 12.7}', '$.a')") == [12] * 3
+    assert column("jsonPathLong('{\"a\": true}', '$.a', 9)") == [9] * 3
+    # unparsable JSON: the default where there is one (Pinot's answer), else NULL (where Pinot fails the query)
+    bad = "CASE WHEN id = 1 THEN '' WHEN id = 2 THEN '{\"a\": ' ELSE j END"
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.a', 'STRING', 'd')") == ["x", "d", "d"]
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.n', 'INT')") == [7, None, None]
+    assert column(f"jsonPathString({bad}, '$.a', 'd')") == ["x", "d", "d"]
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], None, None]
+    assert column(f"JSON_EXTRACT_KEY({bad}, '$.o.*')") == [["$['o']['k1']", "$['o']['k2']"], None, None]
+
+
 def test_json_extract_key_lists_an_objects_key_paths() -> None:
     expected = [[f"$['o']['{k}']" for k in d["o"]] if "o" in d else None for d in DOCS]
     assert column("JSON_EXTRACT_KEY(j, '$.o.*')") == expected
