@@ -45,7 +45,9 @@ def _parts(text: exp.Expression, delimiter: exp.Expression) -> exp.Expression:
 
 
 def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
-    """0-based index of the first (or the n-th, overlapping) occurrence; -1 when there is none."""
+    """0-based index of the first (or the n-th, overlapping) occurrence; -1 when there is none. Commons'
+    ``ordinalIndexOf``: an n of 0 or less is -1 (DuckDB's list_extract would count from the end), an empty
+    ``find`` is at 0."""
     _arity(name, args, 2, 3)
     text, find = args[0], args[1]
     if len(args) == 2:
@@ -53,29 +55,39 @@ def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
     starts = call("list_filter", call("range", number(0), call("length", text)), _lambda(exp.EQ(
         this=exp.Substring(this=text.copy(), start=exp.Add(this=_item(), expression=number(1)),
                            length=call("length", find.copy())), expression=find.copy())))
-    nth = call("list_extract", starts, args[2])  # 1-based, as the instance counts
-    return call("coalesce", nth, number(-1))
+    instance = exp.paren(args[2])
+    nth = call("list_extract", starts, instance)  # 1-based, as the instance counts
+    return exp.Case(ifs=[exp.If(this=exp.LTE(this=instance.copy(), expression=number(0)), true=number(-1)),
+                         exp.If(this=exp.EQ(this=find.copy(), expression=exp.Literal.string("")), true=number(0))],
+                    default=call("coalesce", nth, number(-1)))
 
 
 def _substr(name: str, args: list[exp.Expression]) -> exp.Expression:
-    """``substr(s, begin[, end])``: 0-based begin, exclusive end (-1: to the end); negative literals count from the
-    end, as Commons' ``StringUtils.substring`` does."""
+    """``substr(s, begin[, end])``: 0-based begin, exclusive end (-1: to the end); a negative index counts from the
+    end, as Commons' ``StringUtils.substring`` does — a literal's or an expression's value alike."""
     _arity(name, args, 2, 3)
     text = args[0]
     length = call("length", text.copy())
 
-    def position(node: exp.Expression) -> exp.Expression:  # a 0-based index, from the end when a negative literal
+    def from_end(value: exp.Expression) -> exp.Expression:
+        return call("greatest", exp.Add(this=length.copy(), expression=value), number(0))
+
+    def position(node: exp.Expression) -> exp.Expression:  # a 0-based index, from the end when negative
         try:
             value = int_literal(node, name, "an index")
-        except QueryError:  # an expression: taken as a non-negative index
-            return exp.paren(node)
-        return number(value) if value >= 0 else call("greatest", exp.Add(this=length.copy(),
-                                                                         expression=number(value)), number(0))
+        except QueryError:  # an expression: its sign is known only per row
+            value_of = exp.paren(node)
+            return exp.Case(ifs=[exp.If(this=exp.LT(this=value_of, expression=number(0)),
+                                        true=from_end(value_of.copy()))], default=value_of.copy())
+        return number(value) if value >= 0 else from_end(number(value))
 
     begin = position(args[1])
     if len(args) == 2 or (isinstance(args[2], exp.Neg) and int_literal(args[2], name, "the end") == -1):
         return exp.Substring(this=text, start=exp.Add(this=begin, expression=number(1)))
     end = position(args[2])
+    if isinstance(end, exp.Case):  # an expression's -1 also means the end, as Pinot checks the value
+        end = exp.Case(ifs=[exp.If(this=exp.EQ(this=exp.paren(args[2].copy()), expression=number(-1)),
+                                   true=length.copy())], default=end)
     count = call("greatest", exp.Sub(this=end, expression=begin.copy()), number(0))
     return exp.Substring(this=text, start=exp.Add(this=begin.copy(), expression=number(1)), length=count)
 
@@ -100,9 +112,15 @@ def _concat(name: str, args: list[exp.Expression]) -> exp.Expression:
 
 
 def _pad(node: exp.Pad) -> exp.Expression:
-    """Commons' leftPad/rightPad: a string already as long as the size is kept whole (DuckDB would cut it)."""
+    """Commons' leftPad/rightPad: a string already as long as the size is kept whole (DuckDB would cut it), and an
+    empty pad is a space (DuckDB raises an error)."""
     text, size = node.this, node.expression
     fill = node.args.get("fill_pattern") or exp.Literal.string(" ")
+    if isinstance(fill, exp.Literal) and fill.is_string:
+        fill = fill if fill.name else exp.Literal.string(" ")
+    else:
+        fill = exp.Case(ifs=[exp.If(this=exp.EQ(this=fill, expression=exp.Literal.string("")),
+                                    true=exp.Literal.string(" "))], default=fill.copy())
     padded = call("lpad" if node.args.get("is_left") else "rpad", text.copy(), size.copy(), fill)
     return exp.Case(ifs=[exp.If(this=exp.GTE(this=call("length", text), expression=exp.paren(size)),
                                 true=text.copy())], default=padded)

@@ -259,6 +259,30 @@ def test_substr_uses_a_zero_based_begin_and_an_exclusive_end() -> None:
     assert column("SUBSTRING(s, 1, 3)") == [s[0:3] for s in strings]  # SQL's SUBSTRING stays 1-based
 
 
+def commons_substring(text: str, begin: int, end: int | None = None) -> str:
+    """Pinot's substr: Commons' StringUtils.substring, negative indexes from the end; an end of -1 is the end."""
+    def at(i: int) -> int:
+        return max(len(text) + i, 0) if i < 0 else min(i, len(text))
+    if end is None or end == -1:
+        return text[at(begin):]
+    return text[at(begin):at(end)] if at(begin) <= at(end) else ""
+
+
+def test_strpos_and_substr_edges_follow_commons() -> None:
+    strings = ROWS["s"].to_pylist()
+    assert column("strpos(s, 'a', 0)") == [-1] * 3  # ordinalIndexOf: an ordinal <= 0 is -1
+    assert column("strpos(s, 'a', id - 1)") == [-1, -1, 0]  # (DuckDB's list_extract counted -1 from the end)
+    assert column("strpos('aaaa', 'aa', -1)") == [-1] * 3
+    assert column("strpos(s, '', 1)") == [0] * 3
+    # an expression's negative value counts from the end like a negative literal's; its -1 as the end: the end
+    for begin, end in [(-5, None), (-2, None), (-4, -2), (-3, -1), (1, -3), (-9, 2)]:
+        args = f"id - 2 + ({begin})" + ("" if end is None else f", id - 2 + ({end})")
+        expected = [commons_substring(t, begin + i - 2, None if end is None else end + i - 2)
+                    for i, t in enumerate(strings)]
+        assert column(f"substr(s, {args})") == expected, args
+    assert column("substr('hello', id - 3)") == ["llo", "lo", "o"]
+
+
 def test_split_split_part_concat_and_pads() -> None:
     strings = ROWS["s"].to_pylist()
     assert column("split(s, ',')") == [[p for p in s.split(",") if p] for s in strings]
@@ -268,6 +292,8 @@ def test_split_split_part_concat_and_pads() -> None:
     assert column("concat(s, 'z')") == [f"{s}z" for s in strings]
     assert column("lpad(s, 4, '*')") == [s.rjust(4, "*") for s in strings]  # never shortened, unlike DuckDB's
     assert column("rpad(s, 4, '*')") == [s.ljust(4, "*") for s in strings]
+    assert column("lpad('abc', 5, '')") == ["  abc"] * 3  # Commons: an empty pad is a space (DuckDB: an error)
+    assert column("rpad('abc', 5, substr(s, 0, 0))") == ["abc  "] * 3
 
 
 def test_string_functions_that_mean_the_same_pass_through() -> None:
