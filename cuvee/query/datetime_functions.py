@@ -51,6 +51,17 @@ def bigint(node: exp.Expression) -> exp.Cast:
     return exp.Cast(this=node, to=exp.DataType.build("BIGINT"))
 
 
+def long_value(node: exp.Expression) -> exp.Expression:
+    """``node`` as the Java ``long`` Pinot's time functions take: a fraction dropped toward zero, and BIGINT before
+    any multiplication (an INT column times a unit ratio would overflow DuckDB's INT32)."""
+    bare = node
+    while isinstance(bare, exp.Paren):
+        bare = bare.this
+    if isinstance(bare, exp.Cast) and bare.to.this is exp.DataType.Type.BIGINT:
+        return bare
+    return bigint(call("trunc", node))
+
+
 def number(value: int) -> exp.Literal:
     return exp.Literal.number(value)
 
@@ -134,13 +145,14 @@ def time_unit(node: exp.Expression, function: str, what: str = "the time unit") 
 
 
 def convert_units(value: exp.Expression, source: str, target: str) -> exp.Expression:
-    """Java's ``TimeUnit.convert``: multiply into a finer unit, divide (toward zero) into a coarser one."""
+    """Java's ``TimeUnit.convert`` of a ``long``: multiply into a finer unit, divide (toward zero) into a coarser
+    one; the value is widened to BIGINT first, so an INT column of days converts to millis without overflow."""
     ratio_up, ratio_down = _UNIT_NANOS[source], _UNIT_NANOS[target]
     if ratio_up == ratio_down:
         return value
     if ratio_up > ratio_down:
-        return bigint(exp.Mul(this=exp.paren(value), expression=number(ratio_up // ratio_down)))
-    return bigint(exp.IntDiv(this=exp.paren(value), expression=number(ratio_down // ratio_up)))
+        return bigint(exp.Mul(this=long_value(value), expression=number(ratio_up // ratio_down)))
+    return bigint(exp.IntDiv(this=long_value(value), expression=number(ratio_down // ratio_up)))
 
 
 def instant(millis: exp.Expression, zone: str) -> exp.Expression:
@@ -378,8 +390,9 @@ def _epoch(upper: str, args: list[exp.Expression], types: TimeTypes) -> exp.Expr
         raise sql_error(f"{upper} takes {wanted} argument(s), got {len(args)}")
     unit_ms = number(_EPOCH_UNITS[match.group(1)])
     if back is not None:
-        value = exp.paren(args[0]) if not variant else exp.Mul(this=exp.paren(args[0]), expression=exp.paren(args[1]))
-        return bigint(exp.Mul(this=value, expression=unit_ms))
+        value = long_value(args[0]) if not variant else exp.Mul(this=long_value(args[0]),
+                                                                  expression=long_value(args[1]))
+        return bigint(exp.Mul(this=exp.paren(value), expression=unit_ms))
     value = exp.IntDiv(this=exp.paren(types.millis(args[0])), expression=unit_ms)
     if variant == "BUCKET":
         return bigint(exp.IntDiv(this=value, expression=exp.paren(args[1])))

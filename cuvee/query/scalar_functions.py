@@ -45,7 +45,9 @@ def _parts(text: exp.Expression, delimiter: exp.Expression) -> exp.Expression:
 
 
 def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
-    """0-based index of the first (or the n-th, overlapping) occurrence; -1 when there is none."""
+    """0-based index of the first (or the n-th, overlapping) occurrence; -1 when there is none. Commons'
+    ``ordinalIndexOf``: an n of 0 or less is -1 (DuckDB's list_extract would count from the end), an empty
+    ``find`` is at 0."""
     _arity(name, args, 2, 3)
     text, find = args[0], args[1]
     if len(args) == 2:
@@ -53,29 +55,39 @@ def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
     starts = call("list_filter", call("range", number(0), call("length", text)), _lambda(exp.EQ(
         this=exp.Substring(this=text.copy(), start=exp.Add(this=_item(), expression=number(1)),
                            length=call("length", find.copy())), expression=find.copy())))
-    nth = call("list_extract", starts, args[2])  # 1-based, as the instance counts
-    return call("coalesce", nth, number(-1))
+    instance = exp.paren(args[2])
+    nth = call("list_extract", starts, instance)  # 1-based, as the instance counts
+    return exp.Case(ifs=[exp.If(this=exp.LTE(this=instance.copy(), expression=number(0)), true=number(-1)),
+                         exp.If(this=exp.EQ(this=find.copy(), expression=exp.Literal.string("")), true=number(0))],
+                    default=call("coalesce", nth, number(-1)))
 
 
 def _substr(name: str, args: list[exp.Expression]) -> exp.Expression:
-    """``substr(s, begin[, end])``: 0-based begin, exclusive end (-1: to the end); negative literals count from the
-    end, as Commons' ``StringUtils.substring`` does."""
+    """``substr(s, begin[, end])``: 0-based begin, exclusive end (-1: to the end); a negative index counts from the
+    end, as Commons' ``StringUtils.substring`` does — a literal's or an expression's value alike."""
     _arity(name, args, 2, 3)
     text = args[0]
     length = call("length", text.copy())
 
-    def position(node: exp.Expression) -> exp.Expression:  # a 0-based index, from the end when a negative literal
+    def from_end(value: exp.Expression) -> exp.Expression:
+        return call("greatest", exp.Add(this=length.copy(), expression=value), number(0))
+
+    def position(node: exp.Expression) -> exp.Expression:  # a 0-based index, from the end when negative
         try:
             value = int_literal(node, name, "an index")
-        except QueryError:  # an expression: taken as a non-negative index
-            return exp.paren(node)
-        return number(value) if value >= 0 else call("greatest", exp.Add(this=length.copy(),
-                                                                         expression=number(value)), number(0))
+        except QueryError:  # an expression: its sign is known only per row
+            value_of = exp.paren(node)
+            return exp.Case(ifs=[exp.If(this=exp.LT(this=value_of, expression=number(0)),
+                                        true=from_end(value_of.copy()))], default=value_of.copy())
+        return number(value) if value >= 0 else from_end(number(value))
 
     begin = position(args[1])
     if len(args) == 2 or (isinstance(args[2], exp.Neg) and int_literal(args[2], name, "the end") == -1):
         return exp.Substring(this=text, start=exp.Add(this=begin, expression=number(1)))
     end = position(args[2])
+    if isinstance(end, exp.Case):  # an expression's -1 also means the end, as Pinot checks the value
+        end = exp.Case(ifs=[exp.If(this=exp.EQ(this=exp.paren(args[2].copy()), expression=number(-1)),
+                                   true=length.copy())], default=end)
     count = call("greatest", exp.Sub(this=end, expression=begin.copy()), number(0))
     return exp.Substring(this=text, start=exp.Add(this=begin.copy(), expression=number(1)), length=count)
 
@@ -100,9 +112,15 @@ def _concat(name: str, args: list[exp.Expression]) -> exp.Expression:
 
 
 def _pad(node: exp.Pad) -> exp.Expression:
-    """Commons' leftPad/rightPad: a string already as long as the size is kept whole (DuckDB would cut it)."""
+    """Commons' leftPad/rightPad: a string already as long as the size is kept whole (DuckDB would cut it), and an
+    empty pad is a space (DuckDB raises an error)."""
     text, size = node.this, node.expression
     fill = node.args.get("fill_pattern") or exp.Literal.string(" ")
+    if isinstance(fill, exp.Literal) and fill.is_string:
+        fill = fill if fill.name else exp.Literal.string(" ")
+    else:
+        fill = exp.Case(ifs=[exp.If(this=exp.EQ(this=fill, expression=exp.Literal.string("")),
+                                    true=exp.Literal.string(" "))], default=fill.copy())
     padded = call("lpad" if node.args.get("is_left") else "rpad", text.copy(), size.copy(), fill)
     return exp.Case(ifs=[exp.If(this=exp.GTE(this=call("length", text), expression=exp.paren(size)),
                                 true=text.copy())], default=padded)
@@ -126,9 +144,53 @@ def _scaled(name: str, args: list[exp.Expression], duck: str, plain: Callable[[e
     return call("coalesce", exact, _double(call(duck, _double(args[0].copy()), number(scale))))
 
 
+def _special(text: str) -> exp.Cast:
+    """A DOUBLE DuckDB writes no literal for: 'NaN', 'Infinity', '-Infinity'."""
+    return _double(exp.Literal.string(text))
+
+
+def _java_long(value: exp.Expression) -> exp.Expression:
+    """Java's ``(long) d`` of a DOUBLE: toward zero, NaN is 0, out of range saturates (DuckDB's cast would fail)."""
+    return exp.Case(ifs=[
+        exp.If(this=call("isnan", value), true=number(0)),  # first: DuckDB orders NaN above every number
+        exp.If(this=exp.GTE(this=value.copy(), expression=_double(exp.Literal.string("9223372036854775808"))),
+               true=bigint(exp.Literal.string("9223372036854775807"))),
+        exp.If(this=exp.LTE(this=value.copy(), expression=_double(exp.Literal.string("-9223372036854775808"))),
+               true=bigint(exp.Literal.string("-9223372036854775808")))],
+        default=bigint(call("trunc", value.copy())))
+
+
 def _int_div(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """Pinot's ``(long) Math.floor(a / b)`` in doubles: a zero divisor answers Long.MAX/MIN_VALUE (0 for 0 / 0)."""
     _arity(name, args, 2)
-    return bigint(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+    return _java_long(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+
+
+def _logarithm(value: exp.Expression, of_positive: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    """Java's ``Math.log`` family: -Infinity at 0, NaN below (DuckDB raises an error for both). ``of_positive`` is
+    given the value only where it is positive (or NaN), so a constant argument cannot fail while being folded."""
+    x = _double(value)
+    guarded = exp.Case(ifs=[exp.If(this=exp.GT(this=x.copy(), expression=number(0)), true=x.copy())])
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=x.copy(), expression=number(0)), true=_special("-Infinity")),
+                         exp.If(this=exp.LT(this=x.copy(), expression=number(0)), true=_special("NaN"))],
+                    default=of_positive(guarded))
+
+
+def _log(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """Pinot's ``log`` is ``ln``; DuckDB's two-argument ``log(base, x)`` is kept, with Java's answers at x <= 0."""
+    _arity(name, args, 1, 2)
+    if len(args) == 1:
+        return _logarithm(args[0], lambda x: call("ln", x))
+    return _logarithm(args[1], lambda x: call("log", args[0], x))
+
+
+def _sqrt(value: exp.Expression) -> exp.Expression:
+    """Java's ``Math.sqrt``: NaN below 0 (DuckDB raises an error)."""
+    x = _double(value)
+    guarded = exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=number(0)), true=exp.Null())],
+                       default=x.copy())
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=number(0)), true=_special("NaN"))],
+                    default=call("sqrt", guarded))
 
 
 def _json_path(node: exp.Expression, name: str) -> str:
@@ -143,13 +205,39 @@ _JSON_TYPES = {"INT": "INTEGER", "LONG": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "
                "BYTES": "BLOB"}
 
 
-def _typed(value: exp.Expression, duck: str) -> exp.Expression:
+_WHOLE_NUMBER = r"[+-]?[0-9]+"
+
+
+def _typed(value: exp.Expression, duck: str, booleans: bool = True) -> exp.Expression:
+    """A JSON value's text as ``duck``, NULL where it does not convert. As Java's ``Number.intValue``/``longValue``
+    an INT or LONG drops a fraction (12.7 is 12; DuckDB's cast would round it to 13), and with ``booleans``
+    (jsonExtractScalar, not jsonPath…) a number type reads true/false as 1/0."""
     if duck == "VARCHAR":
         return value
     if duck == "TIMESTAMP":  # Pinot reads a TIMESTAMP as epoch millis or as timestamp text
         return call("coalesce", call("epoch_ms", exp.TryCast(this=value, to=exp.DataType.build("BIGINT"))),
                     exp.TryCast(this=value.copy(), to=exp.DataType.build("TIMESTAMP")))
-    return exp.TryCast(this=value, to=exp.DataType.build(duck))
+    target = exp.DataType.build(duck)
+    if duck == "BOOLEAN":
+        return exp.TryCast(this=value, to=target)
+    ifs = []
+    if booleans:
+        ifs += [exp.If(this=exp.EQ(this=value.copy(), expression=exp.Literal.string(text)),
+                       true=exp.Cast(this=number(bit), to=target.copy())) for text, bit in (("true", 1), ("false", 0))]
+    if duck in ("INTEGER", "BIGINT"):
+        ifs.append(exp.If(this=call("regexp_full_match", value.copy(), exp.Literal.string(_WHOLE_NUMBER)),
+                          true=exp.TryCast(this=value.copy(), to=target.copy())))
+        fallback: exp.Expression = exp.TryCast(this=call("trunc", exp.TryCast(this=value.copy(), to=_DOUBLE)),
+                                               to=target.copy())
+    else:
+        fallback = exp.TryCast(this=value.copy(), to=target.copy())
+    return exp.Case(ifs=ifs, default=fallback) if ifs else fallback
+
+
+def _parsable(json: exp.Expression) -> exp.Expression:
+    """``json`` where it is well-formed JSON, else NULL: malformed JSON gives the default (or NULL), as in Pinot,
+    instead of DuckDB's error."""
+    return exp.Case(ifs=[exp.If(this=call("json_valid", json), true=json.copy())])
 
 
 def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expression:
@@ -162,11 +250,12 @@ def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expressio
     if (element or kind) not in _JSON_TYPES:
         raise sql_error(f"{name}: unknown result type {kind!r}, expected one of "
                         f"{', '.join(_JSON_TYPES)} (or their _ARRAY forms)")
+    json = _parsable(args[0])
     if element is not None:
-        listed = exp.TryCast(this=call("json_extract", args[0], path),
+        listed = exp.TryCast(this=call("json_extract", json, path),
                              to=exp.DataType.build(f"{_JSON_TYPES[element]}[]"))
         return listed if len(args) == 3 else call("coalesce", listed, args[3])
-    value = _typed(call("json_extract_string", args[0], path), _JSON_TYPES[kind])
+    value = _typed(call("json_extract_string", json, path), _JSON_TYPES[kind])
     if len(args) == 4:
         return call("coalesce", value, _typed(exp.Cast(this=args[3], to=exp.DataType.build("VARCHAR")),
                                               _JSON_TYPES[kind]))
@@ -176,9 +265,10 @@ def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expressio
 def _json_path_typed(duck: str) -> Callable[[str, list[exp.Expression]], exp.Expression]:
     def translate(name: str, args: list[exp.Expression]) -> exp.Expression:
         _arity(name, args, 2, 3)
-        value = _typed(call("json_extract_string", args[0], exp.Literal.string(_json_path(args[1], name))), duck)
+        path = exp.Literal.string(_json_path(args[1], name))
+        value = _typed(call("json_extract_string", _parsable(args[0]), path), duck, booleans=False)
         return value if len(args) == 2 else call("coalesce", value, _typed(
-            exp.Cast(this=args[2], to=exp.DataType.build("VARCHAR")), duck))
+            exp.Cast(this=args[2], to=exp.DataType.build("VARCHAR")), duck, booleans=False))
     return translate
 
 
@@ -192,7 +282,7 @@ def _json_extract_key(name: str, args: list[exp.Expression]) -> exp.Expression:
         raise sql_error(f"{name}: only paths like '$.*' or '$.a.b.*' (an object's keys) are supported, got {path!r}")
     parent = "$" + "".join(f".{s}" for s in segments[1:-1])
     prefix = "$" + "".join(f"['{s}']" for s in segments[1:-1])
-    keys = call("json_keys", args[0], exp.Literal.string(parent))
+    keys = call("json_keys", _parsable(args[0]), exp.Literal.string(parent))
     quoted = exp.DPipe(this=exp.DPipe(this=exp.Literal.string(prefix + "['"), expression=_item()),
                        expression=exp.Literal.string("']"))
     return call("list_transform", keys, _lambda(quoted))
@@ -210,7 +300,7 @@ _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
     "ROUNDDECIMAL": lambda name, args: _scaled(name, args, "round", lambda x: call("floor", exp.Add(
         this=_double(x), expression=exp.Literal.number(0.5)))),
     "TRUNCATE": lambda name, args: _scaled(name, args, "trunc", lambda x: call("trunc", _double(x))),
-    "LOG": lambda name, args: call("ln", *args) if len(args) == 1 else call("log", *args),
+    "LOG": _log,
     "JSON_EXTRACT_SCALAR": _json_extract_scalar,
     "JSONEXTRACTSCALAR": _json_extract_scalar,
     "JSON_EXTRACT_KEY": _json_extract_key,
@@ -221,8 +311,22 @@ _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
 }
 _UNAVAILABLE = {"SHA512": "DuckDB has no SHA-512", "MURMURHASH2": "not translated",
                 "MURMURHASH3BIT32": "not translated"}
-# sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE.
+# sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE: the argument is
+# made a DOUBLE first, as Pinot's take one (abs of the smallest BIGINT would overflow), and so is the answer.
 _DOUBLE_MATH = (exp.Abs, exp.Ceil, exp.Floor, exp.Sign)
+
+
+def _log_node(node: exp.Log) -> exp.Expression:
+    """``log10(x)`` / ``log2(x)`` (sqlglot's ``Log(base, x)``) with Java's answers at x <= 0; Pinot's ``log2`` is
+    ``Math.log(x) / Math.log(2)``."""
+    base, value = node.this, node.expression
+    if value is None:  # a base-less Log: DuckDB's log10
+        base, value = number(10), base
+    if isinstance(base, exp.Literal) and base.name == "10":
+        return _logarithm(value, lambda x: call("log10", x))
+    if isinstance(base, exp.Literal) and base.name == "2":
+        return _logarithm(value, lambda x: exp.Div(this=call("ln", x), expression=call("ln", _double(number(2)))))
+    return _logarithm(value, lambda x: call("log", base, x))
 
 
 def translate_other(upper: str, args: list[exp.Expression]) -> exp.Expression | None:
@@ -234,9 +338,17 @@ def translate_other(upper: str, args: list[exp.Expression]) -> exp.Expression | 
 
 
 def translate_node(node: exp.Expression) -> exp.Expression | None:
-    """Pinot's meaning for a node sqlglot parsed into one of its own classes (lpad/rpad, DOUBLE math), or None."""
+    """Pinot's meaning for a node sqlglot parsed into one of its own classes (lpad/rpad, DOUBLE math, ln, log10,
+    log2, sqrt), or None."""
     if isinstance(node, exp.Pad):
         return _pad(node)
     if isinstance(node, _DOUBLE_MATH):
+        node.set("this", _double(node.this))
         return _double(node)
+    if isinstance(node, exp.Ln):
+        return _logarithm(node.this, lambda x: call("ln", x))
+    if isinstance(node, exp.Log):
+        return _log_node(node)
+    if isinstance(node, exp.Sqrt):
+        return _sqrt(node.this)
     return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
@@ -25,8 +26,9 @@ MILLIS = [int(m.timestamp() * 1000) for m in MOMENTS]
 DOCS = [{"a": "x", "n": 7, "f": 2.5, "ok": True, "arr": [1, 2, 3], "o": {"k1": 1, "k2": "v"}},
         {"a": "y", "n": -3, "arr": [], "o": {}},
         {"n": "12", "t": 1700000000123}]
-TABLE = TableInfo("t", ("id", "ts", "ms", "s", "j", "x", "b"), timestamp_columns=frozenset({"ts"}),
-                  number_columns=frozenset({"id", "ms", "x"}))
+DAYS = [16091, 0, -1]  # an INT (int32) column of days since the epoch
+TABLE = TableInfo("t", ("id", "ts", "ms", "s", "j", "x", "b", "days"), timestamp_columns=frozenset({"ts"}),
+                  number_columns=frozenset({"id", "ms", "x", "days"}))
 ROWS = pa.table({
     "id": [0, 1, 2],
     "ts": pa.array([m.replace(tzinfo=None) for m in MOMENTS], pa.timestamp("ms")),
@@ -35,6 +37,7 @@ ROWS = pa.table({
     "j": [json.dumps(d) for d in DOCS],
     "x": [2.345, -2.675, 1.005],
     "b": [b"\x01\x02", b"abc", b""],
+    "days": pa.array(DAYS, pa.int32()),
 })
 
 
@@ -159,6 +162,19 @@ def test_time_convert_and_epoch_buckets() -> None:
     assert column("toEpochSeconds(ts)") == [int(m / 1000) for m in MILLIS]
 
 
+def test_an_int_column_of_days_converts_to_millis_without_int32_overflow() -> None:
+    # Pinot's time functions take a Java long: the INT is widened before it is multiplied (DuckDB's INT32 product
+    # overflowed: a 200 for any date after 1970-01-25)
+    millis = [d * 86_400_000 for d in DAYS]
+    assert column("fromEpochDays(days)") == millis
+    assert column("fromEpochDaysBucket(days, 1)") == millis
+    assert column("timeConvert(days, 'DAYS', 'MILLISECONDS')") == millis
+    month_starts = [(dt.date(1970, 1, 1) + dt.timedelta(days=d)).replace(day=1) for d in DAYS]
+    assert column("DATETRUNC('month', days, 'DAYS')") == [(m - dt.date(1970, 1, 1)).days for m in month_starts]
+    assert column("DATETRUNC('hour', 1700000000, 'SECONDS', 'UTC', 'MILLISECONDS')") == [1699999200000] * 3
+    assert column("timeConvert(1.9, 'SECONDS', 'MILLISECONDS')") == [1000] * 3  # a long: the fraction dropped
+
+
 def test_date_time_mistakes_are_150_naming_the_function() -> None:
     refused("SELECT DATETRUNC('fortnight', ms) FROM t", "DATETRUNC: unknown unit 'fortnight'")
     refused("SELECT DATETRUNC('day', ms, 'MILLISECONDS', 'Mars/Olympus') FROM t", "unknown time zone 'Mars/Olympus'")
@@ -189,6 +205,25 @@ def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
     refused("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'MONEY') FROM t", "unknown result type 'MONEY'")
     refused("SELECT JSON_EXTRACT_SCALAR(j, s, 'INT') FROM t", "the JSON path must be a string literal")
     refused("SELECT id FROM t WHERE JSON_MATCH(j, '\"$.a\"=''x''')", "JSON_MATCH is not supported")
+
+
+def test_json_numbers_convert_as_java_does_and_malformed_json_gives_the_default() -> None:
+    # Number.longValue()/intValue() drop the fraction (DuckDB's cast rounds 12.7 to 13); the extractor reads a JSON
+    # boolean as 1/0 for the number types, jsonPathLong does not (Long.parseLong("true") fails: the default)
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": 12.7}', '$.a', 'LONG')") == [12] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": -12.7}', '$.a', 'INT')") == [-12] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": 12345678901234567}', '$.a', 'LONG')") == [12345678901234567] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": true}', '$.a', 'INT', 0)") == [1] * 3
+    assert column("JSON_EXTRACT_SCALAR('{\"a\": false}', '$.a', 'DOUBLE')") == [0.0] * 3
+    assert column("jsonPathLong('{\"a\": 12.7}', '$.a')") == [12] * 3
+    assert column("jsonPathLong('{\"a\": true}', '$.a', 9)") == [9] * 3
+    # unparsable JSON: the default where there is one (Pinot's answer), else NULL (where Pinot fails the query)
+    bad = "CASE WHEN id = 1 THEN '' WHEN id = 2 THEN '{\"a\": ' ELSE j END"
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.a', 'STRING', 'd')") == ["x", "d", "d"]
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.n', 'INT')") == [7, None, None]
+    assert column(f"jsonPathString({bad}, '$.a', 'd')") == ["x", "d", "d"]
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], None, None]
+    assert column(f"JSON_EXTRACT_KEY({bad}, '$.o.*')") == [["$['o']['k1']", "$['o']['k2']"], None, None]
 
 
 def test_json_extract_key_lists_an_objects_key_paths() -> None:
@@ -224,6 +259,30 @@ def test_substr_uses_a_zero_based_begin_and_an_exclusive_end() -> None:
     assert column("SUBSTRING(s, 1, 3)") == [s[0:3] for s in strings]  # SQL's SUBSTRING stays 1-based
 
 
+def commons_substring(text: str, begin: int, end: int | None = None) -> str:
+    """Pinot's substr: Commons' StringUtils.substring, negative indexes from the end; an end of -1 is the end."""
+    def at(i: int) -> int:
+        return max(len(text) + i, 0) if i < 0 else min(i, len(text))
+    if end is None or end == -1:
+        return text[at(begin):]
+    return text[at(begin):at(end)] if at(begin) <= at(end) else ""
+
+
+def test_strpos_and_substr_edges_follow_commons() -> None:
+    strings = ROWS["s"].to_pylist()
+    assert column("strpos(s, 'a', 0)") == [-1] * 3  # ordinalIndexOf: an ordinal <= 0 is -1
+    assert column("strpos(s, 'a', id - 1)") == [-1, -1, 0]  # (DuckDB's list_extract counted -1 from the end)
+    assert column("strpos('aaaa', 'aa', -1)") == [-1] * 3
+    assert column("strpos(s, '', 1)") == [0] * 3
+    # an expression's negative value counts from the end like a negative literal's; its -1 as the end: the end
+    for begin, end in [(-5, None), (-2, None), (-4, -2), (-3, -1), (1, -3), (-9, 2)]:
+        args = f"id - 2 + ({begin})" + ("" if end is None else f", id - 2 + ({end})")
+        expected = [commons_substring(t, begin + i - 2, None if end is None else end + i - 2)
+                    for i, t in enumerate(strings)]
+        assert column(f"substr(s, {args})") == expected, args
+    assert column("substr('hello', id - 3)") == ["llo", "lo", "o"]
+
+
 def test_split_split_part_concat_and_pads() -> None:
     strings = ROWS["s"].to_pylist()
     assert column("split(s, ',')") == [[p for p in s.split(",") if p] for s in strings]
@@ -233,6 +292,8 @@ def test_split_split_part_concat_and_pads() -> None:
     assert column("concat(s, 'z')") == [f"{s}z" for s in strings]
     assert column("lpad(s, 4, '*')") == [s.rjust(4, "*") for s in strings]  # never shortened, unlike DuckDB's
     assert column("rpad(s, 4, '*')") == [s.ljust(4, "*") for s in strings]
+    assert column("lpad('abc', 5, '')") == ["  abc"] * 3  # Commons: an empty pad is a space (DuckDB: an error)
+    assert column("rpad('abc', 5, substr(s, 0, 0))") == ["abc  "] * 3
 
 
 def test_string_functions_that_mean_the_same_pass_through() -> None:
@@ -274,3 +335,18 @@ def test_math_with_pinot_meanings_and_double_results() -> None:
     assert column("mod(id + 5, 3)") == [2, 0, 1]
     assert column("least(id, 1)") == [0, 1, 1] and column("greatest(id, 1)") == [1, 1, 2]
     refused("SELECT roundDecimal(x, id) FROM t", "the scale must be an integer literal")
+
+
+def test_math_answers_java_values_where_duckdb_raises_an_error() -> None:
+    # Java's Math.log / log10 / sqrt: -Infinity at 0 and NaN below it (DuckDB: Out of Range Error, a 200)
+    for fn in ("log", "ln", "log10", "log2"):
+        below, zero, _ = column(f"{fn}(id - 1)")
+        assert math.isnan(below) and zero == -math.inf, fn
+    assert column("log2(id * 4)")[1:] == [math.log(4) / math.log(2), math.log(8) / math.log(2)]  # Pinot's log2
+    assert column("log10(id * 1000)")[1:] == [3.0, math.log10(2000)]
+    below, *rest = column("sqrt(id - 1)")
+    assert math.isnan(below) and rest == [0.0, 1.0]
+    # intDiv is (long) Math.floor(a / b) in doubles: a zero divisor saturates (0 / 0 is NaN, which is 0)
+    assert column("intDiv(id - 1, 0)") == [-(2 ** 63), 0, 2 ** 63 - 1]
+    # abs takes a DOUBLE: the smallest BIGINT has no BIGINT absolute value
+    assert column("abs(-9223372036854775808)") == [9.223372036854776e18] * 3
