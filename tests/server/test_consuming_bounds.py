@@ -148,3 +148,11 @@ def test_new_intervals_are_validated_configuration() -> None:
     defaults = ServerConfig()
     assert (defaults.error_retry_initial_seconds, defaults.error_retry_max_seconds,
             defaults.follower_join_timeout_seconds) == (5.0, 300.0, 10.0)
+
+
+def test_under_a_memory_share_a_fetch_asks_only_for_the_rows_that_fit() -> None:
+    from cuvee.server.consuming.consume import _FIRST_BUDGETED_FETCH, _rows_that_fit
+
+    assert _rows_that_fit(32_768, 0, 0) == _FIRST_BUDGETED_FETCH  # nothing read yet: a first small read
+    assert _rows_that_fit(32_768, 16_384, 1000) == 1001  # 16 bytes a row, 16 KiB left: 1,000 more and one past
+    assert _rows_that_fit(32_768, 32_700, 2000) == 5  # nearly full: a handful, never a whole fetch

@@ -53,6 +53,18 @@ class EndCriteria:
     memory_limit: Callable[[], int | None] | None = None  # bytes this segment may use now (its budget share)
 
 
+_FIRST_BUDGETED_FETCH = 1024  # rows read first under a memory share, before their size per row is known
+
+
+def _rows_that_fit(limit: int, used: int, rows: int) -> int:
+    """How many more rows to fetch under a memory share of ``limit`` bytes: as many as the rows so far say fit
+    (one more, so the share is reached and the segment ends), else a first small read. A whole fetch of 10,000
+    rows read after the share was nearly full overshot it by far on a loaded machine (CI, stop 19)."""
+    if not rows:
+        return _FIRST_BUDGETED_FETCH
+    return max(1, int((limit - used) * rows / max(used, 1)) + 1)
+
+
 class PartitionConsumer:
     """Reads one stream partition into one mutable segment. Used by one thread at a time."""
 
@@ -147,15 +159,17 @@ class PartitionConsumer:
                 return StopReason.ROW_LIMIT
             if end.deadline is not None and self.clock() >= end.deadline:
                 return StopReason.TIME_LIMIT
-            if self.rows and end.memory_limit is not None:
-                limit = end.memory_limit()
-                if limit is not None and sum(self.segment.bytes_used().values()) >= limit:
+            fitting = None
+            if end.memory_limit is not None and (limit := end.memory_limit()) is not None:
+                used = sum(self.segment.bytes_used().values()) if self.rows else 0
+                if self.rows and used >= limit:
                     return StopReason.MEMORY_LIMIT
+                fitting = _rows_that_fit(limit, used, self.rows)
             if end.paused():
                 self.parked = True
                 self.interrupted.wait(self.config.fetch_max_wait_seconds)
                 continue
-            self._step(row_limit=end.row_limit, target=None)
+            self._step(row_limit=end.row_limit, target=None, max_rows=fitting)
 
     def catch_up(self, target: int, timeout: float) -> bool:
         """Consume up to exactly ``target`` (the mutable segment's capacity allowing); True if reached.
@@ -188,8 +202,8 @@ class PartitionConsumer:
 
     # ---- one fetch ----
 
-    def _step(self, *, row_limit: int | None, target: int | None) -> None:
-        want = self.config.fetch_max_messages
+    def _step(self, *, row_limit: int | None, target: int | None, max_rows: int | None = None) -> None:
+        want = self.config.fetch_max_messages if max_rows is None else min(self.config.fetch_max_messages, max_rows)
         if target is not None:
             want = min(want, target - self.offset)
         try:
