@@ -92,6 +92,11 @@ _FINALS: dict[AggKind, tuple[str, str]] = {
 }
 
 
+# Final steps Arrow computes as DuckDB's _FINALS do: what ``cuvee.query.execute.merge_partials`` knows.
+_SIMPLE_MERGES = {AggKind.COUNT: "count", AggKind.SUM: "sum", AggKind.MIN: "min", AggKind.MAX: "max",
+                  AggKind.AVG: "avg"}
+
+
 class QueryKind(enum.Enum):
     """SELECTION returns rows; AGGREGATION one row of aggregates; GROUP_BY one row per group (also DISTINCT)."""
 
@@ -122,6 +127,9 @@ class QueryPlan:
     options: Mapping[str, str] = field(default_factory=dict)
     # the dimension tables LOOKUP reads: each server registers each one's rows as its relation (``Lookup``)
     lookups: tuple[Lookup, ...] = ()
+    # A one-row aggregation whose every column is COUNT, SUM, MIN, MAX or AVG of partials: (kind, partial
+    # columns) per answer column, merged in Arrow without DuckDB (``cuvee.query.execute``); None otherwise.
+    simple_merge: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -150,14 +158,15 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     if not group and not has_aggregates:
         limit = DEFAULT_LIMIT if limit is None else limit
         kind, server, final = _plan_selection(items, names, by_alias, order, where_sql, limit, offset)
+        simple = None
     else:
         kind = QueryKind.GROUP_BY if group else QueryKind.AGGREGATION
         if kind is QueryKind.GROUP_BY and limit is None:
             limit = DEFAULT_LIMIT
         source = _multi_value_groups(group, parsed.table.multi_value_columns, where_sql)
-        kind, server, final = _plan_aggregation(kind, items, names, by_alias, group, having, order,
-                                                None if source != SERVER_RELATION else where_sql, limit, offset,
-                                                source)
+        kind, server, final, simple = _plan_aggregation(kind, items, names, by_alias, group, having, order,
+                                                        None if source != SERVER_RELATION else where_sql, limit,
+                                                        offset, source)
     docs_scanned = docs_column = None
     if where_sql and (kind is QueryKind.SELECTION or source != SERVER_RELATION):  # unnested rows are not docs
         docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}"
@@ -165,7 +174,8 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
         docs_column = DOCS_COLUMN
     return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
                      docs_scanned_sql=docs_scanned, docs_column=docs_column, column_names=names, limit=limit, offset=offset,
-                     options=dict(parsed.options), lookups=parsed.lookups)
+                     options=dict(parsed.options), lookups=parsed.lookups,
+                     simple_merge=simple if kind is QueryKind.AGGREGATION else None)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:
@@ -307,6 +317,7 @@ class _Merger:
         self.partials: list[str] = []
         self.aggregates: list[str] = []
         self.finals: list[tuple[int, str]] = []
+        self.simple: dict[int, tuple[str, tuple[str, ...]]] = {}  # final index -> (kind, partial columns)
 
     def partial(self, template: str, call: AggregateCall) -> str:
         arg = "*" if call.arg is None else call.arg.sql(dialect=DIALECT)
@@ -326,7 +337,10 @@ class _Merger:
         step = (self.aggregates.index(aggregate), scalar.replace("{pct}", pct))
         if step not in self.finals:
             self.finals.append(step)
-        return exp.column(f"__f{self.finals.index(step)}")
+        index = self.finals.index(step)
+        if call.kind in _SIMPLE_MERGES:
+            self.simple[index] = (_SIMPLE_MERGES[call.kind], tuple(refs[f"p{i}"] for i in range(len(refs))))
+        return exp.column(f"__f{index}")
 
     def rewrite(self, expr: exp.Expression, where: str) -> exp.Expression:
         """``expr`` over merged columns: group keys become ``__g<i>``, aggregations ``__f<k>``."""
@@ -350,7 +364,8 @@ class _Merger:
 def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple[str, ...],
                       by_alias: dict[str, exp.Expression], group: list[exp.Expression], having: exp.Having | None,
                       order: list[exp.Ordered], where_sql: str | None, limit: int | None,
-                      offset: int, source: str = SERVER_RELATION) -> tuple[QueryKind, str, str]:
+                      offset: int, source: str = SERVER_RELATION
+                      ) -> tuple[QueryKind, str, str, tuple[tuple[str, tuple[str, ...]], ...] | None]:
     merger = _Merger(group)
     outputs = [merger.rewrite(item, "the select list") for item in items]
     having_sql = None
@@ -382,5 +397,22 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     final += f" ORDER BY {', '.join(order_terms)}" if order_terms else ""
     final += f" LIMIT {limit}" if limit is not None else ""
     final += f" OFFSET {offset}" if offset else ""
-    return kind, server, final
+    return kind, server, final, _simple_merge(merger, outputs, having_sql, limit, offset)
+
+
+def _simple_merge(merger: _Merger, outputs: list[exp.Expression], having_sql: str | None, limit: int | None,
+                  offset: int) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+    """Each answer column's (kind, partials) when every one is a bare COUNT/SUM/MIN/MAX/AVG and nothing filters
+    or skips the one row; else None."""
+    if merger.group or having_sql or offset or limit == 0:
+        return None
+    simple = []
+    for output in outputs:
+        if not isinstance(output, exp.Column) or not output.name.startswith("__f"):
+            return None
+        index = int(output.name[3:])
+        if index not in merger.simple or merger.finals[index][1] != "{a}":
+            return None
+        simple.append(merger.simple[index])
+    return tuple(simple)
 

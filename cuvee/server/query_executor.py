@@ -18,6 +18,7 @@ pass WHERE.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -204,17 +205,20 @@ class QueryExecutor:
                 tables = self._views(acquired.segments, counts, errors, valid)
                 if tables:
                     dims.check()
-                    union = _union(tables)
                     self._check_deadline(deadline, request.timeout_ms)
-                    if _counts_rows_only(request) and VALID_COLUMN not in union.column_names:
+                    # scan_tables gives every part the valid-docs column or none; 79 names listed per segment
+                    # to look for it cost ~0.4 ms
+                    if _counts_rows_only(request) and tables[0].schema.get_field_index(VALID_COLUMN) < 0:
                         # COUNT(*) without a filter: the rows are counted already (Pinot answers it from
-                        # segment metadata too); a scan of every row cost milliseconds on a 1M-row table
-                        result = pa.table({"__p0": pa.array([union.num_rows], pa.int64())})
-                        docs_scanned = union.num_rows
+                        # segment metadata too); a scan of every row cost milliseconds on a 1M-row table, and
+                        # even the union of the segments' columns ~0.5 ms on a wide one
+                        rows = sum(t.num_rows for t in tables)
+                        result = pa.table({"__p0": pa.array([rows], pa.int64())})
+                        docs_scanned = rows
                     else:
                         try:
-                            result, docs_scanned = self._run(request, union, deadline, counts.total_docs,
-                                                             dims.tables)
+                            result, docs_scanned = self._run(request, _projected_union(tables, request), deadline,
+                                                             counts.total_docs, dims.tables)
                         except _Failed as failure:
                             if not failure.data:
                                 raise
@@ -294,7 +298,7 @@ class QueryExecutor:
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
             union = _columns_read(union, request)
-            _bind(con, union, request.time_filter, upsert=VALID_COLUMN in union.column_names)
+            _bind(con, union, request.time_filter, upsert=union.schema.get_field_index(VALID_COLUMN) >= 0)
             for relation, rows in (dims or {}).items():  # LOOKUP's dimension tables (names checked on the wire)
                 con.register(relation, rows)
             result = con.sql(request.sql).to_arrow_table()
@@ -328,7 +332,7 @@ class QueryExecutor:
             if not tables:
                 continue
             try:
-                self._run(request, _union(tables), deadline, tables[0].num_rows, dims)
+                self._run(request, _projected_union(tables, request), deadline, tables[0].num_rows, dims)
             except _Failed as failure:
                 if failure.data:
                     return segment.name
@@ -359,7 +363,7 @@ def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilt
 
 def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
     """The time filter as SQL over ``union``'s column (see ``_bind``)."""
-    if time_filter.column not in union.column_names:
+    if union.schema.get_field_index(time_filter.column) < 0:
         raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"time filter column {time_filter.column!r} is not in the table")
     column_type = union.schema.field(time_filter.column).type
     if pa.types.is_dictionary(column_type):
@@ -399,11 +403,12 @@ def _columns_read(union: pa.Table, request: ServerQueryRequest) -> pa.Table:
     keep = {VALID_COLUMN}
     if request.time_filter is not None:
         keep.add(request.time_filter.column)
-    named = [name for name in union.column_names if name not in keep and (name in quoted or name.lower() in words)]
+    names = union.schema.names  # once: Table.column_names builds every column's object (~80 µs for 79)
+    named = [name for name in names if name not in keep and (name in quoted or name.lower() in words)]
     if not named:  # COUNT(*) and the like: one column, so the view has one and the row count stays
-        named = [name for name in union.column_names if name != VALID_COLUMN][:1]
-    needed = [name for name in union.column_names if name in keep or name in named]
-    return union if len(needed) == len(union.column_names) else union.select(needed)
+        named = [name for name in names if name != VALID_COLUMN][:1]
+    needed = [name for name in names if name in keep or name in named]
+    return union if len(needed) == len(names) else union.select(needed)
 
 
 def _counts_rows_only(request: ServerQueryRequest) -> bool:
@@ -419,8 +424,10 @@ def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
+@functools.lru_cache(maxsize=1024)
 def _check_select(sql: str) -> None:
-    """Exactly one SELECT: the server step never writes, attaches or changes settings."""
+    """Exactly one SELECT: the server step never writes, attaches or changes settings. Texts that passed are
+    remembered (a dashboard repeats its queries; DuckDB's parse costs ~0.3 ms); a failure is not (it raises)."""
     con = sandboxed_cursor(0)
     try:
         statements = con.extract_statements(sql)
@@ -439,6 +446,11 @@ def _reason(exc: duckdb.Error) -> str:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     kind, sep, rest = first.partition(" Error: ")
     return (rest if sep and len(kind) < 40 else first)[:500]
+
+
+def _projected_union(tables: list[pa.Table], request: ServerQueryRequest) -> pa.Table:
+    """The union of only the columns the request reads: joining 79 columns of 8 segments to read two cost ~0.5 ms."""
+    return _union([_columns_read(table, request) for table in tables])
 
 
 def _union(tables: list[pa.Table]) -> pa.Table:

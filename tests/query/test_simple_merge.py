@@ -1,0 +1,47 @@
+"""One-row aggregations merged in Arrow (no DuckDB at the broker) answer exactly what the final SQL answers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+
+from cuvee.query import merge_partials, plan_sql, run_server_step
+from tests.query.helpers import SCHEMA, event_tables, resolve
+
+SIMPLE = "SELECT COUNT(*), SUM(v), MIN(city), MAX(ts), AVG(d), COUNT(v), MIN(d) FROM events WHERE id > 3"
+
+
+@pytest.mark.parametrize("sql, simple", [
+    (SIMPLE, True),
+    ("SELECT COUNT(*) FROM events", True),
+    ("SELECT COUNT(*) + 1 FROM events", False),
+    ("SELECT SUM(v) FROM events HAVING SUM(v) > 0", False),
+    ("SELECT city, COUNT(*) FROM events GROUP BY city", False),
+    ("SELECT DISTINCTCOUNT(city) FROM events", False),
+    ("SELECT COUNT(*) FROM events LIMIT 1 OFFSET 1", False),
+])
+def test_which_plans_merge_in_arrow(sql: str, simple: bool) -> None:
+    assert (plan_sql(sql, resolve).simple_merge is not None) is simple
+
+
+@settings(max_examples=60, deadline=None)
+@given(event_tables(), event_tables())
+def test_the_arrow_merge_answers_what_the_final_sql_answers(first: pa.Table, second: pa.Table) -> None:
+    plan = plan_sql(SIMPLE, resolve)
+    partials = [run_server_step(plan, [first]), run_server_step(plan, [second])]
+    fast = merge_partials(plan, partials, SCHEMA).to_pylist()
+    slow = merge_partials(dataclasses.replace(plan, simple_merge=None), partials, SCHEMA).to_pylist()
+    assert list(fast[0]) == list(plan.column_names)
+    for (name, got), want in zip(fast[0].items(), slow[0].values()):
+        assert got == pytest.approx(want) if isinstance(want, float) else got == want, name
+
+
+def test_a_nan_is_left_to_the_final_sql_which_orders_it_above_every_number() -> None:
+    plan = plan_sql("SELECT MAX(d) FROM events", resolve)
+    partials = [pa.table({"__p0": [1.5]}), pa.table({"__p0": [math.nan]})]
+    [[value]] = [list(r.values()) for r in merge_partials(plan, partials, SCHEMA).to_pylist()]
+    assert math.isnan(value)
