@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 
 from cuvee.auth.layer import principal_of
 from cuvee.config import raw_table_name
@@ -33,8 +34,13 @@ def encode(doc: dict[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+_INLINE_ROWS = 1000  # answers up to this many rows are encoded on the event loop (a thread hop costs more)
+
+
 async def _json(doc: dict[str, Any]) -> Response:
-    """Encoded on a worker thread: a large answer must not stall the event loop's other queries."""
+    """Encoded on a worker thread when large: a large answer must not stall the event loop's other queries."""
+    if doc.get("numRowsResultSet", _INLINE_ROWS + 1) <= _INLINE_ROWS:
+        return Response(encode(doc), media_type="application/json")
     return Response(await asyncio.to_thread(encode, doc), media_type="application/json")
 
 
@@ -66,8 +72,9 @@ def build_broker_app(broker: Broker) -> FastAPI:
     app.include_router(metrics_router(  # series of tables that no longer exist go (labelled by raw name)
         broker.metrics.registry,
         lambda: broker.metrics.keep_tables({raw_table_name(name) for name in broker.view.snapshot.tables})))
-    app.add_api_route("/query/sql", post_query, methods=["POST"])
-    app.add_api_route("/query", post_query, methods=["POST"])
+    # plain Starlette routes: FastAPI's dependency machinery cost every query ~0.3 ms and this route needs none
+    app.router.routes.append(Route("/query/sql", post_query, methods=["POST"]))
+    app.router.routes.append(Route("/query", post_query, methods=["POST"]))
 
     @app.get("/query/sql")
     async def get_query(request: Request, sql: str | None = None,

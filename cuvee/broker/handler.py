@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 import pyarrow as pa
 from sqlglot import exp
 
@@ -38,7 +38,7 @@ from cuvee.broker.errors import query_error
 from cuvee.broker.lookups import lookup_requests, with_schemas
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
-from cuvee.broker.scatter import ServerCall, ServerReply, scatter
+from cuvee.broker.scatter import ServerCall, ServerReply, scatter, server_session
 from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
@@ -49,6 +49,7 @@ from cuvee.query import (
     ExecutionStats,
     QueryError,
     QueryErrorCode,
+    QueryKind,
     QueryPlan,
     broker_response,
     check_plan,
@@ -65,6 +66,7 @@ from cuvee.query.plan_cache import PlanCache
 log = logging.getLogger(__name__)
 
 _LISTED = 10  # segment names quoted in an error message
+_INLINE_MERGE_ROWS = 256  # partial rows merged on the event loop; more go to a worker thread
 
 
 def _timeout_ms(options: Mapping[str, str], default: int, maximum: int) -> int:
@@ -151,7 +153,7 @@ class QueryHandler:
         self.view = view
         self._clock = clock
         self._numbers = itertools.count(1)
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # the pool and the closing flag, between the loop and close()'s thread
         self._closing = False
@@ -162,17 +164,15 @@ class QueryHandler:
         self.pools_opened = 0
         self.metrics = metrics
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> aiohttp.ClientSession:
         with self._lock:
             if self._closing:
                 raise QueryError(QueryErrorCode.INTERNAL, "the broker is stopping")
             if self._client is None:
                 cfg = self.config
-                self._client = httpx.AsyncClient(
-                    timeout=httpx.Timeout(None, connect=cfg.connect_timeout_seconds),
-                    headers=internal_headers(cfg.auth), verify=cfg.tls.client_verify(),
-                    limits=httpx.Limits(max_connections=cfg.max_server_connections,
-                                        max_keepalive_connections=cfg.max_server_connections))
+                self._client = server_session(headers=internal_headers(cfg.auth), verify=cfg.tls.client_verify(),
+                                              connect_timeout=cfg.connect_timeout_seconds,
+                                              max_connections=cfg.max_server_connections)
                 self._loop = asyncio.get_running_loop()
                 self.pools_opened += 1
             return self._client
@@ -203,7 +203,7 @@ class QueryHandler:
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
-            await client.aclose()
+            await client.close()
 
     async def handle(self, sql: Any, query_options: Any = None, principal: Principal | None = None) -> dict[str, Any]:
         """``principal``: who asks, when auth is on (it needs READ on the query's table)."""
@@ -264,6 +264,9 @@ class QueryHandler:
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
         gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _skip_upsert(options),
                                       cfg.max_response_rows)
+        if plan.kind is QueryKind.AGGREGATION and \
+                sum(r.table.num_rows for r in gathered.replies if r.table is not None) <= _INLINE_MERGE_ROWS:
+            return self._answer(number, started, plan, gathered)  # one row: a thread hop costs more than the merge
         return await asyncio.to_thread(self._answer, number, started, plan, gathered)
 
     async def _gather(self, number: int, plan: QueryPlan, principal: Principal | None, deadline: float,

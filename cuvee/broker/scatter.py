@@ -1,6 +1,8 @@
 """Scatter one query to its servers in parallel and gather what each answered, within the deadline.
 
-Every server gets its request at once (``httpx.AsyncClient``); each answer is awaited at most ``wait_seconds``.
+Every server gets its request at once (an ``aiohttp.ClientSession``: this one hop of every query took ~2 ms of
+CPU in ``httpx.AsyncClient`` against ~1 ms here, measured with py-spy on a process per role; the rest of Cuvee
+speaks HTTP through httpx); each answer is awaited at most ``wait_seconds``.
 A server that does not answer in time, cannot be reached, or answers something that is not the query contract
 becomes an error in its ``ServerReply`` (Pinot's 427 for silence, 200 for a bad answer); the others are still
 gathered, so the broker can merge what it has and say the result is partial.
@@ -9,9 +11,10 @@ gathered, so the broker can merge what it has and say the result is partial.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 import pyarrow as pa
 
 from cuvee.protocol.query import (
@@ -47,29 +50,41 @@ class ServerReply:
         return self.stats is not None
 
 
-async def scatter(client: httpx.AsyncClient, calls: list[ServerCall], wait_seconds: float) -> list[ServerReply]:
+def server_session(*, headers: dict[str, str], verify: ssl.SSLContext | bool, connect_timeout: float,
+                   max_connections: int) -> aiohttp.ClientSession:
+    """The broker's pool towards its servers (open it on the event loop that uses it; close it there)."""
+    connector = aiohttp.TCPConnector(limit=max_connections, ssl=verify if isinstance(verify, ssl.SSLContext)
+                                     else (None if verify else False))
+    return aiohttp.ClientSession(connector=connector, headers=headers, auto_decompress=False,
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout))
+
+
+async def scatter(client: aiohttp.ClientSession, calls: list[ServerCall], wait_seconds: float) -> list[ServerReply]:
     """Ask every server in parallel; one reply per call, in call order."""
     return list(await asyncio.gather(*(_ask(client, call, wait_seconds) for call in calls)))
 
 
-async def _ask(client: httpx.AsyncClient, call: ServerCall, wait_seconds: float) -> ServerReply:
+async def _post(client: aiohttp.ClientSession, call: ServerCall) -> tuple[int, bytes]:
+    async with client.post(call.url + SERVER_QUERY_PATH, data=call.request.encode(),
+                           headers={"content-type": "application/json"}) as response:
+        return response.status, await response.read()
+
+
+async def _ask(client: aiohttp.ClientSession, call: ServerCall, wait_seconds: float) -> ServerReply:
     where = f"server {call.instance} ({call.url})"
     try:
-        response = await asyncio.wait_for(
-            client.post(call.url + SERVER_QUERY_PATH, content=call.request.encode(),
-                        headers={"content-type": "application/json"}),
-            timeout=max(wait_seconds, 0.0))
-    except (TimeoutError, httpx.TimeoutException):
+        status, content = await asyncio.wait_for(_post(client, call), timeout=max(wait_seconds, 0.0))
+    except TimeoutError:
         return _failed(call, QueryErrorCode.SERVER_NOT_RESPONDING,
                        f"{where} did not respond within {call.request.timeout_ms} ms")
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         return _failed(call, QueryErrorCode.SERVER_NOT_RESPONDING,
                        f"{where} could not be reached ({type(exc).__name__})")
-    if response.status_code != 200:
-        return _failed(call, QueryErrorCode.QUERY_EXECUTION,
-                       f"{where} answered HTTP {response.status_code}: {response.text[:_MAX_ERROR_TEXT]}")
+    if status != 200:
+        text = content[:_MAX_ERROR_TEXT].decode("utf-8", errors="replace")
+        return _failed(call, QueryErrorCode.QUERY_EXECUTION, f"{where} answered HTTP {status}: {text}")
     try:
-        table, stats = decode_response(response.content)
+        table, stats = decode_response(content)
     except QueryWireError as exc:
         return _failed(call, QueryErrorCode.QUERY_EXECUTION, f"{where} sent an unreadable answer: {exc}")
     return ServerReply(call.instance, table, stats)

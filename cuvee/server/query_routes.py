@@ -15,6 +15,7 @@ import pyarrow as pa
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from cuvee.protocol.query import (
     ARROW_STREAM_MEDIA_TYPE,
@@ -44,7 +45,6 @@ def query_router(registry: SegmentRegistry, *, executor: QueryExecutor | None = 
     run = executor or QueryExecutor(registry, upserts=upserts)
     router = APIRouter()
 
-    @router.post(SERVER_QUERY_PATH)
     async def query(request: Request) -> Response:
         body = bytearray()
         async for chunk in request.stream():
@@ -66,4 +66,6 @@ def query_router(registry: SegmentRegistry, *, executor: QueryExecutor | None = 
             payload = encode_response(None, replace(stats, exceptions=(*stats.exceptions, failure)))
         return Response(payload, media_type=ARROW_STREAM_MEDIA_TYPE)
 
+    # a plain Starlette route: FastAPI's dependency machinery cost every query ~0.3 ms and this route needs none
+    router.routes.append(Route(SERVER_QUERY_PATH, query, methods=["POST"]))
     return router

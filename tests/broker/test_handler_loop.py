@@ -102,7 +102,7 @@ def test_json_encoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) 
 
     class Handler:
         async def handle(self, sql: Any, options: Any = None, principal: Any = None) -> dict[str, Any]:
-            return {"sql": sql}
+            return {"sql": sql, "numRowsResultSet": 100_000 if sql == "big" else 1}  # small ones: on the loop
 
     class Broker:
         instance_id = "Broker_test"
@@ -118,9 +118,9 @@ def test_json_encoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) 
             assert await asyncio.to_thread(gate.entered.wait, HOLD)
             small = await client.post("/query/sql", json={"sql": "small"})
             assert not slow.done(), "the small answer waited for the slow one's encoding"
-            assert small.json() == {"sql": "small"}
+            assert small.json() == {"sql": "small", "numRowsResultSet": 1}
             gate.release.set()
-            assert (await slow).json() == {"sql": "big"}
+            assert (await slow).json() == {"sql": "big", "numRowsResultSet": 100_000}
 
     asyncio.run(scenario())
     assert not gate.timed_out
@@ -129,15 +129,15 @@ def test_json_encoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) 
 def test_the_pool_closes_after_the_last_query_and_none_opens_once_stopping(monkeypatch: pytest.MonkeyPatch) -> None:
     handler = QueryHandler(BrokerConfig(metadata="sqlite:///unused"), FakeView("Server_A"))  # type: ignore[arg-type]
     plan_gate = Gate(handler_module.plan_sql)
-    pools: list[httpx.AsyncClient] = []
+    pools: list[Any] = []
     scattering = asyncio.Event()
     answer = asyncio.Event()
 
-    async def fake_scatter(client: httpx.AsyncClient, calls: list[ServerCall], wait: float) -> list[ServerReply]:
+    async def fake_scatter(client: Any, calls: list[ServerCall], wait: float) -> list[ServerReply]:
         pools.append(client)
         scattering.set()
         await answer.wait()  # the in-flight query is still using the pool
-        assert not client.is_closed
+        assert not client.closed
         return [ServerReply(c.instance, None, ServerQueryStats(numSegmentsQueried=1)) for c in calls]
 
     monkeypatch.setattr(handler_module, "scatter", fake_scatter)
@@ -150,16 +150,16 @@ def test_the_pool_closes_after_the_last_query_and_none_opens_once_stopping(monke
         planning = asyncio.create_task(handler.handle("SELECT count(*) FROM events"))
         assert await asyncio.to_thread(plan_gate.entered.wait, HOLD)
         await asyncio.to_thread(handler.close)  # as Broker.stop() does, from its own thread
-        assert not pools[0].is_closed, "the pool was closed under an in-flight query"
+        assert not pools[0].closed, "the pool was closed under an in-flight query"
         plan_gate.release.set()
         late = await planning  # it reaches the scatter step after close(): no new pool for it
         assert [e["errorCode"] for e in late["exceptions"]] == [450]
         assert "stopping" in late["exceptions"][0]["message"]
-        assert not pools[0].is_closed
+        assert not pools[0].closed
         answer.set()
         done = await first
         assert done["exceptions"] == [] and done["numServersResponded"] == 1
-        assert pools[0].is_closed and not handler.pool_open
+        assert pools[0].closed and not handler.pool_open
 
     asyncio.run(scenario())
     assert handler.pools_opened == 1 and len(pools) == 1
@@ -167,9 +167,9 @@ def test_the_pool_closes_after_the_last_query_and_none_opens_once_stopping(monke
 
 def test_close_closes_an_idle_pool_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     handler = QueryHandler(BrokerConfig(metadata="sqlite:///unused"), FakeView("Server_A"))  # type: ignore[arg-type]
-    pools: list[httpx.AsyncClient] = []
+    pools: list[Any] = []
 
-    async def fake_scatter(client: httpx.AsyncClient, calls: list[ServerCall], wait: float) -> list[ServerReply]:
+    async def fake_scatter(client: Any, calls: list[ServerCall], wait: float) -> list[ServerReply]:
         pools.append(client)
         return [ServerReply(c.instance, pa.table({}), ServerQueryStats()) for c in calls]
 
@@ -177,9 +177,9 @@ def test_close_closes_an_idle_pool_at_once(monkeypatch: pytest.MonkeyPatch) -> N
 
     async def scenario() -> None:
         await handler.handle("SELECT COUNT(*) FROM events")
-        assert not pools[0].is_closed
+        assert not pools[0].closed
         await asyncio.to_thread(handler.close)
-        assert pools[0].is_closed and not handler.pool_open
+        assert pools[0].closed and not handler.pool_open
         after = await handler.handle("SELECT COUNT(*) FROM events")
         assert [e["errorCode"] for e in after["exceptions"]] == [450]
 
