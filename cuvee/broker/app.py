@@ -34,7 +34,7 @@ def encode(doc: dict[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-_INLINE_ROWS = 1000  # answers up to this many rows are encoded on the event loop (a thread hop costs more)
+_INLINE_ROWS = 100  # answers up to this many rows are encoded on the event loop (a thread hop costs more)
 
 
 async def _json(doc: dict[str, Any]) -> Response:

@@ -49,7 +49,6 @@ from cuvee.query import (
     ExecutionStats,
     QueryError,
     QueryErrorCode,
-    QueryKind,
     QueryPlan,
     broker_response,
     check_plan,
@@ -264,9 +263,11 @@ class QueryHandler:
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
         gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _skip_upsert(options),
                                       cfg.max_response_rows)
-        if plan.kind is QueryKind.AGGREGATION and \
+        if plan.simple_merge is not None and \
                 sum(r.table.num_rows for r in gathered.replies if r.table is not None) <= _INLINE_MERGE_ROWS:
-            return self._answer(number, started, plan, gathered)  # one row: a thread hop costs more than the merge
+            # one row merged in Arrow: a thread hop costs more (a DISTINCTCOUNT's or PERCENTILE's one partial
+            # row may hold a million values: those go to a worker thread)
+            return self._answer(number, started, plan, gathered)
         return await asyncio.to_thread(self._answer, number, started, plan, gathered)
 
     async def _gather(self, number: int, plan: QueryPlan, principal: Principal | None, deadline: float,
@@ -274,9 +275,11 @@ class QueryHandler:
         """Route ``plan`` over its table (both halves of a hybrid one), ask the servers, and ask again for what a
         server no longer held. ``principal`` needs READ on the table; ``max_rows`` bounds LIMIT + OFFSET (700)."""
         cfg = self.config
-        if principal is not None and not principal.internal and not principal.may(Permission.READ, plan.table):
-            raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on table "
-                                                           f"{plan.table!r}")
+        if principal is not None and not principal.internal:
+            for table in (plan.table, *(lookup.table for lookup in plan.lookups)):  # a LOOKUP reads its table too
+                if not principal.may(Permission.READ, table):
+                    raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on "
+                                                                   f"table {table!r}")
         rows = (plan.limit or 0) + plan.offset
         if rows > max_rows:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,

@@ -45,9 +45,19 @@ def served_segments(entry: TableEntry | None) -> tuple[str, ...]:
 
 def lookup_requests(plan: QueryPlan, view: _Tables) -> tuple[DimLookup, ...]:
     """What every server of the query is told about the dimension tables its SQL reads (the schema only when
-    there is no segment: it then types the relation)."""
+    there is no segment: it then types the relation). A dimension table gone since planning is 190; one with a
+    segment no server serves (none ONLINE, or not in the external view yet) is 305 — its keys would otherwise
+    answer NULL without a word."""
     requests = []
     for lookup in plan.lookups:
-        segments = served_segments(view.table(lookup.table))
+        entry = view.table(lookup.table)
+        if entry is None:
+            raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"LOOKUP: table {lookup.table!r} does not exist")
+        segments = served_segments(entry)
+        unserved = sorted((set(entry.visible) - set(segments)) | set(getattr(entry, "absent", ()) or ()))
+        if unserved:
+            raise QueryError(QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE,
+                             f"LOOKUP: {len(unserved)} segment(s) of dimension table {lookup.table!r} have no ONLINE "
+                             f"replica: {', '.join(unserved[:10])}")
         requests.append(DimLookup(lookup.relation, lookup.table, segments, None if segments else lookup.schema))
     return tuple(requests)

@@ -27,6 +27,7 @@ from cuvee.protocol.query import (
 from cuvee.query import QueryError, QueryErrorCode
 
 _MAX_ERROR_TEXT = 500
+_IDLE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ class ServerReply:
 def server_session(*, headers: dict[str, str], verify: ssl.SSLContext | bool, connect_timeout: float,
                    max_connections: int) -> aiohttp.ClientSession:
     """The broker's pool towards its servers (open it on the event loop that uses it; close it there)."""
-    connector = aiohttp.TCPConnector(limit=max_connections, ssl=verify if isinstance(verify, ssl.SSLContext)
-                                     else (None if verify else False))
+    # idle connections are dropped after 2 s: a server (uvicorn) closes its side after 5, and a POST sent on a
+    # connection it is closing fails (aiohttp's default keeps them 15 s)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=_IDLE_SECONDS,
+                                     ssl=verify if isinstance(verify, ssl.SSLContext) else (None if verify else False))
     return aiohttp.ClientSession(connector=connector, headers=headers, auto_decompress=False,
                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout))
 
@@ -65,9 +68,17 @@ async def scatter(client: aiohttp.ClientSession, calls: list[ServerCall], wait_s
 
 
 async def _post(client: aiohttp.ClientSession, call: ServerCall) -> tuple[int, bytes]:
-    async with client.post(call.url + SERVER_QUERY_PATH, data=call.request.encode(),
-                           headers={"content-type": "application/json"}) as response:
-        return response.status, await response.read()
+    """One server call, sent again once if the connection it went out on was closed under it (a kept-alive
+    connection the server closed meanwhile; the query only reads, so asking twice is safe)."""
+    for attempt in (1, 2):
+        try:
+            async with client.post(call.url + SERVER_QUERY_PATH, data=call.request.encode(),
+                                   headers={"content-type": "application/json"}) as response:
+                return response.status, await response.read()
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _ask(client: aiohttp.ClientSession, call: ServerCall, wait_seconds: float) -> ServerReply:

@@ -115,9 +115,23 @@ def _simple_merge(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:
     ``SELECT COUNT(*)``'s time at the broker. None (the SQL decides) when a float partial holds a NaN, which
     DuckDB orders above every number and Arrow skips."""
     assert plan.simple_merge is not None
+    try:
+        return _simple_columns(plan, partials)
+    except (TypeError, ValueError, pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a type Arrow does not reduce
+        return None  # alike (a multi-value column's lists): the final SQL decides
+
+
+_PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
+          pa.types.is_large_string, pa.types.is_temporal, pa.types.is_boolean)
+
+
+def _simple_columns(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:
+    assert plan.simple_merge is not None
     columns: list[pa.Array] = []
     for kind, refs in plan.simple_merge:
         values = [partials.column(ref) for ref in refs]
+        if not all(any(plain(v.type) for plain in _PLAIN) for v in values):
+            return None
         if any(pa.types.is_floating(v.type) and pc.any(pc.is_nan(v)).as_py() for v in values):
             return None
         if kind == "count":
@@ -127,7 +141,8 @@ def _simple_merge(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:
             columns.append(pa.array([_double(pc.sum(values[0]).as_py())], pa.float64()))
         elif kind == "avg":
             total, count = pc.sum(values[0]).as_py(), pc.sum(values[1]).as_py()
-            columns.append(pa.array([_double(total) / count if total is not None and count else None], pa.float64()))
+            columns.append(pa.array([_double(total) / float(count) if total is not None and count else None],
+                                    pa.float64()))
         else:
             found = pc.min(values[0]) if kind == "min" else pc.max(values[0])
             columns.append(pa.array([found.as_py()], found.type))

@@ -424,10 +424,25 @@ def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
-@functools.lru_cache(maxsize=1024)
+_REMEMBERED_SQL_BYTES = 16 * 1024  # longer texts are checked every time, never kept
+
+
 def _check_select(sql: str) -> None:
-    """Exactly one SELECT: the server step never writes, attaches or changes settings. Texts that passed are
-    remembered (a dashboard repeats its queries; DuckDB's parse costs ~0.3 ms); a failure is not (it raises)."""
+    """Exactly one SELECT: the server step never writes, attaches or changes settings. Short texts that passed
+    are remembered (a dashboard repeats its queries; DuckDB's parse costs ~0.3 ms); a failure is not (it
+    raises), nor a long text (a thousand 1 MB IN-lists would pin a gigabyte)."""
+    if len(sql) <= _REMEMBERED_SQL_BYTES:
+        _checked_select(sql)
+    else:
+        _select_check(sql)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_select(sql: str) -> None:
+    _select_check(sql)
+
+
+def _select_check(sql: str) -> None:
     con = sandboxed_cursor(0)
     try:
         statements = con.extract_statements(sql)

@@ -160,3 +160,25 @@ def test_a_server_lacking_a_dim_segment_says_so(cluster: InProcessCluster) -> No
     assert [e["errorCode"] for e in errors] == [235], errors
     assert "teams_OFFLINE lacks segment(s) teams_1" in errors[0]["message"]
     assert server.instance_id in errors[0]["message"] and answer["partialResult"] is True
+
+
+def test_a_lookup_needs_read_on_its_dimension_table(cluster: InProcessCluster) -> None:
+    """A review found LOOKUP read a dimension table its principal may not read: each lookup's table is checked."""
+    import asyncio
+
+    from cuvee.auth.policy import Principal
+
+    sql = "SELECT LOOKUP('teams', 'teamName', 'teamID', teamID), COUNT(*) FROM games GROUP BY 1"
+    games_only = Principal("reader", tables=frozenset({"games"}))
+    both = Principal("analyst", tables=frozenset({"games", "teams"}))
+    handler = cluster.broker.handler
+    cluster.query(sql)  # the broker's pool and loop exist (an earlier test may have left a server short of a dim)
+    assert handler._loop is not None
+
+    def ask(principal: Principal) -> dict[str, Any]:  # on the broker's own loop, where its server pool lives
+        return asyncio.run_coroutine_threadsafe(handler.handle(sql, None, principal), handler._loop).result(30)
+
+    denied = ask(games_only)
+    assert [e["errorCode"] for e in denied["exceptions"]] == [180] and "teams" in denied["exceptions"][0]["message"]
+    assert "resultTable" not in denied
+    assert 180 not in [e["errorCode"] for e in ask(both)["exceptions"]]

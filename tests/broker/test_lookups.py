@@ -44,7 +44,12 @@ def test_every_server_is_told_the_segments_online_somewhere_and_not_hidden() -> 
     assert served_segments(dims) == ("d0", "d1") and served_segments(None) == ()
     typed = with_schemas(PLAN, View({"dims_OFFLINE": dims}))
     assert typed.lookups[0].schema == DIM_SCHEMA
-    [asked] = lookup_requests(typed, View({"dims_OFFLINE": dims}))
+    with pytest.raises(QueryError) as unserved:  # d2 is ONLINE nowhere: its keys would answer NULL unsaid
+        lookup_requests(typed, View({"dims_OFFLINE": dims}))
+    assert unserved.value.code is QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE and "d2" in unserved.value.message
+    served = entry({"d0": {"s1": ON, "s2": ON}, "d1": {"s1": ON, "s2": OFF}, "d3": {"s2": ON}},
+                   hidden=frozenset({"d3"}))
+    [asked] = lookup_requests(typed, View({"dims_OFFLINE": served}))
     assert (asked.relation, asked.table, asked.segments, asked.schema) == ("cuvee_lookup_1", "dims_OFFLINE",
                                                                            ("d0", "d1"), None)
     [empty] = lookup_requests(typed, View({"dims_OFFLINE": entry({})}))

@@ -45,3 +45,20 @@ def test_a_nan_is_left_to_the_final_sql_which_orders_it_above_every_number() -> 
     partials = [pa.table({"__p0": [1.5]}), pa.table({"__p0": [math.nan]})]
     [[value]] = [list(r.values()) for r in merge_partials(plan, partials, SCHEMA).to_pylist()]
     assert math.isnan(value)
+
+
+def test_multi_value_aggregations_merge_right_or_leave_it_to_the_sql() -> None:
+    """A review found AVGMV's HUGEINT count (a Decimal) and MIN/MAX of a list crashing the Arrow merge."""
+    from cuvee.query import TableInfo
+
+    info = TableInfo("t", ("tags",), multi_value_columns=frozenset({"tags"}))
+    rows = pa.table({"tags": pa.array([[1, 2, 3], [4], None], pa.list_(pa.int32()))})
+    for sql, want in [("SELECT AVGMV(tags), COUNTMV(tags), SUMMV(tags), MAXMV(tags) FROM t", [16 / 7, 7, 16.0, 4]),
+                      ("SELECT MIN(tags), MAX(tags) FROM t", None)]:
+        plan = plan_sql(sql, lambda _: info)
+        partials = [run_server_step(plan, [rows]), run_server_step(plan, [rows.slice(0, 1)])]
+        fast = merge_partials(plan, partials, rows.schema).to_pylist()
+        slow = merge_partials(dataclasses.replace(plan, simple_merge=None), partials, rows.schema).to_pylist()
+        assert fast == slow
+        if want is not None:
+            assert list(fast[0].values()) == [pytest.approx(v) for v in want]
