@@ -181,7 +181,9 @@ def test_controller_leads_again_after_its_zookeeper_session_expires(tmp_path: Pa
 def test_a_controller_killed_and_restarted_at_once_rejoins_and_a_live_twin_is_refused(tmp_path: Path) -> None:
     """Under a supervisor a SIGKILLed controller is started again at once, with its id: it waits for the dead
     session's live node to expire and takes its place; while the id's holder lives, it refuses to start."""
-    uri = f"sqlite://{tmp_path / 'meta.db'}?session_timeout=1&heartbeat_interval=0.1&poll_interval=0.02"
+    # 3 s: with 1 s the holder's heartbeats lagged on a loaded CI machine (stop 19), its session expired, and the
+    # twin it should have refused started instead
+    uri = f"sqlite://{tmp_path / 'meta.db'}?session_timeout=3&heartbeat_interval=0.1&poll_interval=0.02"
     observer = ClusterStore(open_metastore(uri), CLUSTER)
     holder = hold_live_node(uri, observer.paths.live("Controller_fixed"))
     try:
