@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.execute import user_message
 
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
@@ -60,7 +61,7 @@ class Stage:
         except duckdb.BinderException as exc:
             raise _binder_error(str(exc)) from None
         except duckdb.Error as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            first = user_message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
             raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {first[:300]}") from None
         finally:
             self.close()
@@ -121,8 +122,7 @@ def _pinot_types(table: pa.Table) -> pa.Table:
 
 def _binder_error(text: str) -> QueryError:
     """DuckDB's binder words as a user's: an unknown column is Pinot's 710; the rest 150 with the first line."""
-    first = text.splitlines()[0] if text else "the query does not bind"
-    first = first.removeprefix("Binder Error: ")
+    first = user_message(text.splitlines()[0]) if text else "the query does not bind"
     for marker in ('Referenced column "', 'does not have a column named "'):
         if marker in first:
             name = first.split(marker, 1)[1].split('"', 1)[0]

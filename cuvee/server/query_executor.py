@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.query.execute import sandboxed_cursor
+from cuvee.query.execute import sandboxed_cursor, user_message
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL
 from cuvee.server.deadlines import DEADLINES
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
@@ -456,11 +456,9 @@ def _select_check(sql: str) -> None:
 
 
 def _reason(exc: duckdb.Error) -> str:
-    """Why DuckDB failed, in a line: its message without the error class it starts with (``Conversion Error:``)
-    and without the SQL it quotes after it."""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    kind, sep, rest = first.partition(" Error: ")
-    return (rest if sep and len(kind) < 40 else first)[:500]
+    """Why DuckDB failed, in a line: its first line in a user's words (``cuvee.query.execute.user_message``: no
+    error class like ``Conversion Error:``, no SQL it quotes after it)."""
+    return user_message(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:500]
 
 
 def _projected_union(tables: list[pa.Table], request: ServerQueryRequest) -> pa.Table:
