@@ -1,9 +1,10 @@
-"""The real external services tests start, once per test session: ZooKeeper, the tansu Kafka broker and moto's S3
-server."""
+"""The real external services tests start, once per test session: ZooKeeper, the tansu Kafka broker, moto's S3
+server, and one Spark session (a session starts in 5-15 s): local[2], no UI, few shuffle partitions."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,15 @@ def moto_s3() -> Iterator[MotoS3]:
 def tansu() -> Iterator[TansuBroker]:
     with TansuBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from cuvee.pipeline.session import spark_session
+
+    session = spark_session("local[2]", "cuvee-tests", **{
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+        "spark.driver.memory": "1g"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -140,6 +140,8 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("DELETE", "/segments/{table}", Need.TABLE, P.DELETE, "{table}"),
         _rule("DELETE", "/segments/{table}/*", Need.TABLE, P.DELETE, "{table}"),
         _rule("POST", "/segments/{table}/*", Need.TABLE, P.UPDATE, "{table}"),
+        _rule("GET", "/tasks/{table}", Need.TABLE, P.READ, "{table}"),
+        _rule("POST", "/tasks/{table}/*", Need.TABLE, P.UPDATE, "{table}"),
         _rule("POST", "/v2/segments", Need.TABLE, P.UPDATE, "?tableName"),
         _rule("POST", "/segments", Need.TABLE, P.UPDATE, "?tableName"),
     ),

@@ -31,6 +31,64 @@ def register(groups: argparse._SubParsersAction) -> None:
     ingest = commands.add_parser("ingest", help="build segments from files with Spark and push them")
     add_ingest_arguments(ingest, with_master=True)
     ingest.set_defaults(func=cmd_ingest)
+    for command, task_type, text in MAINTENANCE_COMMANDS:
+        job = commands.add_parser(command, help=text)
+        add_maintenance_arguments(job, with_master=True)
+        job.set_defaults(func=cmd_maintenance, task_type=task_type)
+
+
+MAINTENANCE_COMMANDS = (
+    ("merge-rollup", "MergeRollupTask", "merge a table's small segments per time bucket (MergeRollupTask)"),
+)
+
+
+def add_maintenance_arguments(parser: argparse.ArgumentParser, *, with_master: bool) -> None:
+    parser.add_argument("--controller", required=True, help="the controller's URL, e.g. http://127.0.0.1:9000")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--table", help="the table to run the task on")
+    which.add_argument("--all", action="store_true", help="every table with the task configured")
+    if with_master:
+        parser.add_argument("--master", default="local[*]", help="Spark master (local[*], spark://host:7077, yarn)")
+
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    from cuvee.controller import faults
+    from cuvee.pipeline.session import spark_session
+
+    faults.arm_from_environment()
+    spark = spark_session(args.master)
+    try:
+        return run_maintenance(spark, args.controller, args.task_type, args.table, every=args.all)
+    finally:
+        spark.stop()
+
+
+def run_maintenance(spark: Any, controller: str, task_type: str, table: str | None, *, every: bool) -> int:
+    """Run ``task_type`` on one table or every table configured for it; one summary line per table. Exit status
+    1 when any table's run failed (the others still ran)."""
+    from rich.console import Console
+
+    from cuvee.errors import CuveeError
+    from cuvee.maintenance.jobs import JOBS, tables_with_task
+
+    console = Console(stderr=True)
+    tables = tables_with_task(controller, task_type) if every else [table or ""]
+    failed = 0
+    for name in tables:
+        try:
+            with console.status(f"{task_type} on {name}") as status:
+                summary = JOBS[task_type](spark, controller, name, progress=lambda text: status.update(text))
+        except CuveeError as exc:
+            failed += 1
+            print(f"cuvee: error: {task_type} on {name}: {exc}", file=sys.stderr)
+            continue
+        print(f"table={name} task={task_type} status={summary.status} tasks={summary.tasks} "
+              f"segments_in={summary.segments_in} segments_out={summary.segments_out} rows_in={summary.rows_in} "
+              f"rows_out={summary.rows_out} seconds={summary.seconds:.1f}"
+              + (f" note={summary.message!r}" if summary.message else ""), file=sys.stdout)
+    if every and not tables:
+        print(f"no table has {task_type} configured", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def options_from(args: argparse.Namespace) -> Any:

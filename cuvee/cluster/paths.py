@@ -126,6 +126,13 @@ class ClusterPaths:
         """The table's last rebalance job and its progress (written by the leader that runs it)."""
         return f"{self.root}/rebalance/{check_name('table', table)}"
 
+    def tasks(self, table: str) -> str:
+        """A table's maintenance tasks (MergeRollupTask, …): their watermarks and runs, one node per task type."""
+        return f"{self.root}/tasks/{check_name('table', table)}"
+
+    def task(self, table: str, task_type: str) -> str:
+        return f"{self.tasks(table)}/{check_name('task type', task_type)}"
+
     @property
     def pending_deletions(self) -> str:
         return f"{self.root}/deletions"

@@ -23,6 +23,7 @@ __all__ = [
     "IdealState",
     "InstanceInfo",
     "PendingDeletion",
+    "TaskState",
     "RebalanceJob",
     "Record",
     "RecordFormatError",
@@ -446,6 +447,43 @@ class RebalanceJob(Record):
         return cls(table=f.string("table"), status=f.string("status"), moves=tuple(moves), done=f.integer("done"),
                    left=f.strings("left"), error=f.string("error", ""), controller=f.string("controller", ""),
                    started_ms=f.integer("startedMs"), updated_ms=f.integer("updatedMs"))
+
+
+@dataclass(frozen=True)
+class TaskState(Record):
+    """One maintenance task of a table (``MergeRollupTask``, …): its watermarks (per merge level, or ``""`` for
+    a task with one), the run going on and the last run's outcome. Watermarks only move forward, and only after
+    a run's replace has completed: a run that dies leaves them where they were and is simply run again."""
+
+    KIND = "task state"
+
+    table: str  # with its type suffix
+    task_type: str
+    watermarks: tuple[tuple[str, int], ...] = ()
+    running: dict[str, Any] | None = None  # {"runId", "startedMs", "by"}
+    last_run: dict[str, Any] | None = None  # {"runId", "status", "startedMs", "endedMs", "message", ...}
+
+    @property
+    def watermark_map(self) -> dict[str, int]:
+        return dict(self.watermarks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "taskType": self.task_type, "watermarks": dict(self.watermarks),
+                "running": self.running, "lastRun": self.last_run}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> TaskState:
+        f = Fields(cls.KIND, doc)
+        marks = doc.get("watermarks") or {}
+        if not isinstance(marks, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                  for v in marks.values()):
+            raise RecordFormatError(f"{cls.KIND}: watermarks must map names to integers")
+        running, last = doc.get("running"), doc.get("lastRun")
+        if not isinstance(running, (dict, type(None))) or not isinstance(last, (dict, type(None))):
+            raise RecordFormatError(f"{cls.KIND}: running and lastRun must be objects")
+        return cls(table=f.string("table"), task_type=f.string("taskType"),
+                   watermarks=tuple(sorted((str(k), int(v)) for k, v in marks.items())), running=running,
+                   last_run=last)
 
 
 @dataclass(frozen=True)

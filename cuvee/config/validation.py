@@ -33,7 +33,16 @@ def validate_table(table: TableConfig, schema: Schema) -> None:
 
 def table_schema_issues(table: TableConfig, schema: Schema) -> list[ConfigIssue]:
     return [*_index_issues(table, schema), *_time_issues(table, schema), *_upsert_issues(table, schema),
-            *_transform_issues(table, schema), *_dim_table_issues(table, schema)]
+            *_transform_issues(table, schema), *_dim_table_issues(table, schema), *_task_issues(table, schema)]
+
+
+def _task_issues(table: TableConfig, schema: Schema) -> list[ConfigIssue]:
+    """Minion-style task configs (``task.taskTypeConfigsMap``): ``cuvee.maintenance.config`` owns their rules."""
+    from cuvee.maintenance.config import parse_task_configs  # maintenance builds on config, not the reverse
+
+    issues: list[ConfigIssue] = []
+    parse_task_configs(table, schema, issues)
+    return issues
 
 
 def _dim_table_issues(table: TableConfig, schema: Schema) -> Iterator[ConfigIssue]:

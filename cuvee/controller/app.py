@@ -13,6 +13,7 @@ from cuvee.controller import (
     api_schemas,
     api_segments,
     api_tables,
+    api_tasks,
     api_users,
     rebalance,
     repair,
@@ -31,7 +32,7 @@ def build_app(ctl: Controller) -> FastAPI:
     app = FastAPI(title="Cuvee controller")
     install_error_handlers(app)
     for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair,
-                   retention, rebalance):
+                   retention, rebalance, api_tasks):
         app.include_router(module.router(ctl))
     app.include_router(metrics_router(  # series of tables that no longer exist go
         ctl.metrics.registry, lambda: ctl.metrics.keep_tables(set(Catalog(ctl.store).table_names()))))

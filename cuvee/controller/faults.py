@@ -36,8 +36,14 @@ COMMIT_START_AFTER_PIN = "commit_start.after_pin"
 COMMIT_START_AFTER_NEXT = "commit_start.after_next"
 # A batch job (``cuvee pipeline``) after its metadata push, before endReplaceSegments.
 PIPELINE_AFTER_PUSH = "pipeline.after_push"
+# A maintenance job (``cuvee pipeline merge-rollup`` …): its segments built and stored, nothing pushed; pushed
+# under an IN_PROGRESS lineage entry; replaced, watermarks not yet advanced.
+MAINTENANCE_AFTER_BUILD = "maintenance.after_build"
+MAINTENANCE_AFTER_PUSH = "maintenance.after_push"
+MAINTENANCE_AFTER_REPLACE = "maintenance.after_replace"
 POINTS = (COMMIT_BEFORE_STEP1, COMMIT_AFTER_STEP1, COMMIT_AFTER_STEP2, COMMIT_AFTER_STEP3, COMMIT_START_AFTER_PIN,
-          COMMIT_START_AFTER_NEXT, PIPELINE_AFTER_PUSH)
+          COMMIT_START_AFTER_NEXT, PIPELINE_AFTER_PUSH, MAINTENANCE_AFTER_BUILD, MAINTENANCE_AFTER_PUSH,
+          MAINTENANCE_AFTER_REPLACE)
 
 
 ENVIRONMENT = "CUVEE_FAULTS"

@@ -94,14 +94,15 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 
 
 def delete_table_state(store: ClusterStore, table: str) -> None:
-    """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view and the
-    last rebalance's record."""
+    """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view, the
+    last rebalance's record and the maintenance tasks' watermarks."""
     paths = store.paths
     store.delete(paths.ideal_state(table))
     store.delete(paths.segments(table))
     store.delete(paths.lineage(table))
     store.delete(paths.external_view(table))
     store.delete(paths.rebalance(table))
+    store.delete(paths.tasks(table))
 
 
 def next_row_threshold(stream: StreamConfig, ideal: IdealState, done: SegmentRecord) -> int:

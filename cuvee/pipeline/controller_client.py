@@ -59,6 +59,10 @@ class ControllerClient:
             raise PipelineError(f"table {name!r} has no {table_type.value} part; create it first (POST /tables)")
         return parts[table_type]
 
+    def table_names(self) -> list[str]:
+        """Every table the caller may read (raw names)."""
+        return [str(n) for n in self._call("GET", "/tables").get("tables") or []]
+
     def tables(self, name: str) -> dict[TableType, TableConfig]:
         """The halves the table has (one, or both for a hybrid table)."""
         doc = self._call("GET", f"/tables/{name}")
@@ -106,6 +110,18 @@ class ControllerClient:
 
     def ideal_state(self, table: str, table_type: TableType = TableType.OFFLINE) -> dict[str, dict[str, str]]:
         return dict(self._call("GET", f"/tables/{table}/idealstate").get(table_type.value) or {})
+
+    # ---- maintenance tasks ----
+
+    def tasks(self, table: str) -> dict[str, Any]:
+        """``GET /tasks/{table}``: per configured task type, its watermarks, what is due, the running and last run."""
+        return dict(self._call("GET", f"/tasks/{table}").get("tasks") or {})
+
+    def task_started(self, table: str, task_type: str, run_id: str, by: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/tasks/{table}/{task_type}/start", json={"runId": run_id, "by": by}))
+
+    def task_finished(self, table: str, task_type: str, report: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._call("POST", f"/tasks/{table}/{task_type}/finish", json=report))
 
     # ---- the push ----
 

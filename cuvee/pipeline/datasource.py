@@ -160,12 +160,12 @@ class CuveeReader(DataSourceReader):
         table = self.options.table
         with ControllerClient(self.options.controller, timeout_seconds=self.options.timeout_seconds) as client:
             parts = client.tables(table)
-            counts, sources, urls = PlanCounts(), [], _InstanceUrls(client)
+            counts, sources, urls = PlanCounts(), [], InstanceUrls(client)
             for table_type, time_filter in self._halves(client, parts).items():
                 config = parts[table_type]
                 time_spec = self.table_schema.column(config.time_column) \
                     if config.time_column and self.table_schema.has_column(config.time_column) else None
-                half = _half_state(client, table, table_type, config.name_with_type, time_filter, urls)
+                half = half_state(client, table, table_type, config.name_with_type, time_filter, urls)
                 sources += plan_sources(half, include_consuming=self.options.include_consuming,
                                         predicates=self.predicates, time_spec=time_spec, counts=counts)
         log.info("cuvee read of %s: %d segment(s); skipped by time range %d, consuming %d, without metadata %d",
@@ -185,8 +185,8 @@ class CuveeReader(DataSourceReader):
 PLAN_ATTEMPTS = 5
 
 
-def _half_state(client: ControllerClient, table: str, table_type: TableType, full_name: str,
-                time_filter: TimeFilter | None, urls: _InstanceUrls) -> HalfState:
+def half_state(client: ControllerClient, table: str, table_type: TableType, full_name: str,
+                time_filter: TimeFilter | None, urls: InstanceUrls) -> HalfState:
     """One half as one snapshot: the lineage read before and after the segments must agree, else a replace (or
     its clean-up) ran in between and the visible set could mix old and new segments; read again."""
     for _ in range(PLAN_ATTEMPTS):
@@ -200,7 +200,7 @@ def _half_state(client: ControllerClient, table: str, table_type: TableType, ful
     raise PipelineError(f"the lineage of {full_name} kept changing while the read was planned; run it again")
 
 
-class _InstanceUrls:
+class InstanceUrls:
     """Instance id → HTTP base URL, each asked of the controller once per plan."""
 
     def __init__(self, client: ControllerClient):

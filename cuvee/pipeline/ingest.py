@@ -218,7 +218,7 @@ def push_replace(client: ControllerClient, table: str, built: list[dict[str, Any
     for name in names & set(ideal):
         existing_crcs[name] = client.segment_metadata(table, name).get("crc")
     plan = plan_replace(built, existing_crcs, client.lineage(table), refresh=refresh, input_key=input_key)
-    _delete_archives(deep_store_uri, [b for b in built if b["segmentName"] in set(plan.unchanged)])
+    delete_archives(deep_store_uri, [b for b in built if b["segmentName"] in set(plan.unchanged)])
     if plan.nothing_to_do:
         return plan, None
     if not plan.segments_to and not allow_empty:
@@ -232,7 +232,7 @@ def push_replace(client: ControllerClient, table: str, built: list[dict[str, Any
     return plan, entry
 
 
-def _delete_archives(deep_store_uri: str, segments: list[dict[str, Any]]) -> None:
+def delete_archives(deep_store_uri: str, segments: list[dict[str, Any]]) -> None:
     """Remove archives no record references (built, then not pushed); a failure only leaks an unserved object."""
     if not segments:
         return

@@ -41,16 +41,23 @@ BATCH_ROWS = 65_536
 def scan(source: SegmentSource, fields: Sequence[FieldSpec], predicates: Sequence[Predicate], *,
          deep_store_uri: str, timeout_seconds: float, work_dir: str | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``source`` the half's time filter and ``predicates`` keep, columns ``fields``."""
-    if source.consuming:
-        table = _query_server(source, fields, timeout_seconds)
-    else:
-        with tempfile.TemporaryDirectory(prefix="cuvee-read-", dir=work_dir) as tmp:
-            segment = _fetch(source, Path(tmp), deep_store_uri, timeout_seconds)
-            # the files stay mapped after the directory is removed (POSIX), so the rows outlive ``tmp``
-            names = list(dict.fromkeys([f.name for f in fields] + _filter_columns(source.time_filter)))
-            table = _time_filtered(segment.to_arrow(names), source.time_filter)
+    table = read_segment(source, fields, deep_store_uri=deep_store_uri, timeout_seconds=timeout_seconds,
+                         work_dir=work_dir)
     # predicates name only the read's columns (the data source takes no other)
     yield from apply(to_spark(table, list(fields)), predicates).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def read_segment(source: SegmentSource, fields: Sequence[FieldSpec], *, deep_store_uri: str,
+                 timeout_seconds: float, work_dir: str | None = None) -> pa.Table:
+    """The rows of ``source`` the half's time filter keeps, in their stored types (maintenance jobs rebuild
+    segments from them; ``scan`` converts them to Spark's)."""
+    if source.consuming:
+        return _query_server(source, fields, timeout_seconds)
+    with tempfile.TemporaryDirectory(prefix="cuvee-read-", dir=work_dir) as tmp:
+        segment = _fetch(source, Path(tmp), deep_store_uri, timeout_seconds)
+        # the files stay mapped after the directory is removed (POSIX), so the rows outlive ``tmp``
+        names = list(dict.fromkeys([f.name for f in fields] + _filter_columns(source.time_filter)))
+        return _time_filtered(segment.to_arrow(names), source.time_filter).select([f.name for f in fields])
 
 
 def _filter_columns(time_filter: TimeFilter | None) -> list[str]:

@@ -44,6 +44,7 @@ class BuildSpec:
     rows_per_segment: int = 5_000_000
     sequence_base: int = 0  # a DataFrame write's task n builds sequences from n * TASK_STRIDE (no shuffle there)
     run_id: str = ""  # archives go to <table>/<segment>.<run_id>.tar.zst: a run never overwrites a served object
+    name_prefix: str = ""  # maintenance jobs' outputs: ``merged_<level>_<inputs digest>_<usual name>``
 
     def archive_key(self, table_with_type: str, segment: str) -> str:
         return f"{table_with_type}/{segment}{'.' + self.run_id if self.run_id else ''}{ARCHIVE_SUFFIX}"
@@ -128,7 +129,7 @@ def _build(group: tuple[int, int], batches: list[pa.RecordBatch], spec: BuildSpe
         rows = data.slice(start, spec.rows_per_segment)
         low, high = time_range(rows, table.time_column)
         sequence = spec.sequence_base + group[1] * SEQUENCE_STRIDE + chunk
-        name = offline_segment_name(table.table_name, sequence, low, high, postfix=spec.fingerprint)
+        name = spec.name_prefix + offline_segment_name(table.table_name, sequence, low, high, postfix=spec.fingerprint)
         with tempfile.TemporaryDirectory(prefix="cuvee-build-") as tmp:
             segment = build_segment(rows, schema, table.indexing, tmp, name, table_name=table.table_name,
                                     time_column=table.time_column, creation_time_ms=0)

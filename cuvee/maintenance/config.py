@@ -1,0 +1,309 @@
+"""Task configs in a table config, as Pinot spells them (``task.taskTypeConfigsMap``). Pure.
+
+Pinot's values are strings (``"1000000"``, ``"1d"``); numbers are accepted too. Every problem is reported with
+its JSON path at once (``ConfigIssue``), so a table config with a misspelt task key is refused when it is
+created, not when the job first runs::
+
+    "task": {"taskTypeConfigsMap": {
+      "MergeRollupTask": {"1hour.mergeType": "concat", "1hour.bucketTimePeriod": "1h",
+                          "1hour.bufferTimePeriod": "3h", "1day.mergeType": "rollup",
+                          "1day.bucketTimePeriod": "1d", "1day.bufferTimePeriod": "1d",
+                          "clicks.aggregationType": "sum"},
+      "RealtimeToOfflineSegmentsTask": {"bucketTimePeriod": "6h", "bufferTimePeriod": "1d"},
+      "UpsertCompactionTask": {"bufferTimePeriod": "7d", "invalidRecordsThresholdPercent": "30"}}}
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuvee.config.errors import ConfigIssue, ConfigValidationError
+from cuvee.config.schema import FieldRole, Schema
+from cuvee.config.table import TableConfig
+from cuvee.maintenance.periods import period_ms
+
+MERGE_ROLLUP = "MergeRollupTask"
+REALTIME_TO_OFFLINE = "RealtimeToOfflineSegmentsTask"
+UPSERT_COMPACTION = "UpsertCompactionTask"
+TASK_TYPES = (MERGE_ROLLUP, REALTIME_TO_OFFLINE, UPSERT_COMPACTION)
+COMMON_KEYS = frozenset({"schedule", "tableMaxNumTasks", "minionInstanceTag"})  # Pinot's scheduling keys: kept
+
+DEFAULT_RECORDS_PER_SEGMENT = 5_000_000  # Pinot's defaults
+DEFAULT_RECORDS_PER_TASK = 50_000_000
+MAX_LEVELS = 8
+_LEVEL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_PATH = "$.task.taskTypeConfigsMap"
+
+
+class MergeType(str, enum.Enum):
+    CONCAT = "concat"  # rows as they are
+    ROLLUP = "rollup"  # one row per distinct dimensions (and rounded time), metrics aggregated
+    DEDUP = "dedup"  # one row per distinct row
+
+
+class Aggregation(str, enum.Enum):
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+
+
+@dataclass(frozen=True)
+class MergeLevel:
+    """One level of MergeRollupTask (``1hour``, ``1day``…): windows of ``bucket_ms``, merged ``buffer_ms`` after
+    they end."""
+
+    name: str
+    bucket_ms: int
+    buffer_ms: int
+    merge_type: MergeType = MergeType.CONCAT
+    round_bucket_ms: int | None = None
+    max_records_per_segment: int = DEFAULT_RECORDS_PER_SEGMENT
+    max_records_per_task: int = DEFAULT_RECORDS_PER_TASK
+    max_parallel_buckets: int = 1
+
+
+@dataclass(frozen=True)
+class MergeRollupConfig:
+    levels: tuple[MergeLevel, ...]  # by bucket size, smallest first
+    aggregations: Mapping[str, Aggregation] = field(default_factory=dict)
+
+    def level(self, name: str) -> MergeLevel:
+        for level in self.levels:
+            if level.name == name:
+                return level
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class RealtimeToOfflineConfig:
+    bucket_ms: int = 86_400_000
+    buffer_ms: int = 2 * 86_400_000
+    merge_type: MergeType = MergeType.CONCAT
+    round_bucket_ms: int | None = None
+    max_records_per_segment: int = DEFAULT_RECORDS_PER_SEGMENT
+    aggregations: Mapping[str, Aggregation] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpsertCompactionConfig:
+    buffer_ms: int = 7 * 86_400_000
+    invalid_percent: float = 0.0  # a segment is compacted when both thresholds are met (and it has an invalid doc)
+    invalid_count: int = 0
+
+
+@dataclass(frozen=True)
+class TaskConfigs:
+    merge_rollup: MergeRollupConfig | None = None
+    realtime_to_offline: RealtimeToOfflineConfig | None = None
+    upsert_compaction: UpsertCompactionConfig | None = None
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(t for t, c in zip(TASK_TYPES, (self.merge_rollup, self.realtime_to_offline,
+                                                     self.upsert_compaction)) if c is not None)
+
+
+def task_configs(table: TableConfig, schema: Schema | None = None) -> TaskConfigs:
+    """The table's task configs; ConfigValidationError (every issue, with its path) when one is wrong."""
+    issues: list[ConfigIssue] = []
+    configs = parse_task_configs(table, schema, issues)
+    if issues:
+        raise ConfigValidationError(f"task configs of {table.name_with_type!r}", issues)
+    return configs
+
+
+def parse_task_configs(table: TableConfig, schema: Schema | None, issues: list[ConfigIssue]) -> TaskConfigs:
+    task = table.extra.get("task")
+    if task is None:
+        return TaskConfigs()
+    if not isinstance(task, dict) or not isinstance(task.get("taskTypeConfigsMap", {}), dict):
+        issues.append(ConfigIssue("$.task", 'must be {"taskTypeConfigsMap": {"<TaskType>": {...}}}'))
+        return TaskConfigs()
+    found: dict[str, Any] = {}
+    for task_type, raw in task.get("taskTypeConfigsMap", {}).items():
+        path = f"{_PATH}.{task_type}"
+        if task_type not in TASK_TYPES:
+            issues.append(ConfigIssue(path, f"unknown task type; Cuvee runs {', '.join(TASK_TYPES)}"))
+            continue
+        if not isinstance(raw, dict):
+            issues.append(ConfigIssue(path, "must be an object of string keys and values"))
+            continue
+        reader = _Reader(raw, path, issues)
+        if task_type == MERGE_ROLLUP:
+            found[task_type] = _merge_rollup(reader, table, schema)
+        elif task_type == REALTIME_TO_OFFLINE:
+            found[task_type] = _realtime_to_offline(reader, table, schema)
+        else:
+            found[task_type] = _upsert_compaction(reader, table)
+    return TaskConfigs(found.get(MERGE_ROLLUP), found.get(REALTIME_TO_OFFLINE), found.get(UPSERT_COMPACTION))
+
+
+class _Reader:
+    """Reads Pinot's string-valued task keys, reporting each bad value under its path."""
+
+    def __init__(self, raw: dict[str, Any], path: str, issues: list[ConfigIssue]):
+        self.raw, self.path, self.issues = raw, path, issues
+
+    def report(self, key: str, message: str) -> None:
+        self.issues.append(ConfigIssue(f"{self.path}.{key}", message))
+
+    def text(self, key: str) -> str | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            self.report(key, "must be a string")
+            return None
+        return str(value).strip()
+
+    def period(self, key: str, default: int | None) -> int | None:
+        value = self.text(key)
+        if value is None:
+            return default
+        try:
+            return period_ms(value)
+        except ValueError as exc:
+            self.report(key, str(exc))
+            return default
+
+    def integer(self, key: str, default: int, *, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
+        value = self.text(key)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            self.report(key, f"must be a whole number, got {value!r}")
+            return default
+        if not minimum <= number <= maximum:
+            self.report(key, f"must be between {minimum} and {maximum}, got {number}")
+            return default
+        return number
+
+    def merge_type(self, key: str) -> MergeType:
+        value = self.text(key)
+        if value is None:
+            return MergeType.CONCAT
+        try:
+            return MergeType(value.lower())
+        except ValueError:
+            self.report(key, f"must be concat, rollup or dedup, got {value!r}")
+            return MergeType.CONCAT
+
+
+def _aggregations(reader: _Reader, schema: Schema | None) -> dict[str, Aggregation]:
+    out: dict[str, Aggregation] = {}
+    for key in reader.raw:
+        if not key.endswith(".aggregationType"):
+            continue
+        column = key[: -len(".aggregationType")]
+        value = (reader.text(key) or "").lower()
+        try:
+            out[column] = Aggregation(value)
+        except ValueError:
+            reader.report(key, f"must be sum, min or max, got {value!r}")
+            continue
+        if schema is not None:
+            if not schema.has_column(column):
+                reader.report(key, f"column {column!r} is not in schema {schema.name!r}")
+            elif schema.column(column).role is not FieldRole.METRIC:
+                reader.report(key, f"column {column!r} is not a metric: only metrics are aggregated by a rollup")
+    return out
+
+
+_LEVEL_KEYS = frozenset({"mergeType", "bucketTimePeriod", "bufferTimePeriod", "roundBucketTimePeriod",
+                         "maxNumRecordsPerSegment", "maxNumRecordsPerTask", "maxNumParallelBuckets"})
+
+
+def _merge_rollup(reader: _Reader, table: TableConfig, schema: Schema | None) -> MergeRollupConfig:
+    levels: dict[str, dict[str, str]] = {}
+    for key in reader.raw:
+        if key in COMMON_KEYS or key.endswith(".aggregationType"):
+            continue
+        name, _, setting = key.partition(".")
+        if not setting or setting not in _LEVEL_KEYS:
+            reader.report(key, "unknown key: a level's keys are <level>." + ", <level>.".join(sorted(_LEVEL_KEYS))
+                          + "; a metric's <column>.aggregationType")
+            continue
+        if not name or not set(name) <= _LEVEL_NAME_CHARS:
+            reader.report(key, "a level name is letters and digits (e.g. 1hour, 1day)")
+            continue
+        levels.setdefault(name, {})[setting] = key
+    if table.time_column is None:
+        reader.issues.append(ConfigIssue(reader.path, "merges group segments by time: the table needs "
+                                                      "segmentsConfig.timeColumnName"))
+    if table.is_realtime:
+        reader.issues.append(ConfigIssue(reader.path, "MergeRollupTask runs on OFFLINE tables; move a REALTIME "
+                                                      "table's rows with RealtimeToOfflineSegmentsTask, then merge "
+                                                      "its offline half"))
+    if not levels:
+        reader.issues.append(ConfigIssue(reader.path, "no level configured (e.g. 1day.bucketTimePeriod)"))
+    if len(levels) > MAX_LEVELS:
+        reader.issues.append(ConfigIssue(reader.path, f"at most {MAX_LEVELS} levels"))
+    parsed = []
+    for name, keys in levels.items():
+        bucket = reader.period(f"{name}.bucketTimePeriod", None)
+        buffer = reader.period(f"{name}.bufferTimePeriod", None)
+        if "bucketTimePeriod" not in keys:
+            reader.report(f"{name}.bucketTimePeriod", "is required for each level")
+        if "bufferTimePeriod" not in keys:
+            reader.report(f"{name}.bufferTimePeriod", "is required for each level")
+        if bucket is None or buffer is None:
+            continue
+        parsed.append(MergeLevel(
+            name, bucket, buffer, reader.merge_type(f"{name}.mergeType"),
+            reader.period(f"{name}.roundBucketTimePeriod", None),
+            reader.integer(f"{name}.maxNumRecordsPerSegment", DEFAULT_RECORDS_PER_SEGMENT),
+            reader.integer(f"{name}.maxNumRecordsPerTask", DEFAULT_RECORDS_PER_TASK),
+            reader.integer(f"{name}.maxNumParallelBuckets", 1, maximum=10_000)))
+    parsed.sort(key=lambda level: level.bucket_ms)
+    for lower, higher in zip(parsed, parsed[1:]):
+        if higher.bucket_ms == lower.bucket_ms or higher.bucket_ms % lower.bucket_ms:
+            reader.report(f"{higher.name}.bucketTimePeriod", f"must be a multiple of level {lower.name}'s bucket "
+                                                             "(a higher level merges whole lower-level buckets)")
+    return MergeRollupConfig(tuple(parsed), _aggregations(reader, schema))
+
+
+def _realtime_to_offline(reader: _Reader, table: TableConfig, schema: Schema | None) -> RealtimeToOfflineConfig:
+    known = {"bucketTimePeriod", "bufferTimePeriod", "roundBucketTimePeriod", "mergeType", "maxNumRecordsPerSegment"}
+    for key in reader.raw:
+        if key not in known and key not in COMMON_KEYS and not key.endswith(".aggregationType"):
+            reader.report(key, f"unknown key; known: {', '.join(sorted(known))}, <column>.aggregationType")
+    if not table.is_realtime:
+        reader.issues.append(ConfigIssue(reader.path, "RealtimeToOfflineSegmentsTask belongs in the REALTIME half "
+                                                      "of a hybrid table"))
+    if table.is_upsert:
+        reader.issues.append(ConfigIssue(reader.path, "an upsert table cannot move rows to an offline half (the "
+                                                      "latest row per key must stay in one place)"))
+    if table.time_column is None:
+        reader.issues.append(ConfigIssue(reader.path, "the table needs segmentsConfig.timeColumnName"))
+    return RealtimeToOfflineConfig(
+        reader.period("bucketTimePeriod", 86_400_000) or 86_400_000,
+        reader.period("bufferTimePeriod", 2 * 86_400_000) or 2 * 86_400_000,
+        reader.merge_type("mergeType"), reader.period("roundBucketTimePeriod", None),
+        reader.integer("maxNumRecordsPerSegment", DEFAULT_RECORDS_PER_SEGMENT), _aggregations(reader, schema))
+
+
+def _upsert_compaction(reader: _Reader, table: TableConfig) -> UpsertCompactionConfig:
+    known = {"bufferTimePeriod", "invalidRecordsThresholdPercent", "invalidRecordsThresholdCount",
+             "validDocIdsType"}
+    for key in reader.raw:
+        if key not in known and key not in COMMON_KEYS:
+            reader.report(key, f"unknown key; known: {', '.join(sorted(known))}")
+    if not table.is_upsert:
+        reader.issues.append(ConfigIssue(reader.path, "UpsertCompactionTask needs an upsert table (upsertConfig)"))
+    percent_text = reader.text("invalidRecordsThresholdPercent")
+    percent = 0.0
+    if percent_text is not None:
+        try:
+            percent = float(percent_text)
+            if not 0 <= percent <= 100:
+                raise ValueError
+        except ValueError:
+            reader.report("invalidRecordsThresholdPercent", f"must be a number from 0 to 100, got {percent_text!r}")
+            percent = 0.0
+    return UpsertCompactionConfig(reader.period("bufferTimePeriod", 7 * 86_400_000) or 7 * 86_400_000, percent,
+                                  reader.integer("invalidRecordsThresholdCount", 0, minimum=0))

@@ -1,0 +1,217 @@
+"""The maintenance jobs on Spark. The driver plans (pure planners over the controller's view of the table), one
+Spark task per planned merge reads its input segments (deep store, else a peer), merges their rows and builds
+the output segments with the servers' builder into the deep store; the driver swaps them in with one lineage
+replace and then advances the watermarks. Every step before the watermark is safe to die in: the old segments
+stay served and a rerun plans the same work again.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from cuvee.cluster.time_boundary import millis_per_value
+from cuvee.config import Schema, TableConfig, TableType
+from cuvee.controller import faults
+from cuvee.maintenance.config import MERGE_ROLLUP, MergeLevel, MergeRollupConfig, task_configs
+from cuvee.maintenance.merge_plan import MergeTask, plan_merges
+from cuvee.maintenance.rows import merge_rows
+from cuvee.maintenance.spans import committed_spans
+from cuvee.maintenance.swap import swap_in
+from cuvee.pipeline.controller_client import ControllerClient, PipelineError
+from cuvee.pipeline.ingest import delete_archives
+from cuvee.pipeline.read_plan import SegmentSource, plan_sources
+from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups, grouped
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+READ_TIMEOUT_SECONDS = 600.0
+
+
+@dataclass
+class JobSummary:
+    task_type: str
+    table: str
+    run_id: str
+    status: str = "NOTHING_TO_DO"
+    tasks: int = 0
+    segments_in: int = 0
+    segments_out: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    seconds: float = 0.0
+    watermarks: dict[str, int] = field(default_factory=dict)
+    lineage_entry: str | None = None
+    message: str = ""
+
+    def report(self) -> dict[str, Any]:
+        """The body of ``POST /tasks/{table}/{type}/finish``."""
+        return {"runId": self.run_id, "status": self.status, "message": self.message[:2000],
+                "watermarks": self.watermarks, "tasks": self.tasks, "segmentsIn": self.segments_in,
+                "segmentsOut": self.segments_out, "rowsIn": self.rows_in, "rowsOut": self.rows_out}
+
+
+@dataclass(frozen=True)
+class MergeWork:
+    """One Spark task's share: a planned merge, its sources and how to merge and build (picklable)."""
+
+    task: MergeTask
+    sources: tuple[SegmentSource, ...]
+    level: MergeLevel
+    aggregations: dict[str, str]
+    spec: BuildSpec
+    round_units: int | None
+
+
+def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms: int | None = None,
+                     progress: Callable[[str], None] = lambda _: None) -> JobSummary:
+    """One MergeRollupTask run over ``table``'s OFFLINE half: what is due now, merged and swapped in."""
+    from cuvee.pipeline.datasource import InstanceUrls, half_state
+
+    started = time.monotonic()
+    summary = JobSummary(MERGE_ROLLUP, table, uuid.uuid4().hex[:12])
+    with ControllerClient(controller) as client:
+        config, schema = client.table(table), client.schema(table)
+        merge = task_configs(config, schema).merge_rollup
+        if merge is None:
+            raise PipelineError(f"table {table!r} has no MergeRollupTask in task.taskTypeConfigsMap")
+        deep_store_uri = client.deep_store_uri()
+        watermarks = dict((client.tasks(table).get(MERGE_ROLLUP) or {}).get("watermarks") or {})
+        half = half_state(client, table, TableType.OFFLINE, config.name_with_type, None, InstanceUrls(client))
+        step = millis_per_value(schema, config.time_column)
+        spans = committed_spans(half.records, half.ideal, half.hidden, step)
+        plan = plan_merges(merge, spans, watermarks, int(time.time() * 1000) if now_ms is None else now_ms)
+        summary.watermarks = dict(plan.watermarks)
+        client.task_started(table, MERGE_ROLLUP, summary.run_id, _who())
+        try:
+            if plan.tasks:
+                sources = {s.segment: s for s in plan_sources(half, include_consuming=False, predicates=(),
+                                                               time_spec=None)}
+                work = [_merge_work(task, sources, merge, config, schema, deep_store_uri, summary.run_id, step)
+                        for task in plan.tasks]
+                progress(f"merging {len(plan.segments)} segment(s) in {len(work)} Spark task(s)")
+                built, rows_in = _build_on_spark(spark, work)
+                summary.tasks, summary.segments_in, summary.rows_in = len(work), len(plan.segments), rows_in
+                summary.segments_out, summary.rows_out = len(built), sum(int(b["totalDocs"]) for b in built)
+                _swap(client, table, list(plan.segments), built, summary, deep_store_uri, progress)
+            summary.status = "SUCCEEDED" if plan.tasks else "NOTHING_TO_DO"
+            summary.message = f"{plan.skipped} due window(s) needed no merge" if plan.skipped else ""
+        except Exception as exc:
+            summary.status, summary.message, summary.watermarks = "FAILED", _reason(exc), {}
+            _report(client, table, summary, started)
+            raise
+        _report(client, table, summary, started)
+    return summary
+
+
+def _swap(client: ControllerClient, table: str, sources: list[str], built: list[dict[str, Any]],
+          summary: JobSummary, deep_store_uri: str, progress: Callable[[str], None]) -> None:
+    try:
+        faults.fault(faults.MAINTENANCE_AFTER_BUILD)
+    except faults.FaultInjected:
+        delete_archives(deep_store_uri, built)
+        raise
+    progress(f"swapping {len(sources)} segment(s) for {len(built)}")
+    summary.lineage_entry = swap_in(client, table, sources, built, task_type=summary.task_type,
+                                    run_id=summary.run_id)
+    faults.fault(faults.MAINTENANCE_AFTER_REPLACE)
+
+
+def _report(client: ControllerClient, table: str, summary: JobSummary, started: float) -> None:
+    summary.seconds = time.monotonic() - started
+    try:
+        client.task_finished(table, summary.task_type, summary.report())
+    except PipelineError as exc:
+        if summary.status != "FAILED":
+            raise  # the work is in but the watermarks are not: the rerun finds nothing left and moves them
+        log.warning("could not report the failed run %s: %s", summary.run_id, exc)
+
+
+def _merge_work(task: MergeTask, sources: dict[str, SegmentSource], merge: MergeRollupConfig, config: TableConfig,
+                schema: Schema, deep_store_uri: str, run_id: str, step: float | None) -> MergeWork:
+    missing = [name for name in task.segments if name not in sources]
+    if missing:
+        raise PipelineError(f"segments {', '.join(missing[:3])} have no record; run the job again")
+    level = merge.level(task.level)
+    spec = BuildSpec(config.to_json(), schema.to_json(), deep_store_uri, fingerprint=run_id[:8],
+                     rows_per_segment=level.max_records_per_segment, run_id=run_id, name_prefix=task.name_prefix)
+    round_units = None
+    if level.round_bucket_ms and step:
+        round_units = max(1, int(level.round_bucket_ms // step))
+    return MergeWork(task, tuple(sources[name] for name in task.segments), level,
+                     {c: a.value for c, a in merge.aggregations.items()}, spec, round_units)
+
+
+def _build_on_spark(spark: SparkSession, work: list[MergeWork]) -> tuple[list[dict[str, Any]], int]:
+    """Each MergeWork in its own Spark task; returns the built segments' metadata and the rows read."""
+    results = spark.sparkContext.parallelize(work, len(work)).mapPartitions(_run_tasks).collect()
+    built = [meta for kind, meta in results if kind == "segment"]
+    rows_in = sum(int(meta["rows"]) for kind, meta in results if kind == "read")
+    return built, rows_in
+
+
+def _run_tasks(items: Iterator[MergeWork]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for work in items:
+        yield from merge_task(work)
+
+
+def merge_task(work: MergeWork) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Inside a Spark task: read, merge, build. Yields ("read", {"rows": n}) then ("segment", metadata)…"""
+    from cuvee.maintenance.config import Aggregation
+    from cuvee.pipeline.scan import read_segment
+
+    schema, table = work.spec.schema, work.spec.table
+    parts = [read_segment(source, schema.fields, deep_store_uri=work.spec.deep_store_uri,
+                          timeout_seconds=READ_TIMEOUT_SECONDS) for source in work.sources]
+    rows = pa.concat_tables([p.cast(schema.arrow_schema()) for p in parts])
+    yield "read", {"rows": rows.num_rows}
+    merged = merge_rows(rows, schema, work.level.merge_type, time_column=table.time_column,
+                        round_units=work.round_units,
+                        aggregations={c: Aggregation(a) for c, a in work.aggregations.items()})
+    if merged.num_rows == 0:
+        return
+    batch = merged.combine_chunks().to_batches()[0]
+    _, partition = bucket_and_partition(batch, table, schema)
+    bucket = pa.array([work.task.window_start_ms] * batch.num_rows, pa.int64())
+    staged = pa.Table.from_batches([batch]).append_column(BUCKET, bucket).append_column(PART, partition)
+    for meta in build_groups(grouped(staged).to_batches(), work.spec):
+        yield "segment", meta
+
+
+def _who() -> str:
+    return f"{socket.gethostname()}:{__name__}"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:2000]
+
+
+JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup}
+
+
+def tables_with_task(controller: str, task_type: str) -> list[str]:
+    """The tables (raw names) whose config has ``task_type``; a table whose task config does not parse is skipped
+    with a warning (the controller refuses such configs; an older one may still be stored)."""
+    from cuvee.config.errors import ConfigValidationError
+
+    found = []
+    with ControllerClient(controller) as client:
+        for name in client.table_names():
+            for config in client.tables(name).values():
+                try:
+                    if task_type in task_configs(config).types:
+                        found.append(name)
+                        break
+                except ConfigValidationError as exc:
+                    log.warning("skipping %s: %s", name, exc)
+    return found
