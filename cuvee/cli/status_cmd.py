@@ -92,15 +92,45 @@ def _fetch(http: httpx.Client, url: str, table: str | None) -> list[dict[str, An
     names = [table] if table is not None else _get(http, f"{url}/tables").get("tables", [])
     out: list[dict[str, Any]] = []
     for name in names:
+        tasks = _tasks(http, url, name)
         try:
-            out.append(_get(http, f"{url}/tables/{name}/status"))
+            out.append({**_get(http, f"{url}/tables/{name}/status"), "tasks": tasks})
         except UserError as exc:
-            if table is None and " answered 404" in str(exc):
-                continue  # an offline-only table: no partitions to report
+            if " answered 404" in str(exc) and (tasks or table is None):
+                if tasks:  # an offline-only table: no partitions, but its maintenance tasks
+                    out.append({"table": name, "tasks": tasks})
+                continue
             if table is not None:
                 raise
             out.append({"table": name, "problem": str(exc)})
     return out
+
+
+def _tasks(http: httpx.Client, url: str, name: str) -> dict[str, Any]:
+    """The table's maintenance tasks (``GET /tasks/{t}``); empty when it has none or they cannot be had."""
+    try:
+        return dict(_get(http, f"{url}/tasks/{name}").get("tasks") or {})
+    except UserError:
+        return {}
+
+
+def _render_tasks(name: str, tasks: dict[str, Any]) -> Table:
+    shown = Table(title=f"{name}: maintenance tasks", title_justify="left")
+    for column in ("task", "running", "last run", "took s", "segments in→out", "due windows", "watermarks", "message"):
+        shown.add_column(column)
+    for task_type, task in sorted(tasks.items()):
+        last = task.get("lastRun") or {}
+        running = task.get("running") or task.get("launched")
+        status = last.get("status", "")
+        colour = {"FAILED": "red", "SUCCEEDED": "green"}.get(status, "white")
+        took = last.get("durationMs")
+        shown.add_row(task_type, "yes" if running else "", f"[{colour}]{status}[/]" if status else "never",
+                      f"{took / 1000:.1f}" if isinstance(took, int | float) else "",
+                      f"{last['segmentsIn']}→{last['segmentsOut']}" if "segmentsIn" in last else "",
+                      str(len(task.get("due") or [])),
+                      ", ".join(f"{k}={v}" for k, v in sorted((task.get("watermarks") or {}).items())),
+                      str(last.get("message") or "")[:60])
+    return shown
 
 
 def _render(statuses: list[dict[str, Any]]) -> Group:
@@ -108,6 +138,9 @@ def _render(statuses: list[dict[str, Any]]) -> Group:
     for status in statuses:
         if "problem" in status:
             parts.append(f"[red]{status['table']}: {status['problem']}[/]")
+            continue
+        if "partitions" not in status:  # an offline table with maintenance tasks
+            parts.append(_render_tasks(status["table"], status["tasks"]))
             continue
         if status.get("streamError"):
             parts.append(f"[red]{status['table']}: the stream cannot be read ({status['streamError']}); offsets and "
@@ -140,6 +173,8 @@ def _render(statuses: list[dict[str, Any]]) -> Group:
         for partition in status["partitions"]:
             for problem in partition.get("problems") or []:
                 parts.append(f"[red]partition {partition['partition']}[/]: {problem}")
+        if status.get("tasks"):
+            parts.append(_render_tasks(status["table"], status["tasks"]))
         lost = status["dataLost"]
         if lost["offsetsSkippedByRepair"] or lost["messagesLostByConsumingReplicas"]:
             parts.append(f"[red]data lost to stream retention[/]: {lost['offsetsSkippedByRepair']} offsets skipped by "

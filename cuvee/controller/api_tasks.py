@@ -1,7 +1,8 @@
 """``/tasks``: a table's maintenance tasks (Pinot's minion task types, run as Spark jobs).
 
 ``GET /tasks/{table}`` shows, per configured task type of each half, the watermarks, what is due now (the
-planner's answer over the served segments), the run going on and the last run. A job reports its start and its
+planner's answer over the served segments), the run going on, the last run and the job this controller launched
+(``POST /tasks/{table}/{type}/run`` launches one now; ``cuvee.controller.task_scheduler``). A job reports its start and its
 end (``POST /tasks/{table}/{type}/start|finish``); watermarks only move forward, so a late report of an old run
 cannot move one back.
 """
@@ -18,9 +19,10 @@ from cuvee.config import TableConfig, TableType, raw_table_name
 from cuvee.config.errors import ConfigValidationError
 from cuvee.controller.api_common import require_body
 from cuvee.controller.catalog import Catalog
-from cuvee.controller.errors import BadRequest, NotFound
+from cuvee.controller.task_scheduler import JobAlreadyRunning
+from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.lineage.rules import hidden_segments
-from cuvee.maintenance.config import TASK_TYPES, TaskConfigs, task_configs
+from cuvee.maintenance.config import MERGE_ROLLUP, TASK_TYPES, TaskConfigs, task_configs
 from cuvee.maintenance.merge_plan import plan_merges
 from cuvee.maintenance.periods import format_period
 from cuvee.maintenance.spans import committed_spans
@@ -69,28 +71,24 @@ def router(ctl: Controller) -> APIRouter:
         for config, tasks in halves(table):
             for task_type in tasks.types:
                 current = state(config.name_with_type, task_type)
+                launch = ctl.task_scheduler.running(config.table_name, task_type)
                 out[task_type] = {"tableNameWithType": config.name_with_type, **current.to_json(),
-                                  "due": due(config, tasks, current)}
+                                  "due": due_work(ctl, config, tasks, current, task_type),
+                                  "launched": launch.to_json() if launch is not None else None,
+                                  "scheduler": ctl.config.tasks.mode}
                 out[task_type].pop("table"), out[task_type].pop("taskType")
         return {"tableName": raw_table_name(table), "tasks": out}
 
-    def due(config: TableConfig, tasks: TaskConfigs, current: TaskState) -> list[dict[str, Any]]:
-        if tasks.merge_rollup is None:
-            return []
-        full = config.name_with_type
-        ideal = ctl.store.ideal_state(full)
-        segments = ideal.record.segments if ideal is not None else {}
-        records = {}
-        for name in segments:
-            found = ctl.store.find_segment(full, name)
-            if found is not None:
-                records[name] = found.record
-        step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
-        spans = committed_spans(records, segments, hidden_segments(ctl.store.lineage(full)), step)
-        plan = plan_merges(tasks.merge_rollup, spans, current.watermark_map, ctl.clock_ms())
-        return [{"level": t.level, "windowStartMs": t.window_start_ms, "windowEndMs": t.window_end_ms,
-                 "bucket": format_period(t.window_end_ms - t.window_start_ms), "segments": len(t.segments),
-                 "rows": t.total_docs} for t in plan.tasks]
+    @api.post("/tasks/{table}/{task_type}/run")
+    def run_now(table: str, task_type: str) -> dict[str, Any]:
+        """Launch the job now (in either scheduler mode); 409 while one launched here is running."""
+        ctl.require_leader()
+        config = half_with(table, task_type)
+        try:
+            launch = ctl.task_scheduler.launch(config.table_name, config.name_with_type, task_type, "requested")
+        except JobAlreadyRunning as exc:
+            raise Conflict(str(exc)) from None
+        return {"status": f"{task_type} job launched for {config.name_with_type}", **launch.to_json()}
 
     @api.post("/tasks/{table}/{task_type}/start")
     def start(table: str, task_type: str, body: Any = Body(None)) -> dict[str, Any]:
@@ -142,9 +140,44 @@ def router(ctl: Controller) -> APIRouter:
 
         stored = ctl.store.update(TaskState, ctl.store.paths.task(full, task_type), report,
                                   initial=TaskState(full, task_type))
+        ctl.metrics.task_runs.labels(full, task_type, status).inc()
+        if "durationMs" in last:
+            ctl.metrics.task_run_seconds.labels(full, task_type).observe(max(0, last["durationMs"]) / 1000)
         return {"status": f"{task_type} run {run_id} of {full}: {status}", **stored.record.to_json()}
 
     return api
+
+
+def due_work(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: TaskState,
+             task_type: str) -> list[dict[str, Any]]:
+    """What a run of ``task_type`` would do now, by the task's planner over the served segments (empty: nothing)."""
+    if task_type != MERGE_ROLLUP or tasks.merge_rollup is None:
+        return []
+    full = config.name_with_type
+    ideal = ctl.store.ideal_state(full)
+    segments = ideal.record.segments if ideal is not None else {}
+    records = {}
+    for name in segments:
+        found = ctl.store.find_segment(full, name)
+        if found is not None:
+            records[name] = found.record
+    step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
+    spans = committed_spans(records, segments, hidden_segments(ctl.store.lineage(full)), step)
+    plan = plan_merges(tasks.merge_rollup, spans, current.watermark_map, ctl.clock_ms())
+    return [{"level": t.level, "windowStartMs": t.window_start_ms, "windowEndMs": t.window_end_ms,
+             "bucket": format_period(t.window_end_ms - t.window_start_ms), "segments": len(t.segments),
+             "rows": t.total_docs} for t in plan.tasks]
+
+
+def due_for(ctl: Controller, full: str, task_type: str) -> list[dict[str, Any]]:
+    """``due_work`` for the scheduler, by table name with type."""
+    catalog = Catalog(ctl.store)
+    config = catalog.find_table(full)
+    if config is None:
+        return []
+    tasks = task_configs(config, catalog.schema(config.table_name))
+    found = ctl.store.find(TaskState, ctl.store.paths.task(full, task_type))
+    return due_work(ctl, config, tasks, found.record if found is not None else TaskState(full, task_type), task_type)
 
 
 def _text(doc: Any, key: str, limit: int, *, required: bool = True) -> str:

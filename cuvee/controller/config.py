@@ -60,6 +60,32 @@ class CompletionTiming:
 
 
 @dataclass(frozen=True)
+class TaskSchedulerConfig:
+    """The lead controller's maintenance-task scheduler (docs/maintenance.md). ``mode``: ``local`` launches due
+    jobs (``cuvee pipeline <job>``) as child processes on ``spark_master``; ``external`` only shows what is due
+    (``GET /tasks/{t}``) and leaves running jobs to an outside scheduler (cron, Airflow). At most
+    ``max_concurrent_jobs`` run at once; a job running past ``job_timeout_seconds`` is killed (its lineage entry
+    is reverted by the next run). With auth on, jobs use the bearer token in ``token_file`` (a principal with
+    UPDATE on the tables). Job output goes to ``log_dir`` (default: ``<temp dir>/cuvee-task-logs``)."""
+
+    mode: str = "local"
+    interval_seconds: float = 300.0
+    spark_master: str = "local[*]"
+    max_concurrent_jobs: int = 1
+    job_timeout_seconds: float = 3600.0
+    token_file: str = ""
+    log_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("local", "external"):
+            raise ValueError(f"tasks.mode must be local or external, got {self.mode!r}")
+        _positive("tasks", interval_seconds=self.interval_seconds, max_concurrent_jobs=self.max_concurrent_jobs,
+                  job_timeout_seconds=self.job_timeout_seconds)
+        if self.max_concurrent_jobs > 64:
+            raise ValueError("tasks.max_concurrent_jobs must be at most 64")
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     """One controller process. ``metadata`` is the metadata store URI (``sqlite:///...`` or ``zk://...``);
     ``deep_store`` the deep store URI (empty: none configured). ``port`` 0 picks a free port. ``instance_id``
@@ -103,6 +129,7 @@ class ControllerConfig:
     console_query_timeout_seconds: float = 60.0  # POST /sql (the console's queries) waits this long for a broker
     session_retry_initial_seconds: float = 0.5
     session_retry_max_seconds: float = 10.0
+    tasks: TaskSchedulerConfig = field(default_factory=TaskSchedulerConfig)  # docs/maintenance.md
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
     s3: S3Settings = field(default_factory=S3Settings)  # s3:// deep stores (docs/configuration.md)

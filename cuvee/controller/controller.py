@@ -30,6 +30,7 @@ from cuvee.controller.external_view_task import ExternalViewTask
 from cuvee.controller.rebalance import Rebalancer
 from cuvee.controller.repair import RepairTask
 from cuvee.controller.retention import RetentionTask
+from cuvee.controller.task_scheduler import TaskScheduler
 from cuvee.controller.server_client import ServerClient
 from cuvee.errors import CuveeError
 from cuvee.metrics.controller import ControllerMetrics
@@ -66,6 +67,7 @@ class Controller:
         self._external_view: ExternalViewTask | None = None
         self._repair: RepairTask | None = None
         self._retention: RetentionTask | None = None
+        self._task_scheduler: TaskScheduler | None = None
         self.deep_store: DeepStore | None = None
         self.rebalancer: Rebalancer | None = None  # set when the services start
         self.servers = ServerClient(config.server_timeout_seconds, internal_headers(config.auth),
@@ -187,6 +189,10 @@ class Controller:
             stale_upload_ms=round(self.config.stale_upload_seconds * 1000),
             stop_timeout=self.config.repair_stop_seconds,
         )
+        from cuvee.controller.api_tasks import due_for  # the REST module owns the "what is due" answer
+
+        self._task_scheduler = TaskScheduler(self, lambda full, task_type: due_for(self, full, task_type),
+                                             lambda: self.is_leader and self._session_connected())
         self._external_view = ExternalViewTask(
             self._store,
             self.config.external_view_interval_seconds,
@@ -200,6 +206,7 @@ class Controller:
         self._external_view.start()
         self._repair.start()
         self._retention.start()
+        self._task_scheduler.start()
         self._election = self.metastore.election(self.store.paths.leader, self.url, self._on_leadership)
         self._election.start()
 
@@ -215,6 +222,8 @@ class Controller:
             self._repair.stop()
         if self._retention is not None:
             self._retention.stop()
+        if self._task_scheduler is not None:
+            self._task_scheduler.stop()
         if self.rebalancer is not None:
             self.rebalancer.stop()
         if self._http is not None:
@@ -287,6 +296,11 @@ class Controller:
     def repair(self) -> RepairTask:
         assert self._repair is not None, "controller not started"
         return self._repair
+
+    @property
+    def task_scheduler(self) -> TaskScheduler:
+        assert self._task_scheduler is not None, "controller not started"
+        return self._task_scheduler
 
     @property
     def retention(self) -> RetentionTask:

@@ -27,6 +27,11 @@ class ControllerMetrics:
                                ("table", "outcome"), registry=r)
         self.commit_seconds = Histogram("cuvee_controller_commit_seconds", "The three commit steps of a segment",
                                         ("table",), buckets=_SECONDS, registry=r)
+        self.task_runs = Counter("cuvee_controller_task_runs", "Maintenance job runs reported (or found dead), by "
+                                 "table, task type and outcome", ("table", "task_type", "status"), registry=r)
+        self.task_run_seconds = Histogram("cuvee_controller_task_run_seconds", "Maintenance job runs' durations",
+                                          ("table", "task_type"), buckets=(1, 5, 15, 30, 60, 120, 300, 900, 1800,
+                                                                           3600, 7200), registry=r)
         self._tables: Collection[str] | None = None  # the tables that exist, as of the last keep_tables
 
     def keep_tables(self, tables: Collection[str]) -> None:

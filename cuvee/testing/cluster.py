@@ -21,8 +21,9 @@ from cuvee.node.config import config_from_dict
 from cuvee.stream import open_admin, open_producer
 from cuvee.testing.waiting import wait_until
 
+# tasks: tests launch maintenance jobs themselves (a scheduled one would race them)
 FAST_CONTROLLER = {"external_view_interval_seconds": 0.2, "completion": {"hold_seconds": 0.2},
-                   "rebalance_settle_seconds": 1.5}
+                   "rebalance_settle_seconds": 1.5, "tasks": {"mode": "external"}}
 FAST_SERVER = {"ideal_state_poll_seconds": 0.5, "consumer": {"hold_retry_seconds": 0.05}}
 FAST_BROKER = {"routing_poll_seconds": 0.5}
 
