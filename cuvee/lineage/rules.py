@@ -64,6 +64,9 @@ def start_replace(lineage: SegmentLineage, entry_id: str, segments_from: Iterabl
     missing = set(sources) - existing
     if missing:
         raise LineageError(f"segmentsFrom names segments the table does not have: {_names(missing)}")
+    gone = set(sources) & hidden_segments(lineage)
+    if gone:  # replaced already (a concurrent job won), or abandoned: replacing them again would add their rows twice
+        raise LineageError(f"segmentsFrom names segments lineage already hides: {_names(gone)}", conflict=True)
     stale = {eid for eid, e in lineage.entries.items() if e.state is LineageState.IN_PROGRESS
              and (_overlaps(e, sources, targets) or _same_input(e, custom))}
     if stale and not force_cleanup:

@@ -122,7 +122,7 @@ def _swap(client: ControllerClient, table: str, sources: list[str], built: list[
         raise
     progress(f"swapping {len(sources)} segment(s) for {len(built)}")
     summary.lineage_entry = swap_in(client, table, sources, built, task_type=summary.task_type,
-                                    run_id=summary.run_id)
+                                    run_id=summary.run_id, deep_store_uri=deep_store_uri)
     faults.fault(faults.MAINTENANCE_AFTER_REPLACE)
 
 

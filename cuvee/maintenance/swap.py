@@ -1,7 +1,9 @@
 """Swapping a maintenance job's output in: one lineage replace (startReplaceSegments → metadata push →
 endReplaceSegments), so queries read exactly the old segments until every new one is served, and exactly the new
 ones after. A job that dies before the end leaves the old segments served; its rerun's start reverts the dead
-entry (the same inputs) and pushes again."""
+entry (the same inputs) and pushes again. Inputs that lineage already hides (a concurrent run replaced them
+first) are refused by the controller (409): the loser's outputs are deleted and its run fails, so rows are
+never added twice."""
 
 from __future__ import annotations
 
@@ -9,17 +11,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from cuvee.controller import faults
-from cuvee.pipeline.controller_client import ControllerClient
+from cuvee.pipeline.controller_client import ControllerClient, PipelineError
+from cuvee.pipeline.ingest import delete_archives
 
 TASK_KEY = "taskType"  # lineage custom map: which task made the entry
 RUN_KEY = "runId"
 
 
 def swap_in(client: ControllerClient, table: str, sources: Sequence[str], built: Sequence[dict[str, Any]], *,
-            task_type: str, run_id: str) -> str:
+            task_type: str, run_id: str, deep_store_uri: str) -> str:
     """Replace ``sources`` by ``built`` (metadata dicts of stored archives); returns the lineage entry id."""
     targets = [b["segmentName"] for b in built]
-    entry = client.start_replace(table, list(sources), targets, {TASK_KEY: task_type, RUN_KEY: run_id})
+    try:
+        entry = client.start_replace(table, list(sources), targets, {TASK_KEY: task_type, RUN_KEY: run_id})
+    except PipelineError:
+        delete_archives(deep_store_uri, list(built))  # nothing references them: e.g. another run replaced the inputs
+        raise
     if built:
         client.push(table, list(built))
     faults.fault(faults.MAINTENANCE_AFTER_PUSH)

@@ -99,3 +99,18 @@ def test_a_name_an_older_entry_let_go_of_can_be_pushed_anew_and_is_visible() -> 
     assert "B" not in lineage.entries["e2"].segments_to
     with pytest.raises(LineageError, match="already owns"):  # but a name that still exists stays its owner's
         start_replace(lineage, "e4", [], ["B"], {"A", "B"}, 7)
+
+
+def test_segments_lineage_already_hides_cannot_be_replaced_again() -> None:
+    """Two jobs planned over the same segments: the second to start after the first completed would add the
+    rows a second time; it is refused (and so is replacing abandoned segments)."""
+    old = {"a", "b"}
+    first = end_replace(start_replace(SegmentLineage(T), "e1", ["a", "b"], ["m1"], old, 1).lineage, "e1",
+                        old | {"m1"}, 2)
+    with pytest.raises(LineageError, match="already hides: a, b") as raised:
+        start_replace(first, "e2", ["a", "b"], ["m2"], old | {"m1"}, 3)
+    assert raised.value.conflict
+    abandoned = revert_replace(start_replace(first, "e3", ["m1"], ["n1"], old | {"m1"}, 4).lineage, "e3",
+                               old | {"m1", "n1"}, 5)
+    with pytest.raises(LineageError, match="already hides: n1"):
+        start_replace(abandoned, "e4", ["n1"], ["n2"], old | {"m1", "n1"}, 6)
