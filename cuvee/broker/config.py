@@ -43,6 +43,7 @@ class BrokerConfig:
     max_response_rows: int = 1_000_000  # LIMIT + OFFSET above this is refused (700)
     max_sql_bytes: int = 1_000_000  # longer SQL is refused (700); request bodies are capped a little above it
     max_server_connections: int = 256
+    max_server_response_bytes: int = 512 * 1024 * 1024  # a server's answer larger than this fails the query (200)
     max_overrun_plans: int = 4  # queries are refused (400) while this many plans run on past their query's timeout
     # the multi-stage engine (docs/query.md#multi-stage-queries): rows one leaf may bring to the broker, and the
     # memory the broker's stage may use (the relations it reads count against it)
@@ -73,6 +74,7 @@ class BrokerConfig:
         if self.max_timeout_ms and self.max_timeout_ms < self.timeout_ms:
             raise ValueError("max_timeout_ms must be at least timeout_ms")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections", "max_overrun_plans",
+                     "max_server_response_bytes",
                      "multistage_leaf_rows", "multistage_memory_mb", "multistage_max_leaves"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

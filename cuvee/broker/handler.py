@@ -299,7 +299,7 @@ class QueryHandler:
             calls += made
             called += [target] * len(made)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
-        replies = await scatter(self._http(), calls, wait) if calls else []
+        replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes) if calls else []
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  skip_upsert)
         return _Gathered(targets[0].entry, routings, replies, len(calls) + retried)
@@ -437,7 +437,8 @@ class QueryHandler:
                            remaining_ms, plan.docs_scanned_sql, plan.docs_column, halves[half].time_filter,
                            skip_upsert, lookups))
                        for (half, instance), segments in again.items()]
-        second = await scatter(self._http(), retry_calls, max(deadline - self._clock(), 0.0))  # within the query's time
+        second = await scatter(self._http(), retry_calls, max(deadline - self._clock(), 0.0),  # within the query's time
+                               max_bytes=self.config.max_server_response_bytes)
         found = {segment for call, reply in zip(retry_calls, second) if reply.stats is not None
                  for segment in call.request.segments if segment not in reply.stats.missingSegments}
         kept = [dataclasses.replace(reply, stats=dataclasses.replace(

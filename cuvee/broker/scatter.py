@@ -28,6 +28,11 @@ from cuvee.query import QueryError, QueryErrorCode
 
 _MAX_ERROR_TEXT = 500
 _IDLE_SECONDS = 2.0
+DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+
+
+class _TooLarge(Exception):
+    pass
 
 
 @dataclass(frozen=True)
@@ -62,29 +67,49 @@ def server_session(*, headers: dict[str, str], verify: ssl.SSLContext | bool, co
                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout))
 
 
-async def scatter(client: aiohttp.ClientSession, calls: list[ServerCall], wait_seconds: float) -> list[ServerReply]:
-    """Ask every server in parallel; one reply per call, in call order."""
-    return list(await asyncio.gather(*(_ask(client, call, wait_seconds) for call in calls)))
+async def scatter(client: aiohttp.ClientSession, calls: list[ServerCall], wait_seconds: float, *,
+                  max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> list[ServerReply]:
+    """Ask every server in parallel; one reply per call, in call order. An answer over ``max_bytes`` is not read
+    further (the broker's memory is bounded whatever a server sends)."""
+    return list(await asyncio.gather(*(_ask(client, call, wait_seconds, max_bytes) for call in calls)))
 
 
-async def _post(client: aiohttp.ClientSession, call: ServerCall) -> tuple[int, bytes]:
+async def _post(client: aiohttp.ClientSession, call: ServerCall, max_bytes: int) -> tuple[int, bytes]:
     """One server call, sent again once if the connection it went out on was closed under it (a kept-alive
     connection the server closed meanwhile; the query only reads, so asking twice is safe)."""
     for attempt in (1, 2):
         try:
             async with client.post(call.url + SERVER_QUERY_PATH, data=call.request.encode(),
                                    headers={"content-type": "application/json"}) as response:
-                return response.status, await response.read()
+                return response.status, await _body(response, max_bytes)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
 
 
-async def _ask(client: aiohttp.ClientSession, call: ServerCall, wait_seconds: float) -> ServerReply:
+async def _body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    length = response.content_length
+    if length is not None:
+        if length > max_bytes:
+            raise _TooLarge(length)
+        return await response.read()  # the usual case: one read of a known size
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 20):
+        body += chunk
+        if len(body) > max_bytes:
+            raise _TooLarge(len(body))
+    return bytes(body)
+
+
+async def _ask(client: aiohttp.ClientSession, call: ServerCall, wait_seconds: float, max_bytes: int) -> ServerReply:
     where = f"server {call.instance} ({call.url})"
     try:
-        status, content = await asyncio.wait_for(_post(client, call), timeout=max(wait_seconds, 0.0))
+        status, content = await asyncio.wait_for(_post(client, call, max_bytes), timeout=max(wait_seconds, 0.0))
+    except _TooLarge as exc:
+        return _failed(call, QueryErrorCode.QUERY_EXECUTION,
+                       f"{where} answered more than max_server_response_bytes ({max_bytes:,} bytes; "
+                       f"{exc.args[0]:,} or more): add filters, a LIMIT or an aggregation, or raise the bound")
     except TimeoutError:
         return _failed(call, QueryErrorCode.SERVER_NOT_RESPONDING,
                        f"{where} did not respond within {call.request.timeout_ms} ms")

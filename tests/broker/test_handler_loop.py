@@ -133,7 +133,7 @@ def test_the_pool_closes_after_the_last_query_and_none_opens_once_stopping(monke
     scattering = asyncio.Event()
     answer = asyncio.Event()
 
-    async def fake_scatter(client: Any, calls: list[ServerCall], wait: float) -> list[ServerReply]:
+    async def fake_scatter(client: Any, calls: list[ServerCall], wait: float, **_: Any) -> list[ServerReply]:
         pools.append(client)
         scattering.set()
         await answer.wait()  # the in-flight query is still using the pool
@@ -169,7 +169,7 @@ def test_close_closes_an_idle_pool_at_once(monkeypatch: pytest.MonkeyPatch) -> N
     handler = QueryHandler(BrokerConfig(metadata="sqlite:///unused"), FakeView("Server_A"))  # type: ignore[arg-type]
     pools: list[Any] = []
 
-    async def fake_scatter(client: Any, calls: list[ServerCall], wait: float) -> list[ServerReply]:
+    async def fake_scatter(client: Any, calls: list[ServerCall], wait: float, **_: Any) -> list[ServerReply]:
         pools.append(client)
         return [ServerReply(c.instance, pa.table({}), ServerQueryStats()) for c in calls]
 

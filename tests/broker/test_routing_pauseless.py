@@ -181,7 +181,7 @@ def test_the_query_handler_routes_by_the_tables_rule(monkeypatch: pytest.MonkeyP
                                                      asked: tuple[str, ...]) -> None:
     calls: list[ServerCall] = []
 
-    async def fake_scatter(client: object, sent: list[ServerCall], wait: float) -> list[ServerReply]:
+    async def fake_scatter(client: object, sent: list[ServerCall], wait: float, **_: object) -> list[ServerReply]:
         calls.extend(sent)
         return [ServerReply(c.instance, None, ServerQueryStats(numSegmentsQueried=len(c.request.segments)))
                 for c in sent]
