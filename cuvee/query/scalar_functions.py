@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from cuvee.query.datetime_functions import bigint, call, int_literal, number, sql_error, string_literal
 from cuvee.query.errors import QueryError
+from cuvee.query.java_casts import java_integral
 
 _LAMBDA = "cuvee_fn_item"  # a lambda parameter no column of a parsed query can be named (see multivalue.py)
 _DOUBLE = exp.DataType.build("DOUBLE")
@@ -149,21 +150,10 @@ def _special(text: str) -> exp.Cast:
     return _double(exp.Literal.string(text))
 
 
-def _java_long(value: exp.Expression) -> exp.Expression:
-    """Java's ``(long) d`` of a DOUBLE: toward zero, NaN is 0, out of range saturates (DuckDB's cast would fail)."""
-    return exp.Case(ifs=[
-        exp.If(this=call("isnan", value), true=number(0)),  # first: DuckDB orders NaN above every number
-        exp.If(this=exp.GTE(this=value.copy(), expression=_double(exp.Literal.string("9223372036854775808"))),
-               true=bigint(exp.Literal.string("9223372036854775807"))),
-        exp.If(this=exp.LTE(this=value.copy(), expression=_double(exp.Literal.string("-9223372036854775808"))),
-               true=bigint(exp.Literal.string("-9223372036854775808")))],
-        default=bigint(call("trunc", value.copy())))
-
-
 def _int_div(name: str, args: list[exp.Expression]) -> exp.Expression:
     """Pinot's ``(long) Math.floor(a / b)`` in doubles: a zero divisor answers Long.MAX/MIN_VALUE (0 for 0 / 0)."""
     _arity(name, args, 2)
-    return _java_long(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+    return java_integral(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
 
 
 def _logarithm(value: exp.Expression, of_positive: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
