@@ -109,6 +109,18 @@ def _subquery(call: exp.Anonymous, resolve: Callable[[str], TableInfo | None], f
     return exp.Subquery(this=select)
 
 
+def lookup_fact_columns(node: exp.Expression) -> frozenset[str] | None:
+    """The fact columns a translated LOOKUP (its subquery) reads for its join values, or None when ``node`` is not
+    one: what the planner needs to know whether the LOOKUP is a function of the GROUP BY keys."""
+    if not isinstance(node, exp.Subquery) or not isinstance(node.this, exp.Select):
+        return None
+    source = node.this.args.get("from_") or node.this.args.get("from")
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table) or not table.name.startswith(LOOKUP_PREFIX):
+        return None
+    return frozenset(c.name for c in node.find_all(exp.Column) if c.table == SERVER_RELATION)
+
+
 def _literal(node: exp.Expression, what: str) -> str:
     if not isinstance(node, exp.Literal) or not node.is_string or not node.this:
         raise _sql_error(f"LOOKUP: {what} argument must be a string literal, got {node.sql(dialect='duckdb')}")

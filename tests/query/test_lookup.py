@@ -238,3 +238,31 @@ def test_a_timestamp_and_a_long_key_compare_as_epoch_millis() -> None:
     assert [row[0] for row in answer] == [by_long.get(m) for m in millis]  # a TIMESTAMP fact, a LONG key
     assert [row[1] for row in answer] == [by_stamp.get(m) for m in MEASURES["ms"].to_pylist()]  # LONG vs TIMESTAMP
     assert [row[2] for row in answer] == [by_stamp.get(m) for m in millis]
+
+
+def test_a_lookup_over_group_by_keys_is_selected_beside_aggregations() -> None:
+    """Its join values are GROUP BY keys, so it is a function of the group: the servers compute it as a hidden
+    group key (the broker holds no dimension table)."""
+    sql = ("SELECT teamID, LOOKUP('teams', 'teamName', 'teamID', teamID) AS name, SUM(runs), COUNT(*) FROM games "
+           "GROUP BY teamID ORDER BY teamID NULLS LAST")
+    expected = oracle("SELECT g.teamID, t.teamName, SUM(runs)::DOUBLE, COUNT(*) FROM games g LEFT JOIN teams t "
+                      "ON t.teamID = g.teamID GROUP BY g.teamID, t.teamName ORDER BY g.teamID NULLS LAST")
+    assert run(sql) == expected
+    assert plan(sql).column_names == ("teamID", "name", "sum(runs)", "count(*)")
+    # in HAVING and ORDER BY too, and with a composite key over two GROUP BY keys
+    assert run("SELECT league, teamID, MAX(runs) FROM games GROUP BY league, teamID "
+               "HAVING LOOKUP('pairs', 'bonus', 'league', league, 'teamID', teamID) > 15 ORDER BY "
+               "LOOKUP('pairs', 'bonus', 'league', league, 'teamID', teamID)") == oracle(
+        "SELECT g.league, g.teamID, MAX(runs) FROM games g JOIN pairs p ON p.league = g.league AND "
+        "p.teamID = g.teamID GROUP BY g.league, g.teamID, p.bonus HAVING p.bonus > 15 ORDER BY p.bonus")
+
+
+@pytest.mark.parametrize(("sql", "words"), [
+    ("SELECT league, LOOKUP('teams', 'teamName', 'teamID', teamID), SUM(runs) FROM games GROUP BY league",
+     "column(s) teamID are not GROUP BY keys"),
+    ("SELECT LOOKUP('teams', 'teamName', 'teamID', teamID), SUM(runs) FROM games", "there is no GROUP BY"),
+])
+def test_a_lookup_beside_aggregations_over_other_columns_is_refused_in_words(sql: str, words: str) -> None:
+    with pytest.raises(QueryError) as info:
+        plan_sql(sql, resolve)
+    assert info.value.code is QueryErrorCode.SQL_PARSING and words in info.value.message
