@@ -278,6 +278,65 @@ def _json_extract_key(name: str, args: list[exp.Expression]) -> exp.Expression:
     return call("list_transform", keys, _lambda(quoted))
 
 
+def _bytes(value: exp.Expression) -> exp.Expression:
+    """A hash function's input: a BYTES value as it is, anything else as its text's UTF-8 (the rule ``md5``,
+    ``sha`` and ``sha256`` follow: Pinot would read a STRING as hex bytes)."""
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=call("typeof", value), expression=exp.Literal.string("BLOB")),
+                                true=exp.Cast(this=value.copy(), to=exp.DataType.build("BLOB")))],
+                    default=call("encode", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR"))))
+
+
+def _utf8(value: exp.Expression) -> exp.Expression:
+    return call("encode", exp.Cast(this=value, to=exp.DataType.build("VARCHAR")))
+
+
+def _seed(value: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=value, to=exp.DataType.build("INTEGER"))
+
+
+_MURMUR2_64_SEED = 0xE17A1465 - 2 ** 32  # Pinot's default seed for murmurHash2Bit64, as a Java int
+
+
+def _hash(udf: str, seeds: tuple[int, ...] = (), read: Callable[[exp.Expression], exp.Expression] = _bytes,
+          default_seed: int | None = None, widen: bool = False) -> Callable[[str, list[exp.Expression]], exp.Expression]:
+    """A hash function over ``cuvee.query.hash_functions``: ``seeds`` lists the argument counts taken (1: bytes, 2:
+    bytes and seed); with ``default_seed`` a one-argument call hashes with that seed; ``widen`` answers a LONG."""
+    def translate(name: str, args: list[exp.Expression]) -> exp.Expression:
+        _arity(name, args, *(seeds or (1,)))
+        parts = [read(args[0])]
+        if len(args) == 2:
+            parts.append(_seed(args[1]))
+        elif default_seed is not None:
+            parts.append(_seed(number(default_seed) if default_seed >= 0 else exp.Neg(this=number(-default_seed))))
+        answer = call(udf, *parts)
+        return exp.Cast(this=answer, to=exp.DataType.build("BIGINT")) if widen else answer
+    return translate
+
+
+_HASHES: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
+    "SHA512": _hash("cuvee_sha512"),
+    "SHA224": _hash("cuvee_sha3_224"),  # Pinot's sha224 is DigestUtils.sha3_224Hex
+    "MD5_RAW": lambda name, args: (_arity(name, args, 1), call("unhex", call("md5", _bytes(args[0]))))[1],
+    "MURMURHASH2": _hash("cuvee_murmur2_32"),
+    "MURMUR2": _hash("cuvee_murmur2_32"),
+    "MURMURHASH2UTF8": _hash("cuvee_murmur2_32", read=_utf8),
+    "MURMURHASH2BIT64": _hash("cuvee_murmur2_64", (1, 2), default_seed=_MURMUR2_64_SEED),
+    "MURMURHASH3BIT32": _hash("cuvee_murmur3_32", (2,)),
+    "MURMUR3_32": _hash("cuvee_murmur3_32", (1,), default_seed=0),
+    "MURMURHASH3BIT64": _hash("cuvee_murmur3_64", (2,)),
+    "MURMURHASH3BIT128": _hash("cuvee_murmur3_128", (2,)),
+    "MURMURHASH3X64BIT32": _hash("cuvee_murmur3_x64_32", (2,)),
+    "MURMURHASH3X64BIT64": _hash("cuvee_murmur3_x64_32", (2,), widen=True),  # Pinot answers the 32-bit hash
+    "MURMURHASH3X64BIT128": _hash("cuvee_murmur3_x64_128", (2,)),
+    "ADLER32": _hash("cuvee_adler32"),
+    "CRC32": _hash("cuvee_crc32"),
+}
+for _udf, (_name, _alias) in {"fnv1_32": ("FNV1HASH32", "FNV1_32"), "fnv1a_32": ("FNV1AHASH32", "FNV1A_32"),
+                              "fnv1_64": ("FNV1HASH64", "FNV1_64"), "fnv1a_64": ("FNV1AHASH64", "FNV1A_64")}.items():
+    _HASHES[_name] = _HASHES[_alias] = _hash(f"cuvee_{_udf}")
+    _HASHES[f"{_name}UTF8"] = _hash(f"cuvee_{_udf}", read=_utf8)
+
+
 _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
     "STRPOS": _strpos,
     "SUBSTR": _substr,
@@ -298,9 +357,10 @@ _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
     "JSONPATHSTRING": _json_path_typed("VARCHAR"),
     "JSONPATHLONG": _json_path_typed("BIGINT"),
     "JSONPATHDOUBLE": _json_path_typed("DOUBLE"),
+    **_HASHES,
 }
-_UNAVAILABLE = {"SHA512": "DuckDB has no SHA-512", "MURMURHASH2": "not translated",
-                "MURMURHASH3BIT32": "not translated"}
+_UNAVAILABLE = {"MD2": "no MD2 digest here", "CRC32C": "no CRC-32C here", "CITYHASH32": "no CityHash here",
+                "CITYHASH64": "no CityHash here", "CITYHASH128": "no CityHash here"}
 # sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE: the argument is
 # made a DOUBLE first, as Pinot's take one (abs of the smallest BIGINT would overflow), and so is the answer.
 _DOUBLE_MATH = (exp.Abs, exp.Ceil, exp.Floor, exp.Sign)
