@@ -297,8 +297,11 @@ def _seed(value: exp.Expression) -> exp.Expression:
 _MURMUR2_64_SEED = 0xE17A1465 - 2 ** 32  # Pinot's default seed for murmurHash2Bit64, as a Java int
 
 
+Translator = Callable[[str, list[exp.Expression]], exp.Expression]  # (Pinot's upper-case name, arguments) -> DuckDB
+
+
 def _hash(udf: str, seeds: tuple[int, ...] = (), read: Callable[[exp.Expression], exp.Expression] = _bytes,
-          default_seed: int | None = None, widen: bool = False) -> Callable[[str, list[exp.Expression]], exp.Expression]:
+          default_seed: int | None = None, widen: bool = False) -> Translator:
     """A hash function over ``cuvee.query.hash_functions``: ``seeds`` lists the argument counts taken (1: bytes, 2:
     bytes and seed); with ``default_seed`` a one-argument call hashes with that seed; ``widen`` answers a LONG."""
     def translate(name: str, args: list[exp.Expression]) -> exp.Expression:
@@ -313,7 +316,7 @@ def _hash(udf: str, seeds: tuple[int, ...] = (), read: Callable[[exp.Expression]
     return translate
 
 
-_HASHES: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
+_HASHES: dict[str, Translator] = {
     "SHA512": _hash("cuvee_sha512"),
     "SHA224": _hash("cuvee_sha3_224"),  # Pinot's sha224 is DigestUtils.sha3_224Hex
     "MD5_RAW": lambda name, args: (_arity(name, args, 1), call("unhex", call("md5", _bytes(args[0]))))[1],
@@ -337,7 +340,7 @@ for _udf, (_name, _alias) in {"fnv1_32": ("FNV1HASH32", "FNV1_32"), "fnv1a_32": 
     _HASHES[f"{_name}UTF8"] = _hash(f"cuvee_{_udf}", read=_utf8)
 
 
-_HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
+_HANDLERS: dict[str, Translator] = {
     "STRPOS": _strpos,
     "SUBSTR": _substr,
     "SPLIT": _split,
