@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from cuvee.query.commons_split import split_by_whole_separator
 from cuvee.query.datetime_functions import bigint, call, int_literal, number, sql_error, string_literal
 from cuvee.query.errors import QueryError
 from cuvee.query.java_casts import java_integral
@@ -39,10 +40,9 @@ def _item() -> exp.Column:
     return exp.column(_LAMBDA, quoted=False)
 
 
-def _parts(text: exp.Expression, delimiter: exp.Expression) -> exp.Expression:
-    """Commons' ``splitByWholeSeparator``: the parts between whole delimiters, empty parts dropped."""
-    return call("list_filter", call("string_split", text, delimiter),
-                _lambda(exp.NEQ(this=_item(), expression=exp.Literal.string(""))))
+def _parts(text: exp.Expression, delimiter: exp.Expression, limit: int = 0) -> exp.Expression:
+    """Commons' ``splitByWholeSeparator``: the parts between whole delimiters, empty parts but the last dropped."""
+    return split_by_whole_separator(text, delimiter, limit)
 
 
 def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
@@ -94,8 +94,9 @@ def _substr(name: str, args: list[exp.Expression]) -> exp.Expression:
 
 
 def _split(name: str, args: list[exp.Expression]) -> exp.Expression:
-    _arity(name, args, 2)
-    return _parts(args[0], args[1])
+    """``split(s, delimiter[, limit])``: at most ``limit`` parts (0 or less: no limit), the last one the rest."""
+    _arity(name, args, 2, 3)
+    return _parts(args[0], args[1], int_literal(args[2], name, "the limit") if len(args) == 3 else 0)
 
 
 def _split_part(name: str, args: list[exp.Expression]) -> exp.Expression:

@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import re
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
@@ -294,6 +295,47 @@ def test_split_split_part_concat_and_pads() -> None:
     assert column("rpad(s, 4, '*')") == [s.ljust(4, "*") for s in strings]
     assert column("lpad('abc', 5, '')") == ["  abc"] * 3  # Commons: an empty pad is a space (DuckDB: an error)
     assert column("rpad('abc', 5, substr(s, 0, 0))") == ["abc  "] * 3
+
+
+def commons_split(text: str, separator: str, limit: int = 0) -> list[str]:
+    """Commons' splitByWholeSeparator, transcribed from its loop: empty parts dropped but the last, and with a
+    limit the rest of the text as the last part; an empty separator splits on whitespace runs."""
+    if not text:
+        return []
+    if not separator:
+        tokens = [(m.start(), m.group()) for m in re.finditer(r"\S+", text)]
+        if 0 < limit <= len(tokens):
+            return [t for _, t in tokens[:limit - 1]] + [text[tokens[limit - 1][0]:]]
+        return [t for _, t in tokens]
+    out: list[str] = []
+    begin = 0
+    while True:
+        end = text.find(separator, begin)
+        if end < 0:
+            return out + [text[begin:]]
+        if end > begin:
+            if len(out) + 1 == limit:
+                return out + [text[begin:]]
+            out.append(text[begin:end])
+        begin = end + len(separator)
+
+
+def test_split_with_a_limit_is_commons_split_by_whole_separator() -> None:
+    # Commons' own examples (its javadoc), then every row of s with every limit
+    assert commons_split("ab-!-cd-!-ef", "-!-", 5) == ["ab", "cd", "ef"]
+    assert commons_split("ab-!-cd-!-ef", "-!-", 2) == ["ab", "cd-!-ef"]
+    assert commons_split("ab   de fg", "", 0) == ["ab", "de", "fg"]
+    for text, separator, limit in [("ab-!-cd-!-ef", "-!-", 2), ("ab:cd:ef", ":", 2), ("ab   de fg", "", 2),
+                                   ("a,b,", ",", 0), (",,a,,b,,", ",", 2), ("x", ",", 1), ("", ",", 3)]:
+        assert column(f"split('{text}', '{separator}', {limit})") == [commons_split(text, separator, limit)] * 3
+    strings = ROWS["s"].to_pylist()
+    for limit in (-1, 0, 1, 2, 3):
+        assert column(f"split(s, ',', {limit})") == [commons_split(t, ",", limit) for t in strings]
+        assert column(f"split(s, substr(s, 1, 2), {limit})") == [commons_split(t, t[1:2], limit) for t in strings]
+    assert column("split(s, ',')") == [commons_split(t, ",") for t in strings]
+    assert column("split('a,b,', ',')") == [["a", "b", ""]] * 3  # Commons keeps a trailing empty part
+    assert column("splitPart('a,b,', ',', 2)") == [""] * 3
+    refused("SELECT split(s, ',', id) FROM t", "the limit must be an integer literal")
 
 
 def test_string_functions_that_mean_the_same_pass_through() -> None:
