@@ -1,5 +1,5 @@
-"""Commons Lang's ``StringUtils.splitByWholeSeparator(text, separator, max)`` — Pinot's ``split`` and ``splitPart`` —
-as one DuckDB expression. Pure tree building.
+"""Commons Lang's ``StringUtils.splitByWholeSeparator(text, separator, max)`` (Pinot's ``split`` and
+``splitPart``) as one DuckDB expression. Pure tree building.
 
 Its rules, which DuckDB's ``string_split`` does not follow: the parts between whole separators, with empty parts
 dropped (adjacent separators count as one) except the last part, which is kept even when empty (``'a,b,'`` is
