@@ -10,7 +10,7 @@ separator splits on runs of Java whitespace instead, keeping no trailing empty p
 DuckDB splits on every separator (``string_split``, or a one-character regular expression for whitespace); the
 kept parts are picked from that list by position, and the rest of the text starts after the characters of the
 parts and separators before it. The split list and the kept positions are each computed once, bound to a lambda
-parameter (``_let``), rather than written out again wherever they are used.
+parameter (``let``), rather than written out again wherever they are used.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def _lambda(name: str, body: exp.Expression) -> exp.Lambda:
     return exp.Lambda(this=body, expressions=[exp.to_identifier(name)])
 
 
-def _let(value: exp.Expression, name: str, body: Callable[[exp.Column], exp.Expression]) -> exp.Expression:
-    """``body`` over ``value`` computed once: a one-element list mapped by a lambda whose parameter is ``name``."""
+def let(value: exp.Expression, name: str, body: Callable[[exp.Column], exp.Expression]) -> exp.Expression:
+    """``body`` over ``value`` computed once: a one-element list mapped by a lambda whose parameter is ``name``
+    (DuckDB evaluates a subexpression again wherever it is written; also used by ``cuvee.query.json_match``)."""
     mapped = _call("list_transform", exp.Array(expressions=[value]), _lambda(name, body(_var(name))))
     return _call("list_extract", mapped, exp.Literal.number(1))
 
@@ -96,9 +97,9 @@ def _split(text: exp.Expression, separator: exp.Expression | None, limit: int) -
                                                      expression=exp.Literal.number(limit)), true=limited)],
                             default=every)
 
-        return _let(nonempty, _KEPT, over_kept)
+        return let(nonempty, _KEPT, over_kept)
 
-    return _let(pieces, _PARTS, over_parts)
+    return let(pieces, _PARTS, over_parts)
 
 
 def split_by_whole_separator(text: exp.Expression, separator: exp.Expression, limit: int = 0) -> exp.Expression:
