@@ -17,6 +17,7 @@ from cuvee.query.commons_split import split_by_whole_separator
 from cuvee.query.datetime_functions import bigint, call, int_literal, number, sql_error, string_literal
 from cuvee.query.errors import QueryError
 from cuvee.query.java_casts import java_integral
+from cuvee.query.json_arrays import json_extract_array, json_path_array
 
 _LAMBDA = "cuvee_fn_item"  # a lambda parameter no column of a parsed query can be named (see multivalue.py)
 _DOUBLE = exp.DataType.build("DOUBLE")
@@ -233,7 +234,8 @@ def _parsable(json: exp.Expression) -> exp.Expression:
 
 def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expression:
     """``jsonExtractScalar(json, path, type[, default])``: NULL (or the default) where the path is missing or the
-    value does not convert; the ``…_ARRAY`` types answer a list (a path with ``[*]``, or one naming an array)."""
+    value does not convert; the ``…_ARRAY`` types answer a list (a path with ``[*]``, or one naming an array; see
+    ``cuvee.query.json_arrays``)."""
     _arity(name, args, 3, 4)
     path = exp.Literal.string(_json_path(args[1], name))
     kind = string_literal(args[2], name, "the result type").strip().upper()
@@ -241,11 +243,10 @@ def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expressio
     if (element or kind) not in _JSON_TYPES:
         raise sql_error(f"{name}: unknown result type {kind!r}, expected one of "
                         f"{', '.join(_JSON_TYPES)} (or their _ARRAY forms)")
+    if element is not None:  # a list, empty where the path is missing (Pinot's MV readers)
+        return json_extract_array(name, args[0], path.name, element, _JSON_TYPES[element],
+                                  args[3] if len(args) == 4 else None)
     json = _parsable(args[0])
-    if element is not None:
-        listed = exp.TryCast(this=call("json_extract", json, path),
-                             to=exp.DataType.build(f"{_JSON_TYPES[element]}[]"))
-        return listed if len(args) == 3 else call("coalesce", listed, args[3])
     value = _typed(call("json_extract_string", json, path), _JSON_TYPES[kind])
     if len(args) == 4:
         return call("coalesce", value, _typed(exp.Cast(this=args[3], to=exp.DataType.build("VARCHAR")),
@@ -361,6 +362,10 @@ _HANDLERS: dict[str, Translator] = {
     "JSONPATHSTRING": _json_path_typed("VARCHAR"),
     "JSONPATHLONG": _json_path_typed("BIGINT"),
     "JSONPATHDOUBLE": _json_path_typed("DOUBLE"),
+    "JSONPATHARRAY": lambda name, args: json_path_array(name, args, default_empty=False),
+    "JSON_PATH_ARRAY": lambda name, args: json_path_array(name, args, default_empty=False),
+    "JSONPATHARRAYDEFAULTEMPTY": lambda name, args: json_path_array(name, args, default_empty=True),
+    "JSON_PATH_ARRAY_DEFAULT_EMPTY": lambda name, args: json_path_array(name, args, default_empty=True),
     **_HASHES,
 }
 _UNAVAILABLE = {"MD2": "no MD2 digest here", "CRC32C": "no CRC-32C here", "CITYHASH32": "no CityHash here",

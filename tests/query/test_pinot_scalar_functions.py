@@ -197,7 +197,7 @@ def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
     assert column("JSON_EXTRACT_SCALAR(j, '$.n', 'INT')") == [int(d["n"]) for d in DOCS]
     assert column("JSON_EXTRACT_SCALAR(j, '$.f', 'DOUBLE', -1.5)") == [d.get("f", -1.5) for d in DOCS]
     assert column("JSON_EXTRACT_SCALAR(j, '$.ok', 'BOOLEAN')") == [True, None, None]
-    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], [], None]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY')") == [d.get("arr", []) for d in DOCS]
     assert column("JSON_EXTRACT_SCALAR(j, '$.t', 'TIMESTAMP')") == [
         None, None, dt.datetime.fromtimestamp(1700000000.123, UTC).replace(tzinfo=None)]
     assert column("jsonPathLong(j, '$.n')") == [7, -3, 12]
@@ -224,8 +224,44 @@ def test_json_numbers_convert_as_java_does_and_malformed_json_gives_the_default(
     assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.a', 'STRING', 'd')") == ["x", "d", "d"]
     assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.n', 'INT')") == [7, None, None]
     assert column(f"jsonPathString({bad}, '$.a', 'd')") == ["x", "d", "d"]
-    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], None, None]
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], [], []]  # Pinot's empty MV
     assert column(f"JSON_EXTRACT_KEY({bad}, '$.o.*')") == [["$['o']['k1']", "$['o']['k2']"], None, None]
+
+
+def json_text(value: object) -> str | None:
+    """A jsonPath value as Pinot hands it on as a string: a string's text, anything else its JSON."""
+    return None if value is None else value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def test_json_path_array_lists_what_a_jayway_path_reads() -> None:
+    # definite paths: an array's elements, a single value as one element, NULL when missing
+    def definite(d: dict, key: str) -> list | None:
+        value = d.get(key)
+        return None if value is None else [json_text(v) for v in (value if isinstance(value, list) else [value])]
+
+    for key in ("arr", "a", "n", "o", "nope"):
+        assert column(f"jsonPathArray(j, '$.{key}')") == [definite(d, key) for d in DOCS], key
+        assert column(f"jsonPathArrayDefaultEmpty(j, '$.{key}')") == [definite(d, key) or [] for d in DOCS], key
+    assert column("jsonPathArray(j, '$[''o''].k2')") == [["v"], None, None]
+    # indefinite paths: every match, an empty list when there is none (JSON null included, missing leaves not)
+    nested = {"x": [{"k": 1}, {"k": "v"}, {"j": 2}, {"k": None}, {"k": [1, {"z": True}]}]}
+    expected = [json_text(e["k"]) for e in nested["x"] if "k" in e]
+    assert column(f"jsonPathArray('{json.dumps(nested)}', '$.x[*].k')") == [expected] * 3
+    assert column("jsonPathArray(j, '$.arr[*]')") == [[json_text(v) for v in d.get("arr", [])] for d in DOCS]
+    assert column("jsonPathArrayDefaultEmpty('not json', '$.a')") == [[]] * 3
+    assert column("jsonPathArray('not json', '$.a')") == [None] * 3  # Pinot fails the query
+    assert types("SELECT jsonPathArray(j, '$.arr') FROM t") == [pa.list_(pa.string())]
+    refused("SELECT jsonPathArray(j, '$..a') FROM t", "has a form not supported here")
+    refused("SELECT jsonPathArray(j, '$.arr[?(@ > 1)]') FROM t", "has a form not supported here")
+
+
+def test_json_extract_scalar_array_types_answer_empty_lists_and_check_their_default() -> None:
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY', '0')") == [d.get("arr", []) for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr[*]', 'LONG_ARRAY', -1)") == [d.get("arr", []) for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'DOUBLE_ARRAY', 0.5)") == \
+        [[float(v) for v in d.get("arr", [])] for d in DOCS]
+    assert types("SELECT JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY', 0) FROM t") == [pa.list_(pa.int32())]
+    refused("SELECT JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY', '[]') FROM t", "the default '[]' does not read as INT")
 
 
 def test_json_extract_key_lists_an_objects_key_paths() -> None:
