@@ -154,6 +154,32 @@ def test_to_and_from_date_time_with_a_zone() -> None:
     assert column("fromDateTime('2024-01-02', 'yyyy-MM-dd')") == [1704153600000] * 3
 
 
+@pytest.mark.parametrize(("zone", "offset"), [("+05:30", (5, 30)), ("GMT+05:30", (5, 30)), ("UTC-08:00", (-8, 0)),
+                                             ("-3", (-3, 0)), ("+0945", (9, 45)), ("UT+01:00", (1, 0))])
+def test_fixed_offset_zones_as_pinot_reads_zone_ids(zone: str, offset: tuple[int, int]) -> None:
+    hours, minutes = offset
+    shift = dt.timezone(dt.timedelta(hours=hours, minutes=minutes if hours >= 0 else -minutes))
+    texts = [m.astimezone(shift).strftime("%Y-%m-%d %H:%M:%S") for m in MOMENTS]
+    assert column(f"toDateTime(ms, 'yyyy-MM-dd HH:mm:ss', '{zone}')") == texts
+    assert column(f"fromDateTime(toDateTime(ms, 'yyyy-MM-dd HH:mm:ss', '{zone}'), 'yyyy-MM-dd HH:mm:ss', "
+                  f"'{zone}')") == [millis_of(m.replace(microsecond=0)) for m in MOMENTS]
+    assert column(f"DATETRUNC('day', ms, 'MILLISECONDS', '{zone}')") == \
+        [millis_of(floor_to(m.astimezone(shift), "day")) for m in MOMENTS]
+    assert column(f"DATETIMECONVERT(ms, '1:MILLISECONDS:EPOCH', '1:HOURS:SIMPLE_DATE_FORMAT:yyyy-MM-dd HH tz({zone})', "
+                  "'1:HOURS')") == [m.astimezone(shift).strftime("%Y-%m-%d %H") for m in MOMENTS]
+
+
+def test_zone_names_in_any_case_and_etc_gmt_as_the_tz_database_means_it() -> None:
+    kolkata = [m.astimezone(ZoneInfo("Asia/Kolkata")).strftime("%H:%M") for m in MOMENTS]
+    assert column("toDateTime(ms, 'HH:mm', 'asia/KOLKATA')") == kolkata
+    assert column("toDateTime(ms, 'HH:mm', 'Etc/GMT+5')") == \
+        [m.astimezone(dt.timezone(dt.timedelta(hours=-5))).strftime("%H:%M") for m in MOMENTS]  # 5 hours behind
+    assert column("toDateTime(ms, 'HH:mm', 'zulu')") == column("toDateTime(ms, 'HH:mm', 'GMT+00:00')") == \
+        [m.strftime("%H:%M") for m in MOMENTS]
+    for bad in ("+19:00", "+05:60", "GMT+5:3", "Mars/Olympus", "Etc/GMT+05:30"):
+        refused(f"SELECT toDateTime(ms, 'HH:mm', '{bad}') FROM t", f"unknown time zone '{bad}'")
+
+
 def test_time_convert_and_epoch_buckets() -> None:
     assert column("timeConvert(ms, 'MILLISECONDS', 'HOURS')") == [int(m / 3_600_000) for m in MILLIS]
     assert column("timeConvert(id, 'DAYS', 'SECONDS')") == [0, 86_400, 172_800]
