@@ -19,7 +19,9 @@ ignored by every aggregation and an empty input gives NULL (Pinot's null-handlin
 The final SQL has two levels: an inner query merges partials per group into ``__f<k>`` columns, and an outer
 query evaluates the user's select expressions, HAVING (as WHERE), ORDER BY and LIMIT/OFFSET over them. Selection
 queries: servers apply WHERE, ORDER BY and LIMIT offset+limit; the broker re-sorts and cuts. Pinot's default LIMIT
-of 10 applies to selection, GROUP BY and DISTINCT queries.
+of 10 applies to selection, GROUP BY and DISTINCT queries. A LOOKUP beside aggregations whose join values are GROUP BY
+keys is a function of the group: the servers compute it as one more, hidden, group key (the broker holds no
+dimension table to compute it with).
 """
 
 from __future__ import annotations
