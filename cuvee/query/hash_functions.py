@@ -71,7 +71,7 @@ def _rotl64(x: np.ndarray, r: int) -> np.ndarray:
     return (x << _U64(r)) | (x >> _U64(64 - r))
 
 
-def _seeds(seed: pa.Array | pa.ChunkedArray, count: int) -> np.ndarray:
+def _seeds(seed: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The seeds as Java ints (NULL as 0; a NULL seed makes the answer NULL anyway)."""
     return np.asarray(seed.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -279,7 +279,7 @@ def _seeded(kernel: Callable[[_Bytes, np.ndarray], np.ndarray | list], kind: pa.
     def run(values: pa.Array, seed: pa.Array) -> pa.Array:
         b = _Bytes.of(values)
         null = np.asarray(seed.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        return _answer(b, kernel(b, _seeds(seed, len(b.length))), kind, null)
+        return _answer(b, kernel(b, _seeds(seed)), kind, null)
     return run
 
 
