@@ -153,9 +153,9 @@ def table_info(name_with_type: str, schema: Schema, dim_table: bool = False) -> 
 
 
 # what LOOKUP converts a fact value to, to compare it with a dimension table's key (Pinot reads the value as the
-# key's type); other key types are compared as they are
+# key's type; a TIMESTAMP key as its LONG millis); other key types are compared as they are
 _KEY_TYPES = {DataType.INT: "INTEGER", DataType.LONG: "BIGINT", DataType.FLOAT: "FLOAT", DataType.DOUBLE: "DOUBLE",
-              DataType.STRING: "VARCHAR", DataType.BOOLEAN: "BOOLEAN"}
+              DataType.STRING: "VARCHAR", DataType.BOOLEAN: "BOOLEAN", DataType.TIMESTAMP: "TIMESTAMP"}
 
 
 class ClusterView:

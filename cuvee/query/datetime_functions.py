@@ -4,15 +4,14 @@ timeConvert, the toEpoch…/fromEpoch… families, the two-argument ``round`` an
 Pinot hands a TIMESTAMP value to functions and arithmetic as a LONG of epoch millis; DuckDB keeps a TIMESTAMP. So
 ``TimeTypes.millis`` reads a TIMESTAMP operand as ``epoch_ms(x)`` wherever Pinot would see millis, and a LONG cast
 to TIMESTAMP becomes ``epoch_ms(x)`` (DuckDB has no BIGINT → TIMESTAMP cast). Time zones are converted with
-DuckDB's ``timezone()``: a wall-clock TIMESTAMP in the zone is truncated or formatted, then read back as an instant.
+DuckDB's ``timezone()`` (a fixed offset like '+05:30' by shifting): a wall-clock TIMESTAMP in the zone is truncated
+or formatted, then read back as an instant.
 Pure tree building: no I/O beyond looking a zone name up in the system's time-zone database.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import zoneinfo
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from sqlglot import exp
 
 from cuvee.config.datetime_format import DateTimeFormat, TimeFormatKind, parse_datetime_format, parse_granularity
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.time_zones import offset_seconds, zone_id
 
 # Java TimeUnit names → nanoseconds, so conversions between any two are exact integer ratios.
 _UNIT_NANOS: dict[str, int] = {"NANOSECONDS": 1, "MICROSECONDS": 1_000, "MILLISECONDS": 1_000_000,
@@ -118,23 +118,15 @@ def _strftime_pattern(java: str) -> str:
     return "".join(out)
 
 
-@functools.lru_cache(maxsize=256)
-def _known_zone(name: str) -> bool:
-    try:
-        zoneinfo.ZoneInfo(name)
-        return True
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return False
-
-
 def zone_literal(node: exp.Expression, function: str) -> str:
-    """A time-zone argument: an IANA name ('America/Los_Angeles') or UTC; unknown zones are a 150, not DuckDB's."""
+    """A time-zone argument as ``cuvee.query.time_zones`` reads it (an IANA name, a name of UTC, a fixed offset like
+    '+05:30' or 'GMT-08:00'); unknown zones are a 150, not DuckDB's error."""
     zone = string_literal(node, function, "the time zone")
-    if zone.upper() in ("UTC", "GMT", "Z"):
-        return "UTC"
-    if not _known_zone(zone):
-        raise sql_error(f"{function}: unknown time zone {zone!r} (use an IANA name like 'America/Los_Angeles')")
-    return zone
+    known = zone_id(zone)
+    if known is None:
+        raise sql_error(f"{function}: unknown time zone {zone!r} (use an IANA name like 'America/Los_Angeles' or an "
+                        "offset like '+05:30')")
+    return known
 
 
 def time_unit(node: exp.Expression, function: str, what: str = "the time unit") -> str:
@@ -162,12 +154,22 @@ def instant(millis: exp.Expression, zone: str) -> exp.Expression:
         moment = moment.this
     if zone == "UTC":
         return moment
+    shift = offset_seconds(zone)
+    if shift is not None:  # a fixed offset: the wall clock is the instant shifted
+        return exp.Add(this=moment, expression=_seconds(shift))
     return call("timezone", exp.Literal.string(zone), call("timezone", exp.Literal.string("UTC"), moment))
+
+
+def _seconds(count: int) -> exp.Interval:
+    return exp.Interval(this=exp.Literal.string(str(count)), unit=exp.Var(this="SECOND"))
 
 
 def wall_millis(wall: exp.Expression, zone: str) -> exp.Expression:
     """Epoch millis of a wall-clock TIMESTAMP read in ``zone`` (the inverse of ``instant``)."""
-    if zone != "UTC":
+    shift = offset_seconds(zone)
+    if shift is not None:
+        wall = exp.Sub(this=wall, expression=_seconds(shift))
+    elif zone != "UTC":
         wall = call("timezone", exp.Literal.string(zone), wall)
     return call("epoch_ms", wall)
 

@@ -16,6 +16,7 @@ from sqlglot.dialects.duckdb import DuckDB
 
 from cuvee.query.datetime_functions import TimeTypes, strftime_pattern, translate_datetime
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.json_match import translate_json_match
 from cuvee.query.prescan import is_number_list
 from cuvee.query.scalar_functions import translate_node, translate_other
 
@@ -94,7 +95,7 @@ _BUILTIN_AGGREGATES: dict[type[exp.Expression], AggKind] = {
     exp.Avg: AggKind.AVG,
 }
 _DISTINCT_VARIANTS = {AggKind.SUM: AggKind.DISTINCT_SUM, AggKind.AVG: AggKind.DISTINCT_AVG}
-_UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "JSON_MATCH", "VECTOR_SIMILARITY", "GAPFILL", "IN_SUBQUERY",
+_UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "VECTOR_SIMILARITY", "GAPFILL", "IN_SUBQUERY",
                           "IN_ID_SET", "IDSET"}
 
 
@@ -307,9 +308,8 @@ def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
         return translate_node(sub) or sub
     upper = sub.name.upper()
     args = list(sub.expressions)
-    if upper == "JSON_MATCH":
-        raise _sql_error("function JSON_MATCH is not supported (it filters on Pinot's JSON index): write "
-                         "JSON_EXTRACT_SCALAR(col, '$.a', 'STRING') = 'x' instead")
+    if upper == "JSON_MATCH":  # Pinot's filter on its JSON index, evaluated over the JSON text
+        return translate_json_match(args)
     if upper in _UNSUPPORTED_FUNCTIONS:
         raise _sql_error(f"function {upper} is not supported")
     if upper == "LOOKUP":  # its arguments are translated; the call itself by cuvee.query.lookup, with the tables

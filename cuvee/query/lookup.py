@@ -30,6 +30,7 @@ from sqlglot import exp
 from cuvee.config.table import TableType, raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import classify_aggregate
+from cuvee.query.java_casts import as_pinot_type
 
 if TYPE_CHECKING:
     from cuvee.query.parse import TableInfo
@@ -100,12 +101,24 @@ def _subquery(call: exp.Anonymous, resolve: Callable[[str], TableInfo | None], f
     values = [_fact_value(value, multi_value, types.get(key, "")) for key, value in zip(keys, args[3::2])]
     lookup = found.setdefault(info.name, Lookup(f"{LOOKUP_PREFIX}{len(found) + 1}", info.name))
     alias = _ALIAS + lookup.relation[len(LOOKUP_PREFIX):]
-    condition = exp.and_(*(exp.EQ(this=exp.column(key, table=alias, quoted=True), expression=value)
-                           for key, value in zip(keys, values)))
+    condition = exp.and_(*(exp.EQ(this=_dim_key(exp.column(key, table=alias, quoted=True), types.get(key, "")),
+                                  expression=value) for key, value in zip(keys, values)))
     select = (exp.select(exp.column(column, table=alias, quoted=True))
               .from_(exp.to_table(lookup.relation, quoted=True).as_(alias, quoted=True))
               .where(condition).limit(1))
     return exp.Subquery(this=select)
+
+
+def lookup_fact_columns(node: exp.Expression) -> frozenset[str] | None:
+    """The fact columns a translated LOOKUP (its subquery) reads for its join values, or None when ``node`` is not
+    one: what the planner needs to know whether the LOOKUP is a function of the GROUP BY keys."""
+    if not isinstance(node, exp.Subquery) or not isinstance(node.this, exp.Select):
+        return None
+    source = node.this.args.get("from_") or node.this.args.get("from")
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table) or not table.name.startswith(LOOKUP_PREFIX):
+        return None
+    return frozenset(c.name for c in node.find_all(exp.Column) if c.table == SERVER_RELATION)
 
 
 def _literal(node: exp.Expression, what: str) -> str:
@@ -139,10 +152,17 @@ def _dim_column(info: TableInfo, name: str) -> str:
                                                     f"table {raw_table_name(info.name)!r} has no such column")
 
 
+def _dim_key(column: exp.Column, key_type: str) -> exp.Expression:
+    """The dimension side of a join: a TIMESTAMP key is its LONG of epoch millis, as Pinot stores it."""
+    return exp.Anonymous(this="epoch_ms", expressions=[column]) if key_type == "TIMESTAMP" else column
+
+
 def _fact_value(value: exp.Expression, multi_value: frozenset[str], key_type: str) -> exp.Expression:
     """A join value over the fact row, its columns qualified with the server's relation (see the module doc), read
-    as the key's type (``key_type``, DuckDB's name; '' leaves it as it is) as Pinot reads it: a value that does
-    not convert matches nothing (NULL), where comparing across types would fail the query on the first one."""
+    as the key's type (``key_type``, DuckDB's name; '' leaves it as it is) as Pinot reads it — Java's casts
+    (``cuvee.query.java_casts``: a DOUBLE against an INT key drops its fraction, a TIMESTAMP against a LONG or
+    TIMESTAMP key is its epoch millis): a value that does not convert matches nothing (NULL), where comparing
+    across types would fail the query on the first one."""
     if any(classify_aggregate(node) is not None for node in value.walk()):
         raise _sql_error("LOOKUP: a join value must be an expression over the row, not an aggregation")
     if isinstance(value, exp.Column) and value.name in multi_value:
@@ -152,5 +172,5 @@ def _fact_value(value: exp.Expression, multi_value: frozenset[str], key_type: st
         if not column.table and column.this.args.get("quoted"):  # a resolved fact column (not a lambda parameter)
             column.set("table", exp.to_identifier(SERVER_RELATION))
     if key_type:
-        return exp.TryCast(this=value, to=exp.DataType.build(key_type))
+        return as_pinot_type(value, key_type)
     return value if isinstance(value, (exp.Column, exp.Literal, exp.Paren)) else exp.paren(value)

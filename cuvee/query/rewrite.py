@@ -19,7 +19,9 @@ ignored by every aggregation and an empty input gives NULL (Pinot's null-handlin
 The final SQL has two levels: an inner query merges partials per group into ``__f<k>`` columns, and an outer
 query evaluates the user's select expressions, HAVING (as WHERE), ORDER BY and LIMIT/OFFSET over them. Selection
 queries: servers apply WHERE, ORDER BY and LIMIT offset+limit; the broker re-sorts and cuts. Pinot's default LIMIT
-of 10 applies to selection, GROUP BY and DISTINCT queries.
+of 10 applies to selection, GROUP BY and DISTINCT queries. A LOOKUP beside aggregations whose join values are GROUP BY
+keys is a function of the group: the servers compute it as one more, hidden, group key (the broker holds no
+dimension table to compute it with).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sqlglot import exp
 
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
-from cuvee.query.lookup import SERVER_RELATION, Lookup
+from cuvee.query.lookup import SERVER_RELATION, Lookup, lookup_fact_columns
 from cuvee.query.parse import DIALECT, ParsedQuery, TableResolver, parse_query, sql_error
 
 PARTIALS_RELATION = "cuvee_partials"
@@ -342,12 +344,30 @@ class _Merger:
             self.simple[index] = (_SIMPLE_MERGES[call.kind], tuple(refs[f"p{i}"] for i in range(len(refs))))
         return exp.column(f"__f{index}")
 
+    def hidden_key(self, lookup: exp.Expression, facts: frozenset[str], where: str) -> exp.Expression:
+        """A LOOKUP outside the aggregations whose join values read only GROUP BY keys: a function of the group, so
+        the servers compute it as one more group key (it splits no group) and the broker, which holds no dimension
+        table, merges it like the others."""
+        keys = {g.name for g in self.group if isinstance(g, exp.Column)}
+        missing = sorted(facts - keys)
+        if not self.group or missing:
+            reason = f"column(s) {', '.join(missing)} are not GROUP BY keys" if self.group else "there is no GROUP BY"
+            raise sql_error(f"a LOOKUP in {where} outside an aggregation must read only GROUP BY key columns for its "
+                            f"join values ({reason}): group by them, or by the LOOKUP itself")
+        if lookup not in self.group:
+            self.group.append(lookup.copy())
+        return exp.column(f"__g{self.group.index(lookup)}")
+
     def rewrite(self, expr: exp.Expression, where: str) -> exp.Expression:
-        """``expr`` over merged columns: group keys become ``__g<i>``, aggregations ``__f<k>``."""
+        """``expr`` over merged columns: group keys become ``__g<i>``, aggregations ``__f<k>``, a LOOKUP over group
+        keys a hidden group key (``hidden_key``)."""
 
         def swap(node: exp.Expression) -> exp.Expression:
             if node in self.group:
                 return exp.column(f"__g{self.group.index(node)}")
+            facts = lookup_fact_columns(node)
+            if facts is not None:
+                return self.hidden_key(node, facts, where)
             call = classify_aggregate(node)
             if call is not None:
                 return self.final_column(call)

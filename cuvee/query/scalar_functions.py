@@ -13,8 +13,11 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from cuvee.query.commons_split import split_by_whole_separator
 from cuvee.query.datetime_functions import bigint, call, int_literal, number, sql_error, string_literal
 from cuvee.query.errors import QueryError
+from cuvee.query.java_casts import java_integral
+from cuvee.query.json_arrays import json_extract_array, json_path_array
 
 _LAMBDA = "cuvee_fn_item"  # a lambda parameter no column of a parsed query can be named (see multivalue.py)
 _DOUBLE = exp.DataType.build("DOUBLE")
@@ -38,10 +41,9 @@ def _item() -> exp.Column:
     return exp.column(_LAMBDA, quoted=False)
 
 
-def _parts(text: exp.Expression, delimiter: exp.Expression) -> exp.Expression:
-    """Commons' ``splitByWholeSeparator``: the parts between whole delimiters, empty parts dropped."""
-    return call("list_filter", call("string_split", text, delimiter),
-                _lambda(exp.NEQ(this=_item(), expression=exp.Literal.string(""))))
+def _parts(text: exp.Expression, delimiter: exp.Expression, limit: int = 0) -> exp.Expression:
+    """Commons' ``splitByWholeSeparator``: the parts between whole delimiters, empty parts but the last dropped."""
+    return split_by_whole_separator(text, delimiter, limit)
 
 
 def _strpos(name: str, args: list[exp.Expression]) -> exp.Expression:
@@ -93,8 +95,9 @@ def _substr(name: str, args: list[exp.Expression]) -> exp.Expression:
 
 
 def _split(name: str, args: list[exp.Expression]) -> exp.Expression:
-    _arity(name, args, 2)
-    return _parts(args[0], args[1])
+    """``split(s, delimiter[, limit])``: at most ``limit`` parts (0 or less: no limit), the last one the rest."""
+    _arity(name, args, 2, 3)
+    return _parts(args[0], args[1], int_literal(args[2], name, "the limit") if len(args) == 3 else 0)
 
 
 def _split_part(name: str, args: list[exp.Expression]) -> exp.Expression:
@@ -149,21 +152,10 @@ def _special(text: str) -> exp.Cast:
     return _double(exp.Literal.string(text))
 
 
-def _java_long(value: exp.Expression) -> exp.Expression:
-    """Java's ``(long) d`` of a DOUBLE: toward zero, NaN is 0, out of range saturates (DuckDB's cast would fail)."""
-    return exp.Case(ifs=[
-        exp.If(this=call("isnan", value), true=number(0)),  # first: DuckDB orders NaN above every number
-        exp.If(this=exp.GTE(this=value.copy(), expression=_double(exp.Literal.string("9223372036854775808"))),
-               true=bigint(exp.Literal.string("9223372036854775807"))),
-        exp.If(this=exp.LTE(this=value.copy(), expression=_double(exp.Literal.string("-9223372036854775808"))),
-               true=bigint(exp.Literal.string("-9223372036854775808")))],
-        default=bigint(call("trunc", value.copy())))
-
-
 def _int_div(name: str, args: list[exp.Expression]) -> exp.Expression:
     """Pinot's ``(long) Math.floor(a / b)`` in doubles: a zero divisor answers Long.MAX/MIN_VALUE (0 for 0 / 0)."""
     _arity(name, args, 2)
-    return _java_long(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
+    return java_integral(call("floor", exp.Div(this=_double(args[0]), expression=_double(args[1]))))
 
 
 def _logarithm(value: exp.Expression, of_positive: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
@@ -242,7 +234,8 @@ def _parsable(json: exp.Expression) -> exp.Expression:
 
 def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expression:
     """``jsonExtractScalar(json, path, type[, default])``: NULL (or the default) where the path is missing or the
-    value does not convert; the ``…_ARRAY`` types answer a list (a path with ``[*]``, or one naming an array)."""
+    value does not convert; the ``…_ARRAY`` types answer a list (a path with ``[*]``, or one naming an array; see
+    ``cuvee.query.json_arrays``)."""
     _arity(name, args, 3, 4)
     path = exp.Literal.string(_json_path(args[1], name))
     kind = string_literal(args[2], name, "the result type").strip().upper()
@@ -250,11 +243,10 @@ def _json_extract_scalar(name: str, args: list[exp.Expression]) -> exp.Expressio
     if (element or kind) not in _JSON_TYPES:
         raise sql_error(f"{name}: unknown result type {kind!r}, expected one of "
                         f"{', '.join(_JSON_TYPES)} (or their _ARRAY forms)")
+    if element is not None:  # a list, empty where the path is missing (Pinot's MV readers)
+        return json_extract_array(name, args[0], path.name, element, _JSON_TYPES[element],
+                                  args[3] if len(args) == 4 else None)
     json = _parsable(args[0])
-    if element is not None:
-        listed = exp.TryCast(this=call("json_extract", json, path),
-                             to=exp.DataType.build(f"{_JSON_TYPES[element]}[]"))
-        return listed if len(args) == 3 else call("coalesce", listed, args[3])
     value = _typed(call("json_extract_string", json, path), _JSON_TYPES[kind])
     if len(args) == 4:
         return call("coalesce", value, _typed(exp.Cast(this=args[3], to=exp.DataType.build("VARCHAR")),
@@ -288,7 +280,69 @@ def _json_extract_key(name: str, args: list[exp.Expression]) -> exp.Expression:
     return call("list_transform", keys, _lambda(quoted))
 
 
-_HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
+def _bytes(value: exp.Expression) -> exp.Expression:
+    """A hash function's input: a BYTES value as it is, anything else as its text's UTF-8 (the rule ``md5``,
+    ``sha`` and ``sha256`` follow: Pinot would read a STRING as hex bytes)."""
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=call("typeof", value), expression=exp.Literal.string("BLOB")),
+                                true=exp.Cast(this=value.copy(), to=exp.DataType.build("BLOB")))],
+                    default=call("encode", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR"))))
+
+
+def _utf8(value: exp.Expression) -> exp.Expression:
+    return call("encode", exp.Cast(this=value, to=exp.DataType.build("VARCHAR")))
+
+
+def _seed(value: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=value, to=exp.DataType.build("INTEGER"))
+
+
+_MURMUR2_64_SEED = 0xE17A1465 - 2 ** 32  # Pinot's default seed for murmurHash2Bit64, as a Java int
+
+
+Translator = Callable[[str, list[exp.Expression]], exp.Expression]  # (Pinot's upper-case name, arguments) -> DuckDB
+
+
+def _hash(udf: str, seeds: tuple[int, ...] = (), read: Callable[[exp.Expression], exp.Expression] = _bytes,
+          default_seed: int | None = None, widen: bool = False) -> Translator:
+    """A hash function over ``cuvee.query.hash_functions``: ``seeds`` lists the argument counts taken (1: bytes, 2:
+    bytes and seed); with ``default_seed`` a one-argument call hashes with that seed; ``widen`` answers a LONG."""
+    def translate(name: str, args: list[exp.Expression]) -> exp.Expression:
+        _arity(name, args, *(seeds or (1,)))
+        parts = [read(args[0])]
+        if len(args) == 2:
+            parts.append(_seed(args[1]))
+        elif default_seed is not None:
+            parts.append(_seed(number(default_seed) if default_seed >= 0 else exp.Neg(this=number(-default_seed))))
+        answer = call(udf, *parts)
+        return exp.Cast(this=answer, to=exp.DataType.build("BIGINT")) if widen else answer
+    return translate
+
+
+_HASHES: dict[str, Translator] = {
+    "SHA512": _hash("cuvee_sha512"),
+    "SHA224": _hash("cuvee_sha3_224"),  # Pinot's sha224 is DigestUtils.sha3_224Hex
+    "MD5_RAW": lambda name, args: (_arity(name, args, 1), call("unhex", call("md5", _bytes(args[0]))))[1],
+    "MURMURHASH2": _hash("cuvee_murmur2_32"),
+    "MURMUR2": _hash("cuvee_murmur2_32"),
+    "MURMURHASH2UTF8": _hash("cuvee_murmur2_32", read=_utf8),
+    "MURMURHASH2BIT64": _hash("cuvee_murmur2_64", (1, 2), default_seed=_MURMUR2_64_SEED),
+    "MURMURHASH3BIT32": _hash("cuvee_murmur3_32", (2,)),
+    "MURMUR3_32": _hash("cuvee_murmur3_32", (1,), default_seed=0),
+    "MURMURHASH3BIT64": _hash("cuvee_murmur3_64", (2,)),
+    "MURMURHASH3BIT128": _hash("cuvee_murmur3_128", (2,)),
+    "MURMURHASH3X64BIT32": _hash("cuvee_murmur3_x64_32", (2,)),
+    "MURMURHASH3X64BIT64": _hash("cuvee_murmur3_x64_32", (2,), widen=True),  # Pinot answers the 32-bit hash
+    "MURMURHASH3X64BIT128": _hash("cuvee_murmur3_x64_128", (2,)),
+    "ADLER32": _hash("cuvee_adler32"),
+    "CRC32": _hash("cuvee_crc32"),
+}
+for _udf, (_name, _alias) in {"fnv1_32": ("FNV1HASH32", "FNV1_32"), "fnv1a_32": ("FNV1AHASH32", "FNV1A_32"),
+                              "fnv1_64": ("FNV1HASH64", "FNV1_64"), "fnv1a_64": ("FNV1AHASH64", "FNV1A_64")}.items():
+    _HASHES[_name] = _HASHES[_alias] = _hash(f"cuvee_{_udf}")
+    _HASHES[f"{_name}UTF8"] = _hash(f"cuvee_{_udf}", read=_utf8)
+
+
+_HANDLERS: dict[str, Translator] = {
     "STRPOS": _strpos,
     "SUBSTR": _substr,
     "SPLIT": _split,
@@ -308,9 +362,14 @@ _HANDLERS: dict[str, Callable[[str, list[exp.Expression]], exp.Expression]] = {
     "JSONPATHSTRING": _json_path_typed("VARCHAR"),
     "JSONPATHLONG": _json_path_typed("BIGINT"),
     "JSONPATHDOUBLE": _json_path_typed("DOUBLE"),
+    "JSONPATHARRAY": lambda name, args: json_path_array(name, args, default_empty=False),
+    "JSON_PATH_ARRAY": lambda name, args: json_path_array(name, args, default_empty=False),
+    "JSONPATHARRAYDEFAULTEMPTY": lambda name, args: json_path_array(name, args, default_empty=True),
+    "JSON_PATH_ARRAY_DEFAULT_EMPTY": lambda name, args: json_path_array(name, args, default_empty=True),
+    **_HASHES,
 }
-_UNAVAILABLE = {"SHA512": "DuckDB has no SHA-512", "MURMURHASH2": "not translated",
-                "MURMURHASH3BIT32": "not translated"}
+_UNAVAILABLE = {"MD2": "no MD2 digest here", "CRC32C": "no CRC-32C here", "CITYHASH32": "no CityHash here",
+                "CITYHASH64": "no CityHash here", "CITYHASH128": "no CityHash here"}
 # sqlglot's own nodes for math DuckDB answers with the argument's type where Pinot answers DOUBLE: the argument is
 # made a DOUBLE first, as Pinot's take one (abs of the smallest BIGINT would overflow), and so is the answer.
 _DOUBLE_MATH = (exp.Abs, exp.Ceil, exp.Floor, exp.Sign)

@@ -128,6 +128,17 @@ def test_a_filter_on_a_lookup_and_a_lookup_inside_an_aggregation(cluster: InProc
                           "IS NULL") == [[3 + 6 + 2]]
 
 
+def test_a_lookup_over_a_group_by_key_is_selected_beside_aggregations(cluster: InProcessCluster) -> None:
+    """The servers compute it as a hidden group key; the broker merges groups split over three segments."""
+    sql = ("SELECT teamID, LOOKUP('teams', 'teamName', 'teamID', teamID), SUM(runs) FROM games GROUP BY teamID "
+           "ORDER BY 3 DESC")
+    answer = cluster.query(sql)
+    assert answer["resultTable"]["dataSchema"]["columnDataTypes"] == ["STRING", "STRING", "DOUBLE"]
+    assert _rows(cluster, sql) == _oracle(
+        "SELECT g.teamID, t.teamName, SUM(runs)::DOUBLE FROM games g LEFT JOIN teams t ON t.teamID = g.teamID "
+        "GROUP BY g.teamID, t.teamName ORDER BY 3 DESC LIMIT 10")
+
+
 def test_a_lookup_in_a_multi_stage_querys_leaf_runs_on_the_servers(cluster: InProcessCluster) -> None:
     sql = ("SELECT s.name, s.n FROM (SELECT LOOKUP('teams', 'teamName', 'teamID', teamID) AS name, COUNT(*) AS n "
            "FROM games GROUP BY 1) s JOIN teams t ON s.name = t.teamName ORDER BY s.n")

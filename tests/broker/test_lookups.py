@@ -62,3 +62,20 @@ def test_a_plan_without_lookup_is_left_alone_and_a_dimension_table_gone_since_pl
     with pytest.raises(QueryError) as info:
         with_schemas(dataclasses.replace(PLAN), View({}))
     assert info.value.code is QueryErrorCode.TABLE_DOES_NOT_EXIST
+
+
+def test_the_broker_tells_lookup_each_key_columns_type_a_timestamp_key_included() -> None:
+    """What LOOKUP converts a join value to (Pinot reads it as the key's stored type: a TIMESTAMP as LONG millis)."""
+    from cuvee.broker.cluster_view import table_info
+    from cuvee.config import Schema
+
+    schema = Schema.from_json({"schemaName": "d", "primaryKeyColumns": ["at", "code", "name"], "dimensionFieldSpecs": [
+        {"name": "code", "dataType": "INT"}, {"name": "name", "dataType": "STRING"}],
+        "dateTimeFieldSpecs": [{"name": "at", "dataType": "TIMESTAMP", "format": "TIMESTAMP",
+                                "granularity": "1:MILLISECONDS"}]})
+    info = table_info("d_OFFLINE", schema, dim_table=True)
+    assert dict(zip(info.primary_key, info.primary_key_types)) == {"at": "TIMESTAMP", "code": "INTEGER",
+                                                                  "name": "VARCHAR"}
+    timed = plan_sql("SELECT LOOKUP('d', 'name', 'at', fid, 'code', fid, 'name', 'x') FROM facts",
+                     lambda n: info if n.lower().startswith("d") else resolve(n))
+    assert 'EPOCH_MS("__lookup1"."at") = ' in timed.server_sql  # the dimension side of a TIMESTAMP key: its millis

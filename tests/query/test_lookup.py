@@ -4,6 +4,7 @@ the dimension rows beside each, and judged against DuckDB's LEFT JOIN over the s
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import duckdb
 import pyarrow as pa
@@ -164,3 +165,104 @@ def test_a_fact_value_is_read_as_the_keys_type_and_one_that_does_not_convert_mat
     finally:
         del TABLES["numbers_OFFLINE"], ROWS["numbers_OFFLINE"]
     assert answer[0] == (1, None, None, None) and answer[-1] == (7, "one", None, None)  # true is 1; 'zz' no number
+
+
+# ---- Pinot's conversions of a join value to the key's type, and a LOOKUP beside aggregations ----------------------
+
+MEASURES = pa.table({"x": pa.array([2.7, -2.7, 3.0, float("nan"), 1e30, None]),
+                     "ts": pa.array([1_000, 2_000, 3_000, 4_000, 5_000, None], pa.timestamp("ms")),
+                     "ms": pa.array([1_000, 2_000, 3_000, 4_000, 5_000, None], pa.int64()),
+                     "label": pa.array(["2.9", "-2", "x", "2", " 3", None])})
+CODES = pa.table({"code": pa.array([2, -2, 3, 0, 2 ** 31 - 1], pa.int32()),
+                  "word": pa.array(["two", "minus two", "three", "zero", "max"])})
+MOMENTS = pa.table({"at": pa.array([1_000, 3_000, 5_000], pa.int64()), "what": pa.array(["one", "three", "five"])})
+STAMPED = pa.table({"at": pa.array([2_000, 4_000], pa.timestamp("ms")), "what": pa.array(["two", "four"])})
+CONVERSION_TABLES = {
+    "measures_OFFLINE": TableInfo("measures_OFFLINE", tuple(MEASURES.schema.names), frozenset({"ts"}),
+                                  number_columns=frozenset({"x", "ms"})),
+    "codes_OFFLINE": TableInfo("codes_OFFLINE", ("code", "word"), dim_table=True, primary_key=("code",),
+                               primary_key_types=("INTEGER",)),
+    "moments_OFFLINE": TableInfo("moments_OFFLINE", ("at", "what"), dim_table=True, primary_key=("at",),
+                                 primary_key_types=("BIGINT",)),
+    "stamped_OFFLINE": TableInfo("stamped_OFFLINE", ("at", "what"), dim_table=True, primary_key=("at",),
+                                 primary_key_types=("TIMESTAMP",)),
+}
+CONVERSION_ROWS = {"codes_OFFLINE": CODES, "moments_OFFLINE": MOMENTS, "stamped_OFFLINE": STAMPED}
+
+
+def java_int(value: float | str | None) -> int | None:
+    """Java's ``(int) d`` of a double (``Double.valueOf(s).intValue()`` of a string): toward zero, NaN 0, saturated;
+    None where the string is no number."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if number != number:
+        return 0
+    return max(-(2 ** 31), min(2 ** 31 - 1, int(number)))
+
+
+def run_measures(sql: str) -> list[tuple]:
+    """``sql`` over MEASURES on one server, with the conversion tests' dimension tables."""
+    def resolve_here(name: str) -> TableInfo | None:
+        return next((i for k, i in CONVERSION_TABLES.items() if name.lower() in (k.lower(), k[:-8].lower())), None)
+
+    planned = plan_sql(sql, resolve_here)
+    planned = dataclasses.replace(planned, lookups=tuple(
+        dataclasses.replace(lk, schema=CONVERSION_ROWS[lk.table].schema) for lk in planned.lookups))
+    check_plan(planned, MEASURES.schema)
+    dims = {lk.relation: CONVERSION_ROWS[lk.table] for lk in planned.lookups}
+    partial = run_server_step(planned, [MEASURES], lookups=dims)
+    return [tuple(r.values()) for r in merge_partials(planned, [partial], MEASURES.schema).to_pylist()]
+
+
+def test_a_double_or_string_against_an_int_key_is_read_with_javas_cast_not_rounded() -> None:
+    words = dict(zip(CODES["code"].to_pylist(), CODES["word"].to_pylist()))
+    answer = run_measures("SELECT LOOKUP('codes', 'word', 'code', x), LOOKUP('codes', 'word', 'code', label) "
+                          "FROM measures LIMIT 10")
+    assert [a for a, _ in answer] == [words.get(java_int(x)) for x in MEASURES["x"].to_pylist()]
+    assert [b for _, b in answer] == [words.get(java_int(s)) for s in MEASURES["label"].to_pylist()]
+    assert answer[0][0] == "two"  # 2.7 is 2 in Java (DuckDB's cast rounded it to 3)
+
+
+def test_a_timestamp_and_a_long_key_compare_as_epoch_millis() -> None:
+    millis = [None if t is None else int(t.timestamp() * 1000) for t in
+              MEASURES["ts"].cast(pa.timestamp("ms", tz="UTC")).to_pylist()]
+    by_long = dict(zip(MOMENTS["at"].to_pylist(), MOMENTS["what"].to_pylist()))
+    by_stamp = {int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000): w
+                for t, w in zip(STAMPED["at"].to_pylist(), STAMPED["what"].to_pylist())}
+    answer = run_measures("SELECT LOOKUP('moments', 'what', 'at', ts), LOOKUP('stamped', 'what', 'at', ms), "
+                          "LOOKUP('stamped', 'what', 'at', ts) FROM measures LIMIT 10")
+    assert [row[0] for row in answer] == [by_long.get(m) for m in millis]  # a TIMESTAMP fact, a LONG key
+    assert [row[1] for row in answer] == [by_stamp.get(m) for m in MEASURES["ms"].to_pylist()]  # LONG vs TIMESTAMP
+    assert [row[2] for row in answer] == [by_stamp.get(m) for m in millis]
+
+
+def test_a_lookup_over_group_by_keys_is_selected_beside_aggregations() -> None:
+    """Its join values are GROUP BY keys, so it is a function of the group: the servers compute it as a hidden
+    group key (the broker holds no dimension table)."""
+    sql = ("SELECT teamID, LOOKUP('teams', 'teamName', 'teamID', teamID) AS name, SUM(runs), COUNT(*) FROM games "
+           "GROUP BY teamID ORDER BY teamID NULLS LAST")
+    expected = oracle("SELECT g.teamID, t.teamName, SUM(runs)::DOUBLE, COUNT(*) FROM games g LEFT JOIN teams t "
+                      "ON t.teamID = g.teamID GROUP BY g.teamID, t.teamName ORDER BY g.teamID NULLS LAST")
+    assert run(sql) == expected
+    assert plan(sql).column_names == ("teamID", "name", "sum(runs)", "count(*)")
+    # in HAVING and ORDER BY too, and with a composite key over two GROUP BY keys
+    assert run("SELECT league, teamID, MAX(runs) FROM games GROUP BY league, teamID "
+               "HAVING LOOKUP('pairs', 'bonus', 'league', league, 'teamID', teamID) > 15 ORDER BY "
+               "LOOKUP('pairs', 'bonus', 'league', league, 'teamID', teamID)") == oracle(
+        "SELECT g.league, g.teamID, MAX(runs) FROM games g JOIN pairs p ON p.league = g.league AND "
+        "p.teamID = g.teamID GROUP BY g.league, g.teamID, p.bonus HAVING p.bonus > 15 ORDER BY p.bonus")
+
+
+@pytest.mark.parametrize(("sql", "words"), [
+    ("SELECT league, LOOKUP('teams', 'teamName', 'teamID', teamID), SUM(runs) FROM games GROUP BY league",
+     "column(s) teamID are not GROUP BY keys"),
+    ("SELECT LOOKUP('teams', 'teamName', 'teamID', teamID), SUM(runs) FROM games", "there is no GROUP BY"),
+])
+def test_a_lookup_beside_aggregations_over_other_columns_is_refused_in_words(sql: str, words: str) -> None:
+    with pytest.raises(QueryError) as info:
+        plan_sql(sql, resolve)
+    assert info.value.code is QueryErrorCode.SQL_PARSING and words in info.value.message

@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import re
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
@@ -153,6 +154,32 @@ def test_to_and_from_date_time_with_a_zone() -> None:
     assert column("fromDateTime('2024-01-02', 'yyyy-MM-dd')") == [1704153600000] * 3
 
 
+@pytest.mark.parametrize(("zone", "offset"), [("+05:30", (5, 30)), ("GMT+05:30", (5, 30)), ("UTC-08:00", (-8, 0)),
+                                             ("-3", (-3, 0)), ("+0945", (9, 45)), ("UT+01:00", (1, 0))])
+def test_fixed_offset_zones_as_pinot_reads_zone_ids(zone: str, offset: tuple[int, int]) -> None:
+    hours, minutes = offset
+    shift = dt.timezone(dt.timedelta(hours=hours, minutes=minutes if hours >= 0 else -minutes))
+    texts = [m.astimezone(shift).strftime("%Y-%m-%d %H:%M:%S") for m in MOMENTS]
+    assert column(f"toDateTime(ms, 'yyyy-MM-dd HH:mm:ss', '{zone}')") == texts
+    assert column(f"fromDateTime(toDateTime(ms, 'yyyy-MM-dd HH:mm:ss', '{zone}'), 'yyyy-MM-dd HH:mm:ss', "
+                  f"'{zone}')") == [millis_of(m.replace(microsecond=0)) for m in MOMENTS]
+    assert column(f"DATETRUNC('day', ms, 'MILLISECONDS', '{zone}')") == \
+        [millis_of(floor_to(m.astimezone(shift), "day")) for m in MOMENTS]
+    assert column(f"DATETIMECONVERT(ms, '1:MILLISECONDS:EPOCH', '1:HOURS:SIMPLE_DATE_FORMAT:yyyy-MM-dd HH tz({zone})', "
+                  "'1:HOURS')") == [m.astimezone(shift).strftime("%Y-%m-%d %H") for m in MOMENTS]
+
+
+def test_zone_names_in_any_case_and_etc_gmt_as_the_tz_database_means_it() -> None:
+    kolkata = [m.astimezone(ZoneInfo("Asia/Kolkata")).strftime("%H:%M") for m in MOMENTS]
+    assert column("toDateTime(ms, 'HH:mm', 'asia/KOLKATA')") == kolkata
+    assert column("toDateTime(ms, 'HH:mm', 'Etc/GMT+5')") == \
+        [m.astimezone(dt.timezone(dt.timedelta(hours=-5))).strftime("%H:%M") for m in MOMENTS]  # 5 hours behind
+    assert column("toDateTime(ms, 'HH:mm', 'zulu')") == column("toDateTime(ms, 'HH:mm', 'GMT+00:00')") == \
+        [m.strftime("%H:%M") for m in MOMENTS]
+    for bad in ("+19:00", "+05:60", "GMT+5:3", "Mars/Olympus", "Etc/GMT+05:30"):
+        refused(f"SELECT toDateTime(ms, 'HH:mm', '{bad}') FROM t", f"unknown time zone '{bad}'")
+
+
 def test_time_convert_and_epoch_buckets() -> None:
     assert column("timeConvert(ms, 'MILLISECONDS', 'HOURS')") == [int(m / 3_600_000) for m in MILLIS]
     assert column("timeConvert(id, 'DAYS', 'SECONDS')") == [0, 86_400, 172_800]
@@ -196,7 +223,7 @@ def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
     assert column("JSON_EXTRACT_SCALAR(j, '$.n', 'INT')") == [int(d["n"]) for d in DOCS]
     assert column("JSON_EXTRACT_SCALAR(j, '$.f', 'DOUBLE', -1.5)") == [d.get("f", -1.5) for d in DOCS]
     assert column("JSON_EXTRACT_SCALAR(j, '$.ok', 'BOOLEAN')") == [True, None, None]
-    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], [], None]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY')") == [d.get("arr", []) for d in DOCS]
     assert column("JSON_EXTRACT_SCALAR(j, '$.t', 'TIMESTAMP')") == [
         None, None, dt.datetime.fromtimestamp(1700000000.123, UTC).replace(tzinfo=None)]
     assert column("jsonPathLong(j, '$.n')") == [7, -3, 12]
@@ -204,7 +231,8 @@ def test_json_extract_scalar_types_defaults_and_missing_paths() -> None:
     assert types("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'LONG') FROM t") == [pa.int64()]
     refused("SELECT JSON_EXTRACT_SCALAR(j, '$.n', 'MONEY') FROM t", "unknown result type 'MONEY'")
     refused("SELECT JSON_EXTRACT_SCALAR(j, s, 'INT') FROM t", "the JSON path must be a string literal")
-    refused("SELECT id FROM t WHERE JSON_MATCH(j, '\"$.a\"=''x''')", "JSON_MATCH is not supported")
+    assert [row[0] for row in answer("SELECT id FROM t WHERE JSON_MATCH(j, '\"$.a\"=''x''') LIMIT 5")] == \
+        [i for i, d in enumerate(DOCS) if d.get("a") == "x"]  # more in test_json_match.py
 
 
 def test_json_numbers_convert_as_java_does_and_malformed_json_gives_the_default() -> None:
@@ -222,8 +250,44 @@ def test_json_numbers_convert_as_java_does_and_malformed_json_gives_the_default(
     assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.a', 'STRING', 'd')") == ["x", "d", "d"]
     assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.n', 'INT')") == [7, None, None]
     assert column(f"jsonPathString({bad}, '$.a', 'd')") == ["x", "d", "d"]
-    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], None, None]
+    assert column(f"JSON_EXTRACT_SCALAR({bad}, '$.arr', 'INT_ARRAY')") == [[1, 2, 3], [], []]  # Pinot's empty MV
     assert column(f"JSON_EXTRACT_KEY({bad}, '$.o.*')") == [["$['o']['k1']", "$['o']['k2']"], None, None]
+
+
+def json_text(value: object) -> str | None:
+    """A jsonPath value as Pinot hands it on as a string: a string's text, anything else its JSON."""
+    return None if value is None else value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def test_json_path_array_lists_what_a_jayway_path_reads() -> None:
+    # definite paths: an array's elements, a single value as one element, NULL when missing
+    def definite(d: dict, key: str) -> list | None:
+        value = d.get(key)
+        return None if value is None else [json_text(v) for v in (value if isinstance(value, list) else [value])]
+
+    for key in ("arr", "a", "n", "o", "nope"):
+        assert column(f"jsonPathArray(j, '$.{key}')") == [definite(d, key) for d in DOCS], key
+        assert column(f"jsonPathArrayDefaultEmpty(j, '$.{key}')") == [definite(d, key) or [] for d in DOCS], key
+    assert column("jsonPathArray(j, '$[''o''].k2')") == [["v"], None, None]
+    # indefinite paths: every match, an empty list when there is none (JSON null included, missing leaves not)
+    nested = {"x": [{"k": 1}, {"k": "v"}, {"j": 2}, {"k": None}, {"k": [1, {"z": True}]}]}
+    expected = [json_text(e["k"]) for e in nested["x"] if "k" in e]
+    assert column(f"jsonPathArray('{json.dumps(nested)}', '$.x[*].k')") == [expected] * 3
+    assert column("jsonPathArray(j, '$.arr[*]')") == [[json_text(v) for v in d.get("arr", [])] for d in DOCS]
+    assert column("jsonPathArrayDefaultEmpty('not json', '$.a')") == [[]] * 3
+    assert column("jsonPathArray('not json', '$.a')") == [None] * 3  # Pinot fails the query
+    assert types("SELECT jsonPathArray(j, '$.arr') FROM t") == [pa.list_(pa.string())]
+    refused("SELECT jsonPathArray(j, '$..a') FROM t", "has a form not supported here")
+    refused("SELECT jsonPathArray(j, '$.arr[?(@ > 1)]') FROM t", "has a form not supported here")
+
+
+def test_json_extract_scalar_array_types_answer_empty_lists_and_check_their_default() -> None:
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY', '0')") == [d.get("arr", []) for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr[*]', 'LONG_ARRAY', -1)") == [d.get("arr", []) for d in DOCS]
+    assert column("JSON_EXTRACT_SCALAR(j, '$.arr', 'DOUBLE_ARRAY', 0.5)") == \
+        [[float(v) for v in d.get("arr", [])] for d in DOCS]
+    assert types("SELECT JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY', 0) FROM t") == [pa.list_(pa.int32())]
+    refused("SELECT JSON_EXTRACT_SCALAR(j, '$.arr', 'INT_ARRAY', '[]') FROM t", "the default '[]' does not read as INT")
 
 
 def test_json_extract_key_lists_an_objects_key_paths() -> None:
@@ -296,6 +360,47 @@ def test_split_split_part_concat_and_pads() -> None:
     assert column("rpad('abc', 5, substr(s, 0, 0))") == ["abc  "] * 3
 
 
+def commons_split(text: str, separator: str, limit: int = 0) -> list[str]:
+    """Commons' splitByWholeSeparator, transcribed from its loop: empty parts dropped but the last, and with a
+    limit the rest of the text as the last part; an empty separator splits on whitespace runs."""
+    if not text:
+        return []
+    if not separator:
+        tokens = [(m.start(), m.group()) for m in re.finditer(r"\S+", text)]
+        if 0 < limit <= len(tokens):
+            return [t for _, t in tokens[:limit - 1]] + [text[tokens[limit - 1][0]:]]
+        return [t for _, t in tokens]
+    out: list[str] = []
+    begin = 0
+    while True:
+        end = text.find(separator, begin)
+        if end < 0:
+            return out + [text[begin:]]
+        if end > begin:
+            if len(out) + 1 == limit:
+                return out + [text[begin:]]
+            out.append(text[begin:end])
+        begin = end + len(separator)
+
+
+def test_split_with_a_limit_is_commons_split_by_whole_separator() -> None:
+    # Commons' own examples (its javadoc), then every row of s with every limit
+    assert commons_split("ab-!-cd-!-ef", "-!-", 5) == ["ab", "cd", "ef"]
+    assert commons_split("ab-!-cd-!-ef", "-!-", 2) == ["ab", "cd-!-ef"]
+    assert commons_split("ab   de fg", "", 0) == ["ab", "de", "fg"]
+    for text, separator, limit in [("ab-!-cd-!-ef", "-!-", 2), ("ab:cd:ef", ":", 2), ("ab   de fg", "", 2),
+                                   ("a,b,", ",", 0), (",,a,,b,,", ",", 2), ("x", ",", 1), ("", ",", 3)]:
+        assert column(f"split('{text}', '{separator}', {limit})") == [commons_split(text, separator, limit)] * 3
+    strings = ROWS["s"].to_pylist()
+    for limit in (-1, 0, 1, 2, 3):
+        assert column(f"split(s, ',', {limit})") == [commons_split(t, ",", limit) for t in strings]
+        assert column(f"split(s, substr(s, 1, 2), {limit})") == [commons_split(t, t[1:2], limit) for t in strings]
+    assert column("split(s, ',')") == [commons_split(t, ",") for t in strings]
+    assert column("split('a,b,', ',')") == [["a", "b", ""]] * 3  # Commons keeps a trailing empty part
+    assert column("splitPart('a,b,', ',', 2)") == [""] * 3
+    refused("SELECT split(s, ',', id) FROM t", "the limit must be an integer literal")
+
+
 def test_string_functions_that_mean_the_same_pass_through() -> None:
     strings = ROWS["s"].to_pylist()
     assert column("reverse(s)") == [s[::-1] for s in strings]
@@ -318,7 +423,7 @@ def test_hashes_of_bytes_answer_hex() -> None:
     assert column("sha(b)") == [hashlib.sha1(b).hexdigest() for b in blobs]
     assert column("sha256(b)") == [hashlib.sha256(b).hexdigest() for b in blobs]
     assert column("sha256(toUtf8(s))") == [hashlib.sha256(s.encode()).hexdigest() for s in ROWS["s"].to_pylist()]
-    refused("SELECT sha512(b) FROM t", "SHA512 is not supported")
+    assert column("sha512(b)") == [hashlib.sha512(b).hexdigest() for b in blobs]  # more in test_hash_functions.py
 
 
 def test_math_with_pinot_meanings_and_double_results() -> None:
