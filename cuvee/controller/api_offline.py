@@ -20,6 +20,7 @@ from cuvee.controller.errors import ApiError, BadRequest, NotFound
 from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.segment_push import parse_push, register_segments, store_uploaded_archive
 from cuvee.errors import UserError
+from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
 
 if TYPE_CHECKING:
@@ -65,6 +66,30 @@ def router(ctl: Controller) -> APIRouter:
             raise BadRequest("segments can be pushed into OFFLINE tables only; a REALTIME table is fed by its stream")
         return table_of(name, TableType.OFFLINE)
 
+    def replaced_table(name: str, type_param: str | None) -> TableConfig:
+        """The half a lineage replace works on: OFFLINE, or REALTIME for maintenance jobs merging committed
+        segments (never an upsert table's: its keys' valid docs live per segment on the servers)."""
+        table_type = _table_type(type_param)
+        assert table_type is not None
+        table = table_of(name, table_type)
+        if table.is_realtime and table.is_upsert:
+            raise BadRequest("an upsert table's segments cannot be replaced (UpsertCompactionTask rewrites them in "
+                             "place)")
+        return table
+
+    def pushed_table(name: str, type_param: str | None, names: list[str]) -> TableConfig:
+        """OFFLINE tables take any push; a REALTIME table only the outputs of a replace in progress."""
+        if _table_type(type_param) is not TableType.REALTIME:
+            return offline_table(name, type_param)
+        table = replaced_table(name, type_param)
+        lineage = ctl.store.lineage(table.name_with_type)
+        pending = {s for e in (lineage.entries.values() if lineage else ()) if e.state is LineageState.IN_PROGRESS
+                   for s in e.segments_to}
+        if not names or set(names) - pending:
+            raise BadRequest("a REALTIME table is fed by its stream; it takes pushes only of segments a replace in "
+                             "progress names in segmentsTo (maintenance jobs' merged segments)")
+        return table
+
     @api.get("/deepStore")
     def deep_store() -> dict[str, Any]:
         if ctl.deep_store is None:
@@ -75,15 +100,15 @@ def router(ctl: Controller) -> APIRouter:
         ctl.require_leader()
         if not table_name:
             raise BadRequest("the tableName query parameter is required")
-        table = offline_table(table_name, table_type)
         content_type = request.headers.get("content-type", "")
         if content_type.startswith("multipart/form-data"):
-            return await tar_push(request, table)
+            return await tar_push(request, offline_table(table_name, table_type))
         try:
             body = await request.json()
         except ValueError:
             raise BadRequest("a metadata push body must be JSON; a tar push is multipart/form-data") from None
         pushed = parse_push(body)
+        table = pushed_table(table_name, table_type, [p.name for p in pushed])
         # blocking (deep-store checks, metadata writes): off the event loop, which also serves segment completion
         names = await run_in_threadpool(register_segments, ctl.store, ctl.deep_store, table, pushed, ctl.clock_ms(),
                                         _grace_ms())
@@ -187,7 +212,7 @@ def router(ctl: Controller) -> APIRouter:
     def start_replace(table: str, type: str | None = None, forceCleanup: bool = True,  # noqa: A002,N803
                       body: Any = Body(None)) -> dict[str, Any]:
         ctl.require_leader()
-        full = offline_table(table, type).name_with_type
+        full = replaced_table(table, type).name_with_type
         entry_id = lineage_ops.start_replace(ctl.store, full, body, ctl.clock_ms(), force_cleanup=forceCleanup,
                                              deletion_grace_ms=_grace_ms())
         return {"segmentLineageEntryId": entry_id}
@@ -195,7 +220,7 @@ def router(ctl: Controller) -> APIRouter:
     @api.post("/segments/{table}/endReplaceSegments")
     def end_replace(table: str, segmentLineageEntryId: str, type: str | None = None) -> dict[str, Any]:  # noqa: A002,N803
         ctl.require_leader()
-        full = offline_table(table, type).name_with_type
+        full = replaced_table(table, type).name_with_type
         lineage_ops.end_replace(ctl.store, full, segmentLineageEntryId, ctl.clock_ms(),
                                 serve_timeout_seconds=ctl.config.lineage_end_timeout_seconds)
         return {"status": f"lineage entry {segmentLineageEntryId} completed"}
@@ -203,7 +228,7 @@ def router(ctl: Controller) -> APIRouter:
     @api.post("/segments/{table}/revertReplaceSegments")
     def revert_replace(table: str, segmentLineageEntryId: str, type: str | None = None) -> dict[str, Any]:  # noqa: A002,N803
         ctl.require_leader()
-        full = offline_table(table, type).name_with_type
+        full = replaced_table(table, type).name_with_type
         lineage_ops.revert_replace(ctl.store, full, segmentLineageEntryId, ctl.clock_ms(),
                                    deletion_grace_ms=_grace_ms())
         return {"status": f"lineage entry {segmentLineageEntryId} reverted"}

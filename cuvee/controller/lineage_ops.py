@@ -14,9 +14,11 @@ from typing import Any
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
+from cuvee.config import TableType
 from cuvee.controller.errors import BadRequest, Conflict
 from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.segment_push import MAX_SEGMENT_NAME, check_offline_segment_name
+from cuvee.controller.table_setup import latest_segments
 from cuvee.errors import UserError
 from cuvee.lineage import rules
 from cuvee.lineage.model import SegmentLineage
@@ -47,6 +49,21 @@ def _names(body: dict[str, Any], key: str) -> list[str]:
     return value
 
 
+def check_realtime_sources(store: ClusterStore, table: str, sources: list[str]) -> None:
+    """A REALTIME table's replace (a maintenance job merging committed segments) may replace committed segments
+    only: never a consuming one, and never a partition's latest LLC segment (its end offset is where the
+    partition's next segment starts: the completion protocol and repair read it)."""
+    found = store.ideal_state(table)
+    latest = {llc.name for llc in latest_segments(found.record).values()} if found is not None else set()
+    for name in sources:
+        record = store.find_segment(table, name)
+        if record is None or record.record.is_consuming:
+            raise BadRequest(f"segment {name} of {table} is not committed: only committed segments can be replaced")
+        if name in latest:
+            raise BadRequest(f"segment {name} is its partition's latest stream segment: it stays until a newer one "
+                             "is committed")
+
+
 def _fail(exc: rules.LineageError) -> Exception:
     return Conflict(str(exc)) if exc.conflict else BadRequest(str(exc))
 
@@ -56,6 +73,8 @@ def start_replace(store: ClusterStore, table: str, body: Any, now_ms: int, *, fo
     if not isinstance(body, dict):
         raise BadRequest('the body is {"segmentsFrom": [...], "segmentsTo": [...]}')
     sources, targets = _names(body, "segmentsFrom"), _names(body, "segmentsTo")
+    if table.endswith(TableType.REALTIME.suffix):
+        check_realtime_sources(store, table, sources)
     custom = body.get("customMap", body.get("custom", {}))
     if not isinstance(custom, dict) or not all(isinstance(k, str) and isinstance(v, str) and len(v) <= 1024
                                                for k, v in custom.items()) or len(custom) > 32:

@@ -23,7 +23,7 @@ from typing import Any
 
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.offline_assignment import offline_server_tag, place_offline_segments, replicas
-from cuvee.cluster.assignment import eligible_instances
+from cuvee.cluster.assignment import eligible_instances, server_tag
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.store import ClusterStore
@@ -144,8 +144,8 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
               deletion_grace_ms: int) -> list[str]:
     name = table.name_with_type
     _check_lineage(store, name, pushed)
-    instances = eligible_instances(store.instances(), set(store.live_instance_ids()),
-                                   offline_server_tag(table.tenants.server))
+    tag = _serving_tag(table)
+    instances = eligible_instances(store.instances(), set(store.live_instance_ids()), tag)
     found = store.ideal_state(name)
     current = found.record if found is not None else None
     replication = replicas(table.replication, table.is_dim_table, instances)  # a dim table: every server
@@ -155,8 +155,7 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
         elif len(set(instances)) < replication:
             raise AssignmentError(f"{replication} replica(s) wanted but only {len(instances)} eligible server(s)")
     except AssignmentError as exc:
-        raise BadRequest(f"table {name}: {exc} (servers must carry tag "
-                         f"{offline_server_tag(table.tenants.server)!r})") from None
+        raise BadRequest(f"table {name}: {exc} (servers must carry tag {tag!r})") from None
     # the archives pushed are served from now on: deletions pending for them (replaced, or their segment deleted,
     # and now pushed again) are called off
     cancel_archive_deletions(store, name, [(s.name, s.download_uri) for s in pushed])
@@ -184,6 +183,12 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
         raise BadRequest(f"table {name}: {exc}") from None
     log.info("pushed %d segment(s) into %s", len(pushed), name)
     return [s.name for s in pushed]
+
+
+def _serving_tag(table: TableConfig) -> str:
+    """Pushed segments go to the servers of the table's half: a REALTIME table receives pushes only as the
+    outputs of a maintenance job's replace (merged committed segments), served by its realtime servers."""
+    return server_tag(table.tenants.server) if table.is_realtime else offline_server_tag(table.tenants.server)
 
 
 def _check_lineage(store: ClusterStore, table: str, pushed: Sequence[PushedSegment]) -> None:

@@ -235,10 +235,10 @@ def _merge_rollup(reader: _Reader, table: TableConfig, schema: Schema | None) ->
     if table.time_column is None:
         reader.issues.append(ConfigIssue(reader.path, "merges group segments by time: the table needs "
                                                       "segmentsConfig.timeColumnName"))
-    if table.is_realtime:
-        reader.issues.append(ConfigIssue(reader.path, "MergeRollupTask runs on OFFLINE tables; move a REALTIME "
-                                                      "table's rows with RealtimeToOfflineSegmentsTask, then merge "
-                                                      "its offline half"))
+    if table.is_upsert:
+        reader.issues.append(ConfigIssue(reader.path, "MergeRollupTask cannot merge an upsert table's segments "
+                                                      "(the latest row per key is decided per segment); use "
+                                                      "UpsertCompactionTask"))
     if not levels:
         reader.issues.append(ConfigIssue(reader.path, "no level configured (e.g. 1day.bucketTimePeriod)"))
     if len(levels) > MAX_LEVELS:

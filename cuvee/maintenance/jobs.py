@@ -80,13 +80,13 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
     started = time.monotonic()
     summary = JobSummary(MERGE_ROLLUP, table, uuid.uuid4().hex[:12])
     with ControllerClient(controller) as client:
-        config, schema = client.table(table), client.schema(table)
+        schema = client.schema(table)
+        config = _half_with(client, table, MERGE_ROLLUP)
         merge = task_configs(config, schema).merge_rollup
-        if merge is None:
-            raise PipelineError(f"table {table!r} has no MergeRollupTask in task.taskTypeConfigsMap")
+        assert merge is not None
         deep_store_uri = client.deep_store_uri()
         watermarks = dict((client.tasks(table).get(MERGE_ROLLUP) or {}).get("watermarks") or {})
-        half = half_state(client, table, TableType.OFFLINE, config.name_with_type, None, InstanceUrls(client))
+        half = half_state(client, table, config.table_type, config.name_with_type, None, InstanceUrls(client))
         step = millis_per_value(schema, config.time_column)
         spans = committed_spans(half.records, half.ideal, half.hidden, step)
         plan = plan_merges(merge, spans, watermarks, int(time.time() * 1000) if now_ms is None else now_ms)
@@ -102,7 +102,7 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
                 built, rows_in = _build_on_spark(spark, work)
                 summary.tasks, summary.segments_in, summary.rows_in = len(work), len(plan.segments), rows_in
                 summary.segments_out, summary.rows_out = len(built), sum(int(b["totalDocs"]) for b in built)
-                _swap(client, table, list(plan.segments), built, summary, deep_store_uri, progress)
+                _swap(client, config, list(plan.segments), built, summary, deep_store_uri, progress)
             summary.status = "SUCCEEDED" if plan.tasks else "NOTHING_TO_DO"
             summary.message = f"{plan.skipped} due window(s) needed no merge" if plan.skipped else ""
         except Exception as exc:
@@ -113,7 +113,15 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
     return summary
 
 
-def _swap(client: ControllerClient, table: str, sources: list[str], built: list[dict[str, Any]],
+def _half_with(client: ControllerClient, table: str, task_type: str) -> TableConfig:
+    """The half of ``table`` whose config has ``task_type`` (PipelineError when none has)."""
+    for config in client.tables(table).values():
+        if task_type in task_configs(config).types:
+            return config
+    raise PipelineError(f"table {table!r} has no {task_type} in task.taskTypeConfigsMap")
+
+
+def _swap(client: ControllerClient, config: TableConfig, sources: list[str], built: list[dict[str, Any]],
           summary: JobSummary, deep_store_uri: str, progress: Callable[[str], None]) -> None:
     try:
         faults.fault(faults.MAINTENANCE_AFTER_BUILD)
@@ -121,8 +129,9 @@ def _swap(client: ControllerClient, table: str, sources: list[str], built: list[
         delete_archives(deep_store_uri, built)
         raise
     progress(f"swapping {len(sources)} segment(s) for {len(built)}")
-    summary.lineage_entry = swap_in(client, table, sources, built, task_type=summary.task_type,
-                                    run_id=summary.run_id, deep_store_uri=deep_store_uri)
+    summary.lineage_entry = swap_in(client, config.table_name, sources, built, task_type=summary.task_type,
+                                    run_id=summary.run_id, deep_store_uri=deep_store_uri,
+                                    table_type=config.table_type)
     faults.fault(faults.MAINTENANCE_AFTER_REPLACE)
 
 

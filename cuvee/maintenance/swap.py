@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cuvee.config import TableType
 from cuvee.controller import faults
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.ingest import delete_archives
@@ -19,17 +20,19 @@ RUN_KEY = "runId"
 
 
 def swap_in(client: ControllerClient, table: str, sources: Sequence[str], built: Sequence[dict[str, Any]], *,
-            task_type: str, run_id: str, deep_store_uri: str) -> str:
+            task_type: str, run_id: str, deep_store_uri: str = "", table_type: TableType = TableType.OFFLINE) -> str:
     """Replace ``sources`` by ``built`` (metadata dicts of stored archives); returns the lineage entry id."""
     targets = [b["segmentName"] for b in built]
     try:
-        entry = client.start_replace(table, list(sources), targets, {TASK_KEY: task_type, RUN_KEY: run_id})
+        entry = client.start_replace(table, list(sources), targets, {TASK_KEY: task_type, RUN_KEY: run_id},
+                                     table_type)
     except PipelineError:
-        delete_archives(deep_store_uri, list(built))  # nothing references them: e.g. another run replaced the inputs
+        if deep_store_uri:
+            delete_archives(deep_store_uri, list(built))  # nothing references them: e.g. another run replaced the inputs
         raise
     if built:
-        client.push(table, list(built))
+        client.push(table, list(built), table_type)
     faults.fault(faults.MAINTENANCE_AFTER_PUSH)
-    client.end_replace(table, entry)
+    client.end_replace(table, entry, table_type)
     return entry
 

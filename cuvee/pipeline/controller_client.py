@@ -126,20 +126,20 @@ class ControllerClient:
     # ---- the push ----
 
     def start_replace(self, table: str, segments_from: list[str], segments_to: list[str],
-                      custom: dict[str, str]) -> str:
-        doc = self._call("POST", f"/segments/{table}/startReplaceSegments", params={"type": "OFFLINE"},
+                      custom: dict[str, str], table_type: TableType = TableType.OFFLINE) -> str:
+        doc = self._call("POST", f"/segments/{table}/startReplaceSegments", params={"type": table_type.value},
                          json={"segmentsFrom": segments_from, "segmentsTo": segments_to, "customMap": custom})
         return str(doc["segmentLineageEntryId"])
 
-    def push(self, table: str, segments: list[dict[str, Any]]) -> None:
+    def push(self, table: str, segments: list[dict[str, Any]], table_type: TableType = TableType.OFFLINE) -> None:
         for start in range(0, len(segments), 1000):
-            self._call("POST", "/v2/segments", params={"tableName": table, "tableType": "OFFLINE"},
+            self._call("POST", "/v2/segments", params={"tableName": table, "tableType": table_type.value},
                        json={"segments": segments[start:start + 1000]})
 
-    def end_replace(self, table: str, entry_id: str) -> None:
+    def end_replace(self, table: str, entry_id: str, table_type: TableType = TableType.OFFLINE) -> None:
         self._call("POST", f"/segments/{table}/endReplaceSegments",
-                   params={"type": "OFFLINE", "segmentLineageEntryId": entry_id})
+                   params={"type": table_type.value, "segmentLineageEntryId": entry_id})
 
-    def revert_replace(self, table: str, entry_id: str) -> None:
+    def revert_replace(self, table: str, entry_id: str, table_type: TableType = TableType.OFFLINE) -> None:
         self._call("POST", f"/segments/{table}/revertReplaceSegments",
-                   params={"type": "OFFLINE", "segmentLineageEntryId": entry_id})
+                   params={"type": table_type.value, "segmentLineageEntryId": entry_id})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from cuvee.deploy.local import LocalClusterSpec, down, up
@@ -199,3 +200,57 @@ def test_a_job_killed_at_each_step_leaves_the_table_answering_and_the_rerun_comp
     assert sorted(states) == ["COMPLETED", "REVERTED"]
     state = http.get(f"{controller}/tasks/killed").json()["tasks"]["MergeRollupTask"]
     assert state["running"] is None and state["watermarks"]["1hour"] >= 2 * H
+
+
+def test_a_realtime_tables_committed_segments_merge_while_it_consumes(spark: Any, cluster: dict[str, Any]) -> None:
+    """The seed's wish: slow partitions leave many small committed segments; merged, with consumption going on
+    before, during and after, and every count exact. Consuming segments and each partition's latest stream
+    segment are never touched."""
+    from cuvee.stream import open_admin, open_producer
+    from tests.e2e.support import log_stream
+
+    http, controller = cluster["http"], cluster["controller"]
+    stream = log_stream(cluster["root"], "slow", flush_rows=100)
+    with open_admin(stream) as admin:
+        admin.create_topic("slow", 2)
+    table = {"tableName": "slow", "tableType": "REALTIME",
+             "segmentsConfig": {"timeColumnName": "ts", "replicasPerPartition": "2"},
+             "tableIndexConfig": {"streamConfigs": stream},
+             "task": {"taskTypeConfigsMap": {"MergeRollupTask": {
+                 "1hour.bucketTimePeriod": "1h", "1hour.bufferTimePeriod": "1h", "1hour.maxNumParallelBuckets": "100"}}}}
+    create(cluster, table)
+
+    def produce(ids: range) -> None:
+        with open_producer(stream) as producer:
+            producer.produce_many((str(i).encode(), orjson.dumps(
+                {"id": i, "country": ("us", "fr", "de")[i % 3], "amount": float(i % 7), "ts": (i // 200) * H + i}))
+                for i in ids)
+            producer.flush()
+
+    produce(range(0, 900))  # hours 0..4, ~4 committed segments a partition
+    count = "SELECT COUNT(*) FROM slow"
+
+    def rows_now() -> Any:
+        doc = http.post(f"{cluster['broker']}/query/sql", json={"sql": count}).json()
+        return None if doc.get("exceptions") else doc["resultTable"]["rows"][0][0]
+
+    wait_until(lambda: rows_now() == 900, 60, interval=0.2, message=lambda: f"{rows_now()}")
+    before = answers(cluster, "slow")
+    ideal = http.get(f"{controller}/tables/slow/idealstate").json()["REALTIME"]
+    consuming = {s for s, replicas in ideal.items() if "CONSUMING" in replicas.values()}
+
+    with Watcher(cluster, "slow", before) as watcher:
+        summary = run_merge_rollup(spark, controller, "slow")
+    assert watcher.count > 0 and watcher.wrong == []
+    assert summary.status == "SUCCEEDED" and summary.segments_in >= 2 and summary.rows_in == summary.rows_out
+    lineage = http.get(f"{controller}/segments/slow/lineage", params={"type": "REALTIME"}).json()["lineageEntries"]
+    [entry] = lineage.values()
+    assert entry["state"] == "COMPLETED" and not set(entry["segmentsFrom"]) & consuming
+    assert all(name.startswith("merged_1hour_") for name in entry["segmentsTo"])
+    assert answers(cluster, "slow") == before
+
+    produce(range(900, 1200))  # consumption goes on: the next segments commit and count exactly
+    wait_until(lambda: rows_now() == 1200, 60, interval=0.2, message=lambda: f"{rows_now()}")
+    distinct = http.post(f"{cluster['broker']}/query/sql",
+                         json={"sql": "SELECT DISTINCTCOUNT(id), SUM(amount) FROM slow"}).json()["resultTable"]["rows"]
+    assert distinct == [[1200, float(sum(i % 7 for i in range(1200)))]]
