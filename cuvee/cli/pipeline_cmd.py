@@ -82,6 +82,13 @@ def run_maintenance(spark: Any, controller: str, task_type: str, table: str | No
             failed += 1
             print(f"cuvee: error: {task_type} on {name}: {exc}", file=sys.stderr)
             continue
+        except Exception as exc:  # a Spark or I/O failure on one table must not stop the others (--all)
+            if not every:
+                raise
+            failed += 1
+            print(f"cuvee: error: {task_type} on {name} failed ({type(exc).__name__}); the others go on",
+                  file=sys.stderr)
+            continue
         print(f"table={name} task={task_type} status={summary.status} tasks={summary.tasks} "
               f"segments_in={summary.segments_in} segments_out={summary.segments_out} rows_in={summary.rows_in} "
               f"rows_out={summary.rows_out} seconds={summary.seconds:.1f}"

@@ -10,6 +10,7 @@ import httpx
 import orjson
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from cuvee.auth.client import user_headers
@@ -115,7 +116,7 @@ def _tasks(http: httpx.Client, url: str, name: str) -> dict[str, Any]:
 
 
 def _render_tasks(name: str, tasks: dict[str, Any]) -> Table:
-    shown = Table(title=f"{name}: maintenance tasks", title_justify="left")
+    shown = Table(title=f"{escape(name)}: maintenance tasks", title_justify="left")
     for column in ("task", "running", "last run", "took s", "segments in→out", "due windows", "watermarks", "message"):
         shown.add_column(column)
     for task_type, task in sorted(tasks.items()):
@@ -124,12 +125,14 @@ def _render_tasks(name: str, tasks: dict[str, Any]) -> Table:
         status = last.get("status", "")
         colour = {"FAILED": "red", "SUCCEEDED": "green"}.get(status, "white")
         took = last.get("durationMs")
-        shown.add_row(task_type, "yes" if running else "", f"[{colour}]{status}[/]" if status else "never",
+        # every value from the controller is escaped: a job's message may hold "[...]" (rich markup)
+        shown.add_row(escape(task_type), "yes" if running else "",
+                      f"[{colour}]{escape(status)}[/]" if status else "never",
                       f"{took / 1000:.1f}" if isinstance(took, int | float) else "",
-                      f"{last['segmentsIn']}→{last['segmentsOut']}" if "segmentsIn" in last else "",
+                      escape(f"{last['segmentsIn']}→{last['segmentsOut']}") if "segmentsIn" in last else "",
                       str(len(task.get("due") or [])),
-                      ", ".join(f"{k}={v}" for k, v in sorted((task.get("watermarks") or {}).items())),
-                      str(last.get("message") or "")[:60])
+                      escape(", ".join(f"{k}={v}" for k, v in sorted((task.get("watermarks") or {}).items()))),
+                      escape(str(last.get("message") or "")[:60]))
     return shown
 
 

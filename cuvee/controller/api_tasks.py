@@ -9,6 +9,7 @@ cannot move one back.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Body
@@ -120,6 +121,8 @@ def router(ctl: Controller) -> APIRouter:
                 for k, v in marks.items()):
             raise BadRequest("watermarks must map at most 64 level names to integers (epoch milliseconds)")
         now = ctl.clock_ms()
+        if any(v > now + 86_400_000 for v in marks.values()):
+            raise BadRequest("a watermark is the start of the next window to process: it cannot be in the future")
         last: dict[str, Any] = {"runId": run_id, "status": status,
                                 "message": _text(doc, "message", MAX_MESSAGE, required=False), "endedMs": now}
         for key in _RUN_NUMBERS:
@@ -128,9 +131,7 @@ def router(ctl: Controller) -> APIRouter:
                 last[key] = value
 
         def report(current: TaskState) -> TaskState:
-            merged = current.watermark_map
-            for name, value in marks.items():
-                merged[name] = max(value, merged.get(name, value))  # forward only
+            merged = _forward(current, marks).watermark_map  # forward only
             running = current.running
             if running is not None and running.get("runId") == run_id:
                 last["startedMs"] = running.get("startedMs")
@@ -151,8 +152,14 @@ def router(ctl: Controller) -> APIRouter:
 def due_work(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: TaskState,
              task_type: str) -> list[dict[str, Any]]:
     """What a run of ``task_type`` would do now, by the task's planner over the served segments (empty: nothing)."""
+    return plan_now(ctl, config, tasks, current, task_type)[0]
+
+
+def plan_now(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: TaskState,
+             task_type: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """(the work due, the watermarks a run would store without any work: windows that need no merge)."""
     if task_type != MERGE_ROLLUP or tasks.merge_rollup is None:
-        return []
+        return [], {}
     full = config.name_with_type
     ideal = ctl.store.ideal_state(full)
     segments = ideal.record.segments if ideal is not None else {}
@@ -164,20 +171,35 @@ def due_work(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: 
     step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
     spans = committed_spans(records, segments, hidden_segments(ctl.store.lineage(full)), step)
     plan = plan_merges(tasks.merge_rollup, spans, current.watermark_map, ctl.clock_ms())
-    return [{"level": t.level, "windowStartMs": t.window_start_ms, "windowEndMs": t.window_end_ms,
-             "bucket": format_period(t.window_end_ms - t.window_start_ms), "segments": len(t.segments),
-             "rows": t.total_docs} for t in plan.tasks]
+    due = [{"level": t.level, "windowStartMs": t.window_start_ms, "windowEndMs": t.window_end_ms,
+            "bucket": format_period(t.window_end_ms - t.window_start_ms), "segments": len(t.segments),
+            "rows": t.total_docs} for t in plan.tasks]
+    return due, ({} if plan.tasks else dict(plan.watermarks))
 
 
 def due_for(ctl: Controller, full: str, task_type: str) -> list[dict[str, Any]]:
-    """``due_work`` for the scheduler, by table name with type."""
+    """``due_work`` for the scheduler, by table name with type. Windows that need no merge (one segment each,
+    or empty) move the watermarks here, without a Spark job: else a higher level, which waits for the level
+    below to pass its windows, would wait for ever."""
     catalog = Catalog(ctl.store)
     config = catalog.find_table(full)
     if config is None:
         return []
     tasks = task_configs(config, catalog.schema(config.table_name))
     found = ctl.store.find(TaskState, ctl.store.paths.task(full, task_type))
-    return due_work(ctl, config, tasks, found.record if found is not None else TaskState(full, task_type), task_type)
+    current = found.record if found is not None else TaskState(full, task_type)
+    due, marks = plan_now(ctl, config, tasks, current, task_type)
+    if marks:
+        ctl.store.update(TaskState, ctl.store.paths.task(full, task_type), lambda state: _forward(state, marks),
+                         initial=TaskState(full, task_type))
+    return due
+
+
+def _forward(state: TaskState, marks: dict[str, int]) -> TaskState:
+    merged = state.watermark_map
+    for name, value in marks.items():
+        merged[name] = max(value, merged.get(name, value))
+    return dataclasses.replace(state, watermarks=tuple(sorted(merged.items())))
 
 
 def _text(doc: Any, key: str, limit: int, *, required: bool = True) -> str:

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 COMMANDS = {"MergeRollupTask": "merge-rollup", "RealtimeToOfflineSegmentsTask": "realtime-to-offline",
             "UpsertCompactionTask": "compact-upsert"}
-LOG_TAIL_BYTES = 1500
 
 
 class JobAlreadyRunning(Exception):
@@ -55,7 +54,7 @@ class Launch:
     reason: str  # "scheduled" or "requested"
 
     def to_json(self) -> dict[str, Any]:
-        return {"pid": self.process.pid, "startedMs": self.started_ms, "log": str(self.log_path),
+        return {"pid": self.process.pid, "startedMs": self.started_ms, "log": self.log_path.name,
                 "reason": self.reason}
 
 
@@ -76,9 +75,9 @@ class TaskScheduler(PeriodicTask):
     def run_pass(self) -> None:
         try:
             self.reap()
+            candidates = self._due_candidates()  # also moves watermarks over windows needing no job, in any mode
             if self.config.mode != "local":
                 return
-            candidates = self._due_candidates()
             with self._lock:
                 picked = pick_launches(candidates, set(self.launches), self.config.max_concurrent_jobs)
             for candidate in picked:
@@ -110,6 +109,13 @@ class TaskScheduler(PeriodicTask):
                     continue
                 found = self.ctl.store.find(TaskState, self.ctl.store.paths.task(full, task_type))
                 last = found.record.last_run if found is not None else None
+                running = found.record.running if found is not None else None
+                if running and self.ctl.clock_ms() - int(running.get("startedMs") or 0) < \
+                        self.config.job_timeout_seconds * 1000:
+                    continue  # a run started elsewhere (a user's command) is going on: not a second one
+                if (last or {}).get("status") == "FAILED" and self.ctl.clock_ms() - int(last.get("endedMs") or 0) < \
+                        4 * self.config.interval_seconds * 1000:
+                    continue  # a failing task is retried every fourth pass, not every pass
                 out.append(Candidate(config.table_name, task_type, (last or {}).get("endedMs"), full))
         return out
 
@@ -123,6 +129,9 @@ class TaskScheduler(PeriodicTask):
             if key in self.launches:
                 raise JobAlreadyRunning(f"a {task_type} job for {table} is running (pid "
                                         f"{self.launches[key].process.pid})")
+            if len(self.launches) >= self.config.max_concurrent_jobs:
+                raise JobAlreadyRunning(f"{len(self.launches)} maintenance job(s) are running, the most "
+                                        "[tasks] max_concurrent_jobs allows; try again when one ends")
             log_dir = Path(self.config.log_dir or Path(tempfile.gettempdir()) / "cuvee-task-logs")
             log_dir.mkdir(parents=True, exist_ok=True)
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -171,8 +180,8 @@ class TaskScheduler(PeriodicTask):
         """The job ended badly: unless it reported its end itself (a FAILED run), record that it died."""
         full = launch.full
         now = self.ctl.clock_ms()
-        tail = _tail(launch.log_path)
-        message = f"the job exited with status {code}" + (f": {tail}" if tail else "")
+        # the log's text stays on the controller's disk (it may hold paths and internals): its name is enough
+        message = f"the job exited with status {code}; see {launch.log_path.name} in the controller's task log dir"
 
         recorded = [False]
 
@@ -205,23 +214,23 @@ class TaskScheduler(PeriodicTask):
             self._reap_locked()
             return self.launches.get((table, task_type))
 
+    def idle(self) -> None:
+        """Not leading: still reap (no zombies) and enforce the jobs' timeout."""
+        try:
+            self.reap()
+        except Exception:
+            log.exception("reaping maintenance jobs failed")
+
     def stop(self) -> None:
         super().stop()
         with self._lock:
             for launch in self.launches.values():
                 self._kill(launch)
+            for launch in self.launches.values():
+                try:
+                    launch.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    log.warning("maintenance job pid %d did not end after SIGKILL", launch.process.pid)
             self.launches.clear()
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - LOG_TAIL_BYTES))
-            lines = handle.read().decode(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    errors = [line for line in lines if "error" in line.lower()]
-    return (errors[-1] if errors else lines[-1] if lines else "")[-500:]
 
 

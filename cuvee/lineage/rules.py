@@ -14,13 +14,14 @@ revert) may be pushed anew: the older entry lets go of it, so it never hides nor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from cuvee.errors import CuveeError
 from cuvee.lineage.model import LineageEntry, LineageState, SegmentLineage
 
 INPUT_KEY = "inputKey"  # custom map key naming the input a batch job read (APPEND re-runs replace its segments)
+TASK_TYPE = "taskType"  # custom map key naming the maintenance task that made the entry (MergeRollupTask, ...)
 
 
 class LineageError(CuveeError):
@@ -69,6 +70,11 @@ def start_replace(lineage: SegmentLineage, entry_id: str, segments_from: Iterabl
         raise LineageError(f"segmentsFrom names segments lineage already hides: {_names(gone)}", conflict=True)
     stale = {eid for eid, e in lineage.entries.items() if e.state is LineageState.IN_PROGRESS
              and (_overlaps(e, sources, targets) or _same_input(e, custom))}
+    task = custom.get(TASK_TYPE)
+    others = sorted(eid for eid in stale if task and lineage.entries[eid].custom.get(TASK_TYPE) != task)
+    if others:  # a maintenance job cleans up after its own dead runs only, never under a user's running push
+        raise LineageError(f"lineage entries {', '.join(others)} (not {task} runs) are in progress for these "
+                           "segments", conflict=True)
     if stale and not force_cleanup:
         raise LineageError(f"lineage entries {', '.join(sorted(stale))} are in progress for these segments",
                            conflict=True)
@@ -136,14 +142,52 @@ def revert_replace(lineage: SegmentLineage, entry_id: str, existing: Set[str], n
 def prune(lineage: SegmentLineage, existing: Set[str]) -> SegmentLineage:
     """Drop entries with nothing left to hide: REVERTED ones whose segmentsTo are gone, COMPLETED ones whose
     segmentsFrom and segmentsTo are all gone (the latest COMPLETED entry per input key is kept while any of its
-    segmentsTo exist, so an APPEND re-run finds the previous run's segments)."""
+    segmentsTo exist, so an APPEND re-run finds the previous run's segments). A batch run's entry whose segments a
+    maintenance job merged is kept as long as the merged rows are (through every later merge): an APPEND re-run
+    must learn that its input's rows live on in merged segments (``merged_runs``), not push them a second time."""
+    completed = {eid: e for eid, e in lineage.entries.items() if e.state is LineageState.COMPLETED}
+    kept = {eid for eid, e in completed.items() if (set(e.segments_from) | set(e.segments_to)) & existing}
+    carrying = _carrying_input(completed)
+    grew = True
+    while grew:  # a carrying entry is kept while an entry kept replaced some of what it pushed
+        consumed = {s for eid in kept for s in completed[eid].segments_from}
+        more = {eid for eid in carrying - kept if set(completed[eid].segments_to) & consumed}
+        kept |= more
+        grew = bool(more)
     out = lineage
     for eid, entry in lineage.entries.items():
         if entry.state is LineageState.REVERTED and not set(entry.segments_to) & existing:
             out = out.without_entry(eid)
-        elif entry.state is LineageState.COMPLETED and not (set(entry.segments_from) | set(entry.segments_to)) & existing:
+        elif entry.state is LineageState.COMPLETED and eid not in kept:
             out = out.without_entry(eid)
     return out
+
+
+def _carrying_input(completed: Mapping[str, LineageEntry]) -> set[str]:
+    """Entries holding a batch input's rows: the runs with an input key, and the merges of what those pushed."""
+    carrying = {eid for eid, e in completed.items() if INPUT_KEY in e.custom}
+    grew = True
+    while grew:
+        pushed = {s for eid in carrying for s in completed[eid].segments_to}
+        more = {eid for eid, e in completed.items() if eid not in carrying and set(e.segments_from) & pushed}
+        carrying |= more
+        grew = bool(more)
+    return carrying
+
+
+def merged_runs(lineage: SegmentLineage | None, input_key: str) -> tuple[str, ...]:
+    """The segments the latest COMPLETED run over ``input_key`` pushed that a later COMPLETED entry replaced (a
+    maintenance job merged them with other rows): an APPEND re-run cannot take those rows back out."""
+    if lineage is None:
+        return ()
+    runs = [e for e in lineage.entries.values()
+            if e.state is LineageState.COMPLETED and e.custom.get(INPUT_KEY) == input_key]
+    if not runs:
+        return ()
+    latest = max(runs, key=lambda e: e.timestamp_ms)
+    replaced = {s for e in lineage.entries.values() if e is not latest and e.state is LineageState.COMPLETED
+                for s in e.segments_from}
+    return tuple(s for s in latest.segments_to if s in replaced)
 
 
 def previous_run(lineage: SegmentLineage | None, input_key: str, existing: Set[str]) -> tuple[str, ...]:

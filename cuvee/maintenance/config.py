@@ -21,9 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
-from cuvee.config.schema import FieldRole, Schema
+from cuvee.config.schema import DataType, FieldRole, Schema
 from cuvee.config.table import TableConfig
 from cuvee.maintenance.periods import period_ms
+
+
+def millis_per_value(schema: Schema, column: str | None) -> float | None:
+    from cuvee.cluster.time_boundary import millis_per_value as per_value  # cluster imports config: lazily
+
+    return per_value(schema, column)
 
 MERGE_ROLLUP = "MergeRollupTask"
 REALTIME_TO_OFFLINE = "RealtimeToOfflineSegmentsTask"
@@ -32,7 +38,7 @@ TASK_TYPES = (MERGE_ROLLUP, REALTIME_TO_OFFLINE, UPSERT_COMPACTION)
 COMMON_KEYS = frozenset({"schedule", "tableMaxNumTasks", "minionInstanceTag"})  # Pinot's scheduling keys: kept
 
 DEFAULT_RECORDS_PER_SEGMENT = 5_000_000  # Pinot's defaults
-DEFAULT_RECORDS_PER_TASK = 50_000_000
+DEFAULT_RECORDS_PER_TASK = 5_000_000  # Pinot's is 50M; a Spark task here merges its rows in one Python worker
 MAX_LEVELS = 8
 _LEVEL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _PATH = "$.task.taskTypeConfigsMap"
@@ -228,13 +234,16 @@ def _merge_rollup(reader: _Reader, table: TableConfig, schema: Schema | None) ->
             reader.report(key, "unknown key: a level's keys are <level>." + ", <level>.".join(sorted(_LEVEL_KEYS))
                           + "; a metric's <column>.aggregationType")
             continue
-        if not name or not set(name) <= _LEVEL_NAME_CHARS:
-            reader.report(key, "a level name is letters and digits (e.g. 1hour, 1day)")
+        if not name or not set(name) <= _LEVEL_NAME_CHARS or len(name) > 32:
+            reader.report(key, "a level name is 1..32 letters and digits (e.g. 1hour, 1day)")
             continue
         levels.setdefault(name, {})[setting] = key
     if table.time_column is None:
         reader.issues.append(ConfigIssue(reader.path, "merges group segments by time: the table needs "
                                                       "segmentsConfig.timeColumnName"))
+    elif schema is not None and millis_per_value(schema, table.time_column) is None:
+        reader.issues.append(ConfigIssue(reader.path, f"time column {table.time_column!r} is not an epoch or "
+                                                      "TIMESTAMP column: segments' time ranges cannot be bucketed"))
     if table.is_upsert:
         reader.issues.append(ConfigIssue(reader.path, "MergeRollupTask cannot merge an upsert table's segments "
                                                       "(the latest row per key is decided per segment); use "
@@ -253,9 +262,17 @@ def _merge_rollup(reader: _Reader, table: TableConfig, schema: Schema | None) ->
             reader.report(f"{name}.bufferTimePeriod", "is required for each level")
         if bucket is None or buffer is None:
             continue
+        rounding = reader.period(f"{name}.roundBucketTimePeriod", None)
+        if rounding is not None and (rounding > bucket or bucket % rounding):
+            reader.report(f"{name}.roundBucketTimePeriod", "must divide the level's bucketTimePeriod")
+        merge_type = reader.merge_type(f"{name}.mergeType")
+        if merge_type is MergeType.ROLLUP and schema is not None:
+            for spec in schema.fields:
+                if spec.role is FieldRole.METRIC and spec.data_type is DataType.BYTES:
+                    reader.report(f"{name}.mergeType", f"rollup cannot aggregate BYTES metric {spec.name!r} "
+                                                       "(serialized sketches); use concat or dedup")
         parsed.append(MergeLevel(
-            name, bucket, buffer, reader.merge_type(f"{name}.mergeType"),
-            reader.period(f"{name}.roundBucketTimePeriod", None),
+            name, bucket, buffer, merge_type, rounding,
             reader.integer(f"{name}.maxNumRecordsPerSegment", DEFAULT_RECORDS_PER_SEGMENT),
             reader.integer(f"{name}.maxNumRecordsPerTask", DEFAULT_RECORDS_PER_TASK),
             reader.integer(f"{name}.maxNumParallelBuckets", 1, maximum=10_000)))

@@ -20,14 +20,16 @@ import pyarrow as pa
 from cuvee.cluster.time_boundary import millis_per_value
 from cuvee.config import Schema, TableConfig, TableType
 from cuvee.controller import faults
+from cuvee.deepstore import open_deepstore
+from cuvee.errors import CuveeError
 from cuvee.maintenance.config import MERGE_ROLLUP, MergeLevel, MergeRollupConfig, task_configs
 from cuvee.maintenance.merge_plan import MergeTask, plan_merges
 from cuvee.maintenance.rows import merge_rows
 from cuvee.maintenance.spans import committed_spans
 from cuvee.maintenance.swap import swap_in
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
-from cuvee.pipeline.ingest import delete_archives
 from cuvee.pipeline.read_plan import SegmentSource, plan_sources
+from cuvee.segment.archive import ARCHIVE_SUFFIX
 from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups, grouped
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ class JobSummary:
     watermarks: dict[str, int] = field(default_factory=dict)
     lineage_entry: str | None = None
     message: str = ""
+    swapping: bool = False  # the swap began: what was pushed is the lineage entry's to clean up
 
     def report(self) -> dict[str, Any]:
         """The body of ``POST /tasks/{table}/{type}/finish``."""
@@ -84,6 +87,11 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
         config = _half_with(client, table, MERGE_ROLLUP)
         merge = task_configs(config, schema).merge_rollup
         assert merge is not None
+        if not config.is_realtime and any(level.round_bucket_ms for level in merge.levels) \
+                and TableType.REALTIME in client.tables(table):
+            raise PipelineError(f"{table} is a hybrid table: rounding its offline half's times "
+                                "(roundBucketTimePeriod) would move the time boundary under rows the realtime half "
+                                "also serves; remove roundBucketTimePeriod from its MergeRollupTask")
         deep_store_uri = client.deep_store_uri()
         watermarks = dict((client.tasks(table).get(MERGE_ROLLUP) or {}).get("watermarks") or {})
         half = half_state(client, table, config.table_type, config.name_with_type, None, InstanceUrls(client))
@@ -106,7 +114,9 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
             summary.status = "SUCCEEDED" if plan.tasks else "NOTHING_TO_DO"
             summary.message = f"{plan.skipped} due window(s) needed no merge" if plan.skipped else ""
         except Exception as exc:
-            summary.status, summary.message, summary.watermarks = "FAILED", _reason(exc), {}
+            if summary.lineage_entry is None and not summary.swapping:
+                _discard_run(deep_store_uri, config.name_with_type, summary.run_id)  # stored by tasks, never pushed
+            summary.status, summary.message, summary.watermarks = "FAILED", _reason(exc, summary.run_id), {}
             _report(client, table, summary, started)
             raise
         _report(client, table, summary, started)
@@ -123,12 +133,9 @@ def _half_with(client: ControllerClient, table: str, task_type: str) -> TableCon
 
 def _swap(client: ControllerClient, config: TableConfig, sources: list[str], built: list[dict[str, Any]],
           summary: JobSummary, deep_store_uri: str, progress: Callable[[str], None]) -> None:
-    try:
-        faults.fault(faults.MAINTENANCE_AFTER_BUILD)
-    except faults.FaultInjected:
-        delete_archives(deep_store_uri, built)
-        raise
+    faults.fault(faults.MAINTENANCE_AFTER_BUILD)  # a failure here: run_merge_rollup discards the archives
     progress(f"swapping {len(sources)} segment(s) for {len(built)}")
+    summary.swapping = True
     summary.lineage_entry = swap_in(client, config.table_name, sources, built, task_type=summary.task_type,
                                     run_id=summary.run_id, deep_store_uri=deep_store_uri,
                                     table_type=config.table_type)
@@ -200,9 +207,25 @@ def _who() -> str:
     return f"{socket.gethostname()}:{__name__}"
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:2000]
+def _reason(exc: BaseException, run_id: str) -> str:
+    """What the controller (and every READ user) is told: a Cuvee error's own message; for anything else (a
+    Spark, DuckDB or OS error, whose text may carry paths and internals) only its kind and the run."""
+    if isinstance(exc, CuveeError):
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return text[:2000]
+    return f"the job failed ({type(exc).__name__}); the job's own log has the details (run {run_id})"
+
+
+def _discard_run(deep_store_uri: str, table: str, run_id: str) -> None:
+    """Delete the archives this run's tasks stored (``<table>/<segment>.<run_id>.tar.zst``) when it failed before
+    its swap: no record references them. A failure here only leaks unserved objects."""
+    try:
+        deep = open_deepstore(deep_store_uri)
+        keys = [k for k in deep.list(f"{table}/") if k.endswith(f".{run_id}{ARCHIVE_SUFFIX}")]
+        for key in keys:
+            deep.delete(key)
+    except (CuveeError, OSError) as exc:
+        log.warning("could not delete the archives of failed run %s: %s", run_id, exc)
 
 
 JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup}

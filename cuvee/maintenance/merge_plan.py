@@ -13,6 +13,7 @@ run. A segment's merge level is in its name (``merged_<level>_…``), so it surv
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,8 +43,9 @@ class MergeTask:
 
     @property
     def name_prefix(self) -> str:
-        """Output names: ``merged_<level>_<digest of the inputs>_`` — a rerun of the same task builds the same
-        names (its replace then takes over the dead run's entry), another set of inputs other names."""
+        """Output names start ``merged_<level>_<digest of the inputs>_`` (then the table, times, sequence and the
+        run's id): the level marks them merged; a rerun's replace over the same inputs reverts the dead run's
+        entry."""
         digest = hashlib.sha1("\n".join(sorted(self.segments)).encode()).hexdigest()[:8]
         return f"{MERGED_PREFIX}{self.level}_{digest}_"
 
@@ -101,18 +103,21 @@ def plan_merges(config: MergeRollupConfig, segments: Sequence[SegmentSpan], wate
 
 def _plan_level(level: MergeLevel, candidates: Sequence[SegmentSpan], mark: int,
                 limit: int) -> tuple[list[MergeTask], int, int]:
+    """Walks the due windows from ``mark`` over the start-sorted ``candidates`` with bisection: each window and
+    each jump costs O(log n), so years of one-segment windows plan in milliseconds."""
     tasks: list[MergeTask] = []
     buckets = skipped = 0
+    starts = [s.start_ms or 0 for s in candidates]
     while buckets < level.max_parallel_buckets:
         end = mark + level.bucket_ms
         if end > limit:
             break
-        window = [s for s in candidates if mark <= (s.start_ms or 0) < end]
+        first, after = bisect.bisect_left(starts, mark), bisect.bisect_left(starts, end)
+        window = candidates[first:after]
         if not window:
-            later = [s.start_ms for s in candidates if (s.start_ms or 0) >= end]
             # jump over empty windows at once (a bucket of 1s over years of history would loop forever)
-            mark = min(_floor(min(later), level.bucket_ms), _floor(limit, level.bucket_ms)) if later \
-                else max(end, _floor(limit, level.bucket_ms))
+            mark = min(_floor(starts[after], level.bucket_ms), _floor(limit, level.bucket_ms)) \
+                if after < len(starts) else max(end, _floor(limit, level.bucket_ms))
             skipped += 1
             continue
         if len(window) == 1 and level.merge_type is MergeType.CONCAT:

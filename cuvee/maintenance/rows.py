@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import logging
+import tempfile
+
 import duckdb
 import pyarrow as pa
 
@@ -15,6 +18,7 @@ from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.maintenance.config import Aggregation, MergeType
 
 _RELATION = "merge_rows"
+log = logging.getLogger(__name__)
 
 
 def _quoted(name: str) -> str:
@@ -34,24 +38,30 @@ def merge_rows(rows: pa.Table, schema: Schema, merge_type: MergeType, *, time_co
         column = _quoted(spec.name)
         if rounding and spec.name == time_column:
             r = int(round_units or 1)
+            # floor, not truncation: times before 1970 round down too
             if spec.data_type is DataType.TIMESTAMP:
-                column = f"epoch_ms((epoch_ms({column}) // {r}) * {r})"
+                column = f"epoch_ms(CAST(floor(epoch_ms({column}) / {r}) AS BIGINT) * {r})"
             else:
-                column = f"CAST(({column} // {r}) * {r} AS {_duck_type(spec.data_type)})"
+                column = f"CAST(CAST(floor({column} / {r}) AS BIGINT) * {r} AS {_duck_type(spec.data_type)})"
         selected.append((spec, column))
     if merge_type is MergeType.ROLLUP:
         sql = _rollup_sql(selected, aggregations or {})
     else:
         body = ", ".join(f"{c} AS {_quoted(s.name)}" for s, c in selected)
         sql = f"SELECT {'DISTINCT ' if merge_type is MergeType.DEDUP else ''}{body} FROM {_RELATION}"
-    database = duckdb.connect(config={"enable_external_access": False, "memory_limit": f"{memory_mb}MB",
-                                      "threads": 1})
+    with tempfile.TemporaryDirectory(prefix="cuvee-merge-") as spill:
+        database = duckdb.connect(config={"memory_limit": f"{memory_mb}MB", "threads": 1, "temp_directory": spill})
+        try:
+            database.execute("SET enable_external_access = false")  # after temp_directory: it may spill there
+            database.register(_RELATION, rows)
+            merged = database.sql(sql).to_arrow_table()
+        finally:
+            database.close()
     try:
-        database.register(_RELATION, rows)
-        merged = database.sql(sql).to_arrow_table()
-    finally:
-        database.close()
-    return merged.cast(schema.arrow_schema())
+        return merged.cast(schema.arrow_schema())
+    except pa.ArrowInvalid as exc:  # a rolled-up INT/LONG sum that does not fit its column: keep the rows as they are
+        log.warning("the %s merge does not fit the schema (%s); the rows are kept unmerged", merge_type.value, exc)
+        return rows
 
 
 def _rollup_sql(selected: list[tuple[FieldSpec, str]], aggregations: Mapping[str, Aggregation]) -> str:

@@ -12,10 +12,10 @@ from typing import Any
 
 from cuvee.config import TableType
 from cuvee.controller import faults
+from cuvee.lineage.rules import TASK_TYPE
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.ingest import delete_archives
 
-TASK_KEY = "taskType"  # lineage custom map: which task made the entry
 RUN_KEY = "runId"
 
 
@@ -24,7 +24,7 @@ def swap_in(client: ControllerClient, table: str, sources: Sequence[str], built:
     """Replace ``sources`` by ``built`` (metadata dicts of stored archives); returns the lineage entry id."""
     targets = [b["segmentName"] for b in built]
     try:
-        entry = client.start_replace(table, list(sources), targets, {TASK_KEY: task_type, RUN_KEY: run_id},
+        entry = client.start_replace(table, list(sources), targets, {TASK_TYPE: task_type, RUN_KEY: run_id},
                                      table_type)
     except PipelineError:
         if deep_store_uri:

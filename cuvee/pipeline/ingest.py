@@ -35,7 +35,7 @@ from cuvee.deepstore import open_deepstore
 from cuvee.lineage.rules import INPUT_KEY
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.convert import convert_batch, to_wire
-from cuvee.pipeline.replace import ReplacePlan, plan_replace
+from cuvee.pipeline.replace import ReplaceError, ReplacePlan, plan_replace
 from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups
 from cuvee.segment.partitioning import partition_spec
 from cuvee.spi.deepstore import DeepStoreError
@@ -217,7 +217,11 @@ def push_replace(client: ControllerClient, table: str, built: list[dict[str, Any
     existing_crcs: dict[str, int | None] = {name: None for name in ideal}
     for name in names & set(ideal):
         existing_crcs[name] = client.segment_metadata(table, name).get("crc")
-    plan = plan_replace(built, existing_crcs, client.lineage(table), refresh=refresh, input_key=input_key)
+    try:
+        plan = plan_replace(built, existing_crcs, client.lineage(table), refresh=refresh, input_key=input_key)
+    except ReplaceError as exc:
+        delete_archives(deep_store_uri, built)
+        raise PipelineError(str(exc)) from None
     delete_archives(deep_store_uri, [b for b in built if b["segmentName"] in set(plan.unchanged)])
     if plan.nothing_to_do:
         return plan, None

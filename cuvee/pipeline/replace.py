@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuvee.lineage.model import SegmentLineage
-from cuvee.lineage.rules import hidden_segments, previous_run
+from cuvee.errors import UserError
+from cuvee.lineage.rules import hidden_segments, merged_runs, previous_run
+
+
+class ReplaceError(UserError):
+    """The replace cannot be planned safely; the message says what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -41,5 +46,11 @@ def plan_replace(built: Sequence[Mapping[str, Any]], existing_crcs: Mapping[str,
     if refresh:
         sources = sorted((existing - hidden) - names)
     else:
+        merged = merged_runs(lineage, input_key)
+        if merged:
+            raise ReplaceError(f"the last run over this input pushed segments a maintenance job has since merged "
+                               f"with other rows ({', '.join(merged[:3])}{', ...' if len(merged) > 3 else ''}): "
+                               "an APPEND re-run would add its rows a second time; re-run with --mode refresh, "
+                               "or load new data under another input path")
         sources = sorted(set(previous_run(lineage, input_key, existing)) - names)
     return ReplacePlan(tuple(sources), tuple(targets), tuple(unchanged))

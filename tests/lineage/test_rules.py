@@ -114,3 +114,38 @@ def test_segments_lineage_already_hides_cannot_be_replaced_again() -> None:
                                old | {"m1", "n1"}, 5)
     with pytest.raises(LineageError, match="already hides: n1"):
         start_replace(abandoned, "e4", ["n1"], ["n2"], old | {"m1", "n1"}, 6)
+
+
+def test_a_maintenance_run_cleans_up_after_its_own_kind_only() -> None:
+    """A merge job must not revert a user's push in progress over the same segments (409); a dead merge run's
+    entry is its rerun's to revert."""
+    old = {"a", "b"}
+    user = start_replace(SegmentLineage(T), "u", ["a", "b"], ["r1"], old, 1).lineage
+    with pytest.raises(LineageError, match="not MergeRollupTask runs") as raised:
+        start_replace(user, "m", ["a"], ["m1"], old | {"r1"}, 2, custom={"taskType": "MergeRollupTask"})
+    assert raised.value.conflict
+    dead = start_replace(SegmentLineage(T), "m1", ["a", "b"], ["x"], old, 1,
+                         custom={"taskType": "MergeRollupTask"}).lineage
+    rerun = start_replace(dead, "m2", ["a", "b"], ["y"], old | {"x"}, 2, custom={"taskType": "MergeRollupTask"})
+    assert rerun.lineage.entries["m1"].state is LineageState.REVERTED and rerun.to_delete == ("x",)
+
+
+def test_a_batch_run_merged_away_stays_known_through_every_merge() -> None:
+    """An APPEND re-run over input K after a merge took K's segments: ``merged_runs`` says so (the re-run is
+    refused instead of adding K's rows twice), also once the replaced segments are deleted and the merged ones
+    merged again."""
+    from cuvee.lineage.rules import merged_runs
+
+    k = {INPUT_KEY: "K"}
+    run = end_replace(start_replace(SegmentLineage(T), "i", [], ["s1", "s2"], set(), 1, custom=k).lineage, "i",
+                      {"s1", "s2"}, 2)
+    assert merged_runs(run, "K") == ()
+    merge = {"taskType": "MergeRollupTask"}
+    hour = end_replace(start_replace(run, "m1", ["s1", "s2", "o"], ["h1"], {"s1", "s2", "o"}, 3,
+                                     custom=merge).lineage, "m1", {"s1", "s2", "o", "h1"}, 4)
+    assert merged_runs(hour, "K") == ("s1", "s2")
+    day = end_replace(start_replace(hour, "m2", ["h1", "h2"], ["d1"], {"h1", "h2"}, 5, custom=merge).lineage, "m2",
+                      {"h1", "h2", "d1"}, 6)
+    pruned = prune(day, {"d1"})  # retention deleted everything replaced: s1, s2, o, h1, h2
+    assert set(pruned.entries) == {"i", "m1", "m2"} and merged_runs(pruned, "K") == ("s1", "s2")
+    assert set(prune(day, set()).entries) == set()  # the merged rows are gone too: nothing left to protect

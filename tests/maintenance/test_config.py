@@ -48,7 +48,7 @@ def test_merge_rollup_levels_and_aggregations() -> None:
     assert [level.name for level in merge.levels] == ["1hour", "1day"]  # smallest bucket first
     hour, day = merge.levels
     assert (hour.merge_type, hour.max_records_per_segment, hour.buffer_ms) == (MergeType.CONCAT, 1000, 10_800_000)
-    assert (day.merge_type, day.round_bucket_ms, day.max_records_per_task) == (MergeType.ROLLUP, 3_600_000, 50_000_000)
+    assert (day.merge_type, day.round_bucket_ms, day.max_records_per_task) == (MergeType.ROLLUP, 3_600_000, 5_000_000)
     assert merge.aggregations == {"amount": Aggregation.MAX}
 
 
@@ -77,8 +77,11 @@ def test_level_buckets_must_nest_and_types_fit_the_table() -> None:
     assert any("multiple" in i.message for i in table_schema_issues(uneven, SCHEMA))
     realtime_merge = {"MergeRollupTask": {"a.bucketTimePeriod": "1h", "a.bufferTimePeriod": "1h"}}
     stream = {"tableIndexConfig": {"streamConfigs": STREAM}}
-    issues = table_schema_issues(table(realtime_merge, "REALTIME", **stream), SCHEMA)
-    assert any("OFFLINE tables" in i.message for i in issues)
+    assert table_schema_issues(table(realtime_merge, "REALTIME", **stream), SCHEMA) == []  # committed segments
+    upsert = {"upsertConfig": {"mode": "FULL"}}
+    issues = table_schema_issues(table(realtime_merge, "REALTIME", **stream, **upsert),
+                                 Schema.from_json({**SCHEMA.to_json(), "primaryKeyColumns": ["country"]}))
+    assert any("UpsertCompactionTask" in i.message for i in issues)
     issues = table_schema_issues(table({"RealtimeToOfflineSegmentsTask": {}}), SCHEMA)
     assert any("REALTIME half" in i.message for i in issues)
     issues = table_schema_issues(table({"UpsertCompactionTask": {"invalidRecordsThresholdPercent": "130"}}), SCHEMA)
@@ -92,3 +95,17 @@ def test_realtime_to_offline_defaults() -> None:
     rto = configs.realtime_to_offline
     assert rto is not None and (rto.bucket_ms, rto.buffer_ms, rto.merge_type) == (21_600_000, 172_800_000,
                                                                                   MergeType.CONCAT)
+
+
+def test_rollup_of_bytes_metrics_rounding_and_time_columns_are_checked() -> None:
+    schema = Schema.from_json({**SCHEMA.to_json(), "metricFieldSpecs": [
+        {"name": "amount", "dataType": "DOUBLE"}, {"name": "sketch", "dataType": "BYTES"}]})
+    bad = table({"MergeRollupTask": {"d.bucketTimePeriod": "1d", "d.bufferTimePeriod": "1d", "d.mergeType": "rollup",
+                                     "d.roundBucketTimePeriod": "7h", "x" * 40 + ".bucketTimePeriod": "1d"}})
+    messages = " ".join(i.message for i in table_schema_issues(bad, schema))
+    assert "BYTES metric 'sketch'" in messages and "must divide" in messages and "1..32 letters" in messages
+    dated = Schema.from_json({**SCHEMA.to_json(), "dateTimeFieldSpecs": [
+        {"name": "ts", "dataType": "STRING", "format": "1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd",
+         "granularity": "1:DAYS"}]})
+    plain = table({"MergeRollupTask": {"d.bucketTimePeriod": "1d", "d.bufferTimePeriod": "1d"}})
+    assert any("not an epoch" in i.message for i in table_schema_issues(plain, dated))

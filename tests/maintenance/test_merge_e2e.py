@@ -239,6 +239,15 @@ def test_a_realtime_tables_committed_segments_merge_while_it_consumes(spark: Any
     ideal = http.get(f"{controller}/tables/slow/idealstate").json()["REALTIME"]
     consuming = {s for s, replicas in ideal.items() if "CONSUMING" in replicas.values()}
 
+    fake = {"segmentName": "slow_pushed", "downloadUri": "file:///nowhere", "crc": 1, "totalDocs": 1}
+    pushed = http.post(f"{controller}/v2/segments", params={"tableName": "slow", "tableType": "REALTIME"},
+                       json={"segments": [fake]})
+    assert pushed.status_code == 400 and "fed by its stream" in pushed.json()["error"]
+    for wrong in sorted(consuming)[:1]:  # a consuming segment (a partition's latest) is never replaced
+        refused = http.post(f"{controller}/segments/slow/startReplaceSegments", params={"type": "REALTIME"},
+                            json={"segmentsFrom": [wrong], "segmentsTo": ["slow_m"]})
+        assert refused.status_code == 400 and "not committed" in refused.json()["error"], refused.text
+
     with Watcher(cluster, "slow", before) as watcher:
         summary = run_merge_rollup(spark, controller, "slow")
     assert watcher.count > 0 and watcher.wrong == []

@@ -43,3 +43,15 @@ def test_dedup_keeps_distinct_rows() -> None:
     doubled = pa.concat_tables([rows(), rows()])
     assert sorted(map(str, merge_rows(doubled, SCHEMA, MergeType.DEDUP).to_pylist())) == sorted(
         map(str, rows().to_pylist()))
+
+
+def test_an_overflowing_sum_keeps_the_rows_and_times_before_1970_round_down() -> None:
+    schema = Schema.from_json({**SCHEMA.to_json(), "metricFieldSpecs": [{"name": "clicks", "dataType": "INT"},
+                                                                        {"name": "price", "dataType": "DOUBLE"}]})
+    big = pa.table({"country": ["us", "us"], "tags": [["a"], ["a"]], "clicks": pa.array([2**31 - 1, 5], pa.int32()),
+                    "price": [1.0, 2.0], "ts": pa.array([1000, 1000], pa.int64())}, schema=schema.arrow_schema())
+    assert merge_rows(big, schema, MergeType.ROLLUP).equals(big)
+    early = pa.table({"country": ["us"], "tags": [["a"]], "clicks": pa.array([1], pa.int64()), "price": [1.0],
+                      "ts": pa.array([-1500], pa.int64())}, schema=SCHEMA.arrow_schema())
+    assert merge_rows(early, SCHEMA, MergeType.CONCAT, time_column="ts", round_units=1000).column("ts").to_pylist() \
+        == [-2000]
