@@ -239,7 +239,7 @@ def test_a_realtime_tables_committed_segments_merge_while_it_consumes(spark: Any
     ideal = http.get(f"{controller}/tables/slow/idealstate").json()["REALTIME"]
     consuming = {s for s, replicas in ideal.items() if "CONSUMING" in replicas.values()}
 
-    fake = {"segmentName": "slow_pushed", "downloadUri": "file:///nowhere", "crc": 1, "totalDocs": 1}
+    fake = {"segmentName": "slow_pushed", "downloadUri": "file:///nowhere", "crc": 1, "totalDocs": 1, "sizeBytes": 1}
     pushed = http.post(f"{controller}/v2/segments", params={"tableName": "slow", "tableType": "REALTIME"},
                        json={"segments": [fake]})
     assert pushed.status_code == 400 and "fed by its stream" in pushed.json()["error"]
