@@ -19,8 +19,9 @@ from cuvee.config.errors import ConfigValidationError
 from cuvee.controller.api_common import require_body
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadRequest, NotFound
+from cuvee.controller.tasks_rto import rto_due
 from cuvee.lineage.rules import hidden_segments
-from cuvee.maintenance.config import TASK_TYPES, TaskConfigs, task_configs
+from cuvee.maintenance.config import REALTIME_TO_OFFLINE, TASK_TYPES, TaskConfigs, task_configs
 from cuvee.maintenance.merge_plan import plan_merges
 from cuvee.maintenance.periods import format_period
 from cuvee.maintenance.spans import committed_spans
@@ -75,6 +76,8 @@ def router(ctl: Controller) -> APIRouter:
         return {"tableName": raw_table_name(table), "tasks": out}
 
     def due(config: TableConfig, tasks: TaskConfigs, current: TaskState) -> list[dict[str, Any]]:
+        if current.task_type == REALTIME_TO_OFFLINE and tasks.realtime_to_offline is not None:
+            return rto_due(ctl, config, tasks.realtime_to_offline, current)
         if tasks.merge_rollup is None:
             return []
         full = config.name_with_type
