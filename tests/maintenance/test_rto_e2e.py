@@ -3,7 +3,8 @@ processes) with a real local[2] Spark session: a hybrid table's realtime rows, s
 and committed in small segments, move day by day into its offline half while queries run; every answer (COUNT,
 SUM, DISTINCTCOUNT, MIN/MAX, GROUP BY, a selection) is exactly the same before, during and after, the time
 boundary follows the moved days, a second run moves nothing twice, and a run SIGKILLed after its push leaves the
-table answering exactly while the rerun completes."""
+table answering exactly while the rerun completes; a run failing after a window's replace but before its
+watermark leaves that window moved once."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import httpx
 import orjson
 import pytest
 
+from cuvee.controller import faults
 from cuvee.deploy.local import LocalClusterSpec, down, up
 from cuvee.maintenance.rto_job import run_realtime_to_offline
 from cuvee.pipeline.controller_client import PipelineError
@@ -176,11 +178,21 @@ def test_realtime_days_move_to_the_offline_half_and_every_answer_stays_exact(
     state = http.get(f"{controller}/tasks/{TABLE}").json()["tasks"][TASK]
     assert state["running"] is not None and state["watermarks"] == {"": DAY0 + 3 * D}
 
-    with Watcher(cluster, TABLE, expected) as watcher:
-        rerun = run_realtime_to_offline(spark, controller, TABLE)  # reverts the dead entry, moves days 3 and 4
-        settled(cluster, TABLE, 5 * PER_DAY, expected)
-    assert watcher.wrong == []
-    assert (rerun.status, rerun.tasks, rerun.rows_out, rerun.watermarks) == (
-        "SUCCEEDED", 2, 2 * PER_DAY, {"": DAY0 + 5 * D})
+    # the rerun reverts the dead entry and moves day 3, then fails after that replace (before the watermark)
+    faults.FAULTS.add(faults.MAINTENANCE_AFTER_REPLACE)
+    try:
+        with Watcher(cluster, TABLE, expected) as watcher, pytest.raises(faults.FaultInjected):
+            run_realtime_to_offline(spark, controller, TABLE)
+    finally:
+        faults.reset()
+    settled(cluster, TABLE, 4 * PER_DAY, expected)
+    assert watcher.wrong == [] and boundary(cluster, TABLE) == max(r["ts"] for r in day_rows(3)) - D
+    state = http.get(f"{controller}/tasks/{TABLE}").json()["tasks"][TASK]
+    assert state["lastRun"]["status"] == "FAILED" and state["watermarks"] == {"": DAY0 + 3 * D}
+    assert due(cluster, TABLE) == [4]  # day 3 is in: only day 4 is left
+
+    last = run_realtime_to_offline(spark, controller, TABLE)  # day 3 is not moved twice
+    assert (last.status, last.tasks, last.rows_out, last.watermarks) == ("SUCCEEDED", 1, PER_DAY, {"": DAY0 + 5 * D})
+    settled(cluster, TABLE, 5 * PER_DAY, expected)
     assert boundary(cluster, TABLE) == max(r["ts"] for r in day_rows(4)) - D
     assert states(cluster, TABLE) == ["COMPLETED"] * 5 + ["REVERTED"]
