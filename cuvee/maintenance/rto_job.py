@@ -41,7 +41,7 @@ from cuvee.maintenance.spans import committed_spans
 from cuvee.maintenance.swap import RUN_KEY, TASK_KEY
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.ingest import delete_archives
-from cuvee.pipeline.read_plan import SegmentSource, plan_sources
+from cuvee.pipeline.read_plan import HalfState, SegmentSource, plan_sources
 from cuvee.pipeline.segments import BUCKET, PART, BuildSpec, bucket_and_partition, build_groups, grouped
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ def hybrid_table(client: ControllerClient, table: str) -> HybridTable:
     return HybridTable(realtime, offline, schema, task, step)
 
 
-def plan_table(client: ControllerClient, table: str, hybrid: HybridTable, now_ms: int) -> tuple[MovePlan, Any]:
+def plan_table(client: ControllerClient, table: str, hybrid: HybridTable,
+               now_ms: int) -> tuple[MovePlan, HalfState]:
     """The plan over both halves as the controller describes them now, and the realtime half's state (to read)."""
     from cuvee.pipeline.datasource import InstanceUrls, half_state
 
@@ -157,7 +158,9 @@ def _work(window: MoveWindow, sources: dict[str, SegmentSource], hybrid: HybridT
     missing = [name for name in window.segments if name not in sources]
     if missing:
         raise PipelineError(f"realtime segments {', '.join(missing[:3])} have no record; run the job again")
-    spec = BuildSpec(hybrid.offline.to_json(), hybrid.schema.to_json(), deep_store_uri, fingerprint=run_id[:8],
+    # names without a run id: a run racing another over the same window builds the same names, and its replace
+    # then clashes with the other's instead of moving the window twice
+    spec = BuildSpec(hybrid.offline.to_json(), hybrid.schema.to_json(), deep_store_uri, fingerprint="",
                      rows_per_segment=hybrid.task.max_records_per_segment, run_id=run_id,
                      name_prefix=window.name_prefix)
     round_units = None

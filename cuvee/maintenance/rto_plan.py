@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from cuvee.cluster.records import SegmentRecord
 from cuvee.lineage.model import LineageState, SegmentLineage
+from cuvee.lineage.rules import INPUT_KEY
 from cuvee.maintenance.config import REALTIME_TO_OFFLINE, RealtimeToOfflineConfig
 from cuvee.maintenance.merge_plan import SegmentSpan
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
@@ -104,7 +105,7 @@ def moved_windows(lineage: SegmentLineage | None, offline_segments: Iterable[str
     found = set()
     if lineage is not None:
         for entry in lineage.entries.values():
-            key = entry.custom.get("inputKey", "")
+            key = entry.custom.get(INPUT_KEY, "")
             if entry.state is LineageState.COMPLETED and key.startswith(REALTIME_TO_OFFLINE + ":"):
                 start, _, end = key.partition(":")[2].rpartition("-")
                 try:

@@ -125,7 +125,8 @@ def test_window_bounds_in_the_time_columns_units() -> None:
 
 def test_names_and_keys() -> None:
     window = MoveWindow(D, 2 * D, ("a",), 1)
-    assert window.name_prefix == "rto_86400000_172800000_" and output_window(window.name_prefix + "t_1_2_0") == (D, 2 * D)
+    assert window.name_prefix == "rto_86400000_172800000_"
+    assert output_window(window.name_prefix + "t_1_2_0") == (D, 2 * D)
     assert output_window("merged_1hour_abc_t_1_2") is None
     assert window.input_key == "RealtimeToOfflineSegmentsTask:86400000-172800000"
 
