@@ -1,13 +1,18 @@
-"""A window's rows as a RealtimeToOfflineSegmentsTask Spark task keeps them: the time column in its own unit,
-rows without a time in no window."""
+"""A window's rows as a RealtimeToOfflineSegmentsTask Spark task keeps them (the time column in its own unit,
+rows without a time in no window), and the tables the job refuses before doing anything."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-import pyarrow as pa
+from typing import Any
 
-from cuvee.maintenance.rto_job import in_window
+import pyarrow as pa
+import pytest
+
+from cuvee.config import Schema, TableConfig, TableType
+from cuvee.maintenance.rto_job import hybrid_table, in_window
+from cuvee.pipeline.controller_client import PipelineError
 from cuvee.maintenance.rto_plan import MoveWindow
 
 D = 86_400_000
@@ -38,3 +43,45 @@ def test_timestamp_columns_compare_in_milliseconds() -> None:
 def test_an_empty_segment_keeps_nothing() -> None:
     rows = pa.table({"ts": pa.array([], pa.int64())})
     assert in_window(rows, "ts", DAY1, 1.0).num_rows == 0
+
+
+class _Client:
+    """What ``hybrid_table`` asks of the controller."""
+
+    def __init__(self, halves: dict[Any, TableConfig], schema: Schema):
+        self.halves, self._schema = halves, schema
+
+    def tables(self, name: str) -> dict[Any, TableConfig]:
+        return self.halves
+
+    def schema(self, name: str) -> Schema:
+        return self._schema
+
+
+def _halves(time_column: str = "ts", offline_time: str = "ts", offline: bool = True) -> dict[Any, TableConfig]:
+    realtime = TableConfig.from_json({
+        "tableName": "t", "tableType": "REALTIME", "segmentsConfig": {"timeColumnName": time_column},
+        "tableIndexConfig": {"streamConfigs": {"streamType": "log", "stream.log.topic.name": "t",
+                                                "stream.log.dir": "/nonexistent"}},
+        "task": {"taskTypeConfigsMap": {"RealtimeToOfflineSegmentsTask": {"bucketTimePeriod": "6h"}}}})
+    found = {TableType.REALTIME: realtime}
+    if offline:
+        found[TableType.OFFLINE] = TableConfig.from_json({
+            "tableName": "t", "tableType": "OFFLINE", "segmentsConfig": {"timeColumnName": offline_time}})
+    return found
+
+
+def test_the_job_refuses_tables_it_cannot_move_clearly() -> None:
+    schema = Schema.from_json({"schemaName": "t", "dateTimeFieldSpecs": [
+                                   {"name": "ts", "dataType": "LONG", "format": "1:SECONDS:EPOCH",
+                                    "granularity": "1:SECONDS"},
+                                   {"name": "day", "dataType": "STRING", "format": "1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd",
+                                    "granularity": "1:DAYS"}]})
+    found = hybrid_table(_Client(_halves(), schema), "t")  # type: ignore[arg-type]
+    assert found.step_ms == 1000.0 and found.task.bucket_ms == 6 * 3_600_000
+    with pytest.raises(PipelineError, match="create the OFFLINE half first"):
+        hybrid_table(_Client(_halves(offline=False), schema), "t")  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="one time column"):
+        hybrid_table(_Client(_halves(offline_time="day"), schema), "t")  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="no epoch values"):
+        hybrid_table(_Client(_halves("day", "day"), schema), "t")  # type: ignore[arg-type]
