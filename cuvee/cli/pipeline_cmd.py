@@ -39,6 +39,8 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 MAINTENANCE_COMMANDS = (
     ("merge-rollup", "MergeRollupTask", "merge a table's small segments per time bucket (MergeRollupTask)"),
+    ("realtime-to-offline", "RealtimeToOfflineSegmentsTask",
+     "move a hybrid table's finished windows of realtime rows into its offline half (RealtimeToOfflineSegmentsTask)"),
 )
 
 

@@ -23,7 +23,8 @@ from cuvee.controller.catalog import Catalog
 from cuvee.controller.task_scheduler import JobAlreadyRunning
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.lineage.rules import hidden_segments
-from cuvee.maintenance.config import MERGE_ROLLUP, TASK_TYPES, TaskConfigs, task_configs
+from cuvee.controller.tasks_rto import rto_due
+from cuvee.maintenance.config import MERGE_ROLLUP, REALTIME_TO_OFFLINE, TASK_TYPES, TaskConfigs, task_configs
 from cuvee.maintenance.merge_plan import plan_merges
 from cuvee.maintenance.periods import format_period
 from cuvee.maintenance.spans import committed_spans
@@ -158,6 +159,8 @@ def due_work(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: 
 def plan_now(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: TaskState,
              task_type: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """(the work due, the watermarks a run would store without any work: windows that need no merge)."""
+    if task_type == REALTIME_TO_OFFLINE and tasks.realtime_to_offline is not None:
+        return rto_due(ctl, config, tasks.realtime_to_offline, current), {}
     if task_type != MERGE_ROLLUP or tasks.merge_rollup is None:
         return [], {}
     full = config.name_with_type

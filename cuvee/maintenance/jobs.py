@@ -22,7 +22,7 @@ from cuvee.config import Schema, TableConfig, TableType
 from cuvee.controller import faults
 from cuvee.deepstore import open_deepstore
 from cuvee.errors import CuveeError
-from cuvee.maintenance.config import MERGE_ROLLUP, MergeLevel, MergeRollupConfig, task_configs
+from cuvee.maintenance.config import MERGE_ROLLUP, REALTIME_TO_OFFLINE, MergeLevel, MergeRollupConfig, task_configs
 from cuvee.maintenance.merge_plan import MergeTask, plan_merges
 from cuvee.maintenance.rows import merge_rows
 from cuvee.maintenance.spans import committed_spans
@@ -228,7 +228,13 @@ def _discard_run(deep_store_uri: str, table: str, run_id: str) -> None:
         log.warning("could not delete the archives of failed run %s: %s", run_id, exc)
 
 
-JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup}
+def _realtime_to_offline(*args: Any, **kwargs: Any) -> JobSummary:
+    from cuvee.maintenance.rto_job import run_realtime_to_offline  # it imports this module
+
+    return run_realtime_to_offline(*args, **kwargs)
+
+
+JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup, REALTIME_TO_OFFLINE: _realtime_to_offline}
 
 
 def tables_with_task(controller: str, task_type: str) -> list[str]:

@@ -111,6 +111,18 @@ class ControllerClient:
     def ideal_state(self, table: str, table_type: TableType = TableType.OFFLINE) -> dict[str, dict[str, str]]:
         return dict(self._call("GET", f"/tables/{table}/idealstate").get(table_type.value) or {})
 
+    def latest_offsets(self, table: str) -> dict[int, int | None]:
+        """The stream's latest offset of each partition the REALTIME half consumes (None: not known), from
+        ``consumingSegmentsInfo``."""
+        doc = self._call("GET", f"/tables/{table}/consumingSegmentsInfo")
+        out: dict[int, int | None] = {}
+        for replicas in (doc.get("_segmentToConsumingInfoMap") or {}).values():
+            for row in replicas:
+                partition, offset = row.get("partition"), row.get("latestUpstreamOffset")
+                if isinstance(partition, int):
+                    out[partition] = offset if isinstance(offset, int) else out.get(partition)
+        return out
+
     # ---- maintenance tasks ----
 
     def tasks(self, table: str) -> dict[str, Any]:
