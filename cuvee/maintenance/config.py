@@ -300,8 +300,19 @@ def _realtime_to_offline(reader: _Reader, table: TableConfig, schema: Schema | N
     return RealtimeToOfflineConfig(
         reader.period("bucketTimePeriod", 86_400_000) or 86_400_000,
         reader.period("bufferTimePeriod", 2 * 86_400_000) or 2 * 86_400_000,
-        reader.merge_type("mergeType"), reader.period("roundBucketTimePeriod", None),
+        reader.merge_type("mergeType"), _no_rounding(reader),
         reader.integer("maxNumRecordsPerSegment", DEFAULT_RECORDS_PER_SEGMENT), _aggregations(reader, schema))
+
+
+def _no_rounding(reader: _Reader) -> None:
+    """Rounding moved rows' times down would lower the offline half's end time, and the time boundary with it,
+    under rows the realtime half still serves: rows near the boundary would be counted twice. Refused."""
+    if reader.text("roundBucketTimePeriod") is not None:
+        reader.report("roundBucketTimePeriod", "is not supported: rounding moved rows' times down would move the "
+                                               "hybrid time boundary under rows the realtime half also serves "
+                                               "(counted twice); leave it out (MergeRollupTask can round an "
+                                               "OFFLINE-only table)")
+    return None
 
 
 def _upsert_compaction(reader: _Reader, table: TableConfig) -> UpsertCompactionConfig:

@@ -109,3 +109,12 @@ def test_rollup_of_bytes_metrics_rounding_and_time_columns_are_checked() -> None
          "granularity": "1:DAYS"}]})
     plain = table({"MergeRollupTask": {"d.bucketTimePeriod": "1d", "d.bufferTimePeriod": "1d"}})
     assert any("not an epoch" in i.message for i in table_schema_issues(plain, dated))
+
+
+def test_realtime_to_offline_refuses_rounding() -> None:
+    """Rounding moved rows down would lower the offline end time, and the boundary with it, under rows the
+    realtime half also serves: counted twice."""
+    stream = {"tableIndexConfig": {"streamConfigs": STREAM}}
+    issues = table_schema_issues(table({"RealtimeToOfflineSegmentsTask": {"roundBucketTimePeriod": "1h"}},
+                                       "REALTIME", **stream), SCHEMA)
+    assert any(i.path.endswith("roundBucketTimePeriod") and "counted twice" in i.message for i in issues)
