@@ -5,7 +5,9 @@ grouping ships every group to the broker, which merges them all to keep ten. Pin
 
 - **numGroupsLimit** (default 100,000; server config, query option): a server keeps at most that many groups and
   says ``numGroupsLimitReached``. Pinot stops making groups once a segment has that many; DuckDB computes every
-  group, so here the server keeps the first ``numGroupsLimit`` in its ranking (below) and drops the rest.
+  group, so here the server keeps the first ``numGroupsLimit`` of its ranking (below), or of DuckDB's output for
+  a query that is not trimmed (any groups, as Pinot's are any: ranking them all would cost a sort of every group
+  to ship fewer), and drops the rest.
 - **Server trim** (Pinot's ``minServerGroupTrimSize``, default 5,000; a value <= 0 turns it off): a query with
   ORDER BY keeps only the server's top ``max((LIMIT + OFFSET) * 5, minServerGroupTrimSize)`` groups by the query's
   ORDER BY evaluated on that server's partials.
@@ -21,7 +23,7 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
   can rank low on each and be cut everywhere, or be cut on one server and arrive short.
 - anything else (DISTINCTCOUNT…, PERCENTILE…: a partial's list says little about the merged value) is not
   trimmed; nor is a query with HAVING (the broker filters merged groups, and the groups a trim keeps may all fail
-  it, even when ordering by keys). Their ranking for ``numGroupsLimit`` is by group keys alone.
+  it, even when ordering by keys). They are not ranked at all.
 
 ``groupsTrimmed`` (Pinot 1.4's flag) is reported when a server trimmed and trimming was not exact; an exact trim,
 like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` and applies ``cut``.
@@ -50,8 +52,8 @@ MIN_SERVER_GROUP_TRIM_SIZE_OPTION = "minServerGroupTrimSize"
 @dataclass(frozen=True)
 class GroupTrim:
     """How a server ranks its groups when it keeps fewer than it has. ``rows`` is LIMIT + OFFSET when the query may
-    be trimmed (ORDER BY evaluable on partials, no HAVING), else None (only ``numGroupsLimit`` cuts); ``exact``:
-    the ranking is by group keys, so a trim cannot change the answer."""
+    be trimmed (ORDER BY evaluable on partials, no HAVING), else None (only ``numGroupsLimit`` cuts, and
+    ``order_sql`` ranks nothing); ``exact``: the ranking is by group keys, so a trim cannot change the answer."""
 
     order_sql: str
     rows: int | None
@@ -101,15 +103,15 @@ def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str,
     ``on_partials`` gives each ``__f<k>`` as SQL over one server row's partial columns, or None when it cannot be
     evaluated there; ``rows`` is LIMIT + OFFSET."""
     server_terms = [_on_partials(ordered, on_partials) for ordered in order]
-    evaluable = all(term is not None for term in server_terms)
-    trimmable = bool(order) and evaluable and not having
-    exact = trimmable and all(_keys_only(ordered.this) for ordered in order)
-    ranked = [term for term in server_terms if term is not None] if evaluable else []
+    trimmable = bool(order) and all(term is not None for term in server_terms) and not having
+    if not trimmable:
+        return GroupTrim(order_sql=f"SELECT * FROM {GROUPS_RELATION}", rows=None, exact=False), []
+    exact = all(_keys_only(ordered.this) for ordered in order)
+    ranked = [term for term in server_terms if term is not None]
     breakers = _tie_breakers(ranked, keys)
     terms = ", ".join(t.sql(dialect=DIALECT) for t in [*ranked, *breakers])
-    order_sql = f"SELECT * FROM {GROUPS_RELATION}" + (f" ORDER BY {terms}" if terms else "")
-    trim = GroupTrim(order_sql=order_sql, rows=rows if trimmable else None, exact=exact)
-    return trim, (breakers if exact else [])
+    order_sql = f"SELECT * FROM {GROUPS_RELATION} ORDER BY {terms}"
+    return GroupTrim(order_sql=order_sql, rows=rows, exact=exact), (breakers if exact else [])
 
 
 def _merged_column(node: exp.Expression, prefix: str) -> bool:

@@ -322,7 +322,7 @@ def test_the_groups_limit_comes_from_the_query_else_the_server(loaded) -> None:
     _, by_config = grouped(sql, names)
     result, stats = QueryExecutor(registry, num_groups_limit=40).execute(by_config)
     assert result is not None and result.num_rows == 40 and stats.numGroupsLimitReached and not stats.groupsTrimmed
-    assert result.column("__g0").to_pylist() == sorted(rows.column("id").to_pylist())[:40]  # ranked by key
+    assert set(result.column("__g0").to_pylist()) <= set(rows.column("id").to_pylist())
     _, by_option = grouped(sql, names, num_groups_limit=rows.num_rows)
     result, stats = QueryExecutor(registry, num_groups_limit=40).execute(by_option)
     assert result is not None and result.num_rows == rows.num_rows and not stats.numGroupsLimitReached
