@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cuvee.query import QueryError, QueryErrorCode, TableInfo, merge_partials, plan_sql, run_server_step
 from cuvee.query.group_trim import GroupOptions, GroupTrim, cut, group_options, trim_size
+from cuvee.query.parse import split_query
 from tests.query.helpers import SCHEMA, event_tables, partitions, reference, resolve, rows
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -235,3 +236,11 @@ def test_num_groups_limit_drops_groups_beyond_it() -> None:
     top = run_server_step(ranked, [table], num_groups_limit=300)  # a trimmable query keeps its top groups
     assert top.column("__g0").to_pylist() == [key for key, _ in sorted(whole.items(), key=lambda kv: (-kv[1],
                                                                                                       kv[0]))][:300]
+
+
+@pytest.mark.parametrize("sql", [
+    "SET minServerGroupTrimSize = -1; SET numGroupsLimit = 1000000; SELECT city FROM events GROUP BY city",
+    "SELECT city FROM events GROUP BY city OPTION(numGroupsLimit=1000000, minServerGroupTrimSize=-1)",
+])
+def test_group_options_in_the_query_text(sql: str) -> None:
+    assert group_options(split_query(sql)[1]) == GroupOptions(1_000_000, -1)
