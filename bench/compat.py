@@ -8,7 +8,10 @@ user's setup; DuckDB scanning the Arrow tables in memory pays per column of a wi
 Printed: every query's verdict, both times and their ratio, and per set the geometric mean of the ratios (issue
 10's target: ≤ 1.5× at 1M rows, ≤ 1.2× at 10M).
 
-    .venv/bin/python bench/compat.py [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3]
+    .venv/bin/python bench/compat.py [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3] [--queries 31,32]
+
+``--queries`` runs only the listed queries of each set (numbers, or ids such as ``clickbench-031``), so one slow
+question can be measured at size in minutes.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def main() -> int:
     parser.add_argument("--servers", type=int, default=1)
     parser.add_argument("--set", choices=["clickbench", "pinot", "all"], default="all")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--queries", default="", help="comma-separated query numbers or ids (default: every one)")
     args = parser.parse_args()
+    wanted = {item.strip() for item in args.queries.split(",") if item.strip()}
     suites = [CLICKBENCH, PINOT] if args.set == "all" else [args.set]
     console = Console(width=160)
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-compat-") as tmp, \
@@ -60,7 +65,8 @@ def main() -> int:
             native.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
             native.unregister(f"{name}_arrow")
         for suite in suites:
-            queries = clickbench_queries() if suite == CLICKBENCH else pinot_queries()
+            queries = [q for q in (clickbench_queries() if suite == CLICKBENCH else pinot_queries())
+                       if _chosen(q.id, wanted)]
             verdicts = {o.query_id: o for o in judge_all(cluster.http, cluster.broker_url, oracle, queries)}
             table = Table(title=f"{suite}: {args.rows:,} rows, medians of {args.repeat}")
             for column in ("query", "verdict", "cuvee ms", "duckdb ms", "ratio"):
@@ -86,6 +92,14 @@ def main() -> int:
             mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
             console.print(f"{suite}: {passed}/{len(queries)} right; geometric mean of Cuvee/DuckDB = {mean:.2f}x")
     return 0
+
+
+def _chosen(query_id: str, wanted: set[str]) -> bool:
+    """Every query when none is named; else those named by id or by number (``31`` is ``clickbench-031``)."""
+    if not wanted:
+        return True
+    number = query_id.rsplit("-", 1)[-1]
+    return query_id in wanted or any(w.isdigit() and number.isdigit() and int(w) == int(number) for w in wanted)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
 from cuvee.multistage.engine import SPARK_HINT, Stage
 from cuvee.multistage.plan import RELATION_PREFIX, in_subqueries, inline_values, plan_stages
-from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats
+from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
     QueryError,
@@ -59,6 +59,7 @@ from cuvee.query import (
     plan_sql,
 )
 from cuvee.query.functions import DIALECT
+from cuvee.query.group_trim import GroupOptions, group_options
 from cuvee.query.parse import MultiStageRequired, split_query
 from cuvee.query.plan_cache import PlanCache
 
@@ -92,12 +93,35 @@ def _skip_upsert(options: Mapping[str, str]) -> bool:
     return False
 
 
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What a query's options tell every server: skipUpsert, and the GROUP BY bounds that override the servers'
+    defaults (numGroupsLimit, minServerGroupTrimSize)."""
+
+    skip_upsert: bool = False
+    groups: GroupOptions = GroupOptions()
+
+    @staticmethod
+    def of(options: Mapping[str, str]) -> _Asked:
+        return _Asked(_skip_upsert(options), group_options(options))
+
+
+def _group_limits(plan: QueryPlan, asked: _Asked) -> GroupLimits | None:
+    """A GROUP BY's bound on the groups each server sends (None for other queries)."""
+    trim = plan.group_trim
+    if trim is None:
+        return None
+    return GroupLimits(trim.order_sql, trim.rows, trim.exact, asked.groups.num_groups_limit,
+                       asked.groups.min_server_group_trim_size)
+
+
 def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
     return ExecutionStats(
         numDocsScanned=stats.numDocsScanned, totalDocs=stats.totalDocs,
         numSegmentsQueried=stats.numSegmentsQueried, numSegmentsProcessed=stats.numSegmentsProcessed,
         numSegmentsMatched=stats.numSegmentsMatched, numConsumingSegmentsQueried=stats.numConsumingSegmentsQueried,
-        minConsumingFreshnessTimeMs=stats.minConsumingFreshnessTimeMs)
+        minConsumingFreshnessTimeMs=stats.minConsumingFreshnessTimeMs,
+        numGroupsLimitReached=stats.numGroupsLimitReached, groupsTrimmed=stats.groupsTrimmed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +139,7 @@ class _StageRun:
     """A multi-stage query in flight: its deadline and options, and every leaf's answers and errors so far."""
 
     deadline: float
-    skip_upsert: bool
+    asked: _Asked
     principal: Principal | None
     gathered: list[_Gathered] = dataclasses.field(default_factory=list)
     exceptions: list[QueryError] = dataclasses.field(default_factory=list)
@@ -131,6 +155,14 @@ def _too_many_rows(limit: int) -> QueryError:
     refused rather than cut silently."""
     return QueryError(QueryErrorCode.QUERY_VALIDATION, f"the answer has more than {limit} rows "
                                                        "(max_response_rows); add a LIMIT")
+
+
+def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tuple[str, ...], remaining_ms: int,
+             asked: _Asked, lookups: tuple[DimLookup, ...]) -> ServerQueryRequest:
+    """One server's share of ``plan`` over ``target`` (a table, or one half of a hybrid table)."""
+    return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
+                              plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
+                              _group_limits(plan, asked))
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -261,7 +293,7 @@ class QueryHandler:
         options.update(plan.options)
         measured[0] = raw_table_name(plan.table)  # Pinot labels broker metrics by raw table name
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
-        gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _skip_upsert(options),
+        gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _Asked.of(options),
                                       cfg.max_response_rows)
         if plan.simple_merge is not None and \
                 sum(r.table.num_rows for r in gathered.replies if r.table is not None) <= _INLINE_MERGE_ROWS:
@@ -271,7 +303,7 @@ class QueryHandler:
         return await asyncio.to_thread(self._answer, number, started, plan, gathered)
 
     async def _gather(self, number: int, plan: QueryPlan, principal: Principal | None, deadline: float,
-                      skip_upsert: bool, max_rows: int) -> _Gathered:
+                      asked: _Asked, max_rows: int) -> _Gathered:
         """Route ``plan`` over its table (both halves of a hybrid one), ask the servers, and ask again for what a
         server no longer held. ``principal`` needs READ on the table; ``max_rows`` bounds LIMIT + OFFSET (700)."""
         cfg = self.config
@@ -295,13 +327,13 @@ class QueryHandler:
         for target in targets:  # a hybrid table: both halves at once, each server told its side of the boundary
             routing = target.entry.route(frozenset(servers), number)
             routings.append(routing)
-            made = self._calls(str(number), plan, target, routing, servers, deadline, skip_upsert)
+            made = self._calls(str(number), plan, target, routing, servers, deadline, asked)
             calls += made
             called += [target] * len(made)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes) if calls else []
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
-                                                 skip_upsert)
+                                                 asked)
         return _Gathered(targets[0].entry, routings, replies, len(calls) + retried)
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
@@ -315,7 +347,7 @@ class QueryHandler:
         query, text_options = await self._bounded(budget_ms, split_query, sql)
         options.update(text_options)
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
-        run = _StageRun(started + timeout_ms / 1000, _skip_upsert(options), principal)
+        run = _StageRun(started + timeout_ms / 1000, _Asked.of(options), principal)
         relations: dict[str, pa.Table] = {}
         while pending := await self._bounded(run.remaining_ms(self._clock()), in_subqueries, query,
                                              self.view.resolve, cfg.multistage_leaf_rows):
@@ -336,7 +368,7 @@ class QueryHandler:
                 plan = None
             if plan is not None:
                 measured[0] = raw_table_name(plan.table)
-                run.gathered.append(await self._gather(number, plan, principal, run.deadline, run.skip_upsert,
+                run.gathered.append(await self._gather(number, plan, principal, run.deadline, run.asked,
                                                        cfg.max_response_rows + 1))
                 merged, errors, _ = await asyncio.to_thread(self._merge, plan, run.gathered[-1])
                 run.exceptions += errors
@@ -376,7 +408,7 @@ class QueryHandler:
                              f"the query reads tables {run.leaves} times; the broker's multistage_max_leaves allows "
                              f"{cfg.multistage_max_leaves}")
         plans = [await self._plan(sql, run.remaining_ms(self._clock())) for sql, _ in leaves]
-        gathered = await asyncio.gather(*(self._gather(number, plan, run.principal, run.deadline, run.skip_upsert,
+        gathered = await asyncio.gather(*(self._gather(number, plan, run.principal, run.deadline, run.asked,
                                                        cfg.multistage_leaf_rows + 1 + plan.offset) for plan in plans))
         run.gathered += gathered
         answers: list[pa.Table] = []
@@ -409,7 +441,7 @@ class QueryHandler:
 
     async def _ask_again(self, request_id: str, plan: QueryPlan, calls: list[ServerCall], called: list[QueryTarget],
                          replies: list[ServerReply], servers: Mapping[str, str], deadline: float,
-                         skip_upsert: bool) -> tuple[list[ServerReply], int]:
+                         asked: _Asked) -> tuple[list[ServerReply], int]:
         """Segments a server no longer held (it dropped them after the broker's view was taken: a rebalance, a
         deletion) are asked once more of another ONLINE replica the view lists, within what is left of the query's
         time, so a move never costs a query its rows (consuming copies are not asked: their ends differ).
@@ -432,10 +464,9 @@ class QueryHandler:
         halves = {id(target): target for target in called}
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
         lookups = lookup_requests(plan, self.view)
-        retry_calls = [ServerCall(instance, servers[instance], ServerQueryRequest(
-                           request_id, halves[half].entry.name, plan.server_sql, tuple(sorted(segments)),
-                           remaining_ms, plan.docs_scanned_sql, plan.docs_column, halves[half].time_filter,
-                           skip_upsert, lookups))
+        retry_calls = [ServerCall(instance, servers[instance],
+                                  _request(request_id, plan, halves[half], tuple(sorted(segments)), remaining_ms,
+                                           asked, lookups))
                        for (half, instance), segments in again.items()]
         second = await scatter(self._http(), retry_calls, max(deadline - self._clock(), 0.0),  # within the query's time
                                max_bytes=self.config.max_server_response_bytes)
@@ -516,12 +547,11 @@ class QueryHandler:
             num_servers_responded=sum(1 for r in gathered.replies if r.responded), exceptions=exceptions)
 
     def _calls(self, request_id: str, plan: QueryPlan, target: QueryTarget, routing: RoutingTable,
-               servers: Mapping[str, str], deadline: float, skip_upsert: bool = False) -> list[ServerCall]:
+               servers: Mapping[str, str], deadline: float, asked: _Asked = _Asked()) -> list[ServerCall]:
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
         lookups = lookup_requests(plan, self.view)
-        return [ServerCall(instance, servers[instance], ServerQueryRequest(
-                    request_id, target.entry.name, plan.server_sql, segments, remaining_ms, plan.docs_scanned_sql,
-                    plan.docs_column, target.time_filter, skip_upsert, lookups))
+        return [ServerCall(instance, servers[instance],
+                           _request(request_id, plan, target, segments, remaining_ms, asked, lookups))
                 for instance, segments in routing.servers.items()]
 
     @staticmethod

@@ -148,6 +148,57 @@ class DimLookup:
                    _strings(doc, "segments", what), schema)
 
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _optional_int(doc: Mapping[str, Any], key: str, what: str, low: int) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _INT32_MAX:
+        raise QueryWireError(f"{what}: field {key!r} must be an integer from {low} to {_INT32_MAX}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GroupLimits:
+    """A GROUP BY's bound on the groups a server sends back (``cuvee.query.group_trim``): ``order_sql`` (one SELECT
+    over ``cuvee_groups``, the server's groups) ranks them; the server keeps the first ``numGroupsLimit`` and, when
+    ``trim_rows`` (LIMIT + OFFSET) is set, the first max(5 × trim_rows, minServerGroupTrimSize). ``exact``: the
+    ranking is by group keys, so a trim is not reported as ``groupsTrimmed``. The two sizes are the query's
+    options; None: the server's configuration."""
+
+    order_sql: str
+    trim_rows: int | None = None
+    exact: bool = False
+    num_groups_limit: int | None = None
+    min_trim_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.order_sql, str) or not self.order_sql:
+            raise QueryWireError("group limits: orderSql must be a non-empty string")
+        if self.trim_rows is not None and self.trim_rows < 0:
+            raise QueryWireError(f"group limits: trimRows must not be negative, got {self.trim_rows}")
+        if self.num_groups_limit is not None and self.num_groups_limit < 1:
+            raise QueryWireError(f"group limits: numGroupsLimit must be positive, got {self.num_groups_limit}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"orderSql": self.order_sql, "trimRows": self.trim_rows, "exact": self.exact,
+                "numGroupsLimit": self.num_groups_limit, "minServerGroupTrimSize": self.min_trim_size}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> GroupLimits:
+        what = "group limits"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
+        _no_unknown(doc, {"orderSql", "trimRows", "exact", "numGroupsLimit", "minServerGroupTrimSize"}, what)
+        return cls(order_sql=_require(doc, "orderSql", str, what),
+                   trim_rows=_optional_int(doc, "trimRows", what, 0),
+                   exact=_require(doc, "exact", bool, what),
+                   num_groups_limit=_optional_int(doc, "numGroupsLimit", what, 1),
+                   min_trim_size=_optional_int(doc, "minServerGroupTrimSize", what, _INT32_MIN))
+
+
 @dataclass(frozen=True)
 class ServerQueryRequest:
     """What the broker asks one server: run ``sql`` (the planner's server step, over ``cuvee_segments``) on these
@@ -166,6 +217,7 @@ class ServerQueryRequest:
     time_filter: TimeFilter | None = None
     skip_upsert: bool = False  # queryOptions skipUpsert=true: an upsert table's every row, not only the latest
     lookups: tuple[DimLookup, ...] = ()  # the dimension tables ``sql`` reads (LOOKUP)
+    groups: GroupLimits | None = None  # a GROUP BY's bound on the groups sent back; None: every group
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -179,7 +231,8 @@ class ServerQueryRequest:
                 "docsColumn": self.docs_column,
                 "timeFilter": self.time_filter.to_dict() if self.time_filter is not None else None,
                 **({"skipUpsert": True} if self.skip_upsert else {}),  # absent unless set: older servers refuse it
-                **({"lookups": [lookup.to_dict() for lookup in self.lookups]} if self.lookups else {})}
+                **({"lookups": [lookup.to_dict() for lookup in self.lookups]} if self.lookups else {}),
+                **({"groups": self.groups.to_dict()} if self.groups is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -187,7 +240,7 @@ class ServerQueryRequest:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
-                          "timeFilter", "skipUpsert", "lookups"}, what)
+                          "timeFilter", "skipUpsert", "lookups", "groups"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -201,10 +254,13 @@ class ServerQueryRequest:
         lookups = tuple(DimLookup.from_dict(item) for item in raw_lookups)
         if len({lookup.relation for lookup in lookups}) != len(lookups):
             raise QueryWireError(f"{what}: lookups name a relation twice")
+        raw_groups = doc.get("groups")
+        groups = GroupLimits.from_dict(raw_groups) if raw_groups is not None else None
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
-                   docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups)
+                   docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
+                   groups=groups)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())
@@ -240,6 +296,7 @@ class ServerException:
 _COUNTS = ("numDocsScanned", "totalDocs", "numSegmentsQueried", "numSegmentsProcessed", "numSegmentsMatched",
            "numConsumingSegmentsQueried", "numConsumingSegmentsProcessed", "minConsumingFreshnessTimeMs",
            "timeUsedMs")
+_FLAGS = ("numGroupsLimitReached", "groupsTrimmed")
 
 
 @dataclass(frozen=True)
@@ -261,11 +318,16 @@ class ServerQueryStats:
     timeUsedMs: int = 0  # noqa: N815
     missingSegments: tuple[str, ...] = ()  # noqa: N815
     exceptions: tuple[ServerException, ...] = field(default_factory=tuple)
+    numGroupsLimitReached: bool = False  # noqa: N815 - groups beyond numGroupsLimit were dropped
+    groupsTrimmed: bool = False  # noqa: N815 - groups beyond the trim size were dropped, and that may change the answer
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
         out["missingSegments"] = list(self.missingSegments)
         out["exceptions"] = [e.to_dict() for e in self.exceptions]
+        for flag in _FLAGS:  # sent only when set: a broker that predates them refuses unknown fields
+            if getattr(self, flag):
+                out[flag] = True
         return out
 
     @classmethod
@@ -275,8 +337,9 @@ class ServerQueryStats:
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {f.name for f in fields(cls)}, what)
         counts = {name: _require(doc, name, int, what) for name in _COUNTS}
+        flags = {name: _require(doc, name, bool, what) for name in _FLAGS if name in doc}
         raw_exceptions = _require(doc, "exceptions", list, what)
-        return cls(**counts, missingSegments=_strings(doc, "missingSegments", what),
+        return cls(**counts, **flags, missingSegments=_strings(doc, "missingSegments", what),
                    exceptions=tuple(ServerException.from_dict(e) for e in raw_exceptions))
 
 

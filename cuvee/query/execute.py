@@ -24,6 +24,14 @@ import pyarrow.compute as pc
 
 from cuvee.query import hash_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.group_trim import (
+    DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
+    DEFAULT_NUM_GROUPS_LIMIT,
+    GROUPS_RELATION,
+    GroupCut,
+    GroupTrim,
+    cut,
+)
 from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryPlan
 
 
@@ -87,12 +95,36 @@ def _union(tables: Sequence[pa.Table], schema: pa.Schema | None) -> pa.Table:
 
 
 def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Schema | None = None,
-                    lookups: Mapping[str, pa.Table] | None = None) -> pa.Table:
+                    lookups: Mapping[str, pa.Table] | None = None, *,
+                    num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
+                    min_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE) -> pa.Table:
     """A server's partial result over the union of its segments (``schema`` types the union of none) and the
-    dimension tables its LOOKUPs read (relation -> rows; default: none of their rows)."""
+    dimension tables its LOOKUPs read (relation -> rows; default: none of their rows), its groups bounded as a
+    server bounds them (``keep_groups``)."""
     if lookups is None:
         lookups = {lookup.relation: lookup.empty() for lookup in plan.lookups}
-    return run_sql(plan.server_sql, SERVER_RELATION, _union(segments, schema), lookups)
+    partial = run_sql(plan.server_sql, SERVER_RELATION, _union(segments, schema), lookups)
+    if plan.group_trim is None:
+        return partial
+    con = sandboxed_cursor(partial.num_rows)
+    try:
+        return keep_groups(con, partial, plan.group_trim, num_groups_limit, min_trim_size)[0]
+    except duckdb.Error as e:
+        raise QueryError(QueryErrorCode.QUERY_EXECUTION, str(e).splitlines()[0]) from None
+    finally:
+        con.close()
+
+
+def keep_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, trim: GroupTrim, num_groups_limit: int,
+                min_trim_size: int) -> tuple[pa.Table, GroupCut]:
+    """A server's ``groups`` (its partial result) cut to what numGroupsLimit and the trim size leave, the first of
+    its ranking ``trim.order_sql`` (run on ``con``; ranked only when some are cut), and what was done."""
+    decided = cut(groups.num_rows, trim, num_groups_limit, min_trim_size)
+    if decided.keep >= groups.num_rows:
+        return groups, decided
+    con.register(GROUPS_RELATION, groups)
+    # the LIMIT on its own line: a trailing comment in the (checked) SELECT cannot swallow it
+    return con.sql(f"{trim.order_sql}\nLIMIT {int(decided.keep)}").to_arrow_table(), decided
 
 
 def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: pa.Schema) -> pa.Table:
@@ -174,6 +206,9 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
             con.register(lookup.relation, lookup.empty())
         con.execute(f"CREATE TEMP VIEW {PARTIALS_RELATION} AS {plan.server_sql}")
         con.sql(plan.final_sql)  # a relation: bound here, run only when fetched (never)
+        if plan.group_trim is not None:  # how servers rank their groups, over their partials
+            con.execute(f"CREATE TEMP VIEW {GROUPS_RELATION} AS SELECT * FROM {PARTIALS_RELATION}")
+            con.sql(plan.group_trim.order_sql)
     except duckdb.Error as exc:
         raise QueryError(QueryErrorCode.QUERY_VALIDATION, f"the query cannot run on this table: "
                                                           f"{user_message(str(exc).splitlines()[0])}") from None

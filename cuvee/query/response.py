@@ -24,6 +24,9 @@ import pyarrow.compute as pc
 from cuvee.query.errors import QueryError
 
 
+_FLAGS = ("numGroupsLimitReached", "groupsTrimmed")
+
+
 @dataclass(frozen=True)
 class ExecutionStats:
     """What servers report about one query; the broker adds them up across servers."""
@@ -37,17 +40,18 @@ class ExecutionStats:
     numSegmentsMatched: int = 0  # noqa: N815
     numConsumingSegmentsQueried: int = 0  # noqa: N815
     minConsumingFreshnessTimeMs: int = 0  # noqa: N815 - 0 when no consuming segment was queried, as in Pinot
-    numGroupsLimitReached: bool = False  # noqa: N815
+    numGroupsLimitReached: bool = False  # noqa: N815 - a server dropped groups beyond numGroupsLimit
+    groupsTrimmed: bool = False  # noqa: N815 - a server trimmed groups and the trim was not exact (Pinot 1.4)
 
     @staticmethod
     def combine(stats: Iterable[ExecutionStats]) -> ExecutionStats:
-        """Sums, except freshness (the oldest consuming segment wins) and the groups-limit flag (any)."""
+        """Sums, except freshness (the oldest consuming segment wins) and the group flags (any server's)."""
         items = list(stats)
         sums = {f.name: sum(getattr(s, f.name) for s in items) for f in fields(ExecutionStats)
-                if f.name not in ("minConsumingFreshnessTimeMs", "numGroupsLimitReached")}
+                if f.name not in ("minConsumingFreshnessTimeMs", *_FLAGS)}
         fresh = [s.minConsumingFreshnessTimeMs for s in items if s.numConsumingSegmentsQueried > 0]
-        return ExecutionStats(**sums, minConsumingFreshnessTimeMs=min(fresh) if fresh else 0,
-                              numGroupsLimitReached=any(s.numGroupsLimitReached for s in items))
+        flags = {flag: any(getattr(s, flag) for s in items) for flag in _FLAGS}
+        return ExecutionStats(**sums, minConsumingFreshnessTimeMs=min(fresh) if fresh else 0, **flags)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -220,12 +224,13 @@ def broker_response(*, request_id: str, time_used_ms: int, table: pa.Table | Non
         "partialResult": partial,
         "exceptions": [e.to_json() for e in exceptions],
         "numGroupsLimitReached": stats.numGroupsLimitReached,
+        "groupsTrimmed": stats.groupsTrimmed,
         "timeUsedMs": time_used_ms,
         "requestId": request_id,
         "numServersQueried": num_servers_queried,
         "numServersResponded": num_servers_responded,
     })
-    response.update({k: v for k, v in stats.to_json().items() if k != "numGroupsLimitReached"})
+    response.update({k: v for k, v in stats.to_json().items() if k not in _FLAGS})
     response["traceInfo"] = {}
     return response
 

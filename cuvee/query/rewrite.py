@@ -22,6 +22,9 @@ queries: servers apply WHERE, ORDER BY and LIMIT offset+limit; the broker re-sor
 of 10 applies to selection, GROUP BY and DISTINCT queries. A LOOKUP beside aggregations whose join values are GROUP BY
 keys is a function of the group: the servers compute it as one more, hidden, group key (the broker holds no
 dimension table to compute it with).
+
+A GROUP BY also says how a server ranks its groups when it keeps fewer than it has (``QueryPlan.group_trim``,
+planned by ``cuvee.query.group_trim``): Pinot's numGroupsLimit and its server-side trim of GROUP BY … ORDER BY.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from sqlglot import exp
 
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
+from cuvee.query.group_trim import GroupTrim, plan_trim
 from cuvee.query.lookup import SERVER_RELATION, Lookup, lookup_fact_columns
 from cuvee.query.parse import DIALECT, ParsedQuery, TableResolver, parse_query, sql_error
 
@@ -94,6 +98,18 @@ _FINALS: dict[AggKind, tuple[str, str]] = {
 }
 
 
+# An aggregation's value on one server's partial row, what a server ranks its groups by before trimming them
+# (cuvee.query.group_trim); the kinds missing here (lists of values) are not ranked on partials.
+_ON_PARTIALS: dict[AggKind, str] = {
+    AggKind.COUNT: "coalesce({p0}, 0)",
+    AggKind.SUM: "CAST({p0} AS DOUBLE)",
+    AggKind.MIN: "{p0}",
+    AggKind.MAX: "{p0}",
+    AggKind.AVG: "CAST({p0} AS DOUBLE) / nullif({p1}, 0)",
+    AggKind.MIN_MAX_RANGE: "CAST({p1} AS DOUBLE) - CAST({p0} AS DOUBLE)",
+}
+
+
 # Final steps Arrow computes as DuckDB's _FINALS do: what ``cuvee.query.execute.merge_partials`` knows.
 _SIMPLE_MERGES = {AggKind.COUNT: "count", AggKind.SUM: "sum", AggKind.MIN: "min", AggKind.MAX: "max",
                   AggKind.AVG: "avg"}
@@ -132,6 +148,9 @@ class QueryPlan:
     # A one-row aggregation whose every column is COUNT, SUM, MIN, MAX or AVG of partials: (kind, partial
     # columns) per answer column, merged in Arrow without DuckDB (``cuvee.query.execute``); None otherwise.
     simple_merge: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # A GROUP BY's bound on the groups each server sends: how it ranks them, and whether the query may be trimmed
+    # (``cuvee.query.group_trim``); None for other kinds.
+    group_trim: GroupTrim | None = None
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -160,15 +179,15 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     if not group and not has_aggregates:
         limit = DEFAULT_LIMIT if limit is None else limit
         kind, server, final = _plan_selection(items, names, by_alias, order, where_sql, limit, offset)
-        simple = None
+        simple = trim = None
     else:
         kind = QueryKind.GROUP_BY if group else QueryKind.AGGREGATION
         if kind is QueryKind.GROUP_BY and limit is None:
             limit = DEFAULT_LIMIT
         source = _multi_value_groups(group, parsed.table.multi_value_columns, where_sql)
-        kind, server, final, simple = _plan_aggregation(kind, items, names, by_alias, group, having, order,
-                                                        None if source != SERVER_RELATION else where_sql, limit,
-                                                        offset, source)
+        kind, server, final, simple, trim = _plan_aggregation(kind, items, names, by_alias, group, having, order,
+                                                              None if source != SERVER_RELATION else where_sql,
+                                                              limit, offset, source)
     docs_scanned = docs_column = None
     if where_sql and (kind is QueryKind.SELECTION or source != SERVER_RELATION):  # unnested rows are not docs
         docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}"
@@ -177,7 +196,8 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
                      docs_scanned_sql=docs_scanned, docs_column=docs_column, column_names=names, limit=limit, offset=offset,
                      options=dict(parsed.options), lookups=parsed.lookups,
-                     simple_merge=simple if kind is QueryKind.AGGREGATION else None)
+                     simple_merge=simple if kind is QueryKind.AGGREGATION else None,
+                     group_trim=trim if kind is QueryKind.GROUP_BY else None)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:
@@ -320,6 +340,7 @@ class _Merger:
         self.aggregates: list[str] = []
         self.finals: list[tuple[int, str]] = []
         self.simple: dict[int, tuple[str, tuple[str, ...]]] = {}  # final index -> (kind, partial columns)
+        self.on_partials: dict[str, str | None] = {}  # __f<k> -> its value on one partial row (None: unknown)
 
     def partial(self, template: str, call: AggregateCall) -> str:
         arg = "*" if call.arg is None else call.arg.sql(dialect=DIALECT)
@@ -342,6 +363,8 @@ class _Merger:
         index = self.finals.index(step)
         if call.kind in _SIMPLE_MERGES:
             self.simple[index] = (_SIMPLE_MERGES[call.kind], tuple(refs[f"p{i}"] for i in range(len(refs))))
+        partial = _ON_PARTIALS.get(call.kind) if scalar == "{a}" else None
+        self.on_partials[f"__f{index}"] = partial.format(**refs) if partial is not None else None
         return exp.column(f"__f{index}")
 
     def hidden_key(self, lookup: exp.Expression, facts: frozenset[str], where: str) -> exp.Expression:
@@ -385,20 +408,33 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
                       by_alias: dict[str, exp.Expression], group: list[exp.Expression], having: exp.Having | None,
                       order: list[exp.Ordered], where_sql: str | None, limit: int | None,
                       offset: int, source: str = SERVER_RELATION
-                      ) -> tuple[QueryKind, str, str, tuple[tuple[str, tuple[str, ...]], ...] | None]:
+                      ) -> tuple[QueryKind, str, str, tuple[tuple[str, tuple[str, ...]], ...] | None,
+                                 GroupTrim | None]:
     merger = _Merger(group)
     outputs = [merger.rewrite(item, "the select list") for item in items]
     having_sql = None
     if having is not None:
         having_sql = merger.rewrite(_substitute_aliases(having.this, by_alias), "HAVING").sql(dialect=DIALECT)
     order_terms = []
+    merged_order: list[exp.Ordered] = []  # the ORDER BY over merged columns, for the servers' ranking
     for ordered in order:
         target = ordered.this
-        if _output_alias(target, items, by_alias) is not None:
+        position = _output_alias(target, items, by_alias)
+        if position is not None:
             order_terms.append(_ordered_sql(ordered, exp.column(target.name, quoted=True)))
+            merged = outputs[position]
         else:
             resolved = _resolve_reference(target, items, by_alias, "ORDER BY")
-            order_terms.append(_ordered_sql(ordered, merger.rewrite(resolved, "ORDER BY")))
+            merged = merger.rewrite(resolved, "ORDER BY")
+            order_terms.append(_ordered_sql(ordered, merged))
+        term = ordered.copy()
+        term.set("this", merged.copy())
+        merged_order.append(term)
+    trim = None
+    if group:
+        rows = (limit or 0) + offset
+        trim, breakers = plan_trim(merged_order, len(group), merger.on_partials, having is not None, rows)
+        order_terms += [b.sql(dialect=DIALECT) for b in breakers]
     keys = [f"{g.sql(dialect=DIALECT)} AS __g{i}" for i, g in enumerate(group)]
     partials = [f"{p} AS __p{i}" for i, p in enumerate(merger.partials)]
     docs = [f"count(*) AS {DOCS_COLUMN}"] if where_sql else []  # numDocsScanned from this scan (see QueryPlan)
@@ -417,7 +453,7 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     final += f" ORDER BY {', '.join(order_terms)}" if order_terms else ""
     final += f" LIMIT {limit}" if limit is not None else ""
     final += f" OFFSET {offset}" if offset else ""
-    return kind, server, final, _simple_merge(merger, outputs, having_sql, limit, offset)
+    return kind, server, final, _simple_merge(merger, outputs, having_sql, limit, offset), trim
 
 
 def _simple_merge(merger: _Merger, outputs: list[exp.Expression], having_sql: str | None, limit: int | None,

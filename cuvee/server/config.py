@@ -23,6 +23,7 @@ from cuvee.deepstore.s3 import S3Settings
 from cuvee.node.tls import TlsConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
+from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, INT_MAX
 from cuvee.server.consuming.config import ConsumerConfig
 
 DEFAULT_TAGS = ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")  # the default tenant's realtime and offline work
@@ -61,6 +62,12 @@ class ServerConfig:
     # split evenly among them; a segment that reaches its share ends early (stop reason memoryLimit) instead of
     # growing the process until the OOM killer ends it. 0: no budget.
     consuming_memory_bytes: int = 0
+    # Pinot's server query settings for GROUP BY (cuvee.query.group_trim), the defaults of the query options
+    # numGroupsLimit (groups one server keeps; more are dropped and numGroupsLimitReached says so) and
+    # minServerGroupTrimSize (a GROUP BY … ORDER BY keeps its top max(5 × (LIMIT + OFFSET), this) groups;
+    # <= 0: no trim).
+    num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT
+    min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
@@ -82,6 +89,10 @@ class ServerConfig:
             raise ValueError("upsert_read_cache_bytes must be 0 (no cache) or positive")
         if self.max_parallel_segment_builds < 0:
             raise ValueError("max_parallel_segment_builds must be 0 (no cap) or positive")
+        if not 1 <= self.num_groups_limit <= INT_MAX:
+            raise ValueError(f"num_groups_limit must be from 1 to {INT_MAX}")
+        if not -INT_MAX - 1 <= self.min_server_group_trim_size <= INT_MAX:
+            raise ValueError(f"min_server_group_trim_size must be from {-INT_MAX - 1} to {INT_MAX} (<= 0: no trim)")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
 

@@ -14,6 +14,10 @@ lacks or that holds no epoch numbers is error 200.
 A request with a time filter (one half of a hybrid table) sees only that half's rows as ``cuvee_segments``;
 ``totalDocs`` stays the held segments' total (Pinot's meaning) and ``numDocsScanned`` counts the half's rows that
 pass WHERE.
+
+A GROUP BY request's ``groups`` bounds the groups sent back (``cuvee.query.group_trim``): every group is computed,
+counted for ``numDocsScanned``, then ranked by the request's ``orderSql`` and cut to ``numGroupsLimit`` and, for a
+trimmable query, to Pinot's trim size. Both sizes default to this server's configuration.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.protocol.query import ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
+from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.query.execute import sandboxed_cursor, user_message
+from cuvee.query.execute import keep_groups, sandboxed_cursor, user_message
+from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL
 from cuvee.server.deadlines import DEADLINES
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
@@ -57,6 +62,7 @@ class _Failed(Exception):
 
 
 _CULPRIT_PROBES = 32  # segments tried one by one to name the one a failing query trips on
+_NO_CUT = GroupCut(keep=0, limit_reached=False, trimmed=False)  # a request whose groups were not bounded
 
 
 @dataclass
@@ -109,11 +115,17 @@ class QueryExecutor:
     """Executes ``ServerQueryRequest``s against a registry. Thread-safe: one cursor per query."""
 
     def __init__(self, registry: SegmentRegistry, *, clock: Callable[[], float] = time.monotonic,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), upserts: UpsertTables | None = None):
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), upserts: UpsertTables | None = None,
+                 num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
+                 min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE):
+        """``num_groups_limit`` and ``min_server_group_trim_size``: the defaults of the query options of those
+        names (Pinot's server settings)."""
         self.registry = registry
         self._clock = clock
         self._wall_ms = wall_ms
         self._upserts = upserts
+        self._num_groups_limit = num_groups_limit
+        self._min_trim_size = min_server_group_trim_size
 
     @contextmanager
     def _acquire(self, request: ServerQueryRequest) -> Iterator[tuple[Acquired, Valid | None]]:
@@ -190,6 +202,7 @@ class QueryExecutor:
         counts = _Counts()
         result: pa.Table | None = None
         docs_scanned = 0
+        groups = _NO_CUT
         errors: list[ServerException] = []
         with self._acquire(request) as (acquired, valid), self._dims(request) as dims:
             missing = list(acquired.missing)
@@ -202,6 +215,8 @@ class QueryExecutor:
                 _check_select(request.sql)
                 if request.docs_scanned_sql is not None:
                     _check_select(request.docs_scanned_sql)
+                if request.groups is not None:
+                    _check_select(request.groups.order_sql)
                 tables = self._views(acquired.segments, counts, errors, valid)
                 if tables:
                     dims.check()
@@ -217,8 +232,8 @@ class QueryExecutor:
                         docs_scanned = rows
                     else:
                         try:
-                            result, docs_scanned = self._run(request, _projected_union(tables, request), deadline,
-                                                             counts.total_docs, dims.tables)
+                            result, docs_scanned, groups = self._run(request, _projected_union(tables, request),
+                                                                     deadline, counts.total_docs, dims.tables)
                         except _Failed as failure:
                             if not failure.data:
                                 raise
@@ -246,6 +261,9 @@ class QueryExecutor:
             timeUsedMs=int((self._clock() - started) * 1000),
             missingSegments=tuple(missing),
             exceptions=tuple(errors),
+            numGroupsLimitReached=groups.limit_reached and result is not None,
+            groupsTrimmed=groups.trimmed and result is not None and not (request.groups is not None
+                                                                          and request.groups.exact),
         )
         return result, stats
 
@@ -292,7 +310,7 @@ class QueryExecutor:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT, f"query timed out: {timeout_ms} ms passed before it ran")
 
     def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
-             total_docs: int, dims: Mapping[str, pa.Table] | None = None) -> tuple[pa.Table, int]:
+             total_docs: int, dims: Mapping[str, pa.Table] | None = None) -> tuple[pa.Table, int, GroupCut]:
         con = sandboxed_cursor(union.num_rows)
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
@@ -310,7 +328,10 @@ class QueryExecutor:
                 docs = int(rows[0][0]) if rows and rows[0][0] is not None else 0
             elif request.time_filter is not None:  # no WHERE: the rows of this half, not the segments' total
                 docs = int(con.sql(f"SELECT count(*) FROM {SERVER_RELATION}").fetchall()[0][0])
-            return result, docs
+            groups = _NO_CUT
+            if request.groups is not None:
+                result, groups = self._cut_groups(con, result, request.groups)
+            return result, docs, groups
         except duckdb.InterruptException:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
                           f"query timed out after {request.timeout_ms} ms and was interrupted") from None
@@ -320,6 +341,14 @@ class QueryExecutor:
         finally:
             timer.cancel()
             con.close()
+
+    def _cut_groups(self, con: duckdb.DuckDBPyConnection, result: pa.Table,
+                    limits: GroupLimits) -> tuple[pa.Table, GroupCut]:
+        """The groups this server sends (``keep_groups``), bounded by the query's options or else this server's
+        defaults."""
+        return keep_groups(con, result, GroupTrim(limits.order_sql, limits.trim_rows, limits.exact),
+                           self._num_groups_limit if limits.num_groups_limit is None else limits.num_groups_limit,
+                           self._min_trim_size if limits.min_trim_size is None else limits.min_trim_size)
 
     def _culprit(self, request: ServerQueryRequest, segments: Sequence[QueryableSegment], valid: Valid | None,
                  deadline: float, dims: Mapping[str, pa.Table] | None = None) -> str | None:

@@ -50,14 +50,17 @@ from cuvee.upsert.table import UpsertTables
 log = logging.getLogger(__name__)
 
 
-def _default_routers(registry: SegmentRegistry, upserts: UpsertTables) -> list[APIRouter]:
+def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: ServerConfig) -> list[APIRouter]:
     """The query routes (written by the broker side); absent modules simply mean no query endpoint yet."""
     try:
         from cuvee.server.query_routes import query_router
+        from cuvee.server.query_executor import QueryExecutor
     except ImportError:
         log.warning("cuvee.server.query_routes is not available: this server answers no queries")
         return []
-    return [query_router(registry, upserts=upserts)]
+    executor = QueryExecutor(registry, upserts=upserts, num_groups_limit=config.num_groups_limit,
+                             min_server_group_trim_size=config.min_server_group_trim_size)
+    return [query_router(registry, executor=executor, upserts=upserts)]
 
 
 class Server:
@@ -108,7 +111,8 @@ class Server:
         cfg = self.config
         assert self.metastore is not None and self.deep_store is not None
         self.store = ClusterStore(self.metastore, cfg.cluster)
-        routers = self._extra_routers if self._extra_routers is not None else _default_routers(self.registry, self.upserts)
+        routers = (self._extra_routers if self._extra_routers is not None
+                   else _default_routers(self.registry, self.upserts, cfg))
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
                                  role=Role.SERVER, tls=cfg.tls, store=self.store)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"

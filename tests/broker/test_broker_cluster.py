@@ -296,3 +296,39 @@ def test_concurrent_queries_all_answer(cluster: Cluster) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: cluster.query(sql)["resultTable"]["rows"], range(24)))
     assert len(answers) == 24 and all(a == want for a in answers)
+
+
+KEYED = "SELECT id % 53 AS k, COUNT(*), SUM(d), MIN(v) FROM events GROUP BY k ORDER BY k DESC LIMIT 4 OFFSET 2"
+
+
+def test_servers_trimming_groups_ordered_by_key_answer_exactly(cluster: Cluster) -> None:
+    """Both servers hold rows of every k (53 groups each) and keep 5 × 6 of them: the answer is DuckDB's, and an
+    exact trim is not reported."""
+    want = approx(reference(cluster.rows, KEYED))
+    for _ in range(3):  # the replicas rotate: the groups split differently between the servers
+        response = cluster.query(f"SET minServerGroupTrimSize = 1; {KEYED}")
+        assert response["exceptions"] == []
+        assert approx(response["resultTable"]["rows"]) == want
+        assert (response["groupsTrimmed"], response["numGroupsLimitReached"]) == (False, False)
+
+
+def test_a_trim_ranked_on_partial_aggregates_is_reported(cluster: Cluster) -> None:
+    sql = "SELECT id % 53 AS k, COUNT(*) AS c FROM events GROUP BY k ORDER BY c DESC, k LIMIT 2"
+    assert cluster.query(sql, "minServerGroupTrimSize=1")["groupsTrimmed"] is True  # 53 groups, 10 kept
+    untrimmed = cluster.query(sql, "minServerGroupTrimSize=-1")  # <= 0: no trim
+    assert untrimmed["groupsTrimmed"] is False
+    assert approx(untrimmed["resultTable"]["rows"]) == approx(reference(cluster.rows, sql))
+    assert cluster.query(sql)["groupsTrimmed"] is False  # the default keeps 5,000: nothing to trim here
+
+
+def test_num_groups_limit_drops_groups_and_says_so(cluster: Cluster) -> None:
+    sql = "SELECT id, COUNT(*) FROM events GROUP BY id LIMIT 5000"
+    every = cluster.query(sql)
+    assert every["numRowsResultSet"] == cluster.rows.num_rows and every["numGroupsLimitReached"] is False
+    limited = cluster.query(sql, "numGroupsLimit=50")
+    assert limited["exceptions"] == [] and limited["numGroupsLimitReached"] is True
+    assert 50 <= limited["numRowsResultSet"] <= 100  # each of the two servers keeps 50 ids
+    assert limited["groupsTrimmed"] is False and limited["partialResult"] is False  # Pinot's flags
+    assert limited["numDocsScanned"] == every["numDocsScanned"]  # the rows were scanned all the same
+    bad = cluster.query(sql, "numGroupsLimit=0")
+    assert [e["errorCode"] for e in bad["exceptions"]] == [150] and "numGroupsLimit" in bad["exceptions"][0]["message"]

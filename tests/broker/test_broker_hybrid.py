@@ -123,6 +123,13 @@ def test_hybrid_table_counts_every_row_exactly_once(cluster: InProcessCluster, s
     rows = [r for items in OFFLINE.values() for r in items if r["ts"] <= BOUNDARY] + \
         [r for r in REALTIME if r["ts"] > BOUNDARY]
     assert groups["rows"] == [[c, sum(1 for r in rows if r["country"] == c)] for c in ("fr", "us")]
+    # each half's servers keep 5 × 3 of the 50 groups they hold, ranked alike: exact across the halves too
+    trimmed = cluster.query("SET minServerGroupTrimSize = 1; SELECT id % 50 AS k, COUNT(*), SUM(amount) FROM sales "
+                            "GROUP BY k ORDER BY k DESC LIMIT 3")
+    assert trimmed["resultTable"]["rows"] == [
+        [k, sum(1 for r in rows if r["id"] % 50 == k), float(sum(r["amount"] for r in rows if r["id"] % 50 == k))]
+        for k in (49, 48, 47)]
+    assert trimmed["groupsTrimmed"] is False and trimmed["exceptions"] == []
     edge = cluster.query("SELECT id FROM sales WHERE ts BETWEEN "
                          f"{BOUNDARY - 60_000} AND {BOUNDARY + 60_000} ORDER BY id LIMIT 10")
     assert [r[0] for r in edge["resultTable"]["rows"]] == sorted(

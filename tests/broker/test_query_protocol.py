@@ -8,6 +8,7 @@ import pytest
 
 from cuvee.protocol.query import (
     DimLookup,
+    GroupLimits,
     QueryWireError,
     TimeFilter,
     ServerException,
@@ -142,3 +143,44 @@ def test_lookups_round_trip_and_are_absent_unless_used() -> None:
 def test_lookups_parsing_is_strict(lookups: object, error: str) -> None:
     with pytest.raises(QueryWireError, match=error):
         ServerQueryRequest.from_dict({**REQUEST.to_dict(), "lookups": lookups})
+
+
+def test_group_limits_round_trip_and_are_absent_unless_grouping() -> None:
+    assert "groups" not in REQUEST.to_dict()  # an older server, which refuses unknown fields, still reads it
+    grouped = ServerQueryRequest("5", "t_OFFLINE", "SELECT 1", ("s",), 10, groups=GroupLimits(
+        "SELECT * FROM cuvee_groups ORDER BY __g0", trim_rows=12, exact=True, num_groups_limit=300,
+        min_trim_size=-1))
+    assert ServerQueryRequest.decode(grouped.encode()) == grouped
+    assert orjson.loads(grouped.encode())["groups"] == {
+        "orderSql": "SELECT * FROM cuvee_groups ORDER BY __g0", "trimRows": 12, "exact": True,
+        "numGroupsLimit": 300, "minServerGroupTrimSize": -1}
+    defaults = ServerQueryRequest("6", "t_OFFLINE", "SELECT 1", ("s",), 10,
+                                  groups=GroupLimits("SELECT * FROM cuvee_groups"))
+    assert ServerQueryRequest.decode(defaults.encode()) == defaults
+
+
+@pytest.mark.parametrize(("groups", "error"), [
+    ([], "must be a JSON object"),
+    ({"orderSql": "", "exact": False}, "orderSql must be a non-empty string"),
+    ({"exact": False}, "missing field 'orderSql'"),
+    ({"orderSql": "SELECT 1"}, "missing field 'exact'"),
+    ({"orderSql": "SELECT 1", "exact": "yes"}, "'exact' must be a boolean"),
+    ({"orderSql": "SELECT 1", "exact": False, "trimRows": -1}, "'trimRows' must be an integer from 0"),
+    ({"orderSql": "SELECT 1", "exact": False, "numGroupsLimit": 0}, "'numGroupsLimit' must be an integer from 1"),
+    ({"orderSql": "SELECT 1", "exact": False, "numGroupsLimit": 2**31}, "'numGroupsLimit' must be an integer"),
+    ({"orderSql": "SELECT 1", "exact": False, "minServerGroupTrimSize": True}, "must be an integer"),
+    ({"orderSql": "SELECT 1", "exact": False, "limit": 3}, "unknown field"),
+])
+def test_group_limits_parsing_is_strict(groups: object, error: str) -> None:
+    with pytest.raises(QueryWireError, match=error):
+        ServerQueryRequest.from_dict({**REQUEST.to_dict(), "groups": groups})
+
+
+def test_group_flags_are_sent_only_when_set() -> None:
+    quiet = ServerQueryStats(totalDocs=1)
+    assert "numGroupsLimitReached" not in quiet.to_dict() and "groupsTrimmed" not in quiet.to_dict()
+    flagged = ServerQueryStats(totalDocs=1, numGroupsLimitReached=True, groupsTrimmed=True)
+    assert decode_response(encode_response(None, flagged))[1] == flagged
+    assert decode_response(encode_response(None, quiet))[1] == quiet
+    with pytest.raises(QueryWireError, match="'groupsTrimmed' must be a boolean"):
+        ServerQueryStats.from_dict({**quiet.to_dict(), "groupsTrimmed": 1})

@@ -14,7 +14,8 @@ from cuvee.query.response import format_timestamp, pinot_type
 from tests.query.helpers import SCHEMA, distributed
 
 PINOT_FIELDS = {
-    "resultTable", "numRowsResultSet", "partialResult", "exceptions", "numGroupsLimitReached", "timeUsedMs",
+    "resultTable", "numRowsResultSet", "partialResult", "exceptions", "numGroupsLimitReached", "groupsTrimmed",
+    "timeUsedMs",
     "requestId", "numServersQueried", "numServersResponded", "numDocsScanned", "totalDocs",
     "numEntriesScannedInFilter", "numEntriesScannedPostFilter", "numSegmentsQueried", "numSegmentsProcessed",
     "numSegmentsMatched", "numConsumingSegmentsQueried", "minConsumingFreshnessTimeMs", "traceInfo",
@@ -101,6 +102,18 @@ def test_broker_response_has_pinots_fields_and_sums_server_stats() -> None:
     assert response["minConsumingFreshnessTimeMs"] == 1500
     assert (response["requestId"], response["timeUsedMs"], response["numRowsResultSet"]) == ("42", 3, 1)
     orjson.dumps(response)
+
+
+def test_group_flags_are_any_servers() -> None:
+    quiet = ExecutionStats(totalDocs=3)
+    limited = ExecutionStats(numGroupsLimitReached=True)
+    trimmed = ExecutionStats(groupsTrimmed=True)
+    assert not ExecutionStats.combine([quiet, quiet]).numGroupsLimitReached
+    assert not ExecutionStats.combine([quiet, quiet]).groupsTrimmed
+    both = ExecutionStats.combine([quiet, limited, trimmed])
+    assert (both.numGroupsLimitReached, both.groupsTrimmed, both.totalDocs) == (True, True, 3)
+    response = broker_response(request_id="1", time_used_ms=1, stats=both)
+    assert (response["numGroupsLimitReached"], response["groupsTrimmed"]) == (True, True)
 
 
 def test_freshness_is_zero_without_consuming_segments() -> None:

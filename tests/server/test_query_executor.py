@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pytest
 
-from cuvee.protocol.query import DimLookup, ServerQueryRequest
+from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest
 from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
 from cuvee.query.rewrite import DOCS_COLUMN
 from cuvee.server.query_executor import QueryExecutor, _union
@@ -283,3 +285,63 @@ def test_a_lookups_dimension_table_is_the_union_of_the_listed_segments_and_a_mis
     assert "dimension table cities_OFFLINE lacks segment(s) cities_7" in errors[0][1]
     result, errors = ask((), dim.schema)  # no segment routed: the schema types an empty table, every key unmatched
     assert errors == [] and result is not None and set(result.column("country").to_pylist()) == {None}
+
+
+def grouped(sql: str, segments: list[str], **limits: Any) -> tuple[QueryPlan, ServerQueryRequest]:
+    """The plan and the server request the broker sends for a GROUP BY (``limits``: its query options)."""
+    plan = plan_sql(sql, resolve)
+    assert plan.group_trim is not None
+    trim = plan.group_trim
+    return plan, ServerQueryRequest("1", TABLE, plan.server_sql, tuple(segments), 10_000, plan.docs_scanned_sql,
+                                    plan.docs_column, groups=GroupLimits(trim.order_sql, trim.rows, trim.exact,
+                                                                         **limits))
+
+
+@pytest.mark.parametrize(("sql", "exact"), [
+    ("SELECT id, COUNT(*), SUM(d) FROM events WHERE v > 0 GROUP BY id ORDER BY SUM(d) DESC, id LIMIT 2 OFFSET 1",
+     False),
+    ("SELECT id, COUNT(*), SUM(d) FROM events WHERE v > 0 GROUP BY id ORDER BY id DESC LIMIT 2 OFFSET 1", True),
+])
+def test_a_trimmed_group_by_counts_every_scanned_row_and_says_whether_it_may_be_wrong(loaded, sql: str,
+                                                                                       exact: bool) -> None:
+    registry, rows, names = loaded
+    plan, server_request = grouped(sql, names, min_trim_size=1)
+    result, stats = QueryExecutor(registry).execute(server_request)
+    assert stats.exceptions == ()
+    assert result is not None and result.num_rows == 15  # 5 × (LIMIT + OFFSET) of the ids passing v > 0
+    assert DOCS_COLUMN not in result.column_names
+    assert stats.numDocsScanned == reference("SELECT COUNT(*) FROM events WHERE v > 0", rows)[0][0]
+    assert (stats.groupsTrimmed, stats.numGroupsLimitReached) == (not exact, False)
+    merged = merge_partials(plan, [result], schema().arrow_schema())  # one server: its partials are the groups
+    assert [tuple(r.values()) for r in merged.to_pylist()] == reference(sql, rows)
+
+
+def test_the_groups_limit_comes_from_the_query_else_the_server(loaded) -> None:
+    registry, rows, names = loaded
+    sql = "SELECT id, COUNT(*) FROM events GROUP BY id LIMIT 1000"
+    _, by_config = grouped(sql, names)
+    result, stats = QueryExecutor(registry, num_groups_limit=40).execute(by_config)
+    assert result is not None and result.num_rows == 40 and stats.numGroupsLimitReached and not stats.groupsTrimmed
+    assert set(result.column("__g0").to_pylist()) <= set(rows.column("id").to_pylist())
+    _, by_option = grouped(sql, names, num_groups_limit=rows.num_rows)
+    result, stats = QueryExecutor(registry, num_groups_limit=40).execute(by_option)
+    assert result is not None and result.num_rows == rows.num_rows and not stats.numGroupsLimitReached
+
+
+def test_the_trim_size_comes_from_the_query_else_the_server(loaded) -> None:
+    registry, rows, names = loaded
+    sql = "SELECT id, MAX(d) FROM events GROUP BY id ORDER BY MAX(d) DESC LIMIT 10"
+    _, by_default = grouped(sql, names)
+    result, stats = QueryExecutor(registry, min_server_group_trim_size=100).execute(by_default)
+    assert result is not None and result.num_rows == 100 and stats.groupsTrimmed  # max(5 × 10, 100)
+    _, off = grouped(sql, names, min_trim_size=0)  # <= 0: no trim
+    result, stats = QueryExecutor(registry, min_server_group_trim_size=100).execute(off)
+    assert result is not None and result.num_rows == rows.num_rows and not stats.groupsTrimmed
+
+
+def test_a_ranking_that_is_not_one_select_is_refused(loaded) -> None:
+    registry, _, names = loaded
+    plan, server_request = grouped("SELECT id, COUNT(*) FROM events GROUP BY id LIMIT 5", names)
+    bad = replace(server_request, groups=GroupLimits("SELECT 1; DROP TABLE x"))
+    result, stats = QueryExecutor(registry).execute(bad)
+    assert result is None and [e.error_code for e in stats.exceptions] == [int(QueryErrorCode.QUERY_EXECUTION)]

@@ -45,6 +45,17 @@ def test_config_mistakes_are_reported_by_key_path(tmp_path: Path) -> None:
     assert "$.ideal_state_poll_seconds" in text and "$.nope" in text and "fetch_max_messages" in text
 
 
+def test_group_by_bounds_are_read_from_toml_and_checked(tmp_path: Path) -> None:
+    assert (ServerConfig().num_groups_limit, ServerConfig().min_server_group_trim_size) == (100_000, 5_000)
+    path = tmp_path / "server.toml"
+    path.write_text("num_groups_limit = 2000\nmin_server_group_trim_size = -1\n")
+    config = load_server_config(path)
+    assert (config.num_groups_limit, config.min_server_group_trim_size) == (2000, -1)
+    for bad in ({"num_groups_limit": 0}, {"num_groups_limit": 2**31}, {"min_server_group_trim_size": 2**31}):
+        with pytest.raises((ValueError, ConfigValidationError)):
+            load_server_config(None, bad)
+
+
 def test_register_adds_the_server_command() -> None:
     from cuvee.cli import role_cmd
 
