@@ -88,6 +88,32 @@ class PartitionUpsert:
             return {s: (name, self._valid.get(s, FrozenBitMap()), tombs.get(s, none))
                     for s, name in segments.items() if s in self._handles}
 
+    def kept_docs(self, segment: int, keys: np.ndarray, deletes: np.ndarray | None,
+                  consuming: Callable[[Any], bool]) -> tuple[np.ndarray, dict[str, int]] | None:
+        """What an upsert compaction may keep of committed ``segment`` (``keys``, ``deletes``: its rows' key hashes
+        and delete flags in doc order), from one instant: its valid docs, its tombstones, the docs of keys whose
+        newest version is in a consuming copy (``consuming(handle)``; that copy may yet end shorter and give the key
+        back to a committed version), and delete rows of keys no longer tracked (a tombstone the TTL forgot still
+        hides older versions when a restart decides keys from rows). Sorted docs and their counts by kind; None
+        when the segment is not in the partition."""
+        with self._lock:
+            self._settled()
+            if segment not in self._handles:
+                return None
+            valid = self._valid.get(segment, FrozenBitMap())
+            valid_docs = np.asarray(valid.to_array(), np.int64) if len(valid) else np.zeros(0, np.int64)
+            tombs = self._keys.tombstones(segment).astype(np.int64)
+            live = [s for s, h in self._handles.items() if s != segment and consuming(h)]
+            found, segs, _, _ = self._keys.lookup(keys) if len(keys) else (np.zeros(0, bool),) * 4
+        pending = np.flatnonzero(found & np.isin(segs, np.asarray(live, np.int64))) if live else np.zeros(0, np.int64)
+        forgotten = np.zeros(0, np.int64)
+        if deletes is not None and len(deletes):
+            forgotten = np.flatnonzero(np.asarray(deletes, bool) & ~found)
+        kept = np.union1d(np.union1d(valid_docs, tombs), np.union1d(pending, forgotten))
+        counts = {"validDocs": len(valid_docs), "tombstones": len(tombs), "pendingDocs": len(pending),
+                  "forgottenDeletes": len(forgotten)}
+        return kept.astype(np.int64), counts
+
     def rebuild(self) -> None:
         """Decide every key again from all segments' rows, in stream order (a restart whose snapshots could not
         all be used)."""
