@@ -39,6 +39,8 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 MAINTENANCE_COMMANDS = (
     ("merge-rollup", "MergeRollupTask", "merge a table's small segments per time bucket (MergeRollupTask)"),
+    ("compact-upsert", "UpsertCompactionTask",
+     "rewrite an upsert table's committed segments without their invalid docs (UpsertCompactionTask)"),
 )
 
 

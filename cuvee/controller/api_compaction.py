@@ -61,12 +61,30 @@ def router(ctl: Controller) -> APIRouter:
             raise BadRequest(f"{segment[:256]!r} is not a realtime (LLC) segment name") from None
         if doc.get("drop") is True:
             return await run_in_threadpool(_drop, ctl, full, segment, llc, expected)
-        pushed = PushedSegment.from_json(doc.get("segment"), "segment")
-        if pushed.name != segment:
-            raise BadRequest(f"a compacted copy keeps its name: got {pushed.name!r} for {segment!r}")
-        return await run_in_threadpool(_replace, ctl, full, pushed, expected)
+        return await run_in_threadpool(_replace, ctl, full, _pushed(doc.get("segment"), segment), expected)
 
     return api
+
+
+def _pushed(doc: Any, name: str) -> PushedSegment:
+    """The compacted copy's metadata (``PushedSegment.from_json`` refuses LLC names: pushes must not make them)."""
+    if not isinstance(doc, dict):
+        raise BadRequest("segment must be a JSON object (segmentName, downloadUri, crc, totalDocs, sizeBytes)")
+    if doc.get("segmentName") != name:
+        raise BadRequest(f"a compacted copy keeps its name: got {str(doc.get('segmentName'))[:256]!r} for {name!r}")
+    uri = doc.get("downloadUri")
+    if not isinstance(uri, str) or not uri or len(uri) > 4096:
+        raise BadRequest("segment.downloadUri must be a deep store URI")
+    numbers = {}
+    for key in ("crc", "totalDocs", "sizeBytes"):
+        value = doc.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"segment.{key} must be a non-negative integer")
+        numbers[key] = value
+    if numbers["totalDocs"] == 0:
+        raise BadRequest("a compacted copy with no doc is dropped instead (drop: true)")
+    return PushedSegment(name=name, download_uri=uri, crc=numbers["crc"], total_docs=numbers["totalDocs"],
+                         size_bytes=numbers["sizeBytes"], time_min=None, time_max=None)
 
 
 def _replace(ctl: Controller, full: str, pushed: PushedSegment, expected: int) -> dict[str, Any]:

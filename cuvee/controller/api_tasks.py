@@ -20,7 +20,9 @@ from cuvee.controller.api_common import require_body
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadRequest, NotFound
 from cuvee.lineage.rules import hidden_segments
-from cuvee.maintenance.config import TASK_TYPES, TaskConfigs, task_configs
+from cuvee.maintenance.compaction_plan import candidates as compaction_candidates
+from cuvee.maintenance.compaction_plan import table_segments
+from cuvee.maintenance.config import TASK_TYPES, TaskConfigs, UpsertCompactionConfig, task_configs
 from cuvee.maintenance.merge_plan import plan_merges
 from cuvee.maintenance.periods import format_period
 from cuvee.maintenance.spans import committed_spans
@@ -75,6 +77,8 @@ def router(ctl: Controller) -> APIRouter:
         return {"tableName": raw_table_name(table), "tasks": out}
 
     def due(config: TableConfig, tasks: TaskConfigs, current: TaskState) -> list[dict[str, Any]]:
+        if tasks.upsert_compaction is not None:
+            return compaction_due(config, tasks.upsert_compaction)
         if tasks.merge_rollup is None:
             return []
         full = config.name_with_type
@@ -91,6 +95,16 @@ def router(ctl: Controller) -> APIRouter:
         return [{"level": t.level, "windowStartMs": t.window_start_ms, "windowEndMs": t.window_end_ms,
                  "bucket": format_period(t.window_end_ms - t.window_start_ms), "segments": len(t.segments),
                  "rows": t.total_docs} for t in plan.tasks]
+
+    def compaction_due(config: TableConfig, compaction: UpsertCompactionConfig) -> list[dict[str, Any]]:
+        """The segments old enough to compact (the job asks their replicas how many docs are invalid)."""
+        full = config.name_with_type
+        ideal = ctl.store.ideal_state(full)
+        segments = ideal.record.segments if ideal is not None else {}
+        records = {n: found.record for n in segments if (found := ctl.store.find_segment(full, n)) is not None}
+        step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
+        return [{"segment": s.name, "endMs": s.end_ms, "totalDocs": s.total_docs}
+                for s in compaction_candidates(compaction, table_segments(records, segments, step), ctl.clock_ms())]
 
     @api.post("/tasks/{table}/{task_type}/start")
     def start(table: str, task_type: str, body: Any = Body(None)) -> dict[str, Any]:

@@ -21,7 +21,9 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from cuvee.cluster.records import SegmentRecord
 from cuvee.maintenance.config import UpsertCompactionConfig
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 
 
 @dataclass(frozen=True)
@@ -119,3 +121,30 @@ def _disagreement(segment: CompactionCandidate, answers: Mapping[str, ReplicaAns
     if first is not None and first and (first[-1] >= segment.total_docs or first[0] < 0):
         return "a replica names a doc outside the segment"
     return ""
+
+
+def table_segments(records: Mapping[str, SegmentRecord], ideal: Mapping[str, Mapping[str, object]],
+                   step_ms: float | None) -> list[CompactionCandidate]:
+    """The REALTIME half's committed LLC segments as candidates: ``replicas`` are the instances the ideal state has
+    the segment on, or none when one of them is not ONLINE (moving, failed: asked again next run); ``newest`` when
+    no later segment of its partition (committed or consuming) is in the ideal state."""
+    parsed = {}
+    for name in ideal:
+        try:
+            parsed[name] = LLCSegmentName.parse(name)
+        except InvalidSegmentNameError:
+            continue
+    last: dict[int, int] = {}
+    for llc in parsed.values():
+        last[llc.partition] = max(last.get(llc.partition, llc.sequence), llc.sequence)
+    out = []
+    for name, llc in sorted(parsed.items()):
+        record = records.get(name)
+        if record is None or record.is_consuming or record.crc is None:
+            continue
+        states = {i: str(getattr(s, "value", s)) for i, s in ideal[name].items()}
+        replicas = tuple(sorted(states)) if states and all(s == "ONLINE" for s in states.values()) else ()
+        end = int(record.time_max * step_ms) if step_ms is not None and record.time_max is not None else None
+        out.append(CompactionCandidate(name, llc.partition, llc.sequence, end, record.total_docs, record.crc,
+                                       replicas, newest=llc.sequence == last[llc.partition]))
+    return out

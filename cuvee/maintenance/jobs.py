@@ -20,7 +20,7 @@ import pyarrow as pa
 from cuvee.cluster.time_boundary import millis_per_value
 from cuvee.config import Schema, TableConfig, TableType
 from cuvee.controller import faults
-from cuvee.maintenance.config import MERGE_ROLLUP, MergeLevel, MergeRollupConfig, task_configs
+from cuvee.maintenance.config import MERGE_ROLLUP, UPSERT_COMPACTION, MergeLevel, MergeRollupConfig, task_configs
 from cuvee.maintenance.merge_plan import MergeTask, plan_merges
 from cuvee.maintenance.rows import merge_rows
 from cuvee.maintenance.spans import committed_spans
@@ -196,7 +196,13 @@ def _reason(exc: BaseException) -> str:
     return text[:2000]
 
 
-JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup}
+def _upsert_compaction(*args: Any, **kwargs: Any) -> JobSummary:
+    from cuvee.maintenance.compaction_job import run_upsert_compaction  # it imports this module
+
+    return run_upsert_compaction(*args, **kwargs)
+
+
+JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup, UPSERT_COMPACTION: _upsert_compaction}
 
 
 def tables_with_task(controller: str, task_type: str) -> list[str]:

@@ -143,3 +143,16 @@ class ControllerClient:
     def revert_replace(self, table: str, entry_id: str) -> None:
         self._call("POST", f"/segments/{table}/revertReplaceSegments",
                    params={"type": "OFFLINE", "segmentLineageEntryId": entry_id})
+
+    # ---- upsert compaction (cuvee.controller.api_compaction) ----
+
+    def swap_compacted(self, table: str, segment: str, expected_crc: int, built: dict[str, Any]) -> dict[str, Any]:
+        """A compacted copy of a committed REALTIME segment replaces it under its name (if its CRC is still
+        ``expected_crc``)."""
+        return dict(self._call("POST", f"/segments/{table}/{segment}/compacted",
+                               json={"expectedCrc": expected_crc, "segment": built}))
+
+    def drop_compacted(self, table: str, segment: str, expected_crc: int) -> dict[str, Any]:
+        """Delete a committed REALTIME segment none of whose docs is valid (if its CRC is still ``expected_crc``)."""
+        return dict(self._call("POST", f"/segments/{table}/{segment}/compacted",
+                               json={"expectedCrc": expected_crc, "drop": True}))

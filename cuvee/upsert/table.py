@@ -456,7 +456,10 @@ def _readable_docs(token: Any) -> int:
     """A copy's docs as the key map saw them: a consuming segment's published rows (past any cap), a committed
     segment's total."""
     published = getattr(token, "published_docs", None)
-    return int(published if published is not None else token.num_docs)
+    if published is not None:
+        return int(published)
+    held = getattr(token, "num_docs", None)  # a served ImmutableSegment counts total_docs (a reload replaces one)
+    return int(held if held is not None else token.total_docs)
 
 
 class UpsertTables:

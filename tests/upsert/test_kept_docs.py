@@ -10,17 +10,25 @@ from cuvee.upsert.table import TableUpsert
 from tests.upsert.test_table import SCHEMA, SEGMENTS, Committed, Consuming, config, name, serve_all, visible
 
 
-def compacted(segment: Committed, kept: list[int]) -> Committed:
-    copy = Committed(0, [])
-    copy.name, copy.crc = segment.name, segment.crc + 500
-    copy.table = segment.table.take(pa.array(kept, pa.int64()))
-    copy.num_docs = copy.table.num_rows
-    return copy
+class Reloaded:
+    """A compacted copy as a server serves it: an ImmutableSegment counts ``total_docs`` (no ``num_docs``)."""
+
+    def __init__(self, segment: Committed | Reloaded, kept: list[int]) -> None:
+        self.name, self.crc = segment.name, segment.crc + 500
+        self.table = segment.table.take(pa.array(kept, pa.int64()))
+        self.total_docs = self.table.num_rows
+
+    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
+        return self.table.select(columns) if columns else self.table
 
 
-def kept(state: TableUpsert, segment: Committed) -> list[int]:
+def compacted(segment: Committed, kept: list[int]) -> Reloaded:
+    return Reloaded(segment, kept)
+
+
+def kept(state: TableUpsert, segment: Committed | Reloaded) -> list[int]:
     found = state.kept_docs(segment.name)
-    assert found is not None and found[0] == segment.crc and found[1] == segment.num_docs
+    assert found is not None and found[0] == segment.crc and found[1] == segment.table.num_rows
     return [int(d) for d in found[2]]
 
 
@@ -58,7 +66,10 @@ def test_serving_compacted_copies_and_dropping_changes_no_answer() -> None:
         copy = compacted(segment, kept(state, segment))
         state.serve(copy.name, copy, copy.to_arrow(state.columns), lambda: None)
         assert visible(state) == before
-        assert kept(state, copy) == list(range(copy.num_docs))  # nothing more to compact
+        assert kept(state, copy) == list(range(copy.total_docs))  # nothing more to compact
+        again = Reloaded(copy, kept(state, copy))  # a copy reloaded over a served copy (an ImmutableSegment)
+        state.serve(again.name, again, again.to_arrow(state.columns), lambda: None)
+        assert visible(state) == before
     assert kept(state, segments[0]) == []
     state.remove(segments[0].name)
     assert visible(state) == before == {1: 2, 3: 4, 4: 5}
