@@ -40,7 +40,7 @@ def test_kept_docs_are_valid_docs_and_tombstones() -> None:
     assert kept(state, segments[1]) == [0, 1]  # 1@2 valid (1@0 later is late), 2's delete row hides it
     assert kept(state, segments[2]) == [0, 1]  # the late row of 1 goes
     counts = state.kept_docs(segments[1].name)[3]  # type: ignore[index]
-    assert (counts["validDocs"], counts["tombstones"], counts["pendingDocs"]) == (1, 1, 0)
+    assert (counts["validDocs"], counts["tombstones"], counts["fallbackDocs"]) == (1, 1, 0)
     assert state.kept_docs("t__0__9__20260101T0000Z") is None
 
 
@@ -52,6 +52,8 @@ def test_docs_superseded_only_by_consuming_rows_are_kept() -> None:
     state.start(consuming.name, consuming)
     consuming.take(state, [(4, 5, False), (3, 6, False)])
     assert kept(state, segments[2]) == [0, 1]  # 3@4 and 4@4: their newer rows are not committed yet
+    assert state.kept_docs(segments[2].name)[3]["fallbackDocs"] == 2  # type: ignore[index]
+    assert kept(state, segments[0]) == []  # 3@1 is not 3's committed version: 3@4 is
 
 
 def test_serving_compacted_copies_and_dropping_changes_no_answer() -> None:
