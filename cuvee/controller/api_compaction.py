@@ -9,8 +9,9 @@ swapping the copy in its registry and upsert key map in one step (``cuvee.upsert
 replica answers exactly as before on either copy, because the job compacted only what every replica agreed it
 may drop; so queries never see a key twice or miss one while replicas reload one after the other.
 
-``{"expectedCrc": c, "drop": true}`` deletes a segment with no doc left to keep instead; never a partition's
-newest segment (the next consuming segment, and the repair task, continue from its end offset).
+A segment with no doc left to keep gets a copy with no doc the same way: it is not deleted, because deleting
+takes it OFFLINE on every replica before it leaves the external view, which a broker reports as unavailable
+(error 305) for that moment; retention removes it later with its neighbours.
 
 Sending the same compacted copy again (a job that lost the answer) is answered as done.
 """
@@ -28,7 +29,7 @@ from cuvee.config import TableType, raw_table_name
 from cuvee.controller.api_common import require_body
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
-from cuvee.controller.segment_deletion import delete_segments, schedule_archive_deletion
+from cuvee.controller.segment_deletion import schedule_archive_deletion
 from cuvee.controller.segment_push import PushedSegment
 from cuvee.controller.table_locks import TABLE_LOCKS
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
 
 COMPACTED_PATH = "/segments/{table}/{segment}/compacted"
-DROP_REASON = "dropped by UpsertCompactionTask: every doc invalid"
 
 
 def router(ctl: Controller) -> APIRouter:
@@ -56,11 +56,9 @@ def router(ctl: Controller) -> APIRouter:
         if config is None or not config.is_upsert:
             raise NotFound(f"table {table!r} has no REALTIME upsert half")
         try:
-            llc = LLCSegmentName.parse(segment)
+            LLCSegmentName.parse(segment)
         except InvalidSegmentNameError:
             raise BadRequest(f"{segment[:256]!r} is not a realtime (LLC) segment name") from None
-        if doc.get("drop") is True:
-            return await run_in_threadpool(_drop, ctl, full, segment, llc, expected)
         return await run_in_threadpool(_replace, ctl, full, _pushed(doc.get("segment"), segment), expected)
 
     return api
@@ -81,8 +79,6 @@ def _pushed(doc: Any, name: str) -> PushedSegment:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BadRequest(f"segment.{key} must be a non-negative integer")
         numbers[key] = value
-    if numbers["totalDocs"] == 0:
-        raise BadRequest("a compacted copy with no doc is dropped instead (drop: true)")
     return PushedSegment(name=name, download_uri=uri, crc=numbers["crc"], total_docs=numbers["totalDocs"],
                          size_bytes=numbers["sizeBytes"], time_min=None, time_max=None)
 
@@ -123,26 +119,6 @@ def _replace(ctl: Controller, full: str, pushed: PushedSegment, expected: int) -
     return {"status": f"{full}/{name} compacted: {record.total_docs} → {pushed.total_docs} docs", "crc": pushed.crc}
 
 
-def _drop(ctl: Controller, full: str, name: str, llc: LLCSegmentName, expected: int) -> dict[str, Any]:
-    with TABLE_LOCKS.hold(full):
-        found = ctl.store.find_segment(full, name)
-        if found is None:
-            return {"status": f"{full}/{name} is gone already"}
-        record = _committed_record(ctl, full, name)
-        if record.crc != expected:
-            raise Conflict(f"{full}/{name} has CRC {record.crc}, not {expected}: it changed since it was planned")
-        _all_online(ctl, full, name)
-        ideal = ctl.store.ideal_state(full)
-        later = [s for s in (ideal.record.segments if ideal is not None else {})
-                 if _later_in_partition(s, llc)]
-        if not later:
-            raise Conflict(f"{name} is partition {llc.partition}'s newest segment: the next one continues from its "
-                           "end offset, so it is kept")
-        delete_segments(ctl.store, full, [name], ctl.clock_ms(), round(ctl.config.deletion_grace_seconds * 1000),
-                        DROP_REASON)
-    return {"status": f"{full}/{name} dropped: every doc invalid"}
-
-
 def _committed_record(ctl: Controller, full: str, name: str) -> SegmentRecord:
     found = ctl.store.find_segment(full, name)
     if found is None:
@@ -168,11 +144,3 @@ def _name_crc(ctl: Controller, full: str, name: str, crc: int) -> None:
         return ideal.with_crcs({name: crc})
 
     ctl.store.update_ideal_state(full, named)
-
-
-def _later_in_partition(segment: str, llc: LLCSegmentName) -> bool:
-    try:
-        other = LLCSegmentName.parse(segment)
-    except InvalidSegmentNameError:
-        return False
-    return other.partition == llc.partition and other.sequence > llc.sequence

@@ -8,7 +8,8 @@ their order, and builds the copy with the servers' builder under the same LLC na
 (``<table>/<segment>.<run>.tar.zst``, never an object a served record points at). The driver then swaps each copy
 in (``POST /segments/{t}/{s}/compacted``, a compare-and-set on the CRC compacted): the controller rewrites the
 record and names the new CRC in the ideal state, and each replica reloads the segment, its registry and key map
-in one step. Segments with no doc kept are dropped the same way.
+in one step. A segment with no doc kept gets a copy with no doc the same way (not deleted: see
+``cuvee.controller.api_compaction``).
 
 Failure: a job that dies before a segment's swap leaves it as it was (its archive leaks, unserved); one that dies
 between two swaps leaves some segments compacted and the others not: every answer is the same either way, and the
@@ -93,14 +94,13 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
                          for segment in todo]
             skipped = [d for d in decisions if d.action is Action.SKIP]
             work = _work(decisions, half, todo, config.to_json(), schema.to_json(), deep_store_uri, summary.run_id)
-            drops = [d for d in decisions if d.action is Action.DROP]
             built: list[dict[str, Any]] = []
             if work:
                 progress(f"compacting {len(work)} segment(s) in {len(work)} Spark task(s)")
                 built = _build_on_spark(spark, work)
-            notes = _swap(client, table, built, drops, {s.name: s for s in todo}, deep_store_uri, summary, progress)
+            notes = _swap(client, table, built, {s.name: s for s in todo}, deep_store_uri, summary, progress)
             summary.tasks = len(work)
-            summary.status = "SUCCEEDED" if work or drops else "NOTHING_TO_DO"
+            summary.status = "SUCCEEDED" if work else "NOTHING_TO_DO"
             summary.message = _message(skipped, notes)
         except Exception as exc:
             summary.status, summary.message = "FAILED", _reason(exc)
@@ -140,7 +140,7 @@ def _work(decisions: list[Decision], half: Any, todo: list[CompactionCandidate],
           schema_json: dict[str, Any], deep_store_uri: str, run_id: str) -> list[CompactWork]:
     from pyroaring import BitMap
 
-    wanted = {d.segment: d for d in decisions if d.action is Action.COMPACT}
+    wanted = {d.segment: d for d in decisions if d.action in (Action.COMPACT, Action.EMPTY)}
     if not wanted:
         return []
     sources = {s.segment: s for s in plan_sources(half, include_consuming=False, predicates=(), time_spec=None)}
@@ -183,12 +183,15 @@ def compact_task(work: CompactWork) -> dict[str, Any]:
 
     schema, table = work.spec.schema, work.spec.table
     name = work.source.segment
-    rows = read_segment(work.source, schema.fields, deep_store_uri=work.spec.deep_store_uri,
-                        timeout_seconds=READ_TIMEOUT_SECONDS).cast(schema.arrow_schema())
-    if rows.num_rows != work.total_docs:
-        raise PipelineError(f"{name}: read {rows.num_rows} docs, the replicas hold {work.total_docs}")
     kept = np.asarray(BitMap.deserialize(work.kept).to_array(), np.int64)
-    rows = rows.take(pa.array(kept))
+    if len(kept):
+        rows = read_segment(work.source, schema.fields, deep_store_uri=work.spec.deep_store_uri,
+                            timeout_seconds=READ_TIMEOUT_SECONDS).cast(schema.arrow_schema())
+        if rows.num_rows != work.total_docs:
+            raise PipelineError(f"{name}: read {rows.num_rows} docs, the replicas hold {work.total_docs}")
+        rows = rows.take(pa.array(kept))
+    else:  # every doc invalid: a copy with no doc, nothing to read
+        rows = pa.Table.from_pylist([], schema=schema.arrow_schema())
     columns = [from_wire(rows.column(f.name).combine_chunks(), f) for f in schema.fields]
     rows = pa.Table.from_arrays(columns, schema=schema.arrow_schema())
     deep = open_deepstore(work.spec.deep_store_uri)
@@ -202,45 +205,38 @@ def compact_task(work: CompactWork) -> dict[str, Any]:
                 "sizeBytes": segment.size_bytes, "rowsIn": work.total_docs}
 
 
-def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]], drops: list[Decision],
+def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]],
           planned: dict[str, CompactionCandidate], deep_store_uri: str, summary: JobSummary,
           progress: Callable[[str], None]) -> list[str]:
-    """Each copy swapped in, then each all-invalid segment dropped; returns notes on segments that changed since
-    they were planned (left for the next run)."""
+    """Each copy swapped in; returns notes on segments that changed since they were planned (left for the next
+    run, their archives deleted)."""
     try:
         faults.fault(faults.MAINTENANCE_AFTER_BUILD)
     except faults.FaultInjected:
         delete_archives(deep_store_uri, built)
         raise
     notes: list[str] = []
-    progress(f"swapping {len(built)} compacted segment(s) in, dropping {len(drops)}")
-    for index, copy in enumerate(sorted(built, key=lambda b: str(b["segmentName"]))):
+    progress(f"swapping {len(built)} compacted segment(s) in")
+    ordered = sorted(built, key=lambda b: str(b["segmentName"]))
+    for index, copy in enumerate(ordered):
         name = str(copy["segmentName"])
         meta = {k: v for k, v in copy.items() if k != "rowsIn"}
         try:
             client.swap_compacted(table, name, planned[name].crc, meta)
         except PipelineError as exc:
-            delete_archives(deep_store_uri, [copy])
             if " answered 409" not in str(exc):
+                # those never sent; not this one: the controller may have taken it before the answer was lost
+                delete_archives(deep_store_uri, ordered[index + 1:])
                 raise
+            delete_archives(deep_store_uri, [copy])
             notes.append(f"{name}: {exc}")
             continue
         summary.segments_in += 1
-        summary.segments_out += 1
+        summary.segments_out += 1 if int(copy["totalDocs"]) else 0
         summary.rows_in += int(copy["rowsIn"])
         summary.rows_out += int(copy["totalDocs"])
         if index == 0:
             faults.fault(faults.MAINTENANCE_AFTER_PUSH)  # a job killed between two swaps
-    for decision in drops:
-        try:
-            client.drop_compacted(table, decision.segment, planned[decision.segment].crc)
-        except PipelineError as exc:
-            if " answered 409" not in str(exc):
-                raise
-            notes.append(f"{decision.segment}: {exc}")
-            continue
-        summary.segments_in += 1
-        summary.rows_in += planned[decision.segment].total_docs
     faults.fault(faults.MAINTENANCE_AFTER_REPLACE)
     return notes
 

@@ -11,8 +11,9 @@ Two steps, so the servers are asked only about segments that may qualify:
    the CRC the controller has and all of them keep the same docs: rewriting it then leaves each replica's answer
    as it was. Otherwise it is skipped this run, with the reason. Invalid docs are ``totalDocs - kept``; a segment
    is rewritten when it has one and reaches both ``invalidRecordsThresholdPercent`` and
-   ``invalidRecordsThresholdCount``. A segment with no doc kept is dropped, unless it is its partition's newest
-   segment (the repair task and the next consuming segment continue from its end offset): that one is left.
+   ``invalidRecordsThresholdCount``. A segment with no doc kept is **emptied**: replaced by a copy with no doc
+   under its name (its offsets stay on record; retention removes it with its neighbours). Deleting it instead
+   would take it through OFFLINE on every replica, which brokers report as unavailable (error 305) for a moment.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ class CompactionCandidate:
     total_docs: int
     crc: int
     replicas: tuple[str, ...]  # instances the ideal state has it ONLINE on
-    newest: bool = False  # no later segment of its partition in the ideal state
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class ReplicaAnswer:
 
 class Action(str, enum.Enum):
     COMPACT = "COMPACT"  # rewrite with the kept docs only
-    DROP = "DROP"  # no doc kept: delete the segment
-    SKIP = "SKIP"  # left as it is this run (replicas disagree, too few invalid docs, newest segment…)
+    EMPTY = "EMPTY"  # no doc kept: replaced by a copy with no doc
+    SKIP = "SKIP"  # left as it is this run (replicas disagree, too few invalid docs…)
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,7 @@ def decide(config: UpsertCompactionConfig, segment: CompactionCandidate,
     if invalid <= 0:
         return Decision(segment.name, Action.SKIP, kept, 0, "no invalid doc")
     if not kept:
-        if segment.newest:
-            return Decision(segment.name, Action.SKIP, kept, invalid,
-                            f"every doc invalid, but it is partition {segment.partition}'s newest segment")
-        return Decision(segment.name, Action.DROP, kept, invalid, "every doc invalid")
+        return Decision(segment.name, Action.EMPTY, kept, invalid, "every doc invalid")
     percent = 100.0 * invalid / segment.total_docs
     if percent < config.invalid_percent or invalid < config.invalid_count:
         return Decision(segment.name, Action.SKIP, kept, invalid,
@@ -126,17 +123,13 @@ def _disagreement(segment: CompactionCandidate, answers: Mapping[str, ReplicaAns
 def table_segments(records: Mapping[str, SegmentRecord], ideal: Mapping[str, Mapping[str, object]],
                    step_ms: float | None) -> list[CompactionCandidate]:
     """The REALTIME half's committed LLC segments as candidates: ``replicas`` are the instances the ideal state has
-    the segment on, or none when one of them is not ONLINE (moving, failed: asked again next run); ``newest`` when
-    no later segment of its partition (committed or consuming) is in the ideal state."""
+    the segment on, or none when one of them is not ONLINE (moving, failed: asked again next run)."""
     parsed = {}
     for name in ideal:
         try:
             parsed[name] = LLCSegmentName.parse(name)
         except InvalidSegmentNameError:
             continue
-    last: dict[int, int] = {}
-    for llc in parsed.values():
-        last[llc.partition] = max(last.get(llc.partition, llc.sequence), llc.sequence)
     out = []
     for name, llc in sorted(parsed.items()):
         record = records.get(name)
@@ -146,5 +139,5 @@ def table_segments(records: Mapping[str, SegmentRecord], ideal: Mapping[str, Map
         replicas = tuple(sorted(states)) if states and all(s == "ONLINE" for s in states.values()) else ()
         end = int(record.time_max * step_ms) if step_ms is not None and record.time_max is not None else None
         out.append(CompactionCandidate(name, llc.partition, llc.sequence, end, record.total_docs, record.crc,
-                                       replicas, newest=llc.sequence == last[llc.partition]))
+                                       replicas))
     return out

@@ -151,8 +151,3 @@ class ControllerClient:
         ``expected_crc``)."""
         return dict(self._call("POST", f"/segments/{table}/{segment}/compacted",
                                json={"expectedCrc": expected_crc, "segment": built}))
-
-    def drop_compacted(self, table: str, segment: str, expected_crc: int) -> dict[str, Any]:
-        """Delete a committed REALTIME segment none of whose docs is valid (if its CRC is still ``expected_crc``)."""
-        return dict(self._call("POST", f"/segments/{table}/{segment}/compacted",
-                               json={"expectedCrc": expected_crc, "drop": True}))

@@ -1,10 +1,13 @@
-"""The UpsertCompactionTask planner (pure): buffer, thresholds, all-invalid segments dropped (never a partition's
-newest), replicas that disagree or serve another copy skip the segment."""
+"""The UpsertCompactionTask planner (pure): buffer, thresholds, all-invalid segments emptied, replicas that
+disagree or serve another copy skip the segment; candidates from records and the ideal state."""
 
 from __future__ import annotations
 
-from cuvee.maintenance.compaction_plan import (Action, CompactionCandidate, ReplicaAnswer, candidates,
-                                               decide)
+import dataclasses
+
+from cuvee.cluster.records import SegmentRecord, SegmentState, SegmentStatus
+from cuvee.maintenance.compaction_plan import (Action, CompactionCandidate, ReplicaAnswer, candidates, decide,
+                                               table_segments)
 from cuvee.maintenance.config import UpsertCompactionConfig
 
 DAY = 86_400_000
@@ -12,9 +15,8 @@ NOW = 100 * DAY
 
 
 def seg(name: str = "t__0__1__20261126T0000Z", *, partition: int = 0, sequence: int = 1, end_ms: int | None = 0,
-        docs: int = 10, crc: int = 7, replicas: tuple[str, ...] = ("s1", "s2"), newest: bool = False
-        ) -> CompactionCandidate:
-    return CompactionCandidate(name, partition, sequence, end_ms, docs, crc, replicas, newest)
+        docs: int = 10, crc: int = 7, replicas: tuple[str, ...] = ("s1", "s2")) -> CompactionCandidate:
+    return CompactionCandidate(name, partition, sequence, end_ms, docs, crc, replicas)
 
 
 def agree(segment: CompactionCandidate, kept: tuple[int, ...]) -> dict[str, ReplicaAnswer]:
@@ -50,12 +52,24 @@ def test_a_segment_with_no_invalid_doc_is_left() -> None:
     assert (decision.action, decision.reason) == (Action.SKIP, "no invalid doc")
 
 
-def test_all_invalid_is_dropped_but_never_a_partitions_newest() -> None:
+def test_all_invalid_is_emptied() -> None:
     segment = seg(docs=4)
-    assert decide(UpsertCompactionConfig(), segment, agree(segment, ())).action is Action.DROP
-    newest = seg(docs=4, newest=True)
-    decision = decide(UpsertCompactionConfig(), newest, agree(newest, ()))
-    assert decision.action is Action.SKIP and "newest" in decision.reason
+    decision = decide(UpsertCompactionConfig(0, 99.0, 4), segment, agree(segment, ()))
+    assert (decision.action, decision.kept, decision.invalid) == (Action.EMPTY, (), 4)
+
+
+def test_candidates_from_records_and_ideal_state() -> None:
+    done = SegmentRecord("t__0__0__20261126T0000Z", SegmentStatus.DONE, 0, partition=0, sequence=0, total_docs=5,
+                         crc=9, time_max=10)
+    moving = dataclasses.replace(done, segment_name="t__0__1__20261126T0000Z", sequence=1)
+    consuming = SegmentRecord("t__0__2__20261126T0000Z", SegmentStatus.IN_PROGRESS, 0, partition=0, sequence=2)
+    ideal = {done.segment_name: {"s1": "ONLINE", "s2": SegmentState.ONLINE},
+             moving.segment_name: {"s1": "ONLINE", "s3": "OFFLINE"},
+             consuming.segment_name: {"s1": "CONSUMING"}, "pushed_segment": {"s1": "ONLINE"}}
+    records = {r.segment_name: r for r in (done, moving, consuming)}
+    got = table_segments(records, ideal, 1.0)
+    assert [(c.name, c.replicas, c.end_ms, c.crc) for c in got] == [
+        (done.segment_name, ("s1", "s2"), 10, 9), (moving.segment_name, (), 10, 9)]
 
 
 def test_replicas_that_disagree_skip_the_segment() -> None:
