@@ -22,7 +22,8 @@ from cuvee.controller.errors import BadRequest, NotFound
 from cuvee.lineage.rules import hidden_segments
 from cuvee.maintenance.compaction_plan import candidates as compaction_candidates
 from cuvee.maintenance.compaction_plan import table_segments
-from cuvee.maintenance.config import TASK_TYPES, TaskConfigs, UpsertCompactionConfig, task_configs
+from cuvee.maintenance.config import (MERGE_ROLLUP, TASK_TYPES, UPSERT_COMPACTION, TaskConfigs,
+                                      UpsertCompactionConfig, task_configs)
 from cuvee.maintenance.merge_plan import plan_merges
 from cuvee.maintenance.periods import format_period
 from cuvee.maintenance.spans import committed_spans
@@ -77,9 +78,9 @@ def router(ctl: Controller) -> APIRouter:
         return {"tableName": raw_table_name(table), "tasks": out}
 
     def due(config: TableConfig, tasks: TaskConfigs, current: TaskState) -> list[dict[str, Any]]:
-        if tasks.upsert_compaction is not None:
-            return compaction_due(config, tasks.upsert_compaction)
-        if tasks.merge_rollup is None:
+        if current.task_type == UPSERT_COMPACTION:
+            return compaction_due(config, tasks.upsert_compaction) if tasks.upsert_compaction else []
+        if current.task_type != MERGE_ROLLUP or tasks.merge_rollup is None:
             return []
         full = config.name_with_type
         ideal = ctl.store.ideal_state(full)

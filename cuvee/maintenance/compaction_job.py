@@ -3,12 +3,12 @@ every replica agrees may be kept (``cuvee.maintenance.compaction_plan``), swappe
 
 The driver lists the committed segments old enough (``bufferTimePeriod``), asks every replica holding each of
 them ONLINE for its kept docs (``GET /tables/{t}/segments/{s}/validDocIds``, an internal server route) and decides.
-One Spark task per segment to rewrite reads it (deep store, else a peer; CRC checked), keeps the agreed docs in
-their order, and builds the copy with the servers' builder under the same LLC name and offsets into the deep store
-(``<table>/<segment>.<run>.tar.zst``, never an object a served record points at). The driver then swaps each copy
-in (``POST /segments/{t}/{s}/compacted``, a compare-and-set on the CRC compacted): the controller rewrites the
-record and names the new CRC in the ideal state, and each replica reloads the segment, its registry and key map
-in one step. A segment with no doc kept gets a copy with no doc the same way (not deleted: see
+Spark tasks (each segment in one) read each segment to rewrite (deep store, else a peer; CRC checked), keep the
+agreed docs in their order, and build its copy with the servers' builder under the same LLC name and offsets into
+the deep store (``<table>/<segment>.<run>.tar.zst``: never an object a served record points at). The driver then
+swaps each copy in (``POST /segments/{t}/{s}/compacted``, a compare-and-set on the CRC compacted): the
+controller rewrites the record and names the new CRC in the ideal state, and each replica reloads the segment,
+its registry and key map in one step. A segment with no doc kept gets a copy with no doc the same way (not deleted: see
 ``cuvee.controller.api_compaction``).
 
 Failure: a job that dies before a segment's swap leaves it as it was (its archive leaks, unserved); one that dies
@@ -96,10 +96,10 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
             work = _work(decisions, half, todo, config.to_json(), schema.to_json(), deep_store_uri, summary.run_id)
             built: list[dict[str, Any]] = []
             if work:
-                progress(f"compacting {len(work)} segment(s) in {len(work)} Spark task(s)")
+                progress(f"compacting {len(work)} segment(s) on Spark")
                 built = _build_on_spark(spark, work)
             notes = _swap(client, table, built, {s.name: s for s in todo}, deep_store_uri, summary, progress)
-            summary.tasks = len(work)
+            summary.tasks = max(1, min(len(work), 2 * spark.sparkContext.defaultParallelism)) if work else 0
             summary.status = "SUCCEEDED" if work else "NOTHING_TO_DO"
             summary.message = _message(skipped, notes)
         except Exception as exc:
@@ -162,7 +162,10 @@ def _work(decisions: list[Decision], half: Any, todo: list[CompactionCandidate],
 
 
 def _build_on_spark(spark: SparkSession, work: list[CompactWork]) -> list[dict[str, Any]]:
-    return spark.sparkContext.parallelize(work, len(work)).mapPartitions(_run_tasks).collect()
+    """The segments spread over at most twice the default parallelism of Spark tasks (many small segments do
+    not each pay a task's start)."""
+    slices = max(1, min(len(work), 2 * spark.sparkContext.defaultParallelism))
+    return spark.sparkContext.parallelize(work, slices).mapPartitions(_run_tasks).collect()
 
 
 def _run_tasks(items: Iterator[CompactWork]) -> Iterator[dict[str, Any]]:
