@@ -142,6 +142,25 @@ def kill_job_at(cluster: dict[str, Any], point: str) -> subprocess.CompletedProc
                           env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
 
 
+def swap_refusals(cluster: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> None:
+    """The controller's compare-and-set: a copy of a segment that changed since it was compacted, a consuming
+    segment, and a name that is not a stream segment's are refused."""
+    http, controller = cluster["http"], cluster["controller"]
+    name = sorted(after)[-1]
+    copy = {"segmentName": name, "downloadUri": after[name]["downloadUri"], "crc": 1, "totalDocs": 1, "sizeBytes": 1}
+
+    def post(segment: str, expected: int) -> httpx.Response:
+        return http.post(f"{controller}/segments/{TABLE}/{segment}/compacted",
+                         json={"expectedCrc": expected, "segment": {**copy, "segmentName": segment}})
+
+    assert post(name, int(after[name]["crc"]) + 1).status_code == 409
+    ideal = http.get(f"{controller}/tables/{TABLE}/idealstate").json()["REALTIME"]
+    consuming = next(s for s, replicas in ideal.items() if "CONSUMING" in replicas.values())
+    assert post(consuming, 0).status_code == 409
+    assert post("not_a_stream_segment", 0).status_code == 400
+    assert records(cluster) == after
+
+
 @pytest.mark.timeout(480)  # a Spark session, a cluster and a job in a subprocess on two shared cores
 def test_compaction_keeps_every_answer_and_a_killed_job_reruns(spark: Any, cluster: dict[str, Any]) -> None:
     http, controller = cluster["http"], cluster["controller"]
@@ -194,6 +213,7 @@ def test_compaction_keeps_every_answer_and_a_killed_job_reruns(spark: Any, clust
     assert stored == sum(d["totalDocs"] for d in after.values()) + consuming_docs(cluster)
     rerun = run_upsert_compaction(spark, controller, TABLE)
     assert rerun.status == "NOTHING_TO_DO", rerun.message
+    swap_refusals(cluster, before, after)
 
     # more overwrites commit more segments; a job killed after its first swap leaves every answer exact
     stream.produce(list(range(KEYS)))
