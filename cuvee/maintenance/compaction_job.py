@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 READ_TIMEOUT_SECONDS = 600.0
 ASK_TIMEOUT_SECONDS = 60.0
-VALID_DOCS_PATH = "/tables/{table}/segments/{segment}/validDocIds"
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
 
 def ask_replicas(table: str, segment: CompactionCandidate, urls: dict[str, str]) -> dict[str, ReplicaAnswer]:
     """Each replica's kept docs of ``segment`` (an answer with ``error`` when it gave none)."""
-    from cuvee.server.compaction_routes import decode_bitmap
+    from cuvee.server.compaction_routes import VALID_DOC_IDS_PATH, decode_bitmap
 
     headers = cluster_headers() or user_headers()
     out: dict[str, ReplicaAnswer] = {}
@@ -122,7 +121,7 @@ def ask_replicas(table: str, segment: CompactionCandidate, urls: dict[str, str])
             out[instance] = ReplicaAnswer(instance, error="not live")
             continue
         try:
-            response = httpx.get(url + VALID_DOCS_PATH.format(table=table, segment=segment.name), headers=headers,
+            response = httpx.get(url + VALID_DOC_IDS_PATH.format(table=table, segment=segment.name), headers=headers,
                                  timeout=ASK_TIMEOUT_SECONDS)
             doc = response.json()
         except (httpx.HTTPError, ValueError) as exc:
