@@ -41,6 +41,8 @@ MAINTENANCE_COMMANDS = (
     ("merge-rollup", "MergeRollupTask", "merge a table's small segments per time bucket (MergeRollupTask)"),
     ("realtime-to-offline", "RealtimeToOfflineSegmentsTask",
      "move a hybrid table's finished windows of realtime rows into its offline half (RealtimeToOfflineSegmentsTask)"),
+    ("compact-upsert", "UpsertCompactionTask",
+     "rewrite an upsert table's committed segments without their invalid docs (UpsertCompactionTask)"),
 )
 
 

@@ -24,7 +24,10 @@ from cuvee.controller.task_scheduler import JobAlreadyRunning
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.lineage.rules import hidden_segments
 from cuvee.controller.tasks_rto import rto_due
-from cuvee.maintenance.config import MERGE_ROLLUP, REALTIME_TO_OFFLINE, TASK_TYPES, TaskConfigs, task_configs
+from cuvee.maintenance.compaction_plan import candidates as compaction_candidates
+from cuvee.maintenance.compaction_plan import table_segments
+from cuvee.maintenance.config import (MERGE_ROLLUP, REALTIME_TO_OFFLINE, TASK_TYPES, UPSERT_COMPACTION, TaskConfigs,
+                                      UpsertCompactionConfig, task_configs)
 from cuvee.maintenance.merge_plan import plan_merges
 from cuvee.maintenance.periods import format_period
 from cuvee.maintenance.spans import committed_spans
@@ -161,6 +164,8 @@ def plan_now(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: 
     """(the work due, the watermarks a run would store without any work: windows that need no merge)."""
     if task_type == REALTIME_TO_OFFLINE and tasks.realtime_to_offline is not None:
         return rto_due(ctl, config, tasks.realtime_to_offline, current), {}
+    if task_type == UPSERT_COMPACTION and tasks.upsert_compaction is not None:
+        return compaction_due(ctl, config, tasks.upsert_compaction), {}
     if task_type != MERGE_ROLLUP or tasks.merge_rollup is None:
         return [], {}
     full = config.name_with_type
@@ -178,6 +183,17 @@ def plan_now(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: 
             "bucket": format_period(t.window_end_ms - t.window_start_ms), "segments": len(t.segments),
             "rows": t.total_docs} for t in plan.tasks]
     return due, ({} if plan.tasks else dict(plan.watermarks))
+
+
+def compaction_due(ctl: Controller, config: TableConfig, compaction: UpsertCompactionConfig) -> list[dict[str, Any]]:
+    """The segments old enough to compact (the job asks their replicas how many docs are invalid)."""
+    full = config.name_with_type
+    ideal = ctl.store.ideal_state(full)
+    segments = ideal.record.segments if ideal is not None else {}
+    records = {n: found.record for n in segments if (found := ctl.store.find_segment(full, n)) is not None}
+    step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
+    return [{"segment": s.name, "endMs": s.end_ms, "totalDocs": s.total_docs}
+            for s in compaction_candidates(compaction, table_segments(records, segments, step), ctl.clock_ms())]
 
 
 def due_for(ctl: Controller, full: str, task_type: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from cuvee.controller import (
+    api_compaction,
     api_completion,
     api_consumption,
     api_offline,
@@ -32,7 +33,7 @@ def build_app(ctl: Controller) -> FastAPI:
     app = FastAPI(title="Cuvee controller")
     install_error_handlers(app)
     for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair,
-                   retention, rebalance, api_tasks):
+                   retention, rebalance, api_tasks, api_compaction):
         app.include_router(module.router(ctl))
     app.include_router(metrics_router(  # series of tables that no longer exist go
         ctl.metrics.registry, lambda: ctl.metrics.keep_tables(set(Catalog(ctl.store).table_names()))))

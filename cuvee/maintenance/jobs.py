@@ -22,7 +22,7 @@ from cuvee.config import Schema, TableConfig, TableType
 from cuvee.controller import faults
 from cuvee.deepstore import open_deepstore
 from cuvee.errors import CuveeError
-from cuvee.maintenance.config import MERGE_ROLLUP, REALTIME_TO_OFFLINE, MergeLevel, MergeRollupConfig, task_configs
+from cuvee.maintenance.config import MERGE_ROLLUP, REALTIME_TO_OFFLINE, UPSERT_COMPACTION, MergeLevel, MergeRollupConfig, task_configs
 from cuvee.maintenance.merge_plan import MergeTask, plan_merges
 from cuvee.maintenance.rows import merge_rows
 from cuvee.maintenance.spans import committed_spans
@@ -234,7 +234,14 @@ def _realtime_to_offline(*args: Any, **kwargs: Any) -> JobSummary:
     return run_realtime_to_offline(*args, **kwargs)
 
 
-JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup, REALTIME_TO_OFFLINE: _realtime_to_offline}
+def _upsert_compaction(*args: Any, **kwargs: Any) -> JobSummary:
+    from cuvee.maintenance.compaction_job import run_upsert_compaction  # it imports this module
+
+    return run_upsert_compaction(*args, **kwargs)
+
+
+JOBS: dict[str, Callable[..., JobSummary]] = {MERGE_ROLLUP: run_merge_rollup, REALTIME_TO_OFFLINE: _realtime_to_offline,
+                                              UPSERT_COMPACTION: _upsert_compaction}
 
 
 def tables_with_task(controller: str, task_type: str) -> list[str]:

@@ -155,3 +155,11 @@ class ControllerClient:
     def revert_replace(self, table: str, entry_id: str, table_type: TableType = TableType.OFFLINE) -> None:
         self._call("POST", f"/segments/{table}/revertReplaceSegments",
                    params={"type": table_type.value, "segmentLineageEntryId": entry_id})
+
+    # ---- upsert compaction (cuvee.controller.api_compaction) ----
+
+    def swap_compacted(self, table: str, segment: str, expected_crc: int, built: dict[str, Any]) -> dict[str, Any]:
+        """A compacted copy of a committed REALTIME segment replaces it under its name (if its CRC is still
+        ``expected_crc``)."""
+        return dict(self._call("POST", f"/segments/{table}/{segment}/compacted",
+                               json={"expectedCrc": expected_crc, "segment": built}))

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 
 from cuvee.metrics import metrics_router
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
+from cuvee.server.compaction_routes import compaction_router
 from cuvee.server.queryable import CommittedSegment
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
 
     app.include_router(metrics_router(  # series of tables that no longer exist go
         server.metrics.registry, lambda: server.metrics.keep_tables(set(server.store.children(server.store.paths.tables)))))
+    app.include_router(compaction_router(server))  # upsert compaction asks replicas for valid docs
     for router in extra_routers:
         app.include_router(router)
     return app

@@ -88,6 +88,54 @@ class PartitionUpsert:
             return {s: (name, self._valid.get(s, FrozenBitMap()), tombs.get(s, none))
                     for s, name in segments.items() if s in self._handles}
 
+    def kept_docs(self, segment: int, deletes: np.ndarray | None, consuming: Callable[[Any], bool]
+                  ) -> tuple[np.ndarray, dict[str, int]] | None:
+        """What an upsert compaction may keep of committed ``segment`` (``deletes``: its rows' delete flags in doc
+        order), its state taken at one instant: its valid docs; its tombstones; for the keys whose newest version is
+        in a consuming copy (``consuming(handle)``), the doc that would be their version if that copy went (it may
+        yet be released, or end shorter, and the key fall back to its committed version: decided afresh from the
+        committed copies' rows of those keys, in stream order); and delete rows of keys no longer tracked (a
+        tombstone the TTL forgot still hides older versions when a restart decides keys from rows). Sorted docs
+        and their counts by kind; None when the segment is not in the partition."""
+        assert self._versions is not None
+        with self._lock:
+            self._settled()
+            if segment not in self._handles:
+                return None
+            valid = self._valid.get(segment, FrozenBitMap())
+            tombs = self._keys.tombstones(segment).astype(np.int64)
+            live = [s for s, h in self._handles.items() if s != segment and consuming(h)]
+            held = np.unique(np.concatenate([self._keys.keys_of(s) for s in live])) if live else np.zeros(0, np.uint64)
+            committed = sorted(((self._keys.rank(s) or 0, s, h) for s, h in self._handles.items()
+                                if s not in live), key=lambda x: (x[0], x[1]))
+            mine = self._versions(self._handles[segment])
+            found = self._keys.lookup(mine.keys)[0] if len(mine.keys) else np.zeros(0, bool)
+        valid_docs = np.asarray(valid.to_array(), np.int64) if len(valid) else np.zeros(0, np.int64)
+        fallback = self._fallback(segment, held, committed) if len(held) else np.zeros(0, np.int64)
+        forgotten = np.zeros(0, np.int64)
+        if deletes is not None and len(deletes):
+            forgotten = np.flatnonzero(np.asarray(deletes, bool) & ~found)
+        kept = np.union1d(np.union1d(valid_docs, tombs), np.union1d(fallback, forgotten))
+        counts = {"validDocs": len(valid_docs), "tombstones": len(tombs), "fallbackDocs": len(fallback),
+                  "forgottenDeletes": len(forgotten)}
+        return kept.astype(np.int64), counts
+
+    def _fallback(self, segment: int, held: np.ndarray, committed: list[tuple[int, int, Any]]) -> np.ndarray:
+        """The docs of ``segment`` that are the committed version of a key of ``held`` (keys a consuming copy holds),
+        deciding those keys afresh over the committed copies' rows in stream order (a delete row that would win
+        counts: it hides the key)."""
+        assert self._versions is not None
+        fresh = KeyMap(self._keys.comparison_dtype)
+        for rank, seg, handle in committed:
+            rows = self._versions(handle)
+            pick = np.isin(rows.keys, held)
+            if pick.any():
+                fresh.apply(seg, Versions(rows.keys[pick], rows.comparisons[pick], rows.docs[pick],
+                                          None if rows.deletes is None else rows.deletes[pick]), rank=rank)
+        found, segs, docs, _ = fresh.lookup(held)
+        ours = docs[found & (segs == segment)].astype(np.int64)
+        return np.sort(np.where(ours >= 0, ours, -1 - ours))
+
     def rebuild(self) -> None:
         """Decide every key again from all segments' rows, in stream order (a restart whose snapshots could not
         all be used)."""

@@ -348,6 +348,29 @@ class TableUpsert:
             return
         state.remove(sid, redecide=redecide, publish=publish)
 
+    def kept_docs(self, segment: str) -> tuple[int, int, np.ndarray, dict[str, int]] | None:
+        """(CRC, total docs, docs kept, counts) of the committed copy of ``segment`` tracked here, for an upsert
+        compaction (``PartitionUpsert.kept_docs``); None when no committed copy of it is tracked."""
+        llc = _llc_or_none(segment)
+        with self._lock:
+            sid, crc = self._ids.get(segment), self._crcs.get(segment)
+            state = self._partitions.get(llc.partition) if llc is not None else None
+        if sid is None or crc is None or state is None:
+            return None
+        token = state.handle(sid)
+        if token is None:
+            return None
+        rows = token.to_arrow(self.columns)
+        versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
+        found = state.kept_docs(sid, versions.deletes,
+                                lambda handle: hasattr(handle, "snapshot"))  # as _versions_of_copy tells them
+        if found is None:
+            return None
+        with self._lock:
+            if self._ids.get(segment) != sid:  # replaced meanwhile: the answer would be the old copy's
+                return None
+        return crc, rows.num_rows, found[0], found[1]
+
     def stats(self) -> dict[str, Any]:
         """Per partition: keys tracked, metadata bytes per key, valid docs, segments; and segments preloaded."""
         with self._lock:
@@ -433,7 +456,10 @@ def _readable_docs(token: Any) -> int:
     """A copy's docs as the key map saw them: a consuming segment's published rows (past any cap), a committed
     segment's total."""
     published = getattr(token, "published_docs", None)
-    return int(published if published is not None else token.num_docs)
+    if published is not None:
+        return int(published)
+    held = getattr(token, "num_docs", None)  # a served ImmutableSegment counts total_docs (a reload replaces one)
+    return int(held if held is not None else token.total_docs)
 
 
 class UpsertTables:
