@@ -113,9 +113,11 @@ class TaskScheduler(PeriodicTask):
                 if running and self.ctl.clock_ms() - int(running.get("startedMs") or 0) < \
                         self.config.job_timeout_seconds * 1000:
                     continue  # a run started elsewhere (a user's command) is going on: not a second one
-                if (last or {}).get("status") == "FAILED" and self.ctl.clock_ms() - int(last.get("endedMs") or 0) < \
-                        4 * self.config.interval_seconds * 1000:
-                    continue  # a failing task is retried every fourth pass, not every pass
+                if (last or {}).get("status") in ("FAILED", "NOTHING_TO_DO") and \
+                        self.ctl.clock_ms() - int(last.get("endedMs") or 0) < 4 * self.config.interval_seconds * 1000:
+                    # a failing task is retried every fourth pass, not every pass; so is one whose "due" was only a
+                    # cheap guess its last run found nothing in (UpsertCompactionTask asks the replicas)
+                    continue
                 out.append(Candidate(config.table_name, task_type, (last or {}).get("endedMs"), full))
         return out
 

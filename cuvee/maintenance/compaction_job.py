@@ -39,7 +39,7 @@ from cuvee.controller import faults
 from cuvee.maintenance.compaction_plan import (Action, CompactionCandidate, Decision, ReplicaAnswer, candidates,
                                                decide, table_segments)
 from cuvee.maintenance.config import UPSERT_COMPACTION, task_configs
-from cuvee.maintenance.jobs import JobSummary, _reason, _report, _who
+from cuvee.maintenance.jobs import JobSummary, failure_reason, job_owner, report_run
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.ingest import delete_archives
 from cuvee.pipeline.read_plan import SegmentSource, plan_sources
@@ -86,7 +86,7 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
         step = millis_per_value(schema, config.time_column)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         todo = candidates(compaction, table_segments(half.records, half.ideal, step), now)
-        client.task_started(table, UPSERT_COMPACTION, summary.run_id, _who())
+        client.task_started(table, UPSERT_COMPACTION, summary.run_id, job_owner())
         try:
             progress(f"asking the replicas of {len(todo)} segment(s) for their valid docs")
             decisions = [decide(compaction, segment, ask_replicas(full, segment, urls.of(segment.replicas)))
@@ -102,10 +102,10 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
             summary.status = "SUCCEEDED" if work else "NOTHING_TO_DO"
             summary.message = _message(skipped, notes)
         except Exception as exc:
-            summary.status, summary.message = "FAILED", _reason(exc)
-            _report(client, table, summary, started)
+            summary.status, summary.message = "FAILED", failure_reason(exc, summary.run_id)
+            report_run(client, table, summary, started)
             raise
-        _report(client, table, summary, started)
+        report_run(client, table, summary, started)
     return summary
 
 

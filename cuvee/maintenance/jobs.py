@@ -99,7 +99,7 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
         spans = committed_spans(half.records, half.ideal, half.hidden, step)
         plan = plan_merges(merge, spans, watermarks, int(time.time() * 1000) if now_ms is None else now_ms)
         summary.watermarks = dict(plan.watermarks)
-        client.task_started(table, MERGE_ROLLUP, summary.run_id, _who())
+        client.task_started(table, MERGE_ROLLUP, summary.run_id, job_owner())
         try:
             if plan.tasks:
                 sources = {s.segment: s for s in plan_sources(half, include_consuming=False, predicates=(),
@@ -116,10 +116,10 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
         except Exception as exc:
             if summary.lineage_entry is None and not summary.swapping:
                 _discard_run(deep_store_uri, config.name_with_type, summary.run_id)  # stored by tasks, never pushed
-            summary.status, summary.message, summary.watermarks = "FAILED", _reason(exc, summary.run_id), {}
-            _report(client, table, summary, started)
+            summary.status, summary.message, summary.watermarks = "FAILED", failure_reason(exc, summary.run_id), {}
+            report_run(client, table, summary, started)
             raise
-        _report(client, table, summary, started)
+        report_run(client, table, summary, started)
     return summary
 
 
@@ -142,7 +142,7 @@ def _swap(client: ControllerClient, config: TableConfig, sources: list[str], bui
     faults.fault(faults.MAINTENANCE_AFTER_REPLACE)
 
 
-def _report(client: ControllerClient, table: str, summary: JobSummary, started: float) -> None:
+def report_run(client: ControllerClient, table: str, summary: JobSummary, started: float) -> None:
     summary.seconds = time.monotonic() - started
     try:
         client.task_finished(table, summary.task_type, summary.report())
@@ -203,11 +203,11 @@ def merge_task(work: MergeWork) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "segment", meta
 
 
-def _who() -> str:
+def job_owner() -> str:
     return f"{socket.gethostname()}:{__name__}"
 
 
-def _reason(exc: BaseException, run_id: str) -> str:
+def failure_reason(exc: BaseException, run_id: str) -> str:
     """What the controller (and every READ user) is told: a Cuvee error's own message; for anything else (a
     Spark, DuckDB or OS error, whose text may carry paths and internals) only its kind and the run."""
     if isinstance(exc, CuveeError):

@@ -33,7 +33,7 @@ from cuvee.config import Schema, TableConfig, TableType
 from cuvee.controller import faults
 from cuvee.lineage.rules import INPUT_KEY, TASK_TYPE
 from cuvee.maintenance.config import REALTIME_TO_OFFLINE, RealtimeToOfflineConfig, task_configs
-from cuvee.maintenance.jobs import READ_TIMEOUT_SECONDS, JobSummary, _reason, _report, _who
+from cuvee.maintenance.jobs import READ_TIMEOUT_SECONDS, JobSummary, failure_reason, job_owner, report_run
 from cuvee.maintenance.rows import merge_rows
 from cuvee.maintenance.rto_plan import (WATERMARK, MovePlan, MoveWindow, iso, moved_windows, plan_moves,
                                         realtime_segments, window_bounds)
@@ -128,7 +128,7 @@ def run_realtime_to_offline(spark: SparkSession, controller: str, table: str, *,
         hybrid = hybrid_table(client, table)
         deep_store_uri = client.deep_store_uri()
         plan, realtime = plan_table(client, table, hybrid, int(time.time() * 1000) if now_ms is None else now_ms)
-        client.task_started(table, REALTIME_TO_OFFLINE, summary.run_id, _who())
+        client.task_started(table, REALTIME_TO_OFFLINE, summary.run_id, job_owner())
         try:
             if plan.windows:
                 sources = {s.segment: s for s in plan_sources(realtime, include_consuming=False, predicates=(),
@@ -146,10 +146,10 @@ def run_realtime_to_offline(spark: SparkSession, controller: str, table: str, *,
                 f"{plan.skipped} due window(s) were empty or moved already" if plan.skipped else "",
                 f"next: {plan.waiting}" if plan.waiting else "")))
         except Exception as exc:
-            summary.status, summary.message = "FAILED", _reason(exc, summary.run_id)
-            _report(client, table, summary, started)  # with the watermark of the windows moved before the failure
+            summary.status, summary.message = "FAILED", failure_reason(exc, summary.run_id)
+            report_run(client, table, summary, started)  # with the watermark of the windows moved before the failure
             raise
-        _report(client, table, summary, started)
+        report_run(client, table, summary, started)
     return summary
 
 
