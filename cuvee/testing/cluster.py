@@ -23,7 +23,7 @@ from cuvee.testing.waiting import wait_until
 
 # tasks: tests launch maintenance jobs themselves (a scheduled one would race them)
 FAST_CONTROLLER = {"external_view_interval_seconds": 0.2, "completion": {"hold_seconds": 0.2},
-                   "rebalance_settle_seconds": 1.5, "tasks": {"mode": "external"}}
+                   "rebalance_settle_seconds": 1.5, "tasks": {"mode": "external", "interval_seconds": 3600}}
 FAST_SERVER = {"ideal_state_poll_seconds": 0.5, "consumer": {"hold_retry_seconds": 0.05}}
 FAST_BROKER = {"routing_poll_seconds": 0.5}
 

@@ -16,7 +16,8 @@ from cuvee.stream import open_admin, open_producer
 from cuvee.testing.process import die_with_parent
 
 FAST = {
-    "controller": {"external_view_interval_seconds": 0.2, "completion.hold_seconds": 0.3, "tasks.mode": "external"},
+    "controller": {"external_view_interval_seconds": 0.2, "completion.hold_seconds": 0.3, "tasks.mode": "external",
+                   "tasks.interval_seconds": 3600},
     "server": {"ideal_state_poll_seconds": 0.5, "consumer.hold_retry_seconds": 0.1},
     "broker": {"routing_poll_seconds": 0.5},
 }
