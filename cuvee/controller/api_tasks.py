@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Body
 
-from cuvee.cluster.records import TaskState
+from cuvee.cluster.records import SegmentRecord, TaskState
 from cuvee.cluster.time_boundary import millis_per_value
 from cuvee.config import TableConfig, TableType, raw_table_name
 from cuvee.config.errors import ConfigValidationError
@@ -169,14 +169,7 @@ def plan_now(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: 
     if task_type != MERGE_ROLLUP or tasks.merge_rollup is None:
         return [], {}
     full = config.name_with_type
-    ideal = ctl.store.ideal_state(full)
-    segments = ideal.record.segments if ideal is not None else {}
-    records = {}
-    for name in segments:
-        found = ctl.store.find_segment(full, name)
-        if found is not None:
-            records[name] = found.record
-    step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
+    segments, records, step = _segments(ctl, config)
     spans = committed_spans(records, segments, hidden_segments(ctl.store.lineage(full)), step)
     plan = plan_merges(tasks.merge_rollup, spans, current.watermark_map, ctl.clock_ms())
     due = [{"level": t.level, "windowStartMs": t.window_start_ms, "windowEndMs": t.window_end_ms,
@@ -185,13 +178,18 @@ def plan_now(ctl: Controller, config: TableConfig, tasks: TaskConfigs, current: 
     return due, ({} if plan.tasks else dict(plan.watermarks))
 
 
-def compaction_due(ctl: Controller, config: TableConfig, compaction: UpsertCompactionConfig) -> list[dict[str, Any]]:
-    """The segments old enough to compact (the job asks their replicas how many docs are invalid)."""
+def _segments(ctl: Controller, config: TableConfig) -> tuple[dict[str, Any], dict[str, SegmentRecord], float | None]:
+    """The half's ideal state, its segments' records, and milliseconds per unit of its time column."""
     full = config.name_with_type
     ideal = ctl.store.ideal_state(full)
     segments = ideal.record.segments if ideal is not None else {}
     records = {n: found.record for n in segments if (found := ctl.store.find_segment(full, n)) is not None}
-    step = millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
+    return segments, records, millis_per_value(Catalog(ctl.store).schema(config.table_name), config.time_column)
+
+
+def compaction_due(ctl: Controller, config: TableConfig, compaction: UpsertCompactionConfig) -> list[dict[str, Any]]:
+    """The segments old enough to compact (the job asks their replicas how many docs are invalid)."""
+    segments, records, step = _segments(ctl, config)
     return [{"segment": s.name, "endMs": s.end_ms, "totalDocs": s.total_docs}
             for s in compaction_candidates(compaction, table_segments(records, segments, step), ctl.clock_ms())]
 

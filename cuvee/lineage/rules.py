@@ -178,13 +178,9 @@ def _carrying_input(completed: Mapping[str, LineageEntry]) -> set[str]:
 def merged_runs(lineage: SegmentLineage | None, input_key: str) -> tuple[str, ...]:
     """The segments the latest COMPLETED run over ``input_key`` pushed that a later COMPLETED entry replaced (a
     maintenance job merged them with other rows): an APPEND re-run cannot take those rows back out."""
-    if lineage is None:
+    latest = _latest_run(lineage, input_key)
+    if lineage is None or latest is None:
         return ()
-    runs = [e for e in lineage.entries.values()
-            if e.state is LineageState.COMPLETED and e.custom.get(INPUT_KEY) == input_key]
-    if not runs:
-        return ()
-    latest = max(runs, key=lambda e: e.timestamp_ms)
     replaced = {s for e in lineage.entries.values() if e is not latest and e.state is LineageState.COMPLETED
                 for s in e.segments_from}
     return tuple(s for s in latest.segments_to if s in replaced)
@@ -193,14 +189,14 @@ def merged_runs(lineage: SegmentLineage | None, input_key: str) -> tuple[str, ..
 def previous_run(lineage: SegmentLineage | None, input_key: str, existing: Set[str]) -> tuple[str, ...]:
     """The segments the latest COMPLETED entry for ``input_key`` pushed that still exist (an APPEND re-run's
     segmentsFrom)."""
-    if lineage is None:
-        return ()
-    runs = [e for e in lineage.entries.values()
+    latest = _latest_run(lineage, input_key)
+    return () if latest is None else tuple(s for s in latest.segments_to if s in existing)
+
+
+def _latest_run(lineage: SegmentLineage | None, input_key: str) -> LineageEntry | None:
+    runs = [e for e in (lineage.entries.values() if lineage is not None else ())
             if e.state is LineageState.COMPLETED and e.custom.get(INPUT_KEY) == input_key]
-    if not runs:
-        return ()
-    latest = max(runs, key=lambda e: e.timestamp_ms)
-    return tuple(s for s in latest.segments_to if s in existing)
+    return max(runs, key=lambda e: e.timestamp_ms) if runs else None
 
 
 def _entry(lineage: SegmentLineage, entry_id: str) -> LineageEntry:

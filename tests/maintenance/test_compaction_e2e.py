@@ -12,7 +12,6 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,10 @@ import httpx
 import orjson
 import pytest
 
-from cuvee.deploy.local import LocalClusterSpec, down, up
 from cuvee.maintenance.compaction_job import run_upsert_compaction
 from cuvee.stream import open_admin, open_producer
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, fast_sqlite, log_stream
+from tests.e2e.support import log_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
 
@@ -61,18 +59,6 @@ class Stream:
     def expected(self) -> list[Any]:
         live = sorted((k, v) for k, (v, gone) in self.latest.items() if not gone)
         return [[[len(live), sum(v for _, v in live), len(live)]], [[k, v] for k, v in live]]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    root = tmp_path_factory.mktemp("compact")
-    info = up(LocalClusterSpec(dir=root, servers=2, metadata=fast_sqlite(root), overrides=FAST))
-    try:
-        http = httpx.Client(timeout=30)
-        yield {**info, "http": http, "root": root}
-        http.close()
-    finally:
-        down(root)
 
 
 def answers(cluster: dict[str, Any]) -> list[Any] | None:

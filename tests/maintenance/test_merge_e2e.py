@@ -10,19 +10,15 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 from cuvee.controller import faults
-from cuvee.deploy.local import LocalClusterSpec, down, up
 from cuvee.maintenance.jobs import run_merge_rollup
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, fast_sqlite
 from tests.offline.support import SCHEMA, metadata_push, offline_table, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
@@ -38,19 +34,6 @@ def merge_table(name: str, **level: str) -> dict[str, Any]:
     settings = {"bucketTimePeriod": "1h", "bufferTimePeriod": "1h", "maxNumParallelBuckets": "100", **level}
     table["task"] = {"taskTypeConfigsMap": {"MergeRollupTask": {f"1hour.{k}": v for k, v in settings.items()}}}
     return table
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    root = tmp_path_factory.mktemp("merge")
-    overrides = {**FAST, "controller": {**FAST["controller"], "lineage_end_timeout_seconds": 60}}
-    info = up(LocalClusterSpec(dir=root, servers=2, metadata=fast_sqlite(root), overrides=overrides))
-    try:
-        http = httpx.Client(timeout=30)
-        yield {**info, "http": http, "root": root}
-        http.close()
-    finally:
-        down(root)
 
 
 def create(cluster: dict[str, Any], table: dict[str, Any]) -> None:

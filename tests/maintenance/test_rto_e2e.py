@@ -11,21 +11,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 from cuvee.controller import faults
-from cuvee.deploy.local import LocalClusterSpec, down, up
 from cuvee.maintenance.rto_job import run_realtime_to_offline
 from cuvee.pipeline.controller_client import PipelineError
 from cuvee.stream import open_admin, open_producer
 from cuvee.testing.waiting import wait_until
-from tests.e2e.support import FAST, fast_sqlite, log_stream
+from tests.e2e.support import log_stream
 from tests.maintenance.test_merge_e2e import Watcher, answers, served
 from tests.offline.support import SCHEMA, offline_table
 
@@ -42,19 +39,6 @@ def day_rows(day: int) -> list[dict[str, Any]]:
     """The rows of one day, in time order (five minutes apart)."""
     return [{"id": day * PER_DAY + k, "country": ("us", "fr", "de")[(day * PER_DAY + k) % 3],
              "amount": float((day * PER_DAY + k) % 17), "ts": DAY0 + day * D + k * 300_000} for k in range(PER_DAY)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    root = tmp_path_factory.mktemp("rto")
-    overrides = {**FAST, "controller": {**FAST["controller"], "lineage_end_timeout_seconds": 60}}
-    info = up(LocalClusterSpec(dir=root, servers=2, metadata=fast_sqlite(root), overrides=overrides))
-    try:
-        http = httpx.Client(timeout=30)
-        yield {**info, "http": http, "root": root}
-        http.close()
-    finally:
-        down(root)
 
 
 def create_hybrid(cluster: dict[str, Any], table: str, *, with_offline: bool = True) -> dict[str, str]:
