@@ -2,7 +2,7 @@
 hybrid table and UpsertCompactionTask on an upsert table, each fed ``--rows`` rows through the embedded log into
 a cluster with a process per role. Figures are printed; nothing is asserted (MergeRollupTask: bench/maintenance.py).
 
-    .venv/bin/python bench/maintenance_jobs.py --job rto|compact [--rows 10000000] [--keys 1000000]
+    .venv/bin/python bench/maintenance_jobs.py [--job rto|compact|both] [--rows 10000000] [--keys 1000000]
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def bench_compact(spark: Any, http: httpx.Client, info: dict[str, Any], root: Pa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job", choices=("rto", "compact"), required=True)
+    parser.add_argument("--job", choices=("rto", "compact", "both"), default="both")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--keys", type=int, default=1_000_000, help="compact: primary keys the rows overwrite")
     parser.add_argument("--days", type=int, default=10, help="rto: days the rows span")
@@ -139,9 +139,9 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             with httpx.Client(timeout=600) as http:
-                if args.job == "rto":
+                if args.job in ("rto", "both"):
                     bench_rto(spark, http, info, root, args.rows, args.days)
-                else:
+                if args.job in ("compact", "both"):
                     bench_compact(spark, http, info, root, args.rows, args.keys)
         finally:
             spark.stop()
