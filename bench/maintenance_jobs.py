@@ -2,7 +2,7 @@
 hybrid table and UpsertCompactionTask on an upsert table, each fed ``--rows`` rows through the embedded log into
 a cluster with a process per role. Figures are printed; nothing is asserted (MergeRollupTask: bench/maintenance.py).
 
-    .venv/bin/python bench/maintenance_jobs.py [--job rto|compact|both] [--rows 10000000] [--keys 1000000]
+    .venv/bin/python bench/maintenance_jobs.py [--job rto|compact|both] [--rows 10000000] [--keys N]
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", choices=("rto", "compact", "both"), default="both")
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--keys", type=int, default=1_000_000, help="compact: primary keys the rows overwrite")
+    parser.add_argument("--keys", type=int, default=0, help="compact: primary keys the rows overwrite (default rows/10)")
     parser.add_argument("--days", type=int, default=10, help="rto: days the rows span")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-jobs-") as tmp:
@@ -142,7 +142,7 @@ def main() -> int:
                 if args.job in ("rto", "both"):
                     bench_rto(spark, http, info, root, args.rows, args.days)
                 if args.job in ("compact", "both"):
-                    bench_compact(spark, http, info, root, args.rows, args.keys)
+                    bench_compact(spark, http, info, root, args.rows, args.keys or max(1, args.rows // 10))
         finally:
             spark.stop()
             down(root / "cluster")
