@@ -83,6 +83,12 @@ def test_run_now_is_refused_while_running_and_a_dead_job_is_recorded(cluster: In
     cluster.add_schema({**SCHEMA, "schemaName": "broken"})
     cluster.add_table(merge_table("broken"))
     scheduler = cluster.controller.task_scheduler
+
+    def none_running() -> bool:
+        scheduler.reap()
+        return not scheduler.launches
+
+    wait_until(none_running, 120, interval=0.5)  # the last test's job reported, then still stopped its Spark
     first = cluster.http.post(f"{cluster.controller_url}/tasks/broken/MergeRollupTask/run")
     assert first.status_code == 200, first.text
     again = cluster.http.post(f"{cluster.controller_url}/tasks/broken/MergeRollupTask/run")
@@ -94,6 +100,7 @@ def test_run_now_is_refused_while_running_and_a_dead_job_is_recorded(cluster: In
 
     pid = first.json()["pid"]
     assert pid > 0
+    wait_until(none_running, 120, interval=0.5)
     scheduler.config = type(scheduler.config)(**{**scheduler.config.__dict__, "spark_master": "no-such-master://x"})
     try:
         launched = cluster.http.post(f"{cluster.controller_url}/tasks/broken/MergeRollupTask/run")
