@@ -32,7 +32,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 
 
 class _TooLarge(Exception):
-    pass
+    """A server's answer passed ``max_bytes``; args[0] is the size known so far."""
 
 
 @dataclass(frozen=True)

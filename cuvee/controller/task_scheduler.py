@@ -39,7 +39,7 @@ COMMANDS = {"MergeRollupTask": "merge-rollup", "RealtimeToOfflineSegmentsTask": 
 
 
 class JobAlreadyRunning(Exception):
-    pass
+    """A launch refused: the same table and task type runs already, or ``max_concurrent_jobs`` jobs do (409)."""
 
 
 @dataclass
@@ -209,7 +209,7 @@ class TaskScheduler(PeriodicTask):
         try:
             os.killpg(launch.process.pid, signal.SIGKILL)  # the job and its Spark JVM
         except ProcessLookupError:
-            pass
+            return  # it ended on its own meanwhile
 
     def running(self, table: str, task_type: str) -> Launch | None:
         with self._lock:

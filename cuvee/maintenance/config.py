@@ -26,10 +26,12 @@ from cuvee.config.table import TableConfig
 from cuvee.maintenance.periods import period_ms
 
 
-def millis_per_value(schema: Schema, column: str | None) -> float | None:
-    from cuvee.cluster.time_boundary import millis_per_value as per_value  # cluster imports config: lazily
+def _millis_per_value(schema: Schema, column: str | None) -> float | None:
+    """``cluster.time_boundary.millis_per_value``, imported when called: cuvee.cluster imports cuvee.config,
+    whose validation imports this module."""
+    from cuvee.cluster.time_boundary import millis_per_value
 
-    return per_value(schema, column)
+    return millis_per_value(schema, column)
 
 MERGE_ROLLUP = "MergeRollupTask"
 REALTIME_TO_OFFLINE = "RealtimeToOfflineSegmentsTask"
@@ -88,7 +90,6 @@ class RealtimeToOfflineConfig:
     bucket_ms: int = 86_400_000
     buffer_ms: int = 2 * 86_400_000
     merge_type: MergeType = MergeType.CONCAT
-    round_bucket_ms: int | None = None
     max_records_per_segment: int = DEFAULT_RECORDS_PER_SEGMENT
     aggregations: Mapping[str, Aggregation] = field(default_factory=dict)
 
@@ -241,7 +242,7 @@ def _merge_rollup(reader: _Reader, table: TableConfig, schema: Schema | None) ->
     if table.time_column is None:
         reader.issues.append(ConfigIssue(reader.path, "merges group segments by time: the table needs "
                                                       "segmentsConfig.timeColumnName"))
-    elif schema is not None and millis_per_value(schema, table.time_column) is None:
+    elif schema is not None and _millis_per_value(schema, table.time_column) is None:
         reader.issues.append(ConfigIssue(reader.path, f"time column {table.time_column!r} is not an epoch or "
                                                       "TIMESTAMP column: segments' time ranges cannot be bucketed"))
     if table.is_upsert:
@@ -297,14 +298,15 @@ def _realtime_to_offline(reader: _Reader, table: TableConfig, schema: Schema | N
                                                       "latest row per key must stay in one place)"))
     if table.time_column is None:
         reader.issues.append(ConfigIssue(reader.path, "the table needs segmentsConfig.timeColumnName"))
+    _refuse_rounding(reader)
     return RealtimeToOfflineConfig(
         reader.period("bucketTimePeriod", 86_400_000) or 86_400_000,
         reader.period("bufferTimePeriod", 2 * 86_400_000) or 2 * 86_400_000,
-        reader.merge_type("mergeType"), _no_rounding(reader),
+        reader.merge_type("mergeType"),
         reader.integer("maxNumRecordsPerSegment", DEFAULT_RECORDS_PER_SEGMENT), _aggregations(reader, schema))
 
 
-def _no_rounding(reader: _Reader) -> None:
+def _refuse_rounding(reader: _Reader) -> None:
     """Rounding moved rows' times down would lower the offline half's end time, and the time boundary with it,
     under rows the realtime half still serves: rows near the boundary would be counted twice. Refused."""
     if reader.text("roundBucketTimePeriod") is not None:
@@ -312,7 +314,6 @@ def _no_rounding(reader: _Reader) -> None:
                                                "hybrid time boundary under rows the realtime half also serves "
                                                "(counted twice); leave it out (MergeRollupTask can round an "
                                                "OFFLINE-only table)")
-    return None
 
 
 def _upsert_compaction(reader: _Reader, table: TableConfig) -> UpsertCompactionConfig:

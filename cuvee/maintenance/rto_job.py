@@ -59,7 +59,6 @@ class MoveWork:
     config: RealtimeToOfflineConfig
     spec: BuildSpec  # the OFFLINE half's config: the segments go there
     step_ms: float
-    round_units: int | None
 
 
 @dataclass(frozen=True)
@@ -163,11 +162,7 @@ def _work(window: MoveWindow, sources: dict[str, SegmentSource], hybrid: HybridT
     spec = BuildSpec(hybrid.offline.to_json(), hybrid.schema.to_json(), deep_store_uri, fingerprint="",
                      rows_per_segment=hybrid.task.max_records_per_segment, run_id=run_id,
                      name_prefix=window.name_prefix)
-    round_units = None
-    if hybrid.task.round_bucket_ms:
-        round_units = max(1, int(hybrid.task.round_bucket_ms // hybrid.step_ms))
-    return MoveWork(window, tuple(sources[name] for name in window.segments), hybrid.task, spec, hybrid.step_ms,
-                    round_units)
+    return MoveWork(window, tuple(sources[name] for name in window.segments), hybrid.task, spec, hybrid.step_ms)
 
 
 def _build_on_spark(spark: SparkSession, work: list[MoveWork]
@@ -236,7 +231,7 @@ def move_task(work: MoveWork) -> Iterator[tuple[str, int, dict[str, Any]]]:
     rows = pa.concat_tables(parts)
     yield "read", start, {"rows": rows.num_rows}
     merged = merge_rows(rows, schema, work.config.merge_type, time_column=table.time_column,
-                        round_units=work.round_units, aggregations=dict(work.config.aggregations))
+                        aggregations=dict(work.config.aggregations))
     if merged.num_rows == 0:
         return
     batch = merged.combine_chunks().to_batches()[0]
