@@ -43,6 +43,7 @@ from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
 from cuvee.multistage.engine import SPARK_HINT, Stage
+from cuvee.multistage.lookup_join import lookup_joins
 from cuvee.multistage.plan import RELATION_PREFIX, in_subqueries, inline_values, plan_stages
 from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
@@ -359,7 +360,9 @@ class QueryHandler:
                 relation = f"{RELATION_PREFIX}in{len(relations) + 1}"
                 if inline_values(subquery, answer.column(0).to_pylist(), relation):
                     relations[relation] = answer
-        if not relations:  # every IN-subquery became a list: perhaps one stage now
+        query = await self._bounded(run.remaining_ms(self._clock()), lookup_joins, query, self.view.resolve,
+                                    self._plans_alone)
+        if not relations:  # every IN-subquery became a list, joins with dimension tables LOOKUPs: one stage now?
             if isinstance(query, exp.Select) and query.args.get("limit") is None:
                 query.set("limit", exp.Limit(expression=exp.Literal.number(cfg.max_response_rows + 1)))
             try:
@@ -512,6 +515,14 @@ class QueryHandler:
         if targets:
             check_plan(plan, targets[0].entry.arrow_schema)
         return plan
+
+    def _plans_alone(self, select: exp.Select) -> bool:
+        """Whether ``select`` is a query the single stage answers (a join rewritten into LOOKUPs must be)."""
+        try:
+            self._checked_plan(select.sql(dialect=DIALECT), self.view.resolve)
+        except QueryError:
+            return False
+        return True
 
     def _overrun_done(self, future: asyncio.Future[Any]) -> None:
         self._overrun_plans -= 1

@@ -145,6 +145,24 @@ def test_a_lookup_in_a_multi_stage_querys_leaf_runs_on_the_servers(cluster: InPr
     assert _rows(cluster, sql) == [["Ants", 1], ["Bees", 2], ["Cats", 3], ["Dogs", 4], ["Eels", 5]]
 
 
+def test_a_join_with_the_dimension_table_on_its_key_is_answered_on_the_servers(cluster: InProcessCluster) -> None:
+    """Pinot's lookup join: rewritten into LOOKUPs, the query goes to the fact table's servers whole — only the
+    matching fact rows are scanned (a join at the broker would fetch every row of both tables)."""
+    sql = ("SELECT t.teamName, COUNT(*) AS n, SUM(g.runs) AS runs FROM games g JOIN teams t ON t.teamID = g.teamID "
+           "GROUP BY t.teamName ORDER BY n DESC")
+    answer = cluster.query(sql)
+    assert not answer.get("exceptions"), answer["exceptions"]
+    assert answer["resultTable"]["dataSchema"]["columnNames"] == ["teamName", "n", "runs"]
+    assert answer["resultTable"]["rows"] == _oracle(
+        "SELECT t.teamName, COUNT(*) AS n, SUM(g.runs)::DOUBLE FROM games g JOIN teams t ON t.teamID = g.teamID "
+        "GROUP BY t.teamName ORDER BY n DESC")
+    assert answer["numDocsScanned"] == 1 + 2 + 3 + 4 + 5  # teams a-e's games; not 'f', 'zz' nor NULL ones
+    left = ("SELECT g.runs, t.teamName FROM games g LEFT JOIN teams t ON g.teamID = t.teamID "
+            "WHERE g.league = 'AL' ORDER BY g.runs LIMIT 100")
+    assert _rows(cluster, left) == _oracle(left)
+    assert cluster.query(left)["numDocsScanned"] == 13
+
+
 def test_bad_lookups_are_clear_errors(cluster: InProcessCluster) -> None:
     for sql, code in (("SELECT LOOKUP('games', 'league', 'teamID', teamID) FROM games", 150),
                       ("SELECT LOOKUP('nope', 'x', 'teamID', teamID) FROM games", 190),

@@ -1,0 +1,219 @@
+"""Joins with a dimension table on its primary key, answered on the servers as Pinot's *lookup join*.
+
+A dimension table (``isDimTable``) has every segment on every server of its tenant, and at most one row per
+primary key (Pinot's rule: its lookups answer one row per key). So a join of a fact table with a dimension table
+on the dimension's whole primary key does not need the broker: each server joins its own fact rows with its own
+copy of the dimension table. That is what Pinot's ``LOOKUP`` already does inside a single-stage query, so the
+join is rewritten into one::
+
+    SELECT t.teamName, SUM(g.runs) FROM games g JOIN teams t ON t.teamID = g.teamID GROUP BY t.teamName
+ →  SELECT LOOKUP('teams', 'teamName', 'teamID', g.teamID) AS teamName, SUM(g.runs) FROM games g
+    WHERE LOOKUP('teams', 'teamID', 'teamID', g.teamID) IS NOT NULL
+    GROUP BY LOOKUP('teams', 'teamName', 'teamID', g.teamID)
+
+Every column of the dimension table becomes a ``LOOKUP`` of it by the fact side's key values (NULL where no row
+matches: a LEFT join's answer); an INNER join also keeps only the rows whose key is found. The fact rows never
+reach the broker: the query is pushed to the servers whole (aggregations, GROUP BY and LIMIT included), or, inside
+a larger query, becomes one leaf of it.
+
+Rewritten only when the answer cannot change: the FROM side is a table of the cluster, every join is INNER (or a
+LEFT one with the dimension table on the right) with an ON condition of equalities that name each primary key
+column exactly once against an expression of the tables before it, no column name is ambiguous, no ``*`` reaches
+the dimension table, and the rewritten SELECT plans as a single stage. Anything else is left to the broker's join.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from cuvee.query.errors import QueryError
+from cuvee.query.functions import DIALECT, pinot_column_name
+from cuvee.query.parse import TableResolver
+
+Planned = Callable[[exp.Select], bool]
+"""Whether a rewritten SELECT plans as a single stage (the caller's planner: the rewrite keeps a join otherwise)."""
+
+
+@dataclass(frozen=True)
+class _Dimension:
+    """A joined dimension table: the name its LOOKUPs use, its columns, and the fact-side value of each key."""
+
+    table: str
+    label: str  # the alias (or name) its columns are qualified with
+    columns: dict[str, str]  # lower-case name -> the schema's spelling
+    keys: tuple[tuple[str, exp.Expression], ...]  # (primary key column, fact-side expression), in key order
+
+    def lookup(self, column: str) -> exp.Expression:
+        arguments: list[exp.Expression] = [exp.Literal.string(self.table), exp.Literal.string(column)]
+        for key, value in self.keys:
+            arguments += [exp.Literal.string(key), value.copy()]
+        return exp.Anonymous(this="LOOKUP", expressions=arguments)
+
+
+def lookup_joins(tree: exp.Expression, resolve: TableResolver, planned: Planned) -> exp.Expression:
+    """``tree`` (a copy) with every join a lookup join can answer rewritten into LOOKUPs; ``planned`` says
+    whether a rewritten SELECT is one the single stage answers (else its joins stay)."""
+    tree = tree.copy()
+    for select in list(tree.find_all(exp.Select)):
+        if not select.args.get("joins"):
+            continue
+        try:
+            rewritten = _rewritten(select, resolve)
+        except QueryError:  # an unknown table: the broker's join path reports it
+            rewritten = None
+        if rewritten is not None and planned(rewritten):
+            if select is tree:
+                return rewritten
+            select.replace(rewritten)
+    return tree
+
+
+def _rewritten(select: exp.Select, resolve: TableResolver) -> exp.Select | None:
+    source = select.args.get("from_") or select.args.get("from")
+    fact = source.this if source is not None else None
+    if not isinstance(fact, exp.Table) or not isinstance(fact.this, exp.Identifier) or fact.args.get("db"):
+        return None
+    fact_info = resolve(fact.name)
+    if fact_info is None:
+        return None
+    fact_label = fact.alias_or_name.lower()
+    known: dict[str, set[str]] = {fact_label: {c.lower() for c in fact_info.columns}}  # label -> columns
+    dimensions: list[_Dimension] = []
+    filters: list[exp.Expression] = []
+    for join in select.args.get("joins") or []:
+        dimension = _dimension(join, resolve, known, dimensions, fact_label)
+        if dimension is None:
+            return None
+        known[dimension.label] = set(dimension.columns)
+        dimensions.append(dimension)
+        if not join.side:  # INNER: the rows whose key the dimension table holds
+            filters.append(exp.Not(this=exp.Is(this=dimension.lookup(dimension.keys[0][0]), expression=exp.Null())))
+    if any(isinstance(item, exp.Star) for item in select.expressions) or not _unambiguous(select, known):
+        return None  # a * (its columns are the join's) or a column the join would have to resolve
+    copy = select.copy()
+    copy.set("joins", None)
+    items = [_rewrite(item, dimensions, fact_label, known) for item in copy.expressions]
+    copy.set("expressions", [_named(new, old) for new, old in zip(items, select.expressions)])
+    for key in ("where", "group", "having", "order", "qualify"):
+        value = copy.args.get(key)
+        if value is not None:
+            copy.set(key, _rewrite(value, dimensions, fact_label, known))
+    if filters:
+        where = copy.args.get("where")
+        condition = exp.and_(*filters, *([where.this] if where is not None else []))
+        copy.set("where", exp.Where(this=condition))
+    return copy
+
+
+def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]],
+               dimensions: list[_Dimension], fact_label: str) -> _Dimension | None:
+    """The dimension table ``join`` joins on its whole primary key, or None when it is not such a join."""
+    kind = (join.args.get("kind") or "").upper()
+    if join.args.get("method") or kind not in ("", "INNER", "OUTER") or join.side not in ("", None, "LEFT") \
+            or join.args.get("using"):
+        return None
+    if join.side == "LEFT" and kind not in ("", "OUTER"):
+        return None
+    if not join.side and kind == "OUTER":
+        return None
+    table = join.this
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or table.args.get("db"):
+        return None
+    info = resolve(table.name)
+    if info is None or not info.dim_table or not info.primary_key:
+        return None
+    label = table.alias_or_name.lower()
+    if label in known:
+        return None
+    columns = {c.lower(): c for c in info.columns}
+    condition = join.args.get("on")
+    if condition is None:
+        return None
+    keys: dict[str, exp.Expression] = {}
+    for equality in _conjuncts(condition):
+        if not isinstance(equality, exp.EQ):
+            return None
+        pair = _key_and_value(equality, label, columns, known)
+        if pair is None or pair[0] in keys:
+            return None
+        keys[pair[0]] = pair[1]
+    wanted = [columns.get(k.lower(), k) for k in info.primary_key]
+    if set(keys) != {k.lower() for k in wanted}:
+        return None
+    previous = {d.label: d for d in dimensions}
+    values = tuple((key, _rewrite(keys[key.lower()], list(previous.values()), fact_label, known)) for key in wanted)
+    return _Dimension(info.name, label, columns, values)
+
+
+def _key_and_value(equality: exp.EQ, label: str, columns: dict[str, str],
+                   known: dict[str, set[str]]) -> tuple[str, exp.Expression] | None:
+    """(key column, lower-case; the other side) of ``dim.key = expression over the tables before it``."""
+    for mine, other in ((equality.this, equality.expression), (equality.expression, equality.this)):
+        if isinstance(mine, exp.Column) and not isinstance(mine.this, exp.Star) and \
+                mine.table.lower() == label and mine.name.lower() in columns:
+            references = [c for c in other.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
+            if references and all(_belongs(c, known) for c in references) and \
+                    other.find(exp.Select, exp.Subquery, exp.AggFunc, exp.Window) is None:
+                return mine.name.lower(), other
+    return None
+
+
+def _belongs(column: exp.Column, known: dict[str, set[str]]) -> bool:
+    """Whether ``column`` is one of the tables already joined (qualified with one's label, or one name alone)."""
+    if column.table:
+        return column.table.lower() in known and column.name.lower() in known[column.table.lower()]
+    return sum(column.name.lower() in names for names in known.values()) == 1
+
+
+def _unambiguous(select: exp.Select, known: dict[str, set[str]]) -> bool:
+    """Every column of the SELECT is of exactly one table (or a select alias): else the join decides."""
+    aliases = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
+    for column in select.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            return False
+        if column.find_ancestor(exp.Subquery, exp.Select) is not select:
+            return False  # a nested query reads the join's tables: left to the broker
+        if column.table:
+            if column.table.lower() not in known:
+                return False  # an enclosing query's column
+        elif sum(column.name.lower() in names for names in known.values()) != 1 and \
+                not (column.name.lower() in aliases and not any(column.name.lower() in n for n in known.values())):
+            return False
+    return True
+
+
+def _rewrite(node: exp.Expression, dimensions: list[_Dimension], fact_label: str,
+             known: dict[str, set[str]]) -> exp.Expression:
+    by_label = {d.label: d for d in dimensions}
+
+    def replace(found: exp.Expression) -> exp.Expression:
+        if not isinstance(found, exp.Column) or isinstance(found.this, exp.Star):
+            return found
+        label = found.table.lower() if found.table else next(
+            (name for name, columns in known.items() if found.name.lower() in columns), None)
+        dimension = by_label.get(label) if label is not None else None
+        if dimension is None:
+            return found
+        return dimension.lookup(dimension.columns[found.name.lower()])
+
+    return node.copy().transform(replace)
+
+
+def _named(new: exp.Expression, old: exp.Expression) -> exp.Expression:
+    """A rewritten select item keeps the name Pinot gives the item as written."""
+    if isinstance(new, exp.Alias) or new.sql(dialect=DIALECT) == old.sql(dialect=DIALECT):
+        return new
+    return exp.alias_(new, pinot_column_name(old), quoted=True)
+
+
+def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    if isinstance(condition, exp.And):
+        return _conjuncts(condition.this) + _conjuncts(condition.expression)
+    if isinstance(condition, exp.Paren):
+        return _conjuncts(condition.this)
+    return [condition]
+
