@@ -48,9 +48,10 @@ def rto_due(ctl: Controller, config: TableConfig, task: RealtimeToOfflineConfig,
     lineage = ctl.store.lineage(offline.name_with_type)
     spans = committed_spans(_records(ctl, offline.name_with_type, off_ideal), off_ideal.segments,
                             hidden_segments(lineage), step)
-    plan = plan_moves(task, realtime_segments(rt_records, rt_ideal.segments, step), offsets, spans,
-                      moved_windows(lineage, (s.name for s in spans)), current.watermark_map.get(WATERMARK),
-                      ctl.clock_ms())
+    realtime = realtime_segments(rt_records, rt_ideal.segments, step,
+                                 hidden_segments(ctl.store.lineage(config.name_with_type)))
+    plan = plan_moves(task, realtime, offsets, spans, moved_windows(lineage, (s.name for s in spans)),
+                      current.watermark_map.get(WATERMARK), ctl.clock_ms())
     return [{"windowStartMs": w.start_ms, "windowEndMs": w.end_ms, "bucket": format_period(w.end_ms - w.start_ms),
              "segments": len(w.segments), "rows": w.total_docs} for w in plan.windows]
 

@@ -23,7 +23,7 @@ from typing import Any
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 from cuvee.config.schema import DataType, FieldRole, Schema
 from cuvee.config.table import TableConfig
-from cuvee.maintenance.periods import period_ms
+from cuvee.maintenance.periods import format_period, period_ms
 
 
 def _millis_per_value(schema: Schema, column: str | None) -> float | None:
@@ -299,11 +299,32 @@ def _realtime_to_offline(reader: _Reader, table: TableConfig, schema: Schema | N
     if table.time_column is None:
         reader.issues.append(ConfigIssue(reader.path, "the table needs segmentsConfig.timeColumnName"))
     _refuse_rounding(reader)
-    return RealtimeToOfflineConfig(
+    parsed = RealtimeToOfflineConfig(
         reader.period("bucketTimePeriod", 86_400_000) or 86_400_000,
         reader.period("bufferTimePeriod", 2 * 86_400_000) or 2 * 86_400_000,
         reader.merge_type("mergeType"),
         reader.integer("maxNumRecordsPerSegment", DEFAULT_RECORDS_PER_SEGMENT), _aggregations(reader, schema))
+    _check_retention(reader, table, parsed)
+    return parsed
+
+
+_SMALLEST_BOUNDARY_LAG_MS = 3_600_000  # the hybrid time boundary trails the offline end by a day, or an hour
+
+
+def _check_retention(reader: _Reader, table: TableConfig, task: RealtimeToOfflineConfig) -> None:
+    """A window's rows must outlive their move: the realtime half keeps serving everything after the time
+    boundary, which trails the moved rows' newest time by a day (an hour for an HOURLY-pushed offline half). A
+    realtime retention shorter than a bucket, the buffer and that lag together expires rows before they move, or
+    leaves a range neither half answers for; refused (the exact rule, with the time between runs, is in
+    docs/maintenance.md)."""
+    retention = table.segments.retention_ms
+    needed = task.bucket_ms + task.buffer_ms + _SMALLEST_BOUNDARY_LAG_MS
+    if retention is not None and retention < needed:
+        reader.issues.append(ConfigIssue(
+            "segmentsConfig.retentionTimeValue", f"the realtime retention ({format_period(retention)}) must be "
+            f"longer than RealtimeToOfflineSegmentsTask's bucketTimePeriod + bufferTimePeriod + the time boundary's "
+            f"lag + the time between runs (at least {format_period(needed)}, with an HOURLY-pushed offline half; "
+            "the lag is a day with a DAILY one), or rows expire before they move"))
 
 
 def _refuse_rounding(reader: _Reader) -> None:

@@ -8,8 +8,10 @@ oldest committed realtime row. A window ``[w, w + bucket)`` is **due** when
 1. it ended ``bufferTimePeriod`` ago: ``w + bucket + buffer <= now`` (late rows have arrived), and
 2. the committed realtime segments hold all of its rows: for every partition of the stream, either nothing past
    its last committed segment exists upstream (the stream's latest offset is where the committed segments end),
-   or its last committed segment reaches the window's end (``endTime >= w + bucket``, Pinot's rule: consumption
-   has passed the window, and what a consuming segment still holds for it is late data).
+   or its last committed segment reaches ``bufferTimePeriod`` past the window's end (``endTime - buffer >= w +
+   bucket``, the newest time capped at now): consumption has passed the window by more than rows may be late, so
+   what the consuming segment holds for it is late data. (Pinot's rule, ``endTime >= w + bucket``, moves a
+   window while a row a few minutes late still sits in the consuming segment.)
 
 Pinot checks (2) only for partitions whose last completed segment overlaps the window, so a partition whose
 consuming segment started before the window and holds rows of it is moved without them (those rows are then
@@ -17,14 +19,15 @@ hidden below the time boundary for good). Here every partition counts; an idle p
 uncommitted upstream), a slow one blocks until its rows commit (flush threshold rows or time), and a partition
 whose latest offset is unknown (the stream did not answer) blocks.
 
-The window's rows are those of the committed segments overlapping it whose time lies in it (a segment reaching
-over several windows is read once per window). Empty windows are jumped over at once (never one loop per empty
-bucket over years), windows an earlier run already moved (its completed lineage entry, or its output names
-``rto_<start>_<end>_…``, when it died before the watermark moved) are skipped, and the watermark never enters a
-bucket the offline half already holds rows of from elsewhere (batch pushes): the task never adds rows to a time
-range the offline half already answers for. Rows older than the first watermark and rows arriving after their
-window moved ("late rows") are not moved: they stay in the realtime half, counted by queries only while they lie
-above the time boundary.
+The window's rows are those of the committed segments overlapping it whose time lies in it (a segment reaching over
+several windows is read once per window). Empty windows are jumped over at once (never one loop per empty bucket
+over years), windows an earlier run already moved (its completed lineage entry, or its output names
+``rto_<start>_<end>_…``, when it died before the watermark moved) are skipped, and the watermark never falls below
+the newest time of rows the offline half holds from elsewhere (batch pushes): the task never adds rows to a time
+range the offline half already answers for, and moves the rest of a bucket such rows end inside (a first window
+shorter than a bucket), so no realtime row between their end and the next bucket is left below the time boundary.
+Rows older than the first watermark and rows arriving after their window moved ("late rows") are not moved: they
+stay in the realtime half, counted by queries only while they lie above the time boundary.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from cuvee.cluster.records import SegmentRecord
@@ -117,13 +120,15 @@ def moved_windows(lineage: SegmentLineage | None, offline_segments: Iterable[str
 
 
 def realtime_segments(records: Mapping[str, SegmentRecord], ideal: Mapping[str, object],
-                      step_ms: float) -> list[RealtimeSegment]:
+                      step_ms: float, hidden: Set[str] = frozenset()) -> list[RealtimeSegment]:
     """The realtime half's segments in its ideal state, as the planner sees them (``step_ms``: milliseconds per
-    unit of the time column, ``cluster.time_boundary.millis_per_value``)."""
+    unit of the time column, ``cluster.time_boundary.millis_per_value``). Segments lineage hides (a realtime
+    merge's inputs after it, a dead run's outputs) are not the half's rows: leaving them in would read rows
+    twice."""
     out = []
     for name in sorted(ideal):
         record = records.get(name)
-        if record is None:
+        if record is None or name in hidden:
             continue
         partition, sequence = record.partition, record.sequence
         if partition is None or sequence is None:
@@ -140,9 +145,15 @@ def realtime_segments(records: Mapping[str, SegmentRecord], ideal: Mapping[str, 
     return out
 
 
-def coverage_limit(segments: Sequence[RealtimeSegment], latest_offsets: Mapping[int, int | None]
-                   ) -> tuple[int | None, str]:
-    """The latest window end the committed segments cover (None: no limit) and, when limited, why."""
+def coverage_limit(segments: Sequence[RealtimeSegment], latest_offsets: Mapping[int, int | None], now_ms: int,
+                   buffer_ms: int) -> tuple[int | None, str]:
+    """The latest window end the committed segments cover (None: no limit) and, when limited, why.
+
+    A partition still consuming covers up to ``bufferTimePeriod`` before the newest time its committed rows reach
+    (never later than now): a row of its consuming segment later than that is later than ``bufferTimePeriod``
+    behind a row committed before it — late data by the task's definition. Without the buffer, a row a few minutes
+    late that lands just after a commit would be left out of its window and then hidden below the time boundary;
+    without the clock's cap, one row from a producer whose clock is years ahead would let every window move."""
     limit: int | None = None
     reason = ""
     for partition in sorted({s.partition for s in segments if s.partition is not None}):
@@ -157,14 +168,17 @@ def coverage_limit(segments: Sequence[RealtimeSegment], latest_offsets: Mapping[
         if upstream is not None and committed_to is not None and upstream <= committed_to:
             continue  # nothing upstream past the committed rows: this partition holds back no window
         reached = next((s.end_ms for s in reversed(done) if s.end_ms is not None), None)
+        if reached is not None:
+            reached = min(reached, now_ms) - buffer_ms
         if reached is None:
             return -(2**62), (f"partition {partition} has rows not committed yet and no committed segment"
                               if upstream is not None else f"partition {partition}'s latest offset is unknown")
         if limit is None or reached < limit:
             limit = reached
             reason = (f"partition {partition} has rows not committed yet; its committed rows reach "
-                      f"{iso(reached)}" if upstream is not None else
-                      f"partition {partition}'s latest offset is unknown; its committed rows reach {iso(reached)}")
+                      f"{iso(reached + buffer_ms)} (less bufferTimePeriod)" if upstream is not None else
+                      f"partition {partition}'s latest offset is unknown; its committed rows reach "
+                      f"{iso(reached + buffer_ms)} (less bufferTimePeriod)")
     return limit, reason
 
 
@@ -183,16 +197,16 @@ def plan_moves(config: RealtimeToOfflineConfig, segments: Sequence[RealtimeSegme
             return MovePlan((), None, waiting="no committed realtime segment yet")
         mark = _floor(min(s.start_ms or 0 for s in committed), bucket)
     elsewhere = [s.end_ms for s in offline if s.end_ms is not None and output_window(s.name) is None]
-    if elsewhere:  # rows pushed by others: never add to a bucket they reach into
-        mark = max(mark, _floor(max(elsewhere), bucket) + bucket)
+    if elsewhere:  # rows pushed by others: move only what lies after them (the first window may be a partial one)
+        mark = max(mark, max(elsewhere) + 1)
     buffered = now_ms - config.buffer_ms
-    covered, why = coverage_limit(segments, latest_offsets)
+    covered, why = coverage_limit(segments, latest_offsets, now_ms, config.buffer_ms)
     limit = buffered if covered is None else min(buffered, covered)
     windows: list[MoveWindow] = []
     skipped = 0
     waiting = ""
     while True:
-        end = mark + bucket
+        end = _floor(mark, bucket) + bucket
         if end > limit:
             waiting = (f"window {iso(mark)} ends {iso(end)}: "
                        + (why if covered is not None and covered < end else
@@ -209,7 +223,7 @@ def plan_moves(config: RealtimeToOfflineConfig, segments: Sequence[RealtimeSegme
         if not overlapping:
             later = [max(s.start_ms or 0, end) for s in committed if (s.end_ms or 0) >= end]
             target = min(min(later), limit) if later else limit
-            mark, skipped = mark + (target - mark) // bucket * bucket, skipped + 1  # ≥ one bucket on
+            mark, skipped = max(end, _floor(target, bucket)), skipped + 1  # ≥ one bucket on
             continue
         windows.append(MoveWindow(mark, end, tuple(s.name for s in overlapping),
                                   sum(s.total_docs for s in overlapping)))

@@ -118,3 +118,22 @@ def test_realtime_to_offline_refuses_rounding() -> None:
     issues = table_schema_issues(table({"RealtimeToOfflineSegmentsTask": {"roundBucketTimePeriod": "1h"}},
                                        "REALTIME", **stream), SCHEMA)
     assert any(i.path.endswith("roundBucketTimePeriod") and "counted twice" in i.message for i in issues)
+
+
+def test_a_realtime_retention_shorter_than_a_move_needs_is_refused() -> None:
+    """A review found the documented rule lost rows: the realtime half must keep rows for a bucket, the buffer and
+    the time boundary's lag, or they expire before they move (or after, while the realtime half still serves
+    their range)."""
+    stream = {"tableIndexConfig": {"streamConfigs": STREAM}}
+
+    def issues(retention_hours: int) -> list[str]:
+        config = TableConfig.from_json({
+            "tableName": "sales", "tableType": "REALTIME", **stream,
+            "segmentsConfig": {"timeColumnName": "ts", "retentionTimeUnit": "HOURS",
+                               "retentionTimeValue": str(retention_hours)},
+            "task": {"taskTypeConfigsMap": {"RealtimeToOfflineSegmentsTask": {"bucketTimePeriod": "1h",
+                                                                              "bufferTimePeriod": "1h"}}}})
+        return [i.path + ": " + i.message for i in table_schema_issues(config, SCHEMA)]
+
+    assert any(m.startswith("segmentsConfig.retentionTimeValue") and "at least 3h" in m for m in issues(2))
+    assert issues(48) == []
