@@ -25,9 +25,10 @@ from cuvee.cluster.assignment import (
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
-from cuvee.config import OffsetReset, StreamConfig, TableConfig
+from cuvee.config import OffsetReset, StreamConfig, TableConfig, TableType, raw_table_name
 from cuvee.controller.errors import BadGateway, BadRequest
 from cuvee.errors import CuveeError
+from cuvee.maintenance.config import REALTIME_TO_OFFLINE
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.stream import open_consumer
 
@@ -95,7 +96,9 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 
 def delete_table_state(store: ClusterStore, table: str) -> None:
     """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view, the
-    last rebalance's record and the maintenance tasks' watermarks."""
+    last rebalance's record and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
+    RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a recreated offline
+    half would get only rows after it, and the time boundary would hide the rest."""
     paths = store.paths
     store.delete(paths.ideal_state(table))
     store.delete(paths.segments(table))
@@ -103,6 +106,8 @@ def delete_table_state(store: ClusterStore, table: str) -> None:
     store.delete(paths.external_view(table))
     store.delete(paths.rebalance(table))
     store.delete(paths.tasks(table))
+    if table.endswith(TableType.OFFLINE.suffix):
+        store.delete(paths.task(raw_table_name(table) + TableType.REALTIME.suffix, REALTIME_TO_OFFLINE))
 
 
 def next_row_threshold(stream: StreamConfig, ideal: IdealState, done: SegmentRecord) -> int:
