@@ -42,12 +42,13 @@ def test_every_role_exposes_its_metrics_and_they_move(tmp_path: Path) -> None:
         wait_until(lambda: len(cluster.committed_segments(TABLE)) >= 4, 60, message="no commits")
         assert cluster.query(f"SELECT nope FROM {TABLE}")["exceptions"]  # an unknown column: error 710
 
-        # COUNT(*) is answered by one replica of each partition: the other may still be catching up (CI, stop 19)
+        # Each row is consumed by one replica at least and by both at most: a replica that lags when its segment
+        # commits may download the committed copy instead of consuming the rows (CI, stops 19 and 21)
         consumed = lambda: sum(_scrape(s.url)["cuvee_server_rows_consumed_total"] for s in cluster.servers)  # noqa: E731
-        wait_until(lambda: consumed() == 2 * 450, 60, message=lambda: f"{consumed()} rows consumed, not 900")
+        wait_until(lambda: consumed() >= 450, 60, message=lambda: f"{consumed()} rows consumed, not 450 or more")
         servers = [_scrape(s.url) for s in cluster.servers]
         table = f"{TABLE}_REALTIME"
-        assert sum(s["cuvee_server_rows_consumed_total"] for s in servers) == 2 * 450  # two replicas of each row
+        assert 450 <= sum(s["cuvee_server_rows_consumed_total"] for s in servers) <= 2 * 450
         assert all(s["cuvee_server_bytes_consumed_total"] > 0 for s in servers)
         wait_until(lambda: sum(_scrape(s.url).get("cuvee_server_bad_rows_total", 0) for s in cluster.servers) >= 1,
                    30, message="the bad message was never counted")
