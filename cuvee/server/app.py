@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from cuvee.metrics import metrics_router
+from cuvee.node.fast_routes import FastRoutesApp
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
 from cuvee.server.compaction_routes import compaction_router
 from cuvee.server.queryable import CommittedSegment
@@ -38,7 +39,7 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:
-    app = FastAPI(title=f"cuvee server {server.instance_id}")
+    app = FastRoutesApp(title=f"cuvee server {server.instance_id}")
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:

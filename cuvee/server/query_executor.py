@@ -195,6 +195,25 @@ class QueryExecutor:
         except TableNotFoundError:  # the table is gone: its segments are reported missing as for any table
             return None
 
+    def count_now(self, request: ServerQueryRequest) -> tuple[pa.Table, ServerQueryStats] | None:
+        """``SELECT COUNT(*)`` over committed segments of a table that is not an upsert one, from their row counts
+        — no rows read, nothing that can block, so the route runs it on the event loop (a worker thread's hop cost
+        more than the answer). None for anything else (a consuming or missing segment, a filter, LOOKUP): that
+        takes ``execute``. Segments are looked up, not held: only their fixed row counts are read."""
+        if not _counts_rows_only(request) or request.lookups or self._upsert(request.table) is not None:
+            return None
+        started = self._clock()
+        found = [self.registry.get(request.table, name) for name in request.segments]
+        committed = [s for s in found if isinstance(s, CommittedSegment)]
+        if len(committed) != len(found):
+            return None
+        docs = [s.num_docs for s in committed]
+        rows = sum(docs)
+        stats = ServerQueryStats(
+            numDocsScanned=rows, totalDocs=rows, numSegmentsQueried=len(found), numSegmentsProcessed=len(found),
+            numSegmentsMatched=sum(1 for n in docs if n), timeUsedMs=int((self._clock() - started) * 1000))
+        return pa.table({"__p0": pa.array([rows], pa.int64())}), stats
+
     def execute(self, request: ServerQueryRequest) -> tuple[pa.Table | None, ServerQueryStats]:
         """The partial result (None if nothing ran) and the statistics; never raises for a bad query."""
         started = self._clock()

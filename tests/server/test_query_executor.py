@@ -206,6 +206,21 @@ def test_count_star_without_a_filter_is_answered_from_the_rows_held_without_a_sc
     assert merge_partials(plan, [result], schema().arrow_schema()).to_pylist() == [{"count(*)": rows.num_rows}]
 
 
+def test_count_now_answers_count_star_of_committed_segments_as_execute_does(loaded) -> None:
+    """The route answers these on its event loop: the answer and statistics must be execute's, and anything that
+    could block or needs rows (a consuming segment, a missing one, a filter) must go to execute."""
+    registry, _, names = loaded
+    executor = QueryExecutor(registry)
+    _, counted = plan_request("SELECT COUNT(*) FROM events", names[:2])
+    now = executor.count_now(counted)
+    assert now is not None
+    result, stats = executor.execute(counted)
+    assert now[0].equals(result) and replace(now[1], timeUsedMs=0) == replace(stats, timeUsedMs=0)
+    for segments in (names, [*names[:2], "gone"]):  # a consuming segment; a segment not held
+        assert executor.count_now(plan_request("SELECT COUNT(*) FROM events", segments)[1]) is None
+    assert executor.count_now(plan_request("SELECT COUNT(*) FROM events WHERE v > 1", names[:2])[1]) is None
+
+
 def test_only_the_columns_a_query_names_are_given_to_duckdb(loaded, monkeypatch) -> None:
     from cuvee.server import query_executor
 
