@@ -51,7 +51,7 @@ def rto_due(ctl: Controller, config: TableConfig, task: RealtimeToOfflineConfig,
     realtime = realtime_segments(rt_records, rt_ideal.segments, step,
                                  hidden_segments(ctl.store.lineage(config.name_with_type)))
     plan = plan_moves(task, realtime, offsets, spans, moved_windows(lineage, (s.name for s in spans)),
-                      current.watermark_map.get(WATERMARK), ctl.clock_ms())
+                      current.watermark_map.get(WATERMARK), ctl.clock_ms(), step_ms=step)
     return [{"windowStartMs": w.start_ms, "windowEndMs": w.end_ms, "bucket": format_period(w.end_ms - w.start_ms),
              "segments": len(w.segments), "rows": w.total_docs} for w in plan.windows]
 

@@ -112,9 +112,9 @@ def plan_table(client: ControllerClient, table: str, hybrid: HybridTable,
     offline = half_state(client, table, TableType.OFFLINE, hybrid.offline.name_with_type, None, urls)
     lineage = client.lineage(table, TableType.OFFLINE)
     spans = committed_spans(offline.records, offline.ideal, offline.hidden, hybrid.step_ms)
-    plan = plan_moves(hybrid.task, realtime_segments(realtime.records, realtime.ideal, hybrid.step_ms, realtime.hidden), offsets,
-                      spans, moved_windows(lineage, (s.name for s in spans)),
-                      int(watermark) if isinstance(watermark, int) else None, now_ms)
+    segments = realtime_segments(realtime.records, realtime.ideal, hybrid.step_ms, realtime.hidden)
+    plan = plan_moves(hybrid.task, segments, offsets, spans, moved_windows(lineage, (s.name for s in spans)),
+                      int(watermark) if isinstance(watermark, int) else None, now_ms, step_ms=hybrid.step_ms)
     return plan, realtime
 
 

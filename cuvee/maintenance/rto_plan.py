@@ -185,9 +185,10 @@ def coverage_limit(segments: Sequence[RealtimeSegment], latest_offsets: Mapping[
 def plan_moves(config: RealtimeToOfflineConfig, segments: Sequence[RealtimeSegment],
                latest_offsets: Mapping[int, int | None], offline: Sequence[SegmentSpan],
                moved: Sequence[tuple[int, int]], watermark: int | None, now_ms: int, *,
-               max_windows: int = MAX_WINDOWS_PER_RUN) -> MovePlan:
+               max_windows: int = MAX_WINDOWS_PER_RUN, step_ms: float = 1.0) -> MovePlan:
     """``offline``: the offline half's served segments; ``moved``: windows already moved (``moved_windows``);
-    ``watermark``: the stored one (None before the first run)."""
+    ``watermark``: the stored one (None before the first run); ``step_ms``: milliseconds per unit of the time
+    column (a window no value of it lies in, an hour of a DAYS column, is jumped over without reading rows)."""
     bucket = config.bucket_ms
     committed = sorted((s for s in segments if s.committed and s.start_ms is not None and s.end_ms is not None
                         and s.total_docs > 0), key=lambda s: (s.start_ms or 0, s.name))
@@ -220,6 +221,10 @@ def plan_moves(config: RealtimeToOfflineConfig, segments: Sequence[RealtimeSegme
             mark, skipped = max(done_before), skipped + 1
             continue
         overlapping = [s for s in committed if (s.start_ms or 0) < end and (s.end_ms or 0) >= mark]
+        low, high = window_bounds(mark, end, step_ms)
+        if overlapping and low >= high:  # no value of the time column lies in it: nothing to read
+            mark, skipped = end, skipped + 1
+            continue
         if not overlapping:
             later = [max(s.start_ms or 0, end) for s in committed if (s.end_ms or 0) >= end]
             target = min(min(later), limit) if later else limit

@@ -169,3 +169,13 @@ def test_a_row_from_a_clock_years_ahead_does_not_let_every_window_move() -> None
     segments = [done("a0", 0, 0, 0, 40_000 * D, (0, 10)), consuming("a1", 0, 1, 10)]  # one row in the far future
     plan = plan_moves(DAILY, segments, {0: 11}, [], [], None, 10 * D)
     assert plan.watermark is not None and plan.watermark <= 10 * D - H  # not past now less the buffer
+
+
+def test_windows_no_value_of_a_coarse_time_column_lies_in_are_jumped_over() -> None:
+    """Hourly windows over a DAYS column: only the first hour of a day holds a value (the day itself); a review
+    found the other 23 ran Spark tasks that read whole segments for nothing."""
+    hourly = RealtimeToOfflineConfig(bucket_ms=H, buffer_ms=H)
+    segments = [done("a0", 0, 0, 0, 2 * D, (0, 10))]  # day values 0, 1, 2 (in ms: 0, D, 2D)
+    plan = plan_moves(hourly, segments, {0: 10}, [], [], None, 10 * D, step_ms=float(D))
+    assert [w.start_ms for w in plan.windows] == [0, D, 2 * D]
+    assert plan_moves(hourly, segments, {0: 10}, [], [], None, 10 * D).windows[1].start_ms == H  # in ms: every hour
