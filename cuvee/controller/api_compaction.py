@@ -4,7 +4,9 @@ Pinot's design: the compacted copy keeps the segment's **name** (its LLC partiti
 record, so the completion protocol, the repair task and the broker's partition routing see the segment they knew)
 and gets a new CRC. The controller checks the copy the job compacted is still the one on record
 (``expectedCrc``: a compare-and-set), writes the record (CRC, docs, size, download URI; offsets and time range as
-they were) and then names the new CRC in the ideal state; each replica reloads the segment (ONLINE → ONLINE),
+they were) and then names the new CRC in the ideal state (having named the CRC on record there first, the first
+time a segment is compacted: if the controller dies between the two writes, the repair task finds the ideal
+state naming a CRC the record no longer has and names the record's, ``cuvee.controller.repair``); each replica reloads the segment (ONLINE → ONLINE),
 swapping the copy in its registry and upsert key map in one step (``cuvee.upsert.table.TableUpsert.serve``). A
 replica answers exactly as before on either copy, because the job compacted only what every replica agreed it
 may drop; so queries never see a key twice or miss one while replicas reload one after the other.
@@ -33,6 +35,7 @@ from starlette.concurrency import run_in_threadpool
 
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState
 from cuvee.config import TableType, raw_table_name
+from cuvee.controller import faults
 from cuvee.controller.api_common import require_body
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadGateway, BadRequest, Conflict, NotFound
@@ -127,7 +130,11 @@ def _replace(ctl: Controller, full: str, pushed: PushedSegment, expected: int) -
             # still loading the old copy (or a Spark read planned on it) finishes
             schedule_archive_deletion(ctl.store, full, name, record.download_uri,
                                       ctl.clock_ms() + round(ctl.config.deletion_grace_seconds * 1000))
+        ideal = ctl.store.ideal_state(full)
+        if ideal is None or name not in ideal.record.crcs:  # every replica holds it already: no reload
+            _name_crc(ctl, full, name, expected)
         ctl.store.update(SegmentRecord, ctl.store.paths.segment(full, name), rewrite)
+        faults.fault(faults.COMPACTION_AFTER_RECORD)
         _name_crc(ctl, full, name, pushed.crc)  # the replicas reload it
     return {"status": f"{full}/{name} compacted: {record.total_docs} → {pushed.total_docs} docs", "crc": pushed.crc}
 

@@ -103,3 +103,48 @@ def test_the_copy_claimed_is_swapped_in(ctl, tmp_path: Path) -> None:
     assert (record.crc, record.download_uri, record.total_docs) == (claim["crc"], claim["downloadUri"], 6)
     assert ctl.store.ideal_state(FULL).record.crcs[SEGMENT] == claim["crc"]
     assert _swap(ctl, claim)["status"].endswith("is compacted already")  # sent again: done
+
+
+def _repair_task(ctl):
+    from cuvee.controller.repair import RepairTask
+
+    return RepairTask(ctl.store, None, lambda: 0, 0, 60.0, lambda: True)  # type: ignore[arg-type]
+
+
+def _name_crcs(ctl) -> list:
+    ideal = ctl.store.ideal_state(FULL).record
+    records = {s: ctl.store.segment(FULL, s).record for s in ideal.segments}
+    return _repair_task(ctl).name_crcs(FULL, ideal, records)
+
+
+def test_a_controller_dying_between_the_record_and_the_ideal_state_is_healed_by_repair(ctl, tmp_path: Path) -> None:
+    from cuvee.controller import faults
+    from cuvee.controller.repair import NameCrc
+
+    assert _name_crcs(ctl) == []  # a committed segment with no CRC named: left alone
+    claim = _copy(ctl, tmp_path)
+    faults.FAULTS.add(faults.COMPACTION_AFTER_RECORD)
+    with pytest.raises(faults.FaultInjected):
+        _swap(ctl, claim)
+    assert ctl.store.segment(FULL, SEGMENT).record.crc == claim["crc"]
+    assert ctl.store.ideal_state(FULL).record.crcs[SEGMENT] == OLD_CRC  # named before the record moved on
+
+    assert _name_crcs(ctl) == [NameCrc(SEGMENT, OLD_CRC, claim["crc"])]
+    ideal = ctl.store.ideal_state(FULL).record
+    assert ideal.crcs[SEGMENT] == claim["crc"]  # the replicas reload the copy on record
+    assert ideal.segments[SEGMENT] == {r: SegmentState.ONLINE for r in REPLICAS}
+    assert _name_crcs(ctl) == []  # nothing left: a second pass changes nothing
+
+
+def test_the_crc_repair_leaves_consuming_and_unknown_segments_alone() -> None:
+    from cuvee.cluster.records import IdealState
+    from cuvee.controller.repair import NameCrc, plan_crc_names
+
+    consuming = "events__0__4__20261125T1200Z"
+    ideal = IdealState(FULL, {SEGMENT: {"Server_a": SegmentState.ONLINE},
+                              consuming: {"Server_a": SegmentState.CONSUMING}},
+                       crcs={SEGMENT: 1, consuming: 2, "gone": 3})
+    records = {SEGMENT: SegmentRecord(SEGMENT, SegmentStatus.DONE, 0, crc=5),
+               consuming: SegmentRecord(consuming, SegmentStatus.IN_PROGRESS, 0, crc=7)}
+    assert plan_crc_names(ideal, records) == [NameCrc(SEGMENT, 1, 5)]
+    assert plan_crc_names(ideal, {**records, SEGMENT: SegmentRecord(SEGMENT, SegmentStatus.DONE, 0, crc=1)}) == []
