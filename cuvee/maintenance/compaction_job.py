@@ -110,8 +110,8 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
 
 
 def ask_replicas(table: str, segment: CompactionCandidate, urls: dict[str, str]) -> dict[str, ReplicaAnswer]:
-    """Each replica's kept docs of ``segment`` (an answer with ``error`` when it gave none)."""
-    from cuvee.server.compaction_routes import VALID_DOC_IDS_PATH, decode_bitmap
+    """Each replica's kept docs of ``segment`` (an answer with ``error`` when it gave none, or a bad one)."""
+    from cuvee.server.compaction_routes import VALID_DOC_IDS_PATH
 
     headers = cluster_headers() or user_headers()
     out: dict[str, ReplicaAnswer] = {}
@@ -125,14 +125,33 @@ def ask_replicas(table: str, segment: CompactionCandidate, urls: dict[str, str])
                                  timeout=ASK_TIMEOUT_SECONDS)
             doc = response.json()
         except (httpx.HTTPError, ValueError) as exc:
+            log.warning("%s/%s: replica %s unreachable: %s", table, segment.name, instance, exc)
             out[instance] = ReplicaAnswer(instance, error=f"unreachable: {type(exc).__name__}")
             continue
-        if response.status_code != 200:
-            out[instance] = ReplicaAnswer(instance, error=f"HTTP {response.status_code}: {doc.get('error', '')}"[:300])
-            continue
-        out[instance] = ReplicaAnswer(instance, int(doc["crc"]), int(doc["totalDocs"]),
-                                      tuple(decode_bitmap(doc["bitmap"])))
+        out[instance] = replica_answer(instance, response.status_code, doc)
+        if out[instance].error:
+            log.warning("%s/%s: replica %s answered %s: %.300s", table, segment.name, instance, out[instance].error,
+                        doc.get("error", doc) if isinstance(doc, dict) else doc)
     return out
+
+
+def replica_answer(instance: str, status: int, doc: Any) -> ReplicaAnswer:
+    """A replica's ``validDocIds`` answer read defensively: an error status or a malformed body is an answer with
+    a short ``error`` of our own (the run's message is read by READ users: no server text goes into it)."""
+    from cuvee.server.compaction_routes import decode_bitmap
+
+    if status != 200:
+        return ReplicaAnswer(instance, error=f"HTTP {status}")
+    if not isinstance(doc, dict):
+        return ReplicaAnswer(instance, error="malformed answer (not a JSON object)")
+    crc, total, bitmap = doc.get("crc"), doc.get("totalDocs"), doc.get("bitmap")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (crc, total)) or not isinstance(bitmap, str):
+        return ReplicaAnswer(instance, error="malformed answer (crc, totalDocs, bitmap)")
+    try:
+        kept = tuple(decode_bitmap(bitmap))
+    except (ValueError, IndexError, TypeError):
+        return ReplicaAnswer(instance, error="malformed answer (bitmap)")
+    return ReplicaAnswer(instance, crc, total, kept)
 
 
 def _work(decisions: list[Decision], half: Any, todo: list[CompactionCandidate], table_json: dict[str, Any],
