@@ -6,8 +6,9 @@ and gets a new CRC. The controller checks the copy the job compacted is still th
 (``expectedCrc``: a compare-and-set), writes the record (CRC, docs, size, download URI; offsets and time range as
 they were) and then names the new CRC in the ideal state (having named the CRC on record there first, the first
 time a segment is compacted: if the controller dies between the two writes, the repair task finds the ideal
-state naming a CRC the record no longer has and names the record's, ``cuvee.controller.repair``); each replica reloads the segment (ONLINE → ONLINE),
-swapping the copy in its registry and upsert key map in one step (``cuvee.upsert.table.TableUpsert.serve``). A
+state naming a CRC the record no longer has and names the record's, ``cuvee.controller.repair``); each replica
+reloads the segment (ONLINE → ONLINE), swapping the copy in its registry and upsert key map in one step
+(``cuvee.upsert.table.TableUpsert.serve``). A
 replica answers exactly as before on either copy, because the job compacted only what every replica agreed it
 may drop; so queries never see a key twice or miss one while replicas reload one after the other.
 

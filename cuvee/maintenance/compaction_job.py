@@ -11,7 +11,8 @@ controller rewrites the record and names the new CRC in the ideal state, and eac
 its registry and key map in one step. A segment with no doc kept gets a copy with no doc the same way (not deleted: see
 ``cuvee.controller.api_compaction``).
 
-Failure: a job that dies before a segment's swap leaves it as it was (its archive leaks, unserved); one that dies
+Failure: a job that dies before a segment's swap leaves it as it was (a job that fails there deletes the archives
+its run stored; one killed leaks them, unserved); one that dies
 between two swaps leaves some segments compacted and the others not: every answer is the same either way, and the
 next run compacts what is left. A segment that changed since it was planned (409) is skipped, not failed.
 """
@@ -39,7 +40,7 @@ from cuvee.controller import faults
 from cuvee.maintenance.compaction_plan import (Action, CompactionCandidate, Decision, ReplicaAnswer, candidates,
                                                decide, table_segments)
 from cuvee.maintenance.config import UPSERT_COMPACTION, task_configs
-from cuvee.maintenance.jobs import JobSummary, failure_reason, job_owner, report_run
+from cuvee.maintenance.jobs import JobSummary, discard_run, failure_reason, job_owner, report_run
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.ingest import delete_archives
 from cuvee.pipeline.read_plan import SegmentSource, plan_sources
@@ -102,6 +103,8 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
             summary.status = "SUCCEEDED" if work else "NOTHING_TO_DO"
             summary.message = _message(skipped, notes)
         except Exception as exc:
+            if not summary.swapping:  # stored by Spark tasks, never sent (after: _swap cleans up)
+                discard_run(deep_store_uri, full, summary.run_id)
             summary.status, summary.message = "FAILED", failure_reason(exc, summary.run_id)
             report_run(client, table, summary, started)
             raise
@@ -231,6 +234,7 @@ def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]],
           progress: Callable[[str], None]) -> list[str]:
     """Each copy swapped in; returns notes on segments that changed since they were planned (left for the next
     run, their archives deleted)."""
+    summary.swapping = True
     try:
         faults.fault(faults.MAINTENANCE_AFTER_BUILD)
     except faults.FaultInjected:
