@@ -39,7 +39,7 @@ from cuvee.config import TableType, raw_table_name
 from cuvee.controller import faults
 from cuvee.controller.api_common import require_body
 from cuvee.controller.catalog import Catalog
-from cuvee.controller.errors import BadGateway, BadRequest, Conflict, NotFound
+from cuvee.controller.errors import ApiError, BadGateway, BadRequest, Conflict, NotFound
 from cuvee.controller.segment_deletion import schedule_archive_deletion
 from cuvee.controller.segment_push import PushedSegment
 from cuvee.controller.table_locks import TABLE_LOCKS
@@ -109,16 +109,22 @@ def _replace(ctl: Controller, full: str, pushed: PushedSegment, expected: int) -
     if not key.startswith(full + "/") or not present:
         raise BadRequest(f"nothing of {full} at {pushed.download_uri[:512]!r}; upload the archive first")
     name = pushed.name
-    stored = _archive_metadata(ctl, key, pushed.download_uri)  # before the lock: it reads the deep store
+    try:  # before the lock (it reads the deep store); a refusal waits for the state checks, so a segment that
+        # changed since it was compacted is still a 409 (the job skips it) and a copy sent again is still done
+        stored: SegmentMetadata | ApiError = _archive_metadata(ctl, key, pushed.download_uri)
+    except ApiError as exc:
+        stored = exc
     with TABLE_LOCKS.hold(full):
         record = _committed_record(ctl, full, name)
-        _check_copy(full, record, pushed, stored)
         _all_online(ctl, full, name)
         if record.crc == pushed.crc and record.download_uri == pushed.download_uri:
             _name_crc(ctl, full, name, pushed.crc)  # sent again: finish what may not have been finished
             return {"status": f"{full}/{name} is compacted already", "crc": pushed.crc}
         if record.crc != expected:
             raise Conflict(f"{full}/{name} has CRC {record.crc}, not {expected}: it changed since it was compacted")
+        if isinstance(stored, ApiError):
+            raise stored
+        _check_copy(full, record, pushed, stored)
 
         def rewrite(current: SegmentRecord) -> SegmentRecord:
             if current.crc != expected:

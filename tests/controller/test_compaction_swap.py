@@ -148,3 +148,16 @@ def test_the_crc_repair_leaves_consuming_and_unknown_segments_alone() -> None:
                consuming: SegmentRecord(consuming, SegmentStatus.IN_PROGRESS, 0, crc=7)}
     assert plan_crc_names(ideal, records) == [NameCrc(SEGMENT, 1, 5)]
     assert plan_crc_names(ideal, {**records, SEGMENT: SegmentRecord(SEGMENT, SegmentStatus.DONE, 0, crc=1)}) == []
+
+
+def test_a_segment_that_changed_since_it_was_compacted_is_a_conflict_before_the_copy_is_judged(
+        ctl, tmp_path: Path) -> None:
+    from cuvee.controller.api_compaction import _replace
+
+    claim = {**_copy(ctl, tmp_path), "crc": 1}  # a wrong claim too: the compare-and-set answers first
+    pushed = PushedSegment(name=SEGMENT, download_uri=claim["downloadUri"], crc=1, total_docs=claim["totalDocs"],
+                           size_bytes=1, time_min=None, time_max=None)
+    with pytest.raises(ApiError, match="changed since it was compacted") as refused:
+        _replace(ctl, FULL, pushed, OLD_CRC + 1)
+    assert refused.value.status == 409  # the job skips the segment rather than failing
+    _served_as_before(ctl)
