@@ -254,7 +254,8 @@ def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]],
                 delete_archives(deep_store_uri, ordered[index + 1:])
                 raise
             delete_archives(deep_store_uri, [copy])
-            notes.append(f"{name}: {exc}")
+            log.warning("%s: not swapped in: %s", name, exc)
+            notes.append(f"{name}: changed since it was planned (409), left for the next run")
             continue
         summary.segments_in += 1
         summary.segments_out += 1 if int(copy["totalDocs"]) else 0
