@@ -278,7 +278,8 @@ class IdealState(Record):
 
     ``paused`` records pauseConsumption: while set, the controller creates no new consuming segments. ``crcs``
     holds the CRC of each pushed (offline) segment: a segment pushed again under its name with other content
-    changes it, and servers holding another copy reload it (committed stream segments never change, so have none).
+    changes it, and servers holding another copy reload it. A committed stream segment has one only once an upsert
+compaction swapped a copy in under its name (``cuvee.controller.api_compaction``).
     """
 
     KIND = "ideal state"

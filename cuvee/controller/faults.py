@@ -41,9 +41,11 @@ PIPELINE_AFTER_PUSH = "pipeline.after_push"
 MAINTENANCE_AFTER_BUILD = "maintenance.after_build"
 MAINTENANCE_AFTER_PUSH = "maintenance.after_push"
 MAINTENANCE_AFTER_REPLACE = "maintenance.after_replace"
+# An upsert compaction's swap on the controller: the segment's record names the new CRC, the ideal state not yet.
+COMPACTION_AFTER_RECORD = "compaction.after_record"
 POINTS = (COMMIT_BEFORE_STEP1, COMMIT_AFTER_STEP1, COMMIT_AFTER_STEP2, COMMIT_AFTER_STEP3, COMMIT_START_AFTER_PIN,
           COMMIT_START_AFTER_NEXT, PIPELINE_AFTER_PUSH, MAINTENANCE_AFTER_BUILD, MAINTENANCE_AFTER_PUSH,
-          MAINTENANCE_AFTER_REPLACE)
+          MAINTENANCE_AFTER_REPLACE, COMPACTION_AFTER_RECORD)
 
 
 ENVIRONMENT = "CUVEE_FAULTS"

@@ -23,6 +23,11 @@ carries the repairs out:
   each new one gets its first consuming segment from the table's ``auto.offset.reset`` offset.
 * ``UploadPeerOnly`` (``repair_upload``, only with a deep store): a DONE segment with an empty download URI that a
   live server holds ONLINE is fetched from it, CRC-checked, put into the deep store and its URI set.
+* ``NameCrc``: the ideal state names a CRC for a committed segment (one an upsert compaction swapped, or one
+  pushed) that is not the CRC its record has: the writer died between the record and the ideal state
+  (``cuvee.controller.api_compaction``, ``segment_push``). The record's CRC is named, so the replicas reload the
+  copy on record. Both writers write the record first and the ideal state second under the table's lock
+  (``TABLE_LOCKS``), which this repair takes too, so it never names a CRC a writer is about to replace.
 
 New segments go on the live tagged servers (``cuvee.cluster.assignment``), metadata before ideal state; the ideal
 state update re-checks the plan's premise (not paused, still the latest, still all OFFLINE) inside its
@@ -68,6 +73,7 @@ from cuvee.controller.repair_plan import (
     plan_repairs,
 )
 from cuvee.controller.repair_upload import PeerUploader, UploadError, UploadPeerOnly, plan_uploads
+from cuvee.controller.table_locks import TABLE_LOCKS, TableBusy
 from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import LLCSegmentName
@@ -81,11 +87,33 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CreateSuccessor", "Done", "FinishCommit", "RecreateConsuming", "RepairTask", "RestartCommitting",
-           "plan_repairs", "router"]
+__all__ = ["CreateSuccessor", "Done", "FinishCommit", "NameCrc", "RecreateConsuming", "RepairTask",
+           "RestartCommitting", "plan_crc_names", "plan_repairs", "router"]
 
 
-Done = Repair | NewPartition | UploadPeerOnly  # what a pass reports it carried out
+@dataclass(frozen=True)
+class NameCrc:
+    """The ideal state names ``named`` for ``segment``; its record has ``crc``."""
+
+    segment: str
+    named: int
+    crc: int
+
+
+def plan_crc_names(ideal: IdealState, records: Mapping[str, SegmentRecord]) -> list[NameCrc]:
+    """Committed segments whose CRC in the ideal state is not their record's (a swap or push cut short). A segment
+    the ideal state names no CRC for is left alone: committed stream segments have none, and never change."""
+    out = []
+    for segment, named in sorted(ideal.crcs.items()):
+        record = records.get(segment)
+        if segment not in ideal.segments or record is None or record.is_consuming or record.crc is None:
+            continue
+        if record.crc != named:
+            out.append(NameCrc(segment, named, record.crc))
+    return out
+
+
+Done = Repair | NewPartition | UploadPeerOnly | NameCrc  # what a pass reports it carried out
 
 
 # ---- the shell ----------------------------------------------------------------------------------------------
@@ -105,6 +133,7 @@ class TableRepairStats:
     partitions_added: int = 0
     segments_uploaded: int = 0
     upload_failures: int = 0
+    crcs_named: int = 0
     failures: int = 0
     last_error: str = ""
 
@@ -197,9 +226,45 @@ class RepairTask(PeriodicTask):
                 stats.last_error = f"{repair}: {exc}"
                 log.warning("repair of %s failed (%s): %s", table, repair, exc)
         if self.should_run():
+            done.extend(self.name_crcs(table, found.record, records, stats))
+        if self.should_run():
             done.extend(self._add_partitions(config, stats))
         if self.should_run() and self.deep_store is not None:
             done.extend(self._upload_peer_only(config, found.record, records, stats))
+        return done
+
+    def name_crcs(self, table: str, ideal: IdealState, records: Mapping[str, SegmentRecord],
+                  stats: TableRepairStats | None = None) -> list[Done]:
+        """``NameCrc`` repairs, each re-checked under the table's lock against the record as it is then."""
+        stats = stats if stats is not None else self.stats.setdefault(table, TableRepairStats())
+        done: list[Done] = []
+        for item in plan_crc_names(ideal, records):
+            if not self.should_run():
+                break
+            try:
+                with TABLE_LOCKS.hold(table, timeout_seconds=1.0):  # busy: a push or swap runs; next pass
+                    found = self.store.find_segment(table, item.segment)
+                    crc = found.record.crc if found is not None and not found.record.is_consuming else None
+                    if crc is None:
+                        continue
+
+                    def named(current: IdealState, segment: str = item.segment, crc: int = crc) -> IdealState:
+                        if segment not in current.segments or current.crcs.get(segment) in (None, crc):
+                            return current
+                        return current.with_crcs({segment: crc})
+
+                    stored = self.store.update_ideal_state(table, named)
+            except (TableBusy, ClusterStateError, MetadataStoreError, CuveeError) as exc:
+                stats.failures += 1
+                stats.last_error = f"{item}: {exc}"
+                log.warning("repair of %s: naming the CRC of %s failed (next pass retries): %s", table,
+                            item.segment, exc)
+                continue
+            if stored.record.crcs.get(item.segment) == crc and crc != item.named:
+                stats.crcs_named += 1
+                log.warning("repair: %s/%s: the ideal state named CRC %s, its record %s (a swap or push cut "
+                            "short); the replicas reload the copy on record", table, item.segment, item.named, crc)
+                done.append(NameCrc(item.segment, item.named, crc))
         return done
 
     def _add_partitions(self, config: TableConfig, stats: TableRepairStats) -> list[Done]:

@@ -10,7 +10,9 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 from cuvee.deepstore.keys import TEMP_PREFIX, check_key, check_prefix
@@ -85,6 +87,18 @@ class LocalDeepStore(DeepStore):
         except OSError as e:
             raise DeepStoreError(f"cannot get deep store key {key!r} into {str(local_path)!r}: {e}") from e
         return local_path
+
+    @contextmanager
+    def reader(self, key: str) -> Iterator[BinaryIO]:
+        source = self._path(key)
+        try:
+            stream = open(source, "rb")
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"deep store key {key!r} does not exist ({self.uri(key)})") from None
+        except OSError as e:
+            raise DeepStoreError(f"cannot read deep store key {key!r}: {e}") from e
+        with stream:
+            yield stream
 
     def move(self, src_key: str, dst_key: str) -> str:
         source, target = self._path(src_key), self._path(dst_key)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 from cuvee.deepstore.keys import TEMP_PREFIX, check_key, check_prefix
@@ -130,6 +132,19 @@ class S3DeepStore(DeepStore):
             temp.unlink(missing_ok=True)
             raise DeepStoreError(f"cannot get deep store key {key!r} into {str(local_path)!r}: {_reason(e)}") from e
         return local_path
+
+    @contextmanager
+    def reader(self, key: str) -> Iterator[BinaryIO]:
+        """Ranged reads in blocks, so reading an object's head does not fetch all of it."""
+        path = self._path(key)
+        try:
+            stream = self._fs.open(path, "rb")
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"deep store key {key!r} does not exist ({self.uri(key)})") from None
+        except self._errors as e:
+            raise DeepStoreError(f"cannot read deep store key {key!r}: {_reason(e)}") from e
+        with stream:
+            yield stream
 
     def move(self, src_key: str, dst_key: str) -> str:
         source, target = self._path(src_key), self._path(dst_key)

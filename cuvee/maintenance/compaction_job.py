@@ -11,7 +11,8 @@ controller rewrites the record and names the new CRC in the ideal state, and eac
 its registry and key map in one step. A segment with no doc kept gets a copy with no doc the same way (not deleted: see
 ``cuvee.controller.api_compaction``).
 
-Failure: a job that dies before a segment's swap leaves it as it was (its archive leaks, unserved); one that dies
+Failure: a job that dies before a segment's swap leaves it as it was (a job that fails there deletes the archives
+its run stored; one killed leaks them, unserved); one that dies
 between two swaps leaves some segments compacted and the others not: every answer is the same either way, and the
 next run compacts what is left. A segment that changed since it was planned (409) is skipped, not failed.
 """
@@ -39,7 +40,7 @@ from cuvee.controller import faults
 from cuvee.maintenance.compaction_plan import (Action, CompactionCandidate, Decision, ReplicaAnswer, candidates,
                                                decide, table_segments)
 from cuvee.maintenance.config import UPSERT_COMPACTION, task_configs
-from cuvee.maintenance.jobs import JobSummary, failure_reason, job_owner, report_run
+from cuvee.maintenance.jobs import JobSummary, discard_run, failure_reason, job_owner, report_run
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.ingest import delete_archives
 from cuvee.pipeline.read_plan import SegmentSource, plan_sources
@@ -102,6 +103,8 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
             summary.status = "SUCCEEDED" if work else "NOTHING_TO_DO"
             summary.message = _message(skipped, notes)
         except Exception as exc:
+            if not summary.swapping:  # stored by Spark tasks, never sent (after: _swap cleans up)
+                discard_run(deep_store_uri, full, summary.run_id)
             summary.status, summary.message = "FAILED", failure_reason(exc, summary.run_id)
             report_run(client, table, summary, started)
             raise
@@ -110,8 +113,8 @@ def run_upsert_compaction(spark: SparkSession, controller: str, table: str, *, n
 
 
 def ask_replicas(table: str, segment: CompactionCandidate, urls: dict[str, str]) -> dict[str, ReplicaAnswer]:
-    """Each replica's kept docs of ``segment`` (an answer with ``error`` when it gave none)."""
-    from cuvee.server.compaction_routes import VALID_DOC_IDS_PATH, decode_bitmap
+    """Each replica's kept docs of ``segment`` (an answer with ``error`` when it gave none, or a bad one)."""
+    from cuvee.server.compaction_routes import VALID_DOC_IDS_PATH
 
     headers = cluster_headers() or user_headers()
     out: dict[str, ReplicaAnswer] = {}
@@ -125,14 +128,33 @@ def ask_replicas(table: str, segment: CompactionCandidate, urls: dict[str, str])
                                  timeout=ASK_TIMEOUT_SECONDS)
             doc = response.json()
         except (httpx.HTTPError, ValueError) as exc:
+            log.warning("%s/%s: replica %s unreachable: %s", table, segment.name, instance, exc)
             out[instance] = ReplicaAnswer(instance, error=f"unreachable: {type(exc).__name__}")
             continue
-        if response.status_code != 200:
-            out[instance] = ReplicaAnswer(instance, error=f"HTTP {response.status_code}: {doc.get('error', '')}"[:300])
-            continue
-        out[instance] = ReplicaAnswer(instance, int(doc["crc"]), int(doc["totalDocs"]),
-                                      tuple(decode_bitmap(doc["bitmap"])))
+        out[instance] = replica_answer(instance, response.status_code, doc)
+        if out[instance].error:
+            log.warning("%s/%s: replica %s answered %s: %.300s", table, segment.name, instance, out[instance].error,
+                        doc.get("error", doc) if isinstance(doc, dict) else doc)
     return out
+
+
+def replica_answer(instance: str, status: int, doc: Any) -> ReplicaAnswer:
+    """A replica's ``validDocIds`` answer read defensively: an error status or a malformed body is an answer with
+    a short ``error`` of our own (the run's message is read by READ users: no server text goes into it)."""
+    from cuvee.server.compaction_routes import decode_bitmap
+
+    if status != 200:
+        return ReplicaAnswer(instance, error=f"HTTP {status}")
+    if not isinstance(doc, dict):
+        return ReplicaAnswer(instance, error="malformed answer (not a JSON object)")
+    crc, total, bitmap = doc.get("crc"), doc.get("totalDocs"), doc.get("bitmap")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (crc, total)) or not isinstance(bitmap, str):
+        return ReplicaAnswer(instance, error="malformed answer (crc, totalDocs, bitmap)")
+    try:
+        kept = tuple(decode_bitmap(bitmap))
+    except (ValueError, IndexError, TypeError):
+        return ReplicaAnswer(instance, error="malformed answer (bitmap)")
+    return ReplicaAnswer(instance, crc, total, kept)
 
 
 def _work(decisions: list[Decision], half: Any, todo: list[CompactionCandidate], table_json: dict[str, Any],
@@ -212,6 +234,7 @@ def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]],
           progress: Callable[[str], None]) -> list[str]:
     """Each copy swapped in; returns notes on segments that changed since they were planned (left for the next
     run, their archives deleted)."""
+    summary.swapping = True
     try:
         faults.fault(faults.MAINTENANCE_AFTER_BUILD)
     except faults.FaultInjected:
@@ -231,7 +254,8 @@ def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]],
                 delete_archives(deep_store_uri, ordered[index + 1:])
                 raise
             delete_archives(deep_store_uri, [copy])
-            notes.append(f"{name}: {exc}")
+            log.warning("%s: not swapped in: %s", name, exc)
+            notes.append(f"{name}: changed since it was planned (409), left for the next run")
             continue
         summary.segments_in += 1
         summary.segments_out += 1 if int(copy["totalDocs"]) else 0

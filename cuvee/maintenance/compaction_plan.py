@@ -43,7 +43,7 @@ class CompactionCandidate:
 @dataclass(frozen=True)
 class ReplicaAnswer:
     """One replica's kept docs of a segment (sorted doc ids), for the CRC of the copy it serves; ``error``: why it
-    gave none."""
+    gave none (a short reason of ours, never a server's text: it ends in the run's message)."""
 
     instance: str
     crc: int | None = None
@@ -96,25 +96,28 @@ def decide(config: UpsertCompactionConfig, segment: CompactionCandidate,
 
 
 def _disagreement(segment: CompactionCandidate, answers: Mapping[str, ReplicaAnswer]) -> str:
-    """Why the replicas' answers cannot be trusted together ("" when they can)."""
+    """Why the replicas' answers cannot be trusted together ("" when they can). Replicas are named by position
+    (``replica 2/3``, in instance order): the reason ends in the run's message, which READ users see."""
     if not segment.replicas:
         return "no replica holds it ONLINE"
     first: tuple[int, ...] | None = None
-    for instance in segment.replicas:
+    count = len(segment.replicas)
+    for index, instance in enumerate(segment.replicas, 1):
+        replica = f"replica {index}/{count}"
         answer = answers.get(instance)
         if answer is None:
-            return f"replica {instance} did not answer"
+            return f"{replica} did not answer"
         if answer.error:
-            return f"replica {instance}: {answer.error}"
+            return f"{replica}: {answer.error}"
         if answer.crc != segment.crc:
-            return f"replica {instance} serves CRC {answer.crc}, the controller has {segment.crc} (reloading?)"
+            return f"{replica} serves CRC {answer.crc}, the controller has {segment.crc} (reloading?)"
         if answer.total_docs != segment.total_docs:
-            return f"replica {instance} holds {answer.total_docs} docs, the controller says {segment.total_docs}"
+            return f"{replica} holds {answer.total_docs} docs, the controller says {segment.total_docs}"
         if first is None:
             first = answer.kept
         elif answer.kept != first:
-            return f"replicas disagree on its valid docs ({instance} keeps {len(answer.kept)}, " \
-                   f"{segment.replicas[0]} keeps {len(first)}): a replica is still catching up"
+            return f"replicas disagree on its valid docs ({replica} keeps {len(answer.kept)}, " \
+                   f"replica 1/{count} keeps {len(first)}): a replica is still catching up"
     if first is not None and first and (first[-1] >= segment.total_docs or first[0] < 0):
         return "a replica names a doc outside the segment"
     return ""

@@ -115,7 +115,7 @@ def run_merge_rollup(spark: SparkSession, controller: str, table: str, *, now_ms
             summary.message = f"{plan.skipped} due window(s) needed no merge" if plan.skipped else ""
         except Exception as exc:
             if summary.lineage_entry is None and not summary.swapping:
-                _discard_run(deep_store_uri, config.name_with_type, summary.run_id)  # stored by tasks, never pushed
+                discard_run(deep_store_uri, config.name_with_type, summary.run_id)  # stored by tasks, never pushed
             summary.status, summary.message, summary.watermarks = "FAILED", failure_reason(exc, summary.run_id), {}
             report_run(client, table, summary, started)
             raise
@@ -216,9 +216,11 @@ def failure_reason(exc: BaseException, run_id: str) -> str:
     return f"the job failed ({type(exc).__name__}); the job's own log has the details (run {run_id})"
 
 
-def _discard_run(deep_store_uri: str, table: str, run_id: str) -> None:
+def discard_run(deep_store_uri: str, table: str, run_id: str) -> None:
     """Delete the archives this run's tasks stored (``<table>/<segment>.<run_id>.tar.zst``) when it failed before
-    its swap: no record references them. A failure here only leaks unserved objects."""
+    its swap: no record references them. Every maintenance job (merge, realtime-to-offline, upsert compaction)
+    calls it for a failure before its swap began, e.g. a Spark stage that failed after some tasks had stored their
+    archives. A failure here only leaks unserved objects."""
     try:
         deep = open_deepstore(deep_store_uri)
         keys = [k for k in deep.list(f"{table}/") if k.endswith(f".{run_id}{ARCHIVE_SUFFIX}")]

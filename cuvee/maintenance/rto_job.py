@@ -33,7 +33,7 @@ from cuvee.config import Schema, TableConfig, TableType
 from cuvee.controller import faults
 from cuvee.lineage.rules import INPUT_KEY, TASK_TYPE
 from cuvee.maintenance.config import REALTIME_TO_OFFLINE, RealtimeToOfflineConfig, task_configs
-from cuvee.maintenance.jobs import READ_TIMEOUT_SECONDS, JobSummary, failure_reason, job_owner, report_run
+from cuvee.maintenance.jobs import READ_TIMEOUT_SECONDS, JobSummary, discard_run, failure_reason, job_owner, report_run
 from cuvee.maintenance.rows import merge_rows
 from cuvee.maintenance.rto_plan import (WATERMARK, MovePlan, MoveWindow, iso, moved_windows, plan_moves,
                                         realtime_segments, window_bounds)
@@ -145,6 +145,8 @@ def run_realtime_to_offline(spark: SparkSession, controller: str, table: str, *,
                 f"{plan.skipped} due window(s) were empty or moved already" if plan.skipped else "",
                 f"next: {plan.waiting}" if plan.waiting else "")))
         except Exception as exc:
+            if not summary.swapping:  # stored by Spark tasks, never pushed (after: _swap_windows cleans up)
+                discard_run(deep_store_uri, hybrid.offline.name_with_type, summary.run_id)
             summary.status, summary.message = "FAILED", failure_reason(exc, summary.run_id)
             report_run(client, table, summary, started)  # with the watermark of the windows moved before the failure
             raise
@@ -184,6 +186,7 @@ def _swap_windows(client: ControllerClient, table: str, windows: tuple[MoveWindo
                   progress: Callable[[str], None]) -> None:
     """Oldest window first, each in its own replace; the watermark to report follows each window that is in."""
     everything = [meta for metas in built.values() for meta in metas]
+    summary.swapping = True
     try:
         faults.fault(faults.MAINTENANCE_AFTER_BUILD)
     except faults.FaultInjected:

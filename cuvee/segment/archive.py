@@ -23,10 +23,12 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
 
+import orjson
 import pyarrow as pa
 
 from cuvee.segment.errors import CorruptSegmentError
-from cuvee.segment.format import read_metadata
+from cuvee.segment.format import METADATA_FILE, read_metadata
+from cuvee.segment.metadata import SegmentMetadata
 from cuvee.segment.immutable import ImmutableSegment
 
 ARCHIVE_SUFFIX = ".tar.zst"
@@ -163,20 +165,102 @@ def archive_suffix(archive: str | Path) -> str:
 def _decompressed(archive: Path, max_bytes: int | None = None) -> Iterator[BinaryIO]:
     """The archive's tar stream, whichever codec packed it (zstd, or gzip for ``.tar.gz``); with ``max_bytes``,
     capped a little above it (room for the headers of ``MAX_MEMBERS`` members)."""
-    with open(archive, "rb") as raw:
-        magic = raw.read(4)
-        raw.seek(0)
-        if magic.startswith(_ZSTD_MAGIC):
-            opened: Any = pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), _CODEC)
-        elif magic.startswith(_GZIP_MAGIC):
-            opened = gzip.GzipFile(fileobj=raw, mode="rb")
+    with open(archive, "rb") as raw, _decompressed_stream(raw, archive, max_bytes) as stream:
+        yield stream
+
+
+@contextmanager
+def _decompressed_stream(raw: BinaryIO, archive: Path | str, max_bytes: int | None) -> Iterator[BinaryIO]:
+    """``_decompressed`` of an opened stream (read from its start; ``archive`` names it in errors)."""
+    magic = _head(raw, 4)
+    if magic.startswith(_ZSTD_MAGIC):
+        opened: Any = pa.CompressedInputStream(pa.PythonFile(_Prefixed(magic, raw), mode="r"), _CODEC)
+    elif magic.startswith(_GZIP_MAGIC):
+        opened = gzip.GzipFile(fileobj=_Prefixed(magic, raw), mode="rb")
+    else:
+        raise CorruptSegmentError(f"segment archive {archive} is neither zstd nor gzip compressed")
+    with opened as stream:
+        if max_bytes is None:
+            yield cast(BinaryIO, stream)
         else:
-            raise CorruptSegmentError(f"segment archive {archive} is neither zstd nor gzip compressed")
-        with opened as stream:
-            if max_bytes is None:
-                yield cast(BinaryIO, stream)
-            else:
-                yield cast(BinaryIO, _Capped(stream, max_bytes + 2 * 512 * (MAX_MEMBERS + 2), archive))
+            yield cast(BinaryIO, _Capped(stream, max_bytes + 2 * 512 * (MAX_MEMBERS + 2), Path(str(archive))))
+
+
+def _head(raw: BinaryIO, size: int) -> bytes:
+    out = b""
+    while len(out) < size:
+        chunk = raw.read(size - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+class _Prefixed:
+    """A read-only stream: ``head`` (bytes already read from ``rest``) then the rest, so a stream that cannot seek
+    back (an object store's) is sniffed for its codec without being opened twice."""
+
+    closed = False
+
+    def __init__(self, head: bytes, rest: BinaryIO):
+        self._head, self._rest = head, rest
+
+    def read(self, size: int = -1) -> bytes:
+        if not self._head:
+            return self._rest.read(size)
+        if size is None or size < 0:
+            data, self._head = self._head + self._rest.read(), b""
+            return data
+        data, self._head = self._head[:size], self._head[size:]
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+MAX_METADATA_BYTES = 64 << 20  # a segment's metadata.json: stats of a few thousand columns at most
+MAX_SCANNED_BYTES = 64 << 30  # tar bytes read past (columns named before "metadata.json") to reach it
+
+
+def read_archive_metadata(raw: BinaryIO, archive: str, *, max_scanned: int = MAX_SCANNED_BYTES) -> SegmentMetadata:
+    """The ``metadata.json`` of the segment archive streamed from ``raw``, without writing anything to disk: the
+    members named before it are read past, and reading stops there (a controller checks an archive's claims
+    without fetching it whole). The member paths are checked as ``unpack`` checks them; the CRC the metadata
+    names is not recomputed (a server that loads the archive does that)."""
+    top: str | None = None
+    members = 0
+    try:
+        with _decompressed_stream(raw, archive, max_scanned) as stream, \
+                tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                members += 1
+                if members > MAX_MEMBERS:
+                    raise CorruptSegmentError(f"segment archive {archive} has more than {MAX_MEMBERS} members")
+                parts = _safe_parts(Path(archive), member)
+                top = top or parts[0]
+                if parts[0] != top:
+                    raise CorruptSegmentError(f"{archive} holds more than one top-level directory")
+                if parts[1:] != (METADATA_FILE,) or not member.isfile():
+                    continue
+                if member.size > MAX_METADATA_BYTES:
+                    raise CorruptSegmentError(f"{archive}: {METADATA_FILE} is larger than {MAX_METADATA_BYTES} bytes")
+                source = tar.extractfile(member)
+                assert source is not None
+                with source:
+                    doc = orjson.loads(source.read())
+                if not isinstance(doc, dict):
+                    raise CorruptSegmentError(f"{archive}: {METADATA_FILE} is not a JSON object")
+                return SegmentMetadata.from_json(doc)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError, pa.ArrowException,
+            orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptSegmentError(f"segment archive {archive} is damaged: {str(exc)[:300]}") from exc
+    raise CorruptSegmentError(f"segment archive {archive} holds no {METADATA_FILE}")
 
 
 def _safe_parts(archive: Path, member: tarfile.TarInfo) -> tuple[str, ...]:

@@ -8,7 +8,11 @@ kept in segment metadata. Every failure raises DeepStoreError (or a subclass), w
 from __future__ import annotations
 
 import abc
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from cuvee.errors import CuveeError
 
@@ -46,6 +50,15 @@ class DeepStore(abc.ABC):
     @abc.abstractmethod
     def get(self, key: str, local_path: Path | str) -> Path:
         """Copy ``key`` to a local file (atomically: temp then rename). Raises ObjectNotFoundError."""
+
+    @contextmanager
+    def reader(self, key: str) -> Iterator[BinaryIO]:
+        """``key`` opened for reading from its start, so a caller that needs only its head (a segment archive's
+        metadata) stops early. This fallback copies the object to a temporary file first; stores override it
+        with a streaming read."""
+        with tempfile.TemporaryDirectory(prefix="cuvee-deepstore-") as tmp:
+            with open(self.get(key, Path(tmp) / "object"), "rb") as stream:
+                yield stream
 
     @abc.abstractmethod
     def move(self, src_key: str, dst_key: str) -> str:

@@ -62,6 +62,8 @@ class PartitionUpsert:
         self._valid: dict[int, FrozenBitMap] = {}
         self._handles: dict[int, Any] = {}
         self._view = UpsertView()
+        self._winners_lock = threading.Lock()  # one caller decides the committed winners (``_committed_winners``)
+        self._winners: tuple[tuple[tuple[int, int], ...], dict[int, FrozenBitMap]] | None = None
 
     @property
     def view(self) -> UpsertView:
@@ -88,19 +90,19 @@ class PartitionUpsert:
             return {s: (name, self._valid.get(s, FrozenBitMap()), tombs.get(s, none))
                     for s, name in segments.items() if s in self._handles}
 
-    def kept_docs(self, segment: int, deletes: np.ndarray | None, consuming: Callable[[Any], bool]
+    def kept_docs(self, segment: int, handle: Any, mine: Versions, consuming: Callable[[Any], bool]
                   ) -> tuple[np.ndarray, dict[str, int]] | None:
-        """What an upsert compaction may keep of committed ``segment`` (``deletes``: its rows' delete flags in doc
-        order), its state taken at one instant: its valid docs; its tombstones; for the keys whose newest version is
-        in a consuming copy (``consuming(handle)``), the doc that would be their version if that copy went (it may
-        yet be released, or end shorter, and the key fall back to its committed version: decided afresh from the
-        committed copies' rows of those keys, in stream order); and delete rows of keys no longer tracked (a
-        tombstone the TTL forgot still hides older versions when a restart decides keys from rows). Sorted docs
-        and their counts by kind; None when the segment is not in the partition."""
+        """What an upsert compaction may keep of committed ``segment``, its state taken at one instant: its valid
+        docs; its tombstones; for the keys whose newest version is in a consuming copy (``consuming(handle)``), the
+        doc that would be their version if that copy went (it may yet be released, or end shorter, and the key fall
+        back to its committed version: decided afresh from the committed copies' rows, in stream order); and delete
+        rows of keys no longer tracked (a tombstone the TTL forgot still hides older versions when a restart
+        decides keys from rows). Sorted docs and their counts by kind; None when ``handle`` (whose rows the caller
+        read, outside the lock: ``mine``) is not the segment's copy in the partition any more."""
         assert self._versions is not None
         with self._lock:
             self._settled()
-            if segment not in self._handles:
+            if self._handles.get(segment) is not handle:
                 return None
             valid = self._valid.get(segment, FrozenBitMap())
             tombs = self._keys.tombstones(segment).astype(np.int64)
@@ -108,33 +110,49 @@ class PartitionUpsert:
             held = np.unique(np.concatenate([self._keys.keys_of(s) for s in live])) if live else np.zeros(0, np.uint64)
             committed = sorted(((self._keys.rank(s) or 0, s, h) for s, h in self._handles.items()
                                 if s not in live), key=lambda x: (x[0], x[1]))
-            mine = self._versions(self._handles[segment])
             found = self._keys.lookup(mine.keys)[0] if len(mine.keys) else np.zeros(0, bool)
         valid_docs = np.asarray(valid.to_array(), np.int64) if len(valid) else np.zeros(0, np.int64)
-        fallback = self._fallback(segment, held, committed) if len(held) else np.zeros(0, np.int64)
+        fallback = self._fallback(segment, mine, held, committed)
         forgotten = np.zeros(0, np.int64)
-        if deletes is not None and len(deletes):
-            forgotten = np.flatnonzero(np.asarray(deletes, bool) & ~found)
+        if mine.deletes is not None and len(mine.deletes):
+            forgotten = np.flatnonzero(np.asarray(mine.deletes, bool) & ~found)
         kept = np.union1d(np.union1d(valid_docs, tombs), np.union1d(fallback, forgotten))
         counts = {"validDocs": len(valid_docs), "tombstones": len(tombs), "fallbackDocs": len(fallback),
                   "forgottenDeletes": len(forgotten)}
         return kept.astype(np.int64), counts
 
-    def _fallback(self, segment: int, held: np.ndarray, committed: list[tuple[int, int, Any]]) -> np.ndarray:
-        """The docs of ``segment`` that are the committed version of a key of ``held`` (keys a consuming copy holds),
-        deciding those keys afresh over the committed copies' rows in stream order (a delete row that would win
-        counts: it hides the key)."""
-        assert self._versions is not None
-        fresh = KeyMap(self._keys.comparison_dtype)
-        for rank, seg, handle in committed:
-            rows = self._versions(handle)
-            pick = np.isin(rows.keys, held)
-            if pick.any():
-                fresh.apply(seg, Versions(rows.keys[pick], rows.comparisons[pick], rows.docs[pick],
-                                          None if rows.deletes is None else rows.deletes[pick]), rank=rank)
-        found, segs, docs, _ = fresh.lookup(held)
-        ours = docs[found & (segs == segment)].astype(np.int64)
-        return np.sort(np.where(ours >= 0, ours, -1 - ours))
+    def _fallback(self, segment: int, mine: Versions, held: np.ndarray,
+                  committed: list[tuple[int, int, Any]]) -> np.ndarray:
+        """The docs of ``segment`` that are the committed version of a key of ``held`` (keys a consuming copy holds):
+        those of its rows whose key is held and that win their key among the committed copies (a delete row that
+        would win counts: it hides the key). Nothing else is read unless one of its keys is held."""
+        pick = np.isin(mine.keys, held) if len(held) and len(mine.keys) else np.zeros(0, bool)
+        if not pick.any():
+            return np.zeros(0, np.int64)
+        winners = self._committed_winners(committed).get(segment)
+        if winners is None:  # not among the committed copies the winners were decided over (cannot happen)
+            return np.zeros(0, np.int64)
+        docs = np.asarray(mine.docs[pick], np.int64)
+        return np.sort(docs[np.isin(docs, np.asarray(winners.to_array(), np.int64))])
+
+    def _committed_winners(self, committed: list[tuple[int, int, Any]]) -> dict[int, FrozenBitMap]:
+        """Per committed copy, its docs that win their key when only the committed copies (``committed``: rank,
+        id, handle) are decided, in stream order. Committed copies never change and each copy has an id of its
+        own, so the answer is kept for as long as the partition's committed copies are these (one entry): the
+        replicas' answers to a compaction run, one per segment, read the partition's committed rows once, not
+        once per segment. Decided outside the partition lock, one caller at a time."""
+        key = tuple((rank, seg) for rank, seg, _ in committed)
+        with self._winners_lock:
+            if self._winners is not None and self._winners[0] == key:
+                return self._winners[1]
+            assert self._versions is not None
+            fresh = KeyMap(self._keys.comparison_dtype)
+            for rank, seg, handle in committed:
+                fresh.apply(seg, self._versions(handle), rank=rank)
+            winners = {seg: FrozenBitMap(_uint32(np.union1d(fresh.valid_docs(seg), fresh.tombstones(seg))))
+                       for _, seg, _ in committed}
+            self._winners = (key, winners)
+            return winners
 
     def rebuild(self) -> None:
         """Decide every key again from all segments' rows, in stream order (a restart whose snapshots could not

@@ -362,7 +362,7 @@ class TableUpsert:
             return None
         rows = token.to_arrow(self.columns)
         versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
-        found = state.kept_docs(sid, versions.deletes,
+        found = state.kept_docs(sid, token, versions,  # read here, outside the partition's lock
                                 lambda handle: hasattr(handle, "snapshot"))  # as _versions_of_copy tells them
         if found is None:
             return None

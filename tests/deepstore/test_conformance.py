@@ -140,3 +140,14 @@ def test_keys_with_glob_characters_move_as_themselves(store: DeepStore, local_fi
         store.move(f"src/{name}", f"dst/{name}")
         assert store.get(f"dst/{name}", tmp_path / name).read_bytes() == name.encode()
         assert not store.exists(f"src/{name}")
+
+
+def test_reader_streams_an_object_from_its_start(store: DeepStore, local_file) -> None:
+    data = os.urandom(2 * 1024 * 1024 + 5)
+    store.put(local_file("seg", data), SEGMENT)
+    with store.reader(SEGMENT) as stream:
+        assert stream.read(4) == data[:4]
+        assert stream.read() == data[4:]
+    with pytest.raises(ObjectNotFoundError, match="'nope/x' does not exist"):
+        with store.reader("nope/x"):
+            pass

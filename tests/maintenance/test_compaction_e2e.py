@@ -129,8 +129,8 @@ def kill_job_at(cluster: dict[str, Any], point: str) -> subprocess.CompletedProc
 
 
 def swap_refusals(cluster: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> None:
-    """The controller's compare-and-set: a copy of a segment that changed since it was compacted, a consuming
-    segment, and a name that is not a stream segment's are refused."""
+    """The controller's compare-and-set: a copy of a segment that changed since it was compacted, a copy whose
+    archive is not what is claimed, a consuming segment, and a name that is not a stream segment's are refused."""
     http, controller = cluster["http"], cluster["controller"]
     name = sorted(after)[-1]
     copy = {"segmentName": name, "downloadUri": after[name]["downloadUri"], "crc": 1, "totalDocs": 1, "sizeBytes": 1}
@@ -140,6 +140,8 @@ def swap_refusals(cluster: dict[str, Any], before: dict[str, Any], after: dict[s
                          json={"expectedCrc": expected, "segment": {**copy, "segmentName": segment}})
 
     assert post(name, int(after[name]["crc"]) + 1).status_code == 409
+    wrong = post(name, int(after[name]["crc"]))  # the archive is the served copy, but not the CRC or docs claimed
+    assert wrong.status_code == 400 and "is not a compacted copy" in wrong.json()["error"], wrong.text
     ideal = http.get(f"{controller}/tables/{TABLE}/idealstate").json()["REALTIME"]
     consuming = next(s for s, replicas in ideal.items() if "CONSUMING" in replicas.values())
     assert post(consuming, 0).status_code == 409

@@ -95,3 +95,34 @@ def test_a_missing_failed_or_other_copy_replica_skips_the_segment() -> None:
     assert "outside" in decide(UpsertCompactionConfig(), segment, outside).reason
     nobody = seg(replicas=())
     assert decide(UpsertCompactionConfig(), nobody, {}).action is Action.SKIP
+
+
+def test_a_bad_replica_answer_skips_the_segment_with_a_short_reason_and_no_server_text(monkeypatch) -> None:
+    import base64
+
+    import httpx
+    from pyroaring import BitMap
+
+    from cuvee.maintenance import compaction_job
+    from cuvee.maintenance.compaction_job import _message, ask_replicas, replica_answer
+
+    segment = seg(docs=10)
+    good = {"crc": segment.crc, "totalDocs": 10, "bitmap": base64.b64encode(BitMap([1, 2]).serialize()).decode()}
+    assert replica_answer("s1", 200, good) == ReplicaAnswer("s1", segment.crc, 10, (1, 2))
+    secret = "Server_10.0.0.5_8098: Traceback (most recent call last)"
+    bad = {"a list": [1, 2], "no fields": {"crc": 1}, "a bool crc": {**good, "crc": True},
+           "a bad bitmap": {**good, "bitmap": "bm90IGEgYml0bWFw"}, "an error": {"error": secret}}
+    for what, body in bad.items():
+        status = 500 if what == "an error" else 200
+        answers = {"s1": replica_answer("s1", 200, good), "s2": replica_answer("s2", status, body)}
+        assert answers["s2"].error, what
+        decision = decide(UpsertCompactionConfig(), segment, answers)
+        message = _message([decision], [])
+        assert decision.action is Action.SKIP and "replica 2/2" in decision.reason, what
+        assert "s2" not in message and "Server_" not in message and "Traceback" not in message, what
+
+    replies = iter([httpx.Response(200, json=good), httpx.Response(200, json=[1, 2])])
+    monkeypatch.setattr(compaction_job.httpx, "get", lambda *args, **kwargs: next(replies))
+    asked = ask_replicas("t_REALTIME", segment, {"s1": "http://s1", "s2": "http://s2"})  # no AttributeError
+    assert asked["s1"].kept == (1, 2) and asked["s2"].error.startswith("malformed")
+    assert decide(UpsertCompactionConfig(), segment, asked).action is Action.SKIP

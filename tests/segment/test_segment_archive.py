@@ -177,3 +177,45 @@ def test_an_upload_cannot_balloon_through_tar_headers(tmp_path: Path) -> None:
         with pytest.raises(CorruptSegmentError, match=r"name too long") as refused:
             unpack(long_name, tmp_path / "dest2", max_bytes=cap)
         assert len(str(refused.value)) < 1_000
+
+
+class _OneWay(io.RawIOBase):
+    """A stream that cannot seek back (an object store's), counting the bytes read from it."""
+
+    def __init__(self, data: bytes):
+        self._data, self.read_bytes = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        chunk = self._data[self.read_bytes:self.read_bytes + min(len(buffer), 4096)]
+        buffer[:len(chunk)] = chunk
+        self.read_bytes += len(chunk)
+        return len(chunk)
+
+
+def test_an_archives_metadata_is_read_from_a_one_way_stream_without_unpacking(tmp_path: Path) -> None:
+    from cuvee.segment.archive import read_archive_metadata
+
+    segment = build(tmp_path / "a", creation_time_ms=5)
+    archive = pack(segment.path)
+    for source in (archive, tmp_path / "old.tar.gz"):
+        if source.suffix == ".gz":
+            _rewrite_archive(archive, source, lambda info, data: [(info, data)])
+        stream = _OneWay(source.read_bytes())
+        metadata = read_archive_metadata(stream, str(source))
+        assert (metadata.segment_name, metadata.crc, metadata.total_docs) == ("events_0", segment.crc,
+                                                                              segment.total_docs)
+    assert not any(p.name.startswith(".unpack") for p in tmp_path.iterdir())  # nothing written
+
+    def without_metadata(info: tarfile.TarInfo, data: bytes):
+        return [] if info.name.endswith("metadata.json") else [(info, data)]
+
+    _rewrite_archive(archive, tmp_path / "none.tar.gz", without_metadata)
+    with pytest.raises(CorruptSegmentError, match="no metadata.json"):
+        read_archive_metadata(_OneWay((tmp_path / "none.tar.gz").read_bytes()), "none")
+    with pytest.raises(CorruptSegmentError, match="neither zstd nor gzip"):
+        read_archive_metadata(_OneWay(b"not an archive at all"), "junk")
+    with pytest.raises(CorruptSegmentError, match="damaged"):
+        read_archive_metadata(_OneWay(archive.read_bytes()[:200]), "cut")

@@ -78,3 +78,39 @@ def test_serving_compacted_copies_and_dropping_changes_no_answer() -> None:
     state.remove(consuming.name, redecide=True)  # the consuming copy goes: 4 falls back to its committed version
     assert visible(state) == {1: 2, 3: 4, 4: 4}
     assert name(0) == segments[0].name
+
+
+class Counted(Committed):
+    """A committed copy that counts the reads of its rows."""
+
+    def __init__(self, sequence: int, rows: list[tuple[int, int, bool]]) -> None:
+        super().__init__(sequence, rows)
+        self.reads = 0
+
+    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
+        self.reads += 1
+        return super().to_arrow(columns)
+
+
+def test_answers_for_one_partition_read_its_committed_rows_once_while_keys_are_consuming() -> None:
+    state = TableUpsert(config(), SCHEMA)
+    segments = [Counted(i, rows) for i, rows in enumerate(SEGMENTS)]
+    serve_all(state, segments)
+    consuming = Consuming(3)
+    state.start(consuming.name, consuming)
+    consuming.take(state, [(4, 5, False), (3, 6, False)])
+    for segment in segments:
+        segment.reads = 0
+    answers = [kept(state, segment) for segment in segments]
+    assert answers == [[], [0, 1], [0, 1]]
+    # each answer reads its own segment once; the committed winners are decided once for the three answers
+    assert [s.reads for s in segments] == [2, 2, 2]
+    consuming.take(state, [(1, 7, False)])  # more keys consuming: the committed copies did not change
+    assert kept(state, segments[1]) == [0, 1] and kept(state, segments[2]) == [0, 1]
+    assert [s.reads for s in segments] == [2, 3, 3]
+    assert state.kept_docs(segments[1].name)[3]["fallbackDocs"] == 1  # type: ignore[index]  (1@2 now)
+    copy = compacted(segments[2], kept(state, segments[2]))  # another committed copy: decided anew
+    state.serve(copy.name, copy, copy.to_arrow(state.columns), lambda: None)
+    assert segments[0].reads == 2
+    assert kept(state, copy) == [0, 1] and kept(state, segments[1]) == [0, 1]
+    assert segments[0].reads == 3  # read again once, for the new set of committed copies
