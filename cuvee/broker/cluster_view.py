@@ -149,7 +149,8 @@ def table_info(name_with_type: str, schema: Schema, dim_table: bool = False) -> 
     key_types = tuple(_KEY_TYPES.get(schema.column(c).data_type, "") if schema.has_column(c) else ""
                       for c in schema.primary_key_columns)
     return TableInfo(name_with_type, tuple(schema.column_names), timestamps, multi, tuple(patterns), numbers,
-                     dim_table=dim_table, primary_key=tuple(schema.primary_key_columns), primary_key_types=key_types)
+                     dim_table=dim_table, primary_key=tuple(schema.primary_key_columns), primary_key_types=key_types,
+                     value_types=tuple((f.name, f.data_type.value) for f in schema.fields if f.single_value))
 
 
 # what LOOKUP converts a fact value to, to compare it with a dimension table's key (Pinot reads the value as the

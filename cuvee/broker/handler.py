@@ -519,12 +519,29 @@ class QueryHandler:
     def _plans_alone(self, select: exp.Select) -> bool:
         """Whether ``select`` is a query the single stage answers (a join rewritten into LOOKUPs must be)."""
         try:
-            self._checked_plan(select.sql(dialect=DIALECT), self.view.resolve)
+            plan = self._checked_plan(select.sql(dialect=DIALECT), self.view.resolve)
         except QueryError:
             return False
         except Exception:  # a planner bug: the join runs at the broker instead, and the log says why
             log.warning("planning a join rewritten into LOOKUPs failed; the broker joins instead", exc_info=True)
             return False
+        return self._dimensions_beside_facts(plan)
+
+    def _dimensions_beside_facts(self, plan: QueryPlan) -> bool:
+        """Whether every server holding the fact table's segments holds every segment of each dimension table the
+        plan looks up, ONLINE: else the servers could not answer the rewritten join (a server of another tenant,
+        or one added before a rebalance brought it the dimension table), which the broker can."""
+        facts = {instance for target in self.view.targets(plan.table)
+                 for states in target.entry.view.segments.values() for instance in states}
+        for lookup in plan.lookups:
+            targets = self.view.targets(lookup.table)
+            segments = targets[0].entry.view.segments if targets else {}
+            if not segments:
+                return False
+            holders = set.intersection(*({i for i, state in states.items() if state is SegmentState.ONLINE}
+                                         for states in segments.values()))
+            if not facts <= holders:
+                return False
         return True
 
     def _overrun_done(self, future: asyncio.Future[Any]) -> None:

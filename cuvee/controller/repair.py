@@ -248,9 +248,10 @@ class RepairTask(PeriodicTask):
                     if crc is None:
                         continue
 
-                    def named(current: IdealState, segment: str = item.segment, crc: int = crc) -> IdealState:
-                        if segment not in current.segments or current.crcs.get(segment) in (None, crc):
-                            return current
+                    def named(current: IdealState, segment: str = item.segment, crc: int = crc,
+                              seen: int | None = item.named) -> IdealState:
+                        if segment not in current.segments or current.crcs.get(segment) != seen:
+                            return current  # changed since planned (a push of a deposed leader, say): next pass
                         return current.with_crcs({segment: crc})
 
                     stored = self.store.update_ideal_state(table, named)

@@ -98,7 +98,9 @@ class TaskScheduler(PeriodicTask):
                 continue
             try:
                 types = task_configs(config).types
-            except Exception:  # an invalid stored config: GET /tasks says so; nothing to launch
+            except Exception as exc:  # an invalid stored config: GET /tasks says so; nothing to launch
+                log.warning("%s: its task configs are invalid, no maintenance task is launched for it: %s", full,
+                            str(exc)[:500])
                 continue
             for task_type in types:
                 try:

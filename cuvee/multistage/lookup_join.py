@@ -16,11 +16,13 @@ matches: a LEFT join's answer); an INNER join also keeps only the rows whose key
 reach the broker: the query is pushed to the servers whole (aggregations, GROUP BY and LIMIT included), or, inside
 a larger query, becomes one leaf of it.
 
-Rewritten only when the answer cannot change: the FROM side is a table of the cluster, every join is INNER (or a
-LEFT one with the dimension table on the right) with an ON condition of equalities that name each primary key
-column exactly once against an expression of the tables before it, no column name is ambiguous, no ``*`` reaches
-the dimension table, and the rewritten SELECT plans as a single stage. Anything else is left to the broker's join.
-Pure: no I/O.
+Rewritten only when the answer cannot change: the FROM side is a table of the cluster (not a CTE of that name),
+every join is INNER (or a LEFT one with the dimension table on the right) with an ON condition of equalities that
+name each primary key column exactly once against a column of the tables before it **of the key's own type**
+(LOOKUP reads a value with Java's casts: a DOUBLE 2.9 would find key 2, where the join finds nothing), every
+column is a known one of exactly one table and no select alias shadows one, no ``*`` reaches the dimension table,
+and the rewritten SELECT plans as a single stage. Anything else is left to the broker's join. The answer's
+columns keep the names the join gives them. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from cuvee.multistage.plan import is_cte_reference
 from cuvee.query.errors import QueryError
 from cuvee.query.functions import DIALECT, pinot_column_name
-from cuvee.query.parse import TableResolver
+from cuvee.query.parse import TableInfo, TableResolver
 
 Planned = Callable[[exp.Select], bool]
 """Whether a rewritten SELECT plans as a single stage (the caller's planner: the rewrite keeps a join otherwise)."""
@@ -75,29 +78,34 @@ def lookup_joins(tree: exp.Expression, resolve: TableResolver, planned: Planned)
 def _rewritten(select: exp.Select, resolve: TableResolver) -> exp.Select | None:
     source = select.args.get("from_") or select.args.get("from")
     fact = source.this if source is not None else None
-    if not isinstance(fact, exp.Table) or not isinstance(fact.this, exp.Identifier) or fact.args.get("db"):
+    if not _plain_table(fact):
         return None
+    assert isinstance(fact, exp.Table)
     fact_info = resolve(fact.name)
     if fact_info is None:
         return None
     fact_label = fact.alias_or_name.lower()
     known: dict[str, set[str]] = {fact_label: {c.lower() for c in fact_info.columns}}  # label -> columns
+    types: dict[str, dict[str, str]] = {fact_label: _value_types(fact_info)}  # label -> single-value types
     dimensions: list[_Dimension] = []
     filters: list[exp.Expression] = []
     for join in select.args.get("joins") or []:
-        dimension = _dimension(join, resolve, known, dimensions, fact_label)
+        dimension = _dimension(join, resolve, known, types, dimensions, fact_label)
         if dimension is None:
             return None
         known[dimension.label] = set(dimension.columns)
         dimensions.append(dimension)
         if not join.side:  # INNER: the rows whose key the dimension table holds
             filters.append(exp.Not(this=exp.Is(this=dimension.lookup(dimension.keys[0][0]), expression=exp.Null())))
-    if any(isinstance(item, exp.Star) for item in select.expressions) or not _unambiguous(select, known):
+    if any(isinstance(item, exp.Star) for item in select.expressions) or \
+            not _unambiguous(select, known, fact_label):
         return None  # a * (its columns are the join's) or a column the join would have to resolve
     copy = select.copy()
     copy.set("joins", None)
     items = [_rewrite(item, dimensions, fact_label, known) for item in copy.expressions]
-    copy.set("expressions", [_named(new, old) for new, old in zip(items, select.expressions)])
+    copy.set("expressions", [item if isinstance(item, exp.Alias) else exp.alias_(item, pinot_column_name(old),
+                                                                                   quoted=True)
+                             for item, old in zip(items, select.expressions)])  # the join's names
     for key in ("where", "group", "having", "order", "qualify"):
         value = copy.args.get(key)
         if value is not None:
@@ -109,7 +117,17 @@ def _rewritten(select: exp.Select, resolve: TableResolver) -> exp.Select | None:
     return copy
 
 
-def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]],
+def _plain_table(node: exp.Expression | None) -> bool:
+    """A table of the cluster named alone: not a subquery, a qualified name, nor a CTE of that name."""
+    return (isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not node.args.get("db")
+            and not is_cte_reference(node))
+
+
+def _value_types(info: TableInfo) -> dict[str, str]:
+    return {name.lower(): kind for name, kind in info.value_types}
+
+
+def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]], types: dict[str, dict[str, str]],
                dimensions: list[_Dimension], fact_label: str) -> _Dimension | None:
     """The dimension table ``join`` joins on its whole primary key, or None when it is not such a join."""
     kind = (join.args.get("kind") or "").upper()
@@ -121,8 +139,9 @@ def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]
     if not join.side and kind == "OUTER":
         return None
     table = join.this
-    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or table.args.get("db"):
+    if not _plain_table(table):
         return None
+    assert isinstance(table, exp.Table)
     info = resolve(table.name)
     if info is None or not info.dim_table or not info.primary_key:
         return None
@@ -130,6 +149,7 @@ def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]
     if label in known:
         return None
     columns = {c.lower(): c for c in info.columns}
+    key_types = _value_types(info)
     condition = join.args.get("on")
     if condition is None:
         return None
@@ -137,10 +157,12 @@ def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]
     for equality in _conjuncts(condition):
         if not isinstance(equality, exp.EQ):
             return None
-        pair = _key_and_value(equality, label, columns, known)
-        if pair is None or pair[0] in keys:
-            return None
+        pair = _key_and_value(equality, label, columns, known, types)
+        if pair is None or pair[0] in keys or key_types.get(pair[0]) is None or \
+                key_types.get(pair[0]) != pair[2]:
+            return None  # a value of another type: LOOKUP's Java casts would match what the join does not
         keys[pair[0]] = pair[1]
+    types[label] = key_types
     wanted = [columns.get(k.lower(), k) for k in info.primary_key]
     if set(keys) != {k.lower() for k in wanted}:
         return None
@@ -149,16 +171,19 @@ def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]
     return _Dimension(info.name, label, columns, values)
 
 
-def _key_and_value(equality: exp.EQ, label: str, columns: dict[str, str],
-                   known: dict[str, set[str]]) -> tuple[str, exp.Expression] | None:
-    """(key column, lower-case; the other side) of ``dim.key = expression over the tables before it``."""
+def _key_and_value(equality: exp.EQ, label: str, columns: dict[str, str], known: dict[str, set[str]],
+                   types: dict[str, dict[str, str]]) -> tuple[str, exp.Column, str] | None:
+    """(key column, lower-case; the column of a table before it it equals; that column's type) of
+    ``dim.key = other.column``."""
     for mine, other in ((equality.this, equality.expression), (equality.expression, equality.this)):
         if isinstance(mine, exp.Column) and not isinstance(mine.this, exp.Star) and \
-                mine.table.lower() == label and mine.name.lower() in columns:
-            references = [c for c in other.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
-            if references and all(_belongs(c, known) for c in references) and \
-                    other.find(exp.Select, exp.Subquery, exp.AggFunc, exp.Window) is None:
-                return mine.name.lower(), other
+                mine.table.lower() == label and mine.name.lower() in columns and \
+                isinstance(other, exp.Column) and not isinstance(other.this, exp.Star) and _belongs(other, known):
+            owner = other.table.lower() if other.table else next(
+                name for name, names in known.items() if other.name.lower() in names)
+            kind = types.get(owner, {}).get(other.name.lower())
+            if kind is not None:  # a multi-value column has none: any-match is not a join's equality
+                return mine.name.lower(), other, kind
     return None
 
 
@@ -169,17 +194,24 @@ def _belongs(column: exp.Column, known: dict[str, set[str]]) -> bool:
     return sum(column.name.lower() in names for names in known.values()) == 1
 
 
-def _unambiguous(select: exp.Select, known: dict[str, set[str]]) -> bool:
+def _unambiguous(select: exp.Select, known: dict[str, set[str]], fact_label: str) -> bool:
     """Every column of the SELECT is of exactly one table (or a select alias): else the join decides."""
     aliases = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
+    for item in select.expressions:
+        if not isinstance(item, exp.Alias):
+            continue
+        name = item.alias.lower()
+        itself = isinstance(item.this, exp.Column) and item.this.name.lower() == name
+        if not itself and any(label != fact_label and name in names for label, names in known.items()):
+            return False  # ``ORDER BY name`` means the alias: a rewrite would read the dimension's column
     for column in select.find_all(exp.Column):
         if isinstance(column.this, exp.Star):
             return False
         if column.find_ancestor(exp.Subquery, exp.Select) is not select:
             return False  # a nested query reads the join's tables: left to the broker
         if column.table:
-            if column.table.lower() not in known:
-                return False  # an enclosing query's column
+            if column.table.lower() not in known or column.name.lower() not in known[column.table.lower()]:
+                return False  # an enclosing query's column, or one the table lacks (the join reports it: 710)
         elif sum(column.name.lower() in names for names in known.values()) != 1 and \
                 not (column.name.lower() in aliases and not any(column.name.lower() in n for n in known.values())):
             return False
@@ -201,13 +233,6 @@ def _rewrite(node: exp.Expression, dimensions: list[_Dimension], fact_label: str
         return dimension.lookup(dimension.columns[found.name.lower()])
 
     return node.copy().transform(replace)
-
-
-def _named(new: exp.Expression, old: exp.Expression) -> exp.Expression:
-    """A rewritten select item keeps the name Pinot gives the item as written."""
-    if isinstance(new, exp.Alias) or new.sql(dialect=DIALECT) == old.sql(dialect=DIALECT):
-        return new
-    return exp.alias_(new, pinot_column_name(old), quoted=True)
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:

@@ -129,7 +129,7 @@ def _literals(values: list[object]) -> list[exp.Expression] | None:
     return literals
 
 
-def _is_cte_reference(table: exp.Table) -> bool:
+def is_cte_reference(table: exp.Table) -> bool:
     """Whether ``table`` names a CTE visible where it stands: one of an enclosing WITH — inside a CTE's own body
     only the CTEs defined before it, so ``WITH t AS (SELECT … FROM t)`` reads the real table ``t``."""
     name = table.name.lower()
@@ -215,7 +215,7 @@ def _is_cluster_table(table: exp.Table) -> bool:
     if table.args.get("db") or table.args.get("catalog"):
         raise QueryError(QueryErrorCode.SQL_PARSING, f"qualified table names are not supported: "
                                                      f"{table.sql(dialect=DIALECT)}")
-    return not _is_cte_reference(table)
+    return not is_cte_reference(table)
 
 
 def _source_table(select: exp.Select) -> exp.Table | None:

@@ -50,6 +50,8 @@ class TableInfo:
     primary_key: tuple[str, ...] = ()
     # the DuckDB type of each primary key column ('' where none is known): LOOKUP converts a fact value to it
     primary_key_types: tuple[str, ...] = ()
+    # Pinot's data type of each single-value column: a join rewritten into LOOKUPs needs its keys' types equal
+    value_types: tuple[tuple[str, str], ...] = ()
 
 
 TableResolver = Callable[[str], "TableInfo | None"]

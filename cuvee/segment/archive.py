@@ -78,7 +78,9 @@ def pack(segment_dir: str | Path, out_file: str | Path | None = None) -> Path:
     with pa.CompressedOutputStream(pa.OSFile(str(tmp), "wb"), _CODEC) as compressed:
         with tarfile.open(fileobj=compressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
             tar.addfile(_member(name, tarfile.DIRTYPE, 0o755, 0))
-            for path in sorted((p for p in source.iterdir() if p.is_file()), key=lambda p: p.name):
+            # the metadata first: a reader that wants only it (the controller checking a compacted copy) stops there
+            for path in sorted((p for p in source.iterdir() if p.is_file()), key=lambda p: (p.name != METADATA_FILE,
+                                                                                           p.name)):
                 with open(path, "rb") as f:
                     tar.addfile(_member(f"{name}/{path.name}", tarfile.REGTYPE, 0o644, path.stat().st_size), f)
     os.replace(tmp, target)
@@ -225,7 +227,7 @@ class _Prefixed:
 
 
 MAX_METADATA_BYTES = 64 << 20  # a segment's metadata.json: stats of a few thousand columns at most
-MAX_SCANNED_BYTES = 64 << 30  # tar bytes read past (columns named before "metadata.json") to reach it
+MAX_SCANNED_BYTES = 64 << 30  # tar bytes read past to reach it (archives packed before it came first)
 
 
 def read_archive_metadata(raw: BinaryIO, archive: str, *, max_scanned: int = MAX_SCANNED_BYTES) -> SegmentMetadata:

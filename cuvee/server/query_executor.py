@@ -196,12 +196,13 @@ class QueryExecutor:
             return None
 
     def count_now(self, request: ServerQueryRequest) -> tuple[pa.Table, ServerQueryStats] | None:
-        """``SELECT COUNT(*)`` over committed segments of a table that is not an upsert one, from their row counts
+        """``SELECT COUNT(*)`` over committed segments of an OFFLINE table, from their row counts
         — no rows read, nothing that can block, so the route runs it on the event loop (a worker thread's hop cost
         more than the answer). None for anything else (a consuming or missing segment, a filter, LOOKUP): that
         takes ``execute``. Segments are looked up, not held: only their fixed row counts are read."""
-        if not _counts_rows_only(request) or request.lookups or self._upsert(request.table) is not None:
-            return None
+        if not _counts_rows_only(request) or request.lookups or not request.segments or \
+                request.table.endswith("_REALTIME"):  # an upsert table's rows are its valid docs (a lookup on
+            return None  # the loop could read the metadata store): execute decides those
         started = self._clock()
         found = [self.registry.get(request.table, name) for name in request.segments]
         committed = [s for s in found if isinstance(s, CommittedSegment)]

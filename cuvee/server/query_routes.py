@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 16 << 20
 _ARROW = ARROW_STREAM_MEDIA_TYPE.encode()
-_WORKERS = 40  # queries running at once on a server (anyio's default thread limit, which served them before)
+# asyncio's own executor hop (anyio's, run_in_threadpool, added its limiter and cancel scope to every query), one
+# for the process: in-process clusters start servers again and again; 40 queries at once, anyio's default limit
+_WORKERS = ThreadPoolExecutor(max_workers=40, thread_name_prefix="query")
 
 
 def query_router(registry: SegmentRegistry, *, executor: QueryExecutor | None = None,
@@ -44,8 +46,6 @@ def query_router(registry: SegmentRegistry, *, executor: QueryExecutor | None = 
     """The server's query endpoint over ``registry`` (upsert tables read through ``upserts``' valid docs): a hot
     route (``cuvee.node.fast_routes``), every query crosses it."""
     run = executor or QueryExecutor(registry, upserts=upserts)
-    # asyncio's own executor hop: anyio's (run_in_threadpool) added its limiter and cancel scope to every query
-    workers = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="query")
 
     async def query(body: bytes, _: dict[str, Any]) -> HotAnswer:
         try:
@@ -54,7 +54,7 @@ def query_router(registry: SegmentRegistry, *, executor: QueryExecutor | None = 
             return json_error(400, str(exc))
         answered = run.count_now(parsed)
         if answered is None:
-            answered = await asyncio.get_running_loop().run_in_executor(workers, run.execute, parsed)
+            answered = await asyncio.get_running_loop().run_in_executor(_WORKERS, run.execute, parsed)
         result, stats = answered
         if stats.exceptions:
             log.info("query %s on %s: %s", parsed.request_id, parsed.table,

@@ -24,12 +24,15 @@ PAIRS = pa.table({"league": pa.array(["AL", "NL", "AL"]), "teamID": pa.array(["a
 
 TABLES = {
     "games_OFFLINE": TableInfo("games_OFFLINE", ("teamID", "league", "runs", "tags"),
-                               multi_value_columns=frozenset({"tags"})),
+                               multi_value_columns=frozenset({"tags"}),
+                               value_types=(("teamID", "STRING"), ("league", "STRING"), ("runs", "LONG"))),
     "teams_OFFLINE": TableInfo("teams_OFFLINE", ("teamID", "teamName", "rank"), dim_table=True,
-                               primary_key=("teamID",), primary_key_types=("VARCHAR",)),
+                               primary_key=("teamID",), primary_key_types=("VARCHAR",),
+                               value_types=(("teamID", "STRING"), ("teamName", "STRING"), ("rank", "INT"))),
     "pairs_OFFLINE": TableInfo("pairs_OFFLINE", ("league", "teamID", "bonus"), dim_table=True,
-                               primary_key=("league", "teamID"), primary_key_types=("VARCHAR", "")),
-    "plain_OFFLINE": TableInfo("plain_OFFLINE", ("teamID",)),
+                               primary_key=("league", "teamID"), primary_key_types=("VARCHAR", ""),
+                               value_types=(("league", "STRING"), ("teamID", "STRING"), ("bonus", "DOUBLE"))),
+    "plain_OFFLINE": TableInfo("plain_OFFLINE", ("teamID",), value_types=(("teamID", "STRING"),)),
     "events_REALTIME": TableInfo("events_REALTIME", ("teamID",)),
 }
 ROWS = {"teams_OFFLINE": TEAMS, "pairs_OFFLINE": PAIRS}

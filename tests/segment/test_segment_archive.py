@@ -52,7 +52,10 @@ def test_round_trip_and_deterministic_bytes(tmp_path: Path) -> None:
     assert unpack(archive_a, tmp_path / "restored", overwrite=True) == restored.path
     members = [m for m, _ in _members(archive_a)]
     assert [m.name for m in members][0] == "events_0"
-    assert [m.name for m in members[1:]] == sorted(m.name for m in members[1:])
+    # the metadata first (a reader wanting only it stops there), then the files in name order
+    assert [m.name for m in members[1:]] == sorted((m.name for m in members[1:]),
+                                                   key=lambda n: (not n.endswith("/metadata.json"), n))
+    assert members[1].name == "events_0/metadata.json"
     assert {(m.mtime, m.uid, m.gid, m.uname) for m in members} == {(0, 0, 0, "")}
 
 
