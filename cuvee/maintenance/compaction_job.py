@@ -234,12 +234,8 @@ def _swap(client: ControllerClient, table: str, built: list[dict[str, Any]],
           progress: Callable[[str], None]) -> list[str]:
     """Each copy swapped in; returns notes on segments that changed since they were planned (left for the next
     run, their archives deleted)."""
+    faults.fault(faults.MAINTENANCE_AFTER_BUILD)  # a failure here: the run's archives go with discard_run
     summary.swapping = True
-    try:
-        faults.fault(faults.MAINTENANCE_AFTER_BUILD)
-    except faults.FaultInjected:
-        delete_archives(deep_store_uri, built)
-        raise
     notes: list[str] = []
     progress(f"swapping {len(built)} compacted segment(s) in")
     ordered = sorted(built, key=lambda b: str(b["segmentName"]))

@@ -185,13 +185,8 @@ def _swap_windows(client: ControllerClient, table: str, windows: tuple[MoveWindo
                   built: dict[int, list[dict[str, Any]]], summary: JobSummary, deep_store_uri: str,
                   progress: Callable[[str], None]) -> None:
     """Oldest window first, each in its own replace; the watermark to report follows each window that is in."""
-    everything = [meta for metas in built.values() for meta in metas]
+    faults.fault(faults.MAINTENANCE_AFTER_BUILD)  # a failure here: the run's archives go with discard_run
     summary.swapping = True
-    try:
-        faults.fault(faults.MAINTENANCE_AFTER_BUILD)
-    except faults.FaultInjected:
-        delete_archives(deep_store_uri, everything)
-        raise
     for index, window in enumerate(windows):
         outputs = built[window.start_ms]
         entry = None

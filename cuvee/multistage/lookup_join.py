@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from cuvee.multistage.plan import is_cte_reference
+from cuvee.multistage.plan import conjuncts, is_cte_reference
 from cuvee.query.errors import QueryError
-from cuvee.query.functions import DIALECT, pinot_column_name
+from cuvee.query.functions import pinot_column_name
 from cuvee.query.parse import TableInfo, TableResolver
 
 Planned = Callable[[exp.Select], bool]
@@ -90,7 +90,7 @@ def _rewritten(select: exp.Select, resolve: TableResolver) -> exp.Select | None:
     dimensions: list[_Dimension] = []
     filters: list[exp.Expression] = []
     for join in select.args.get("joins") or []:
-        dimension = _dimension(join, resolve, known, types, dimensions, fact_label)
+        dimension = _dimension(join, resolve, known, types, dimensions)
         if dimension is None:
             return None
         known[dimension.label] = set(dimension.columns)
@@ -102,19 +102,22 @@ def _rewritten(select: exp.Select, resolve: TableResolver) -> exp.Select | None:
         return None  # a * (its columns are the join's) or a column the join would have to resolve
     copy = select.copy()
     copy.set("joins", None)
-    items = [_rewrite(item, dimensions, fact_label, known) for item in copy.expressions]
+    items = [_rewrite(item, dimensions, known) for item in copy.expressions]
     copy.set("expressions", [item if isinstance(item, exp.Alias) else exp.alias_(item, pinot_column_name(old),
                                                                                    quoted=True)
                              for item, old in zip(items, select.expressions)])  # the join's names
     for key in ("where", "group", "having", "order", "qualify"):
         value = copy.args.get(key)
         if value is not None:
-            copy.set(key, _rewrite(value, dimensions, fact_label, known))
+            copy.set(key, _rewrite(value, dimensions, known))
     if filters:
         where = copy.args.get("where")
         condition = exp.and_(*filters, *([where.this] if where is not None else []))
         copy.set("where", exp.Where(this=condition))
     return copy
+
+
+_LOOKUP_JOINS = {("", ""), ("", "INNER"), ("LEFT", ""), ("LEFT", "OUTER")}  # (side, kind) a LOOKUP can answer
 
 
 def _plain_table(node: exp.Expression | None) -> bool:
@@ -128,15 +131,10 @@ def _value_types(info: TableInfo) -> dict[str, str]:
 
 
 def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]], types: dict[str, dict[str, str]],
-               dimensions: list[_Dimension], fact_label: str) -> _Dimension | None:
+               dimensions: list[_Dimension]) -> _Dimension | None:
     """The dimension table ``join`` joins on its whole primary key, or None when it is not such a join."""
-    kind = (join.args.get("kind") or "").upper()
-    if join.args.get("method") or kind not in ("", "INNER", "OUTER") or join.side not in ("", None, "LEFT") \
-            or join.args.get("using"):
-        return None
-    if join.side == "LEFT" and kind not in ("", "OUTER"):
-        return None
-    if not join.side and kind == "OUTER":
+    shape = ((join.side or "").upper(), (join.args.get("kind") or "").upper())
+    if join.args.get("method") or join.args.get("using") or shape not in _LOOKUP_JOINS:
         return None
     table = join.this
     if not _plain_table(table):
@@ -154,20 +152,18 @@ def _dimension(join: exp.Join, resolve: TableResolver, known: dict[str, set[str]
     if condition is None:
         return None
     keys: dict[str, exp.Expression] = {}
-    for equality in _conjuncts(condition):
+    for equality in conjuncts(condition):
         if not isinstance(equality, exp.EQ):
             return None
         pair = _key_and_value(equality, label, columns, known, types)
-        if pair is None or pair[0] in keys or key_types.get(pair[0]) is None or \
-                key_types.get(pair[0]) != pair[2]:
+        if pair is None or pair[0] in keys or key_types.get(pair[0]) != pair[2]:
             return None  # a value of another type: LOOKUP's Java casts would match what the join does not
         keys[pair[0]] = pair[1]
     types[label] = key_types
     wanted = [columns.get(k.lower(), k) for k in info.primary_key]
     if set(keys) != {k.lower() for k in wanted}:
         return None
-    previous = {d.label: d for d in dimensions}
-    values = tuple((key, _rewrite(keys[key.lower()], list(previous.values()), fact_label, known)) for key in wanted)
+    values = tuple((key, _rewrite(keys[key.lower()], dimensions, known)) for key in wanted)
     return _Dimension(info.name, label, columns, values)
 
 
@@ -212,14 +208,15 @@ def _unambiguous(select: exp.Select, known: dict[str, set[str]], fact_label: str
         if column.table:
             if column.table.lower() not in known or column.name.lower() not in known[column.table.lower()]:
                 return False  # an enclosing query's column, or one the table lacks (the join reports it: 710)
-        elif sum(column.name.lower() in names for names in known.values()) != 1 and \
-                not (column.name.lower() in aliases and not any(column.name.lower() in n for n in known.values())):
-            return False
+        else:
+            owners = sum(column.name.lower() in names for names in known.values())
+            if owners > 1 or (owners == 0 and column.name.lower() not in aliases):
+                return False
     return True
 
 
-def _rewrite(node: exp.Expression, dimensions: list[_Dimension], fact_label: str,
-             known: dict[str, set[str]]) -> exp.Expression:
+def _rewrite(node: exp.Expression, dimensions: list[_Dimension], known: dict[str, set[str]]) -> exp.Expression:
+    """``node`` with every column of a dimension table read as a LOOKUP of it."""
     by_label = {d.label: d for d in dimensions}
 
     def replace(found: exp.Expression) -> exp.Expression:
@@ -233,12 +230,3 @@ def _rewrite(node: exp.Expression, dimensions: list[_Dimension], fact_label: str
         return dimension.lookup(dimension.columns[found.name.lower()])
 
     return node.copy().transform(replace)
-
-
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
-    if isinstance(condition, exp.And):
-        return _conjuncts(condition.this) + _conjuncts(condition.expression)
-    if isinstance(condition, exp.Paren):
-        return _conjuncts(condition.this)
-    return [condition]
-

@@ -281,12 +281,12 @@ def _unqualified(node: exp.Expression) -> exp.Expression:
     return copy
 
 
-def _conjuncts(condition: exp.Expression) -> Iterator[exp.Expression]:
+def conjuncts(condition: exp.Expression) -> Iterator[exp.Expression]:
     if isinstance(condition, exp.And):
-        yield from _conjuncts(condition.this)
-        yield from _conjuncts(condition.expression)
+        yield from conjuncts(condition.this)
+        yield from conjuncts(condition.expression)
     elif isinstance(condition, exp.Paren):
-        yield from _conjuncts(condition.this)
+        yield from conjuncts(condition.this)
     else:
         yield condition
 
@@ -341,7 +341,7 @@ def _movable_filters(select: exp.Select, table: exp.Table, info: TableInfo,
 
     kept: list[exp.Expression] = []
     moved: list[exp.Expression] = []
-    for condition in _conjuncts(where.this):
+    for condition in conjuncts(where.this):
         (moved if movable(condition) else kept).append(condition)
     if moved:
         select.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)

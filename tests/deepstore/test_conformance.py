@@ -149,5 +149,4 @@ def test_reader_streams_an_object_from_its_start(store: DeepStore, local_file) -
         assert stream.read(4) == data[:4]
         assert stream.read() == data[4:]
     with pytest.raises(ObjectNotFoundError, match="'nope/x' does not exist"):
-        with store.reader("nope/x"):
-            pass
+        store.reader("nope/x").__enter__()  # opening it raises: there is nothing to read
