@@ -35,12 +35,14 @@ from cuvee.cluster.records import ExternalView, IdealState, InstanceInfo, Record
 from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, compute_time_boundary,
                                          expected_offline_segments, millis_per_value)
+from cuvee.errors import UserError
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
 from cuvee.config.datetime_format import TimeFormatKind
 from cuvee.query.functions import strftime_pattern
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.query import TableInfo
+from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partition_spec
 from cuvee.spi.metastore import MetadataStoreError, NoNodeError, Subscription, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,9 @@ class TableEntry:
     read_for: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
     strict: bool = False  # one replica per partition per query: upsert tables, instanceSelectorType strictReplicaGroup
     upsert: bool = False  # an upsert table: its servers read a partition whole (see ``hold_back``)
+    # OFFLINE halves with a segmentPartitionConfig: the function, and each segment's partitions (from its record)
+    partition_spec: PartitionSpec | None = None
+    partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
 
     @property
     def hold_back(self) -> bool:
@@ -331,15 +336,16 @@ class ClusterView:
         expected: frozenset[str] | None = None
         end_times: dict[str, int | None] = {}
         read_for: dict[str, tuple[int | None, int | None]] = {}
+        partitions: dict[str, SegmentPartitions | None] = {}
         if ideal is not None:
-            end_times, read_for = self._segment_times(name, ideal, old)
+            end_times, read_for, partitions = self._segment_times(name, ideal, old)
             pushed_at = {segment: at for segment, (_, at) in read_for.items()}
             expected = expected_offline_segments(ideal.segments, view.segments, hidden, pushed_at,
                                                  int(time.time() * 1000), self.new_segment_grace_ms)
         same = old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version
         if same:
             assert old is not None
-            info, arrow_schema, step = old.info, old.arrow_schema, old.step_ms
+            info, arrow_schema, step, spec = old.info, old.arrow_schema, old.step_ms, old.partition_spec
         else:
             try:
                 schema = Schema.from_json(orjson.loads(schema_node.data))
@@ -348,24 +354,35 @@ class ClusterView:
                 return None
             info, arrow_schema = table_info(name, schema, config.is_dim_table), schema.arrow_schema()
             step = millis_per_value(schema, config.time_column)
+            try:
+                spec = partition_spec(config.indexing.extra, schema) if ideal is not None else None
+            except UserError as exc:  # not partitioned, as far as joins go
+                log.warning("table %s: segmentPartitionConfig is not usable: %s", name, exc)
+                spec = None
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, step, config.segments.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
-                          or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert)
+                          or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
+                          partition_spec=spec, partitions=partitions if spec is not None else {})
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
-                       ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]]]:
-        """Each offline segment's end time (``SegmentRecord.time_max``, None when unknown) and (CRC, push time).
-        Cached by name and the ideal state's CRC, whatever the end time: a refresh reads only the records of
-        segments new (or pushed again with other content) since the last one, and those it could not read."""
+                       ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]],
+                                  dict[str, SegmentPartitions | None]]:
+        """Each offline segment's end time (``SegmentRecord.time_max``, None when unknown), (CRC, push time) and
+        partitions. Cached by name and the ideal state's CRC, whatever the end time: a refresh reads only the
+        records of segments new (or pushed again with other content) since the last one, and those it could not
+        read."""
         known_end = old.end_times if old is not None else {}
         known_for = old.read_for if old is not None else {}
+        known_parts = old.partitions if old is not None else {}
         end_times: dict[str, int | None] = {}
         read_for: dict[str, tuple[int | None, int | None]] = {}
+        partitions: dict[str, SegmentPartitions | None] = {}
         for segment in ideal.segments:
             crc = ideal.crcs.get(segment)
             if segment in known_for and known_for[segment][0] == crc:
                 end_times[segment], read_for[segment] = known_end.get(segment), known_for[segment]
+                partitions[segment] = known_parts.get(segment)
                 continue
             try:
                 found = self.store.find_segment(name, segment)
@@ -378,7 +395,8 @@ class ClusterView:
                 continue
             end_times[segment] = found.record.time_max
             read_for[segment] = (crc, found.record.commit_time_ms)
-        return end_times, read_for
+            partitions[segment] = found.record.partitions
+        return end_times, read_for, partitions
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

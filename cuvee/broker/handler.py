@@ -33,6 +33,7 @@ from sqlglot import exp
 from cuvee.auth.layer import internal_headers
 from cuvee.auth.policy import Permission, Principal
 from cuvee.broker.cluster_view import ClusterView, TableEntry
+from cuvee.broker.colocation import JoinPlacement, place_join
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.errors import query_error
 from cuvee.broker.lookups import lookup_requests, with_schemas
@@ -43,6 +44,7 @@ from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
 from cuvee.multistage.engine import SPARK_HINT, Stage
+from cuvee.multistage.colocated_join import OTHER_RELATION, ColocatedJoin, colocated_joins
 from cuvee.multistage.lookup_join import lookup_joins
 from cuvee.multistage.plan import RELATION_PREFIX, in_subqueries, inline_values, plan_stages
 from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
@@ -59,9 +61,11 @@ from cuvee.query import (
     parse_query_options,
     plan_sql,
 )
+from cuvee.query.execute import sandboxed_cursor
 from cuvee.query.functions import DIALECT
+from cuvee.query.lookup import SERVER_RELATION
 from cuvee.query.group_trim import GroupOptions, group_options
-from cuvee.query.parse import MultiStageRequired, split_query
+from cuvee.query.parse import MultiStageRequired, TableInfo, split_query
 from cuvee.query.plan_cache import PlanCache
 
 log = logging.getLogger(__name__)
@@ -164,6 +168,17 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked))
+
+
+def _no_joined_rows(sql: str, placement: JoinPlacement) -> pa.Table:
+    """A colocated join's answer over no rows, typed as the servers would type it (their SQL over empty tables)."""
+    con = sandboxed_cursor(0)
+    try:
+        con.register(SERVER_RELATION, placement.left.arrow_schema.empty_table())
+        con.register(OTHER_RELATION, placement.right.arrow_schema.empty_table())
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -378,13 +393,18 @@ class QueryHandler:
                 if merged is not None and merged.num_rows > cfg.max_response_rows:
                     raise _too_many_rows(cfg.max_response_rows)
                 return await asyncio.to_thread(self._stage_response, number, started, merged, plan.column_names, run)
+        query, joins, *joined = await self._bounded(run.remaining_ms(self._clock()), colocated_joins, query,
+                                                    self.view.resolve, self._colocate, cfg.multistage_leaf_rows)
         stages = await self._bounded(run.remaining_ms(self._clock()), plan_stages, query, self.view.resolve,
-                                     cfg.multistage_leaf_rows)
-        measured[0] = measured[0] or raw_table_name(stages.leaves[0].table)
-        answers = await self._leaves(number, run, [(leaf.sql, leaf.table) for leaf in stages.leaves])
-        if answers is None:
+                                     cfg.multistage_leaf_rows, tuple(joined))
+        measured[0] = measured[0] or raw_table_name(stages.leaves[0].table if stages.leaves else joins[0].left)
+        answers, joined_rows = await asyncio.gather(
+            self._leaves(number, run, [(leaf.sql, leaf.table) for leaf in stages.leaves]),
+            asyncio.gather(*(self._joined(number, run, join) for join in joins)))
+        if answers is None or any(rows is None for rows in joined_rows):
             return self._stage_response(number, started, None, None, run)
         relations.update({leaf.relation: answer for leaf, answer in zip(stages.leaves, answers)})
+        relations.update({join.relation: rows for join, rows in zip(joins, joined_rows)})
         stage = Stage(cfg.multistage_memory_mb)
         running = asyncio.ensure_future(asyncio.to_thread(stage.run, stages.final_sql, relations))
         try:
@@ -401,15 +421,79 @@ class QueryHandler:
             else None
         return await asyncio.to_thread(self._stage_response, number, started, answer, names, run)
 
+    def _colocate(self, left: TableInfo, left_key: str, right: TableInfo, right_key: str) -> JoinPlacement | None:
+        """Where a join of two tables partitioned alike runs on the servers now (``cuvee.broker.colocation``)."""
+        entries = [self.view.targets(info.name) for info in (left, right)]
+        if any(len(targets) != 1 for targets in entries):  # a hybrid table (or one gone): the broker joins
+            return None
+        types = [dict(info.value_types).get(key) for info, key in ((left, left_key), (right, right_key))]
+        return place_join(entries[0][0].entry, left_key, entries[1][0].entry, right_key,
+                          frozenset(self.view.snapshot.servers), types[0] is not None and types[0] == types[1])
+
+    async def _joined(self, number: int, run: _StageRun, join: ColocatedJoin) -> pa.Table | None:
+        """The rows of a join the servers answer: each server's share asked at once, within the leaves' bounds;
+        None when one has no answer (the errors are in ``run``)."""
+        cfg = self.config
+        self._count_leaves(run, 1)
+        placement: JoinPlacement = join.placement
+        principal = run.principal
+        if principal is not None and not principal.internal:
+            for table in (join.left, join.right):
+                if not principal.may(Permission.READ, table):
+                    raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on "
+                                                                   f"table {table!r}")
+        servers = dict(self.view.snapshot.servers)
+        remaining_ms = run.remaining_ms(self._clock())
+        calls = [ServerCall(instance, servers[instance], ServerQueryRequest(
+                    str(number), join.left, join.sql, left, remaining_ms, lookups=(DimLookup(
+                        OTHER_RELATION, join.right, right, None if right else placement.right.arrow_schema),)))
+                 for instance, (left, right) in sorted(placement.servers.items()) if instance in servers]
+        if len(calls) != len(placement.servers):
+            raise QueryError(QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE, f"a server holding rows of {join.left!r} "
+                                                                        "left the cluster; query again")
+        if not calls:  # the FROM table holds no rows: neither does an INNER or LEFT join of it
+            return await asyncio.to_thread(_no_joined_rows, join.sql, placement)
+        replies = await scatter(self._http(), calls, max(run.deadline - self._clock(), 0.0) + cfg.server_grace_seconds,
+                                max_bytes=cfg.max_server_response_bytes)
+        run.gathered.append(_Gathered(placement.left, [], replies, len(calls)))
+        errors = self._exceptions(replies) or [
+            QueryError(QueryErrorCode.QUERY_EXECUTION, f"server {r.instance} sent no rows for a join")
+            for r in replies if r.table is None]
+        run.exceptions += errors
+        if errors:  # a share short of rows would make the join's answer wrong: none instead
+            return None
+        tables = [r.table for r in replies if r.table is not None]
+        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+        self._hold(run, rows, f"joined rows of tables {join.left!r} and {join.right!r}")
+        return rows
+
+    def _count_leaves(self, run: _StageRun, asked: int) -> None:
+        """Count single-stage queries (and joins on the servers) against ``multistage_max_leaves`` (700 beyond)."""
+        run.leaves += asked
+        if run.leaves > self.config.multistage_max_leaves:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"the query reads tables {run.leaves} times; the broker's multistage_max_leaves allows "
+                             f"{self.config.multistage_max_leaves}")
+
+    def _hold(self, run: _StageRun, rows: pa.Table, what: str) -> None:
+        """Count rows a leaf brings to the broker against ``multistage_leaf_rows`` and the query's
+        ``multistage_memory_mb`` (700 beyond either, pointing to Spark for what is too big for one machine)."""
+        cfg = self.config
+        if rows.num_rows > cfg.multistage_leaf_rows:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"more than {cfg.multistage_leaf_rows} {what} would reach the broker "
+                             f"(multistage_leaf_rows); filter them, or {SPARK_HINT}")
+        run.held_bytes += rows.nbytes
+        if run.held_bytes > cfg.multistage_memory_mb * 1024 * 1024:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
+                             f"the rows this query brings to the broker take more than its multistage_memory_mb "
+                             f"({cfg.multistage_memory_mb}); filter them, or {SPARK_HINT}")
+
     async def _leaves(self, number: int, run: _StageRun, leaves: list[tuple[str, str]]) -> list[pa.Table] | None:
         """The answers of single-stage queries (SQL, table) asked at once, named as each plan names its columns;
         None when one has no answer (the errors are in ``run``). More rows than ``multistage_leaf_rows`` is 700."""
         cfg = self.config
-        run.leaves += len(leaves)
-        if run.leaves > cfg.multistage_max_leaves:
-            raise QueryError(QueryErrorCode.QUERY_VALIDATION,
-                             f"the query reads tables {run.leaves} times; the broker's multistage_max_leaves allows "
-                             f"{cfg.multistage_max_leaves}")
+        self._count_leaves(run, len(leaves))
         plans = [await self._plan(sql, run.remaining_ms(self._clock())) for sql, _ in leaves]
         gathered = await asyncio.gather(*(self._gather(number, plan, run.principal, run.deadline, run.asked,
                                                        cfg.multistage_leaf_rows + 1 + plan.offset) for plan in plans))
@@ -420,15 +504,7 @@ class QueryHandler:
             run.exceptions += errors
             if merged is None or errors:  # a leaf short of rows would make NOT IN, EXCEPT, anti-joins say wrong
                 return None
-            if merged.num_rows > cfg.multistage_leaf_rows:
-                raise QueryError(QueryErrorCode.QUERY_VALIDATION,
-                                 f"more than {cfg.multistage_leaf_rows} rows of table {table!r} would reach the "
-                                 f"broker (multistage_leaf_rows); filter them, or {SPARK_HINT}")
-            run.held_bytes += merged.nbytes
-            if run.held_bytes > cfg.multistage_memory_mb * 1024 * 1024:
-                raise QueryError(QueryErrorCode.QUERY_VALIDATION,
-                                 f"the rows this query brings to the broker take more than its multistage_memory_mb "
-                                 f"({cfg.multistage_memory_mb}); filter them, or {SPARK_HINT}")
+            self._hold(run, merged, f"rows of table {table!r}")
             answers.append(merged.rename_columns(list(plan.column_names)))
         return answers
 

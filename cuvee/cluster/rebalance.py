@@ -51,19 +51,29 @@ def plan_rebalance(ideal: IdealState, replication: int, tagged_live: Collection[
     return moves
 
 
-def plan_offline_rebalance(ideal: IdealState, replication: int, eligible: Collection[str]) -> list[Move]:
+def plan_offline_rebalance(ideal: IdealState, replication: int, eligible: Collection[str],
+                           partitions: Mapping[str, int] | None = None) -> list[Move]:
     """The moves that spread an offline table's ONLINE segments evenly over ``eligible`` servers, moving as few
     replicas as that takes: each segment first gets exactly ``replication`` replicas (those on servers no longer
     eligible go, extra ones — a stopped rebalance's — leave the busiest servers, missing ones go to the servers
     holding fewest), then one
     replica at a time goes from the most loaded server to the least loaded until they differ by at most one; never
-    two replicas of a segment on one server. Raises AssignmentError when there are fewer eligible servers than
-    replicas."""
+    two replicas of a segment on one server. A segment of one partition (``partitions``: segment -> its rows'
+    partition, a partitioned table's) goes to that partition's servers instead, as a push places it, so tables
+    partitioned alike stay colocated; the others spread around them. Raises AssignmentError when there are fewer
+    eligible servers than replicas."""
     pool = sorted(set(eligible))
     check_replication(replication, pool)
     placed = {name: set(replicas) for name, replicas in sorted(ideal.segments.items())
               if replicas and all(state is ONLINE for state in replicas.values())}
+    fixed = {name: set(assign_partition(partitions[name], replication, pool)) for name in placed
+             if partitions and name in partitions}
     load = dict.fromkeys(pool, 0)
+    for replicas in fixed.values():
+        for instance in replicas:
+            load[instance] += 1
+    for name in fixed:
+        del placed[name]
     for replicas in placed.values():
         for instance in replicas:
             if instance in load:
@@ -98,7 +108,7 @@ def plan_offline_rebalance(ideal: IdealState, replication: int, eligible: Collec
         if not moved:
             break
     return [Move(name, tuple(sorted(ideal.segments[name])), tuple(sorted(replicas)))
-            for name, replicas in placed.items() if replicas != set(ideal.segments[name])]
+            for name, replicas in sorted({**placed, **fixed}.items()) if replicas != set(ideal.segments[name])]
 
 
 def add_targets(moves: list[Move]) -> Callable[[IdealState], IdealState]:

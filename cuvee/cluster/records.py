@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cuvee.cluster._json import Fields, RecordFormatError, decode, encode
+from cuvee.segment.partitioning import SegmentPartitions
 
 __all__ = [
     "CurrentState",
@@ -158,6 +159,9 @@ class SegmentRecord(Record):
     # Auto-tuned tables: the learned bytes per row the row threshold came from (a new leader learns on from the
     # newest; None on fixed-size tables and before anything was learned)
     bytes_per_row: float | None = None
+    # A pushed segment of a table with a segmentPartitionConfig: the partitions of its rows, read by the
+    # controller from the archive's own metadata (placement and colocated joins use it; None: not known)
+    partitions: SegmentPartitions | None = None
 
     @property
     def is_consuming(self) -> bool:
@@ -215,6 +219,7 @@ class SegmentRecord(Record):
             "downloadUri": self.download_uri,
             "commitTimeMs": self.commit_time_ms,
             **({"bytesPerRow": self.bytes_per_row} if self.bytes_per_row is not None else {}),
+            **({"partitionMetadata": self.partitions.to_json()} if self.partitions is not None else {}),
         }
 
     @classmethod
@@ -238,6 +243,7 @@ class SegmentRecord(Record):
             download_uri=f.string("downloadUri", ""),
             commit_time_ms=f.optional_integer("commitTimeMs"),
             bytes_per_row=_optional_positive_float(f, "bytesPerRow"),
+            partitions=SegmentPartitions.from_json(f.doc.get("partitionMetadata")),
         )
 
 

@@ -20,7 +20,7 @@ from cuvee.cluster.assignment import eligible_instances
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.offline_assignment import offline_server_tag, replicas
 from cuvee.cluster.rebalance import Move, add_targets, drop_sources, plan_offline_rebalance, plan_rebalance
-from cuvee.cluster.records import RebalanceJob, SegmentState
+from cuvee.cluster.records import IdealState, RebalanceJob, SegmentState
 from cuvee.cluster.errors import RecordNotFoundError
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
@@ -69,7 +69,20 @@ class Rebalancer:
                                       offline_server_tag(config.tenants.server))
         # a dimension table: every eligible server, so servers added since its pushes get its segments
         return plan_offline_rebalance(ideal.record, replicas(config.replication, config.is_dim_table, eligible),
-                                      eligible)
+                                      eligible, self._partitions(config, ideal.record))
+
+    def _partitions(self, config: TableConfig, ideal: IdealState) -> dict[str, int]:
+        """Each segment of one partition of a partitioned offline table (``SegmentRecord.partitions``): the
+        rebalance keeps it on its partition's servers, as the push placed it."""
+        if config.is_dim_table or not config.indexing.extra.get("segmentPartitionConfig"):
+            return {}
+        found: dict[str, int] = {}
+        for segment in ideal.segments:
+            record = self.store.find_segment(config.name_with_type, segment)
+            parts = record.record.partitions if record is not None else None
+            if parts is not None and parts.single is not None:
+                found[segment] = parts.single
+        return found
 
     def status(self, table: str) -> dict[str, Any]:
         """The table's last rebalance as the store has it; IN_PROGRESS only while this leader runs it."""

@@ -9,13 +9,23 @@ ideal state carries each pushed segment's CRC so servers holding another copy re
 
 A tar push (``POST /segments`` multipart, small manual uploads) is unpacked and verified here, stored in the deep
 store, and then registered exactly like a metadata push.
+
+A table with a ``segmentPartitionConfig`` is the one exception to "never reads the bytes": the partitions of each
+pushed segment's rows are read from the archive's own ``metadata.json`` (streamed from the head of the tar; what
+the builder computed from the rows, never what the pusher says), recorded in the segment's record, and a segment
+of one partition is placed on the servers of that partition (``assign_partition``, as consuming segments are), so
+tables partitioned alike are colocated and the broker can join them on their servers. A segment whose metadata
+cannot be read, names another segment, or spans several partitions is placed as any other (never refused: it is
+only not colocated).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,16 +45,18 @@ from cuvee.errors import UserError
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.segment.archive import archive_suffix, unpack
+from cuvee.segment.archive import archive_suffix, read_archive_metadata, unpack
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.naming import check_segment_name
+from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.spi.deepstore import DeepStore, DeepStoreError
 
 log = logging.getLogger(__name__)
 
 MAX_SEGMENT_NAME = 255
 MAX_SEGMENTS_PER_PUSH = 10_000
+_METADATA_READERS = 8  # archives whose metadata a push of a partitioned table reads at once
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class PushedSegment:
     size_bytes: int
     time_min: int | None
     time_max: int | None
+    partitions: SegmentPartitions | None = None  # read from the archive, never taken from the pusher
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> PushedSegment:
@@ -136,8 +149,28 @@ def register_segments(store: ClusterStore, deep_store: DeepStore | None, table: 
             raise BadRequest(f"segment {segment.name}: timeMin {segment.time_min} is after timeMax {segment.time_max}")
         if not present:
             raise BadRequest(f"segment {segment.name}: nothing at {segment.download_uri}; upload it first")
+    if table.indexing.extra.get("segmentPartitionConfig"):  # a few reads at once: a batch job pushes thousands
+        with ThreadPoolExecutor(max_workers=_METADATA_READERS, thread_name_prefix="push-metadata") as pool:
+            found = list(pool.map(lambda s: s.partitions or _archive_partitions(deep_store, s), pushed))
+        pushed = [dataclasses.replace(s, partitions=parts) for s, parts in zip(pushed, found)]
     with TABLE_LOCKS.hold(name):
         return _register(store, table, pushed, now_ms, deletion_grace_ms)
+
+
+def _archive_partitions(deep_store: DeepStore, segment: PushedSegment) -> SegmentPartitions | None:
+    """The partitions of a pushed segment's rows, from its archive's metadata; None when that cannot be read or
+    is not this segment's (the segment is then placed as an unpartitioned one)."""
+    try:
+        with deep_store.reader(deep_store.key_of(segment.download_uri)) as stream:
+            metadata = read_archive_metadata(stream, segment.download_uri)
+    except (DeepStoreError, SegmentError, OSError) as exc:
+        log.warning("push of %s: partition metadata not read from %s: %s", segment.name, segment.download_uri, exc)
+        return None
+    if metadata.segment_name != segment.name or metadata.crc != segment.crc:
+        log.warning("push of %s: the archive at %s holds %s (CRC %s), not the segment pushed; its partitions are "
+                    "not used", segment.name, segment.download_uri, metadata.segment_name, metadata.crc)
+        return None
+    return SegmentPartitions.from_json(metadata.custom.get(PARTITIONS_KEY))
 
 
 def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSegment], now_ms: int,
@@ -149,9 +182,11 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
     found = store.ideal_state(name)
     current = found.record if found is not None else None
     replication = replicas(table.replication, table.is_dim_table, instances)  # a dim table: every server
+    partition_of = {s.name: s.partitions.single for s in pushed
+                    if s.partitions is not None and s.partitions.single is not None and not table.is_dim_table}
     try:  # a dry run, so too few servers is a 400 before anything is written
         if current is not None:
-            place_offline_segments(current, [s.name for s in pushed], replication, instances)
+            place_offline_segments(current, [s.name for s in pushed], replication, instances, partition_of)
         elif len(set(instances)) < replication:
             raise AssignmentError(f"{replication} replica(s) wanted but only {len(instances)} eligible server(s)")
     except AssignmentError as exc:
@@ -165,7 +200,8 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
         record = SegmentRecord(segment_name=segment.name, status=SegmentStatus.UPLOADED, creation_time_ms=created,
                                total_docs=segment.total_docs, size_bytes=segment.size_bytes, crc=segment.crc,
                                time_min=segment.time_min, time_max=segment.time_max,
-                               download_uri=segment.download_uri, commit_time_ms=now_ms)
+                               download_uri=segment.download_uri, commit_time_ms=now_ms,
+                               partitions=segment.partitions)
         if old is not None and old.record.download_uri and old.record.download_uri != segment.download_uri:
             # scheduled before the record moves on, so a crash in between leaks nothing (the purge skips an archive
             # the record still points at); deleted after the grace period, so a server still loading the old copy
@@ -178,7 +214,7 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
     crcs = {s.name: s.crc for s in pushed}
     try:
         store.update_ideal_state(name, lambda ideal: place_offline_segments(
-            ideal, [s.name for s in pushed], replication, instances).with_crcs(crcs))
+            ideal, [s.name for s in pushed], replication, instances, partition_of).with_crcs(crcs))
     except AssignmentError as exc:
         raise BadRequest(f"table {name}: {exc}") from None
     log.info("pushed %d segment(s) into %s", len(pushed), name)
@@ -223,6 +259,7 @@ def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, arc
         time_min = meta.start_time if isinstance(meta.start_time, int) else None
         time_max = meta.end_time if isinstance(meta.end_time, int) else None
         described = (segment.name, segment.crc, segment.total_docs, segment.size_bytes)
+        partitions = SegmentPartitions.from_json(meta.custom.get(PARTITIONS_KEY))
     # stored as sent, under a key of its own: a push never overwrites an archive a segment may still point at
     key = f"{table.name_with_type}/{described[0]}.{uuid.uuid4().hex[:12]}{archive_suffix(archive)}"
     try:
@@ -231,4 +268,4 @@ def store_uploaded_archive(deep_store: DeepStore | None, table: TableConfig, arc
         log.error("storing a pushed segment under %s failed: %s", key, exc)
         raise BadRequest("cannot store the segment in the deep store (the controller log has the details)") from None
     return PushedSegment(name=described[0], download_uri=uri, crc=described[1], total_docs=described[2],
-                         size_bytes=described[3], time_min=time_min, time_max=time_max)
+                         size_bytes=described[3], time_min=time_min, time_max=time_max, partitions=partitions)

@@ -149,22 +149,25 @@ def is_cte_reference(table: exp.Table) -> bool:
     return False
 
 
-def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -> StagePlan:
+def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
+                joined: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())) -> StagePlan:
     """The stages of ``query`` (a parsed statement). Raises QueryError 190 for an unknown table, 150 for what
-    neither stage can run."""
+    neither stage can run. ``joined``: the TIMESTAMP and numeric columns of relations the caller made already
+    (joins the servers answer, ``cuvee.multistage.colocated_join``)."""
     try:
-        return _plan_stages(query, resolve, leaf_rows)
+        return _plan_stages(query, resolve, leaf_rows, joined)
     except RecursionError:
         raise QueryError(QueryErrorCode.SQL_PARSING, "the query is nested too deeply to plan") from None
 
 
-def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) -> StagePlan:
+def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
+                 joined: tuple[frozenset[str], frozenset[str]]) -> StagePlan:
     tree = query.copy()
     for select in list(tree.find_all(exp.Select)):
         _aggregate_below_windows(select, resolve)
     leaves: list[Leaf] = []
-    timestamps: set[str] = set()
-    numbers: set[str] = set()
+    timestamps: set[str] = set(joined[0])
+    numbers: set[str] = set(joined[1])
 
     def relation() -> str:
         return f"{RELATION_PREFIX}{len(leaves) + 1}"
@@ -191,7 +194,7 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int) 
         leaves.append(Leaf(name, leaf.sql(dialect=DIALECT), table.name, whole=False))
         table.replace(exp.Table(this=exp.to_identifier(name, quoted=True),
                                 alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
-    if not leaves:
+    if not leaves and not any(t.name.startswith(RELATION_PREFIX) for t in tree.find_all(exp.Table)):
         raise QueryError(QueryErrorCode.SQL_PARSING, "the query reads no table")
     if any(is_lookup(node) for node in tree.find_all(exp.Anonymous)):  # dimension tables live on the servers
         raise QueryError(QueryErrorCode.SQL_PARSING, "LOOKUP runs on the servers: use it in a SELECT over one table "

@@ -8,6 +8,7 @@ why their bytes are deterministic.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -30,6 +31,9 @@ from cuvee.segment.format import ColumnFile, column_file, compute_crc, write_arr
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.metadata import ColumnMetadata, SegmentMetadata
 from cuvee.segment.naming import check_segment_name
+from cuvee.segment.partitioning import PARTITIONS_KEY, partition_spec, segment_partitions
+
+log = logging.getLogger(__name__)
 
 _RANGE_TYPES = {DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE, DataType.TIMESTAMP}
 
@@ -132,7 +136,7 @@ def build_segment(
             end_time=time_stats.max if time_stats else None,
             time_unit=time_unit(schema.column(time_column)) if time_column else None,
             sorted_column=indexing.sorted_column,
-            custom=dict(extra_metadata or {}),
+            custom={**(extra_metadata or {}), **_partition_metadata(columns, schema, indexing)},
         )
         write_metadata(work, metadata)
         if final.exists():
@@ -141,6 +145,19 @@ def build_segment(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ImmutableSegment.load(final)
+
+
+def _partition_metadata(columns: dict[str, pa.Array], schema: Schema, indexing: IndexingConfig) -> dict[str, Any]:
+    """The partitions of the rows under the table's ``segmentPartitionConfig`` (none without one, or when the
+    stored config no longer validates: the segment is then simply not known to be partitioned)."""
+    try:
+        spec = partition_spec(indexing.extra, schema)
+    except UserError as exc:
+        log.warning("segment partition metadata skipped: %s", exc)
+        return {}
+    if spec is None or spec.column not in columns:
+        return {}
+    return {PARTITIONS_KEY: segment_partitions(columns[spec.column], spec).to_json()}
 
 
 def time_unit(spec: FieldSpec) -> str | None:

@@ -13,6 +13,11 @@ function gives, or segments built by Pinot's jobs and ours would disagree. Suppo
 Pinot hashes a value's text for both hash functions, whatever the column's type. Hashes are computed once per
 distinct value (a column has far fewer distinct values than rows, usually), then mapped back to rows vectorised.
 A null is partitioned as the column's default null value, the value the segment stores for it (Pinot's rule).
+
+A built segment records the partitions its rows fall in (``SegmentPartitions``, in its metadata's ``custom``
+under ``PARTITIONS_KEY``, computed from the rows themselves): the controller copies it into the segment's record at
+push time, places a one-partition segment on the servers of its partition (two tables partitioned alike are then
+colocated), and the broker joins such tables on their servers (``cuvee.multistage.colocated_join``).
 """
 
 from __future__ import annotations
@@ -32,12 +37,58 @@ FUNCTIONS = ("Modulo", "Murmur", "HashCode")
 _INTEGERS = (DataType.INT, DataType.LONG)
 
 
+PARTITIONS_KEY = "partitions"  # the key of ``SegmentPartitions`` in a segment's custom metadata
+
+
 @dataclass(frozen=True)
 class PartitionSpec:
     column: str
     function: str
     num_partitions: int
     null_value: Any = None  # what a null is partitioned as (the schema's default null value)
+
+
+@dataclass(frozen=True)
+class SegmentPartitions:
+    """The partitions of a segment's rows under one partition function (Pinot's segment partition metadata)."""
+
+    column: str
+    function: str
+    num_partitions: int
+    partitions: tuple[int, ...]
+
+    def same_function(self, spec: PartitionSpec) -> bool:
+        """Whether these partitions were computed by ``spec``'s function (a table's config may change later)."""
+        return (self.column, self.function, self.num_partitions) == (spec.column, spec.function, spec.num_partitions)
+
+    @property
+    def single(self) -> int | None:
+        """The one partition all rows fall in, or None (several, or no rows)."""
+        return self.partitions[0] if len(self.partitions) == 1 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"column": self.column, "functionName": self.function, "numPartitions": self.num_partitions,
+                "partitions": list(self.partitions)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> SegmentPartitions | None:
+        """The partitions ``doc`` describes, or None when it is not a well-formed description (never raises: a
+        segment without usable partition metadata is simply not colocated)."""
+        if not isinstance(doc, dict):
+            return None
+        column, function, count, parts = (doc.get("column"), doc.get("functionName"), doc.get("numPartitions"),
+                                          doc.get("partitions"))
+        if not isinstance(column, str) or function not in FUNCTIONS or type(count) is not int or count < 1 \
+                or not isinstance(parts, list) or len(parts) > count \
+                or not all(type(p) is int and 0 <= p < count for p in parts):
+            return None
+        return cls(column, function, count, tuple(sorted(set(parts))))
+
+
+def segment_partitions(values: pa.Array, spec: PartitionSpec) -> SegmentPartitions:
+    """The partitions ``values`` (a segment's partition column) fall in."""
+    found = np.unique(partitions(values, spec)) if len(values) else np.zeros(0, np.int32)
+    return SegmentPartitions(spec.column, spec.function, spec.num_partitions, tuple(int(p) for p in found))
 
 
 def partition_spec(index_config_extra: dict[str, Any], schema: Schema) -> PartitionSpec | None:

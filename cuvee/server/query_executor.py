@@ -77,23 +77,25 @@ class _Counts:
 
 @dataclass
 class _Dims:
-    """The dimension tables a request's LOOKUPs read: relation -> this server's rows of the table, and per table
-    the listed segments this server does not hold."""
+    """The other tables a request reads beside its own (a LOOKUP's dimension table, a colocated join's other
+    side): relation -> this server's rows of the listed segments, and per table the listed segments this server
+    does not hold."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     missing: dict[str, list[str]] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)  # dimension tables whose segments cannot be read
 
     def check(self) -> None:
-        """A dimension segment this server lacks would make LOOKUP answer NULL for its keys: an error instead."""
+        """A segment of the other table this server lacks would make LOOKUP answer NULL for its keys, or a join
+        miss its rows: an error instead."""
         if self.broken:
-            raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"dimension table(s) {', '.join(self.broken)[:512]} cannot "
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"table(s) {', '.join(self.broken)[:512]} cannot "
                                                           "be read on this server (the server log has the details)")
         if self.missing:
-            listed = "; ".join(f"dimension table {table[:256]} lacks segment(s) {', '.join(names[:10])}"
+            listed = "; ".join(f"table {table[:256]} lacks segment(s) {', '.join(names[:10])}"
                                + (f" ... ({len(names) - 10} more)" if len(names) > 10 else "")
                                for table, names in sorted(self.missing.items()))
-            raise _Failed(QueryErrorCode.SERVER_SEGMENT_MISSING, f"LOOKUP cannot run on this server: {listed} "
+            raise _Failed(QueryErrorCode.SERVER_SEGMENT_MISSING, f"the query cannot run on this server: {listed} "
                                                                  "(a rebalance of the table places them)")
 
 

@@ -41,3 +41,14 @@ def test_a_dim_table_without_an_eligible_server_is_refused_like_any_table() -> N
     assert replicas(3, True, []) == 1
     with pytest.raises(AssignmentError, match="only 0 eligible"):
         assign_offline_segment(IdealState("d_OFFLINE"), "s", replicas(3, True, []), [])
+
+
+def test_segments_of_one_partition_share_the_partitions_servers_whatever_the_table() -> None:
+    servers = ["a", "b", "c", "d"]
+    orders = place_offline_segments(IdealState("orders_OFFLINE"), ["o1", "o2", "o3"], 2, servers,
+                                    {"o1": 1, "o2": 1, "o3": 3})
+    customers = place_offline_segments(IdealState("customers_OFFLINE"), ["c1", "c3", "cx"], 2, servers,
+                                       {"c1": 1, "c3": 3})  # cx spans partitions: placed by load
+    assert set(orders.segments["o1"]) == set(orders.segments["o2"]) == set(customers.segments["c1"]) == {"c", "d"}
+    assert set(orders.segments["o3"]) == set(customers.segments["c3"]) == {"c", "d"}  # (3 * 2) % 4 = 2: c, d
+    assert len(customers.segments["cx"]) == 2

@@ -93,3 +93,11 @@ def test_a_dim_tables_rebalance_brings_every_segment_to_a_server_added_later() -
     assert all(set(r) == servers for r in _apply(ideal, moves).values())
     gone = plan_offline_rebalance(ideal, replicas(1, True, {"a"}), {"a"})  # b left the tenant: its copies go
     assert all(m.target == ("a",) for m in gone) and len(gone) == 3
+
+
+def test_an_offline_rebalance_keeps_a_partitioned_segment_on_its_partitions_servers() -> None:
+    ideal = IdealState("o_OFFLINE", {"p0": {"a": ON}, "p1": {"a": ON}, "free1": {"a": ON}, "free2": {"a": ON}})
+    moves = {m.segment: m.target for m in plan_offline_rebalance(ideal, 1, {"a", "b", "c"}, {"p0": 0, "p1": 1})}
+    assert "p0" not in moves and moves["p1"] == ("b",)  # partition p on the p-th server, as a push puts it
+    placed = {name: moves.get(name, tuple(replicas)) for name, replicas in ideal.segments.items()}
+    assert sorted(sum(1 for r in placed.values() if s in r) for s in "abc") == [1, 1, 2]  # the rest spread around

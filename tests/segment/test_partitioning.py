@@ -7,7 +7,8 @@ import pytest
 
 from cuvee.config import Schema
 from cuvee.errors import UserError
-from cuvee.segment.partitioning import PartitionSpec, java_string_hash, partition_spec, partitions
+from cuvee.segment.partitioning import (PartitionSpec, SegmentPartitions, java_string_hash, partition_spec,
+                                        partitions, segment_partitions)
 from cuvee.spi.stream import murmur2
 
 SCHEMA = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
@@ -62,3 +63,16 @@ def test_configs_are_checked_against_the_schema() -> None:
                          (config("mv", numPartitions=2), "not a single-value column")):
         with pytest.raises(UserError, match=message):
             partition_spec(bad, SCHEMA)
+
+
+def test_a_segments_partitions_round_trip_and_bad_descriptions_are_ignored() -> None:
+    spec = PartitionSpec("k", "Modulo", 4)
+    found = segment_partitions(pa.array([1, 5, 9, 3], pa.int64()), spec)
+    assert found.partitions == (1, 3) and found.single is None and found.same_function(spec)
+    assert SegmentPartitions.from_json(found.to_json()) == found
+    assert segment_partitions(pa.array([2, 6], pa.int64()), spec).single == 2
+    assert not found.same_function(PartitionSpec("k", "Modulo", 8))
+    for bad in (None, [], {"column": "k", "functionName": "Modulo", "numPartitions": 4, "partitions": [4]},
+                {"column": "k", "functionName": "Nope", "numPartitions": 4, "partitions": [0]},
+                {"column": "k", "functionName": "Modulo", "numPartitions": True, "partitions": [0]}):
+        assert SegmentPartitions.from_json(bad) is None

@@ -304,7 +304,7 @@ def test_a_lookups_dimension_table_is_the_union_of_the_listed_segments_and_a_mis
     assert {row["country"] for row in result.to_pylist()} == {"NL", "DE", "CH", None}
     result, errors = ask(("cities_0", "cities_1", "cities_7"))
     assert result is None and errors == [(int(QueryErrorCode.SERVER_SEGMENT_MISSING), errors[0][1])]
-    assert "dimension table cities_OFFLINE lacks segment(s) cities_7" in errors[0][1]
+    assert "table cities_OFFLINE lacks segment(s) cities_7" in errors[0][1]
     result, errors = ask((), dim.schema)  # no segment routed: the schema types an empty table, every key unmatched
     assert errors == [] and result is not None and set(result.column("country").to_pylist()) == {None}
 
