@@ -280,12 +280,24 @@ def _json_extract_key(name: str, args: list[exp.Expression]) -> exp.Expression:
     return call("list_transform", keys, _lambda(quoted))
 
 
+_NOT_HEX = ("a STRING given to a hash function is read as hex bytes, as Pinot reads it, and this one is not hex; "
+            "write toUtf8(...) around it to hash its text")
+
+
 def _bytes(value: exp.Expression) -> exp.Expression:
-    """A hash function's input: a BYTES value as it is, anything else as its text's UTF-8 (the rule ``md5``,
-    ``sha`` and ``sha256`` follow: Pinot would read a STRING as hex bytes)."""
+    """A hash function's input as Pinot converts it to BYTES: a BYTES value as it is, a STRING as the bytes its
+    hex spells (Pinot's implicit STRING → BYTES; a STRING that is not hex is an error saying so, where Pinot's
+    is a decoder's), anything else as its text's UTF-8 (Pinot refuses those)."""
+    text = exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR"))
+    hex_text = call("regexp_full_match", text, exp.Literal.string("([0-9a-fA-F]{2})*"))
     return exp.Case(ifs=[exp.If(this=exp.EQ(this=call("typeof", value), expression=exp.Literal.string("BLOB")),
-                                true=exp.Cast(this=value.copy(), to=exp.DataType.build("BLOB")))],
-                    default=call("encode", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR"))))
+                                true=exp.Cast(this=value.copy(), to=exp.DataType.build("BLOB"))),
+                         exp.If(this=exp.EQ(this=call("typeof", value.copy()),
+                                            expression=exp.Literal.string("VARCHAR")),
+                                true=exp.Case(ifs=[exp.If(this=hex_text, true=call("unhex", text.copy()))],
+                                              default=exp.Cast(this=call("error", exp.Literal.string(_NOT_HEX)),
+                                                               to=exp.DataType.build("BLOB"))))],
+                    default=call("encode", text.copy()))
 
 
 def _utf8(value: exp.Expression) -> exp.Expression:
@@ -410,4 +422,10 @@ def translate_node(node: exp.Expression) -> exp.Expression | None:
         return _log_node(node)
     if isinstance(node, exp.Sqrt):
         return _sqrt(node.this)
+    digest = _DIGESTS.get(type(node))
+    if digest is not None and (not isinstance(node, exp.SHA2) or str(node.args.get("length") or 256) == "256"):
+        return call(digest, _bytes(node.this))  # of Pinot's BYTES: DuckDB would hash a STRING's UTF-8
     return None
+
+
+_DIGESTS: dict[type, str] = {exp.MD5: "md5", exp.SHA: "sha1", exp.SHA2: "sha256"}  # md5, sha, sha256

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pytest
 
+from cuvee.spi.stream import murmur2
 from cuvee.query import QueryError, QueryErrorCode
 from cuvee.query.execute import merge_partials, run_server_step
 from cuvee.query.parse import TableInfo
@@ -424,6 +425,18 @@ def test_hashes_of_bytes_answer_hex() -> None:
     assert column("sha256(b)") == [hashlib.sha256(b).hexdigest() for b in blobs]
     assert column("sha256(toUtf8(s))") == [hashlib.sha256(s.encode()).hexdigest() for s in ROWS["s"].to_pylist()]
     assert column("sha512(b)") == [hashlib.sha512(b).hexdigest() for b in blobs]  # more in test_hash_functions.py
+
+
+def _java_int(value: int) -> int:
+    return value - 2**32 if value >= 2**31 else value
+
+
+def test_a_string_is_hashed_as_the_bytes_its_hex_spells_as_pinot_converts_it() -> None:
+    assert column("md5('abcd')") == [hashlib.md5(b"\xab\xcd").hexdigest()] * 3
+    assert column("sha256('00FF')") == [hashlib.sha256(b"\x00\xff").hexdigest()] * 3
+    assert column("murmurHash2('abcd')") == [_java_int(murmur2(b"\xab\xcd"))] * 3
+    with pytest.raises(QueryError, match="toUtf8"):  # not hex: an error that says what to write
+        column("sha(s)")
 
 
 def test_math_with_pinot_meanings_and_double_results() -> None:
