@@ -393,10 +393,10 @@ class QueryHandler:
                 if merged is not None and merged.num_rows > cfg.max_response_rows:
                     raise _too_many_rows(cfg.max_response_rows)
                 return await asyncio.to_thread(self._stage_response, number, started, merged, plan.column_names, run)
-        query, joins, *joined = await self._bounded(run.remaining_ms(self._clock()), colocated_joins, query,
-                                                    self.view.resolve, self._colocate, cfg.multistage_leaf_rows)
+        query, joins, joined = await self._bounded(run.remaining_ms(self._clock()), colocated_joins, query,
+                                                   self.view.resolve, self._colocate, cfg.multistage_leaf_rows)
         stages = await self._bounded(run.remaining_ms(self._clock()), plan_stages, query, self.view.resolve,
-                                     cfg.multistage_leaf_rows, tuple(joined))
+                                     cfg.multistage_leaf_rows, joined)
         measured[0] = measured[0] or raw_table_name(stages.leaves[0].table if stages.leaves else joins[0].left)
         answers, joined_rows = await asyncio.gather(
             self._leaves(number, run, [(leaf.sql, leaf.table) for leaf in stages.leaves]),

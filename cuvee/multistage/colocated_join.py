@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from cuvee.multistage.plan import RELATION_PREFIX, conjuncts, is_cte_reference
+from cuvee.multistage.plan import RELATION_PREFIX, MadeColumns, conjuncts, is_cte_reference
 from cuvee.query.errors import QueryError
 from cuvee.query.functions import DIALECT, pinot_column_name, translate_scalar
 from cuvee.query.lookup import LOOKUP_PREFIX, SERVER_RELATION
@@ -67,14 +67,15 @@ class _Side:
 
 
 def colocated_joins(tree: exp.Expression, resolve: TableResolver, colocate: Colocate,
-                    leaf_rows: int) -> tuple[exp.Expression, list[ColocatedJoin], frozenset[str], frozenset[str]]:
+                    leaf_rows: int) -> tuple[exp.Expression, list[ColocatedJoin], MadeColumns]:
     """``tree`` (a copy) with every join the servers can answer replaced by a relation of joined rows; the joins,
-    and the joined columns that are TIMESTAMP and numeric (the broker's stage translates Pinot functions over them
-    as over the tables' own). Each server is asked for at most ``leaf_rows + 1`` rows, as for any leaf."""
+    and the joined columns that are TIMESTAMP, numeric and multi-value (the broker's stage applies Pinot's rules
+    to them as to the tables' own). Each server is asked for at most ``leaf_rows + 1`` rows, as for any leaf."""
     tree = tree.copy()
     joins: list[ColocatedJoin] = []
     timestamps: set[str] = set()
     numbers: set[str] = set()
+    multi_values: set[str] = set()
     for select in list(tree.find_all(exp.Select)):
         if not select.args.get("joins"):
             continue
@@ -84,15 +85,16 @@ def colocated_joins(tree: exp.Expression, resolve: TableResolver, colocate: Colo
             found = None
         if found is None:
             continue
-        rewritten, join, joined_timestamps, joined_numbers = found
+        rewritten, join, made = found
         joins.append(join)
-        timestamps |= joined_timestamps
-        numbers |= joined_numbers
+        timestamps |= made.timestamps
+        numbers |= made.numbers
+        multi_values |= made.multi_values
         if select is tree:
             tree = rewritten
         else:
             select.replace(rewritten)
-    return tree, joins, frozenset(timestamps), frozenset(numbers)
+    return tree, joins, MadeColumns(frozenset(timestamps), frozenset(numbers), frozenset(multi_values))
 
 
 def _side(node: exp.Expression | None, resolve: TableResolver) -> _Side | None:
@@ -115,7 +117,7 @@ def _kind_ok(join: exp.Join) -> bool:
 
 
 def _rewritten(select: exp.Select, resolve: TableResolver, colocate: Colocate, leaf_rows: int, relation: str
-               ) -> tuple[exp.Select, ColocatedJoin, set[str], set[str]] | None:
+               ) -> tuple[exp.Select, ColocatedJoin, MadeColumns] | None:
     joins = select.args.get("joins") or []
     source = select.args.get("from_") or select.args.get("from")
     if len(joins) != 1 or source is None or not _kind_ok(joins[0]):
@@ -158,9 +160,13 @@ def _rewritten(select: exp.Select, resolve: TableResolver, colocate: Colocate, l
     server = _server_sql(left, right, filters, outputs, leaf_rows)
     join = ColocatedJoin(relation, left.info.name, right.info.name, server, placement)
     final = _broker_select(select, relation, owner, outputs)
-    joined_timestamps = {outputs[k] for k in outputs if k[1] in _side_of(k[0], left, right).info.timestamp_columns}
-    joined_numbers = {outputs[k] for k in outputs if k[1] in _side_of(k[0], left, right).info.number_columns}
-    return final, join, joined_timestamps, joined_numbers
+    def named(kind: Callable[[TableInfo], frozenset[str]]) -> frozenset[str]:
+        return frozenset(name for (label, column), name in outputs.items()
+                         if column in kind(_side_of(label, left, right).info))
+
+    return final, join, MadeColumns(named(lambda info: info.timestamp_columns),
+                                    named(lambda info: info.number_columns),
+                                    named(lambda info: info.multi_value_columns))
 
 
 def _star(item: exp.Expression) -> bool:

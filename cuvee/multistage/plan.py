@@ -26,6 +26,7 @@ from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import DIALECT, classify_aggregate, pinot_column_name, translate_scalar
 from cuvee.query.lookup import is_lookup
+from cuvee.query.multivalue import rewrite_multi_value_predicates
 from cuvee.query.parse import TableInfo, TableResolver
 
 RELATION_PREFIX = "__cuvee_stage_"
@@ -149,25 +150,33 @@ def is_cte_reference(table: exp.Table) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class MadeColumns:
+    """Columns of relations made before planning (joins the servers answer, ``cuvee.multistage.colocated_join``)
+    that Pinot's rules treat apart: TIMESTAMP, numeric and multi-value ones, by their names in the relation."""
+
+    timestamps: frozenset[str] = frozenset()
+    numbers: frozenset[str] = frozenset()
+    multi_values: frozenset[str] = frozenset()
+
+
 def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
-                joined: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())) -> StagePlan:
+                joined: MadeColumns = MadeColumns()) -> StagePlan:
     """The stages of ``query`` (a parsed statement). Raises QueryError 190 for an unknown table, 150 for what
-    neither stage can run. ``joined``: the TIMESTAMP and numeric columns of relations the caller made already
-    (joins the servers answer, ``cuvee.multistage.colocated_join``)."""
+    neither stage can run. ``joined``: what the caller's relations hold (see ``MadeColumns``)."""
     try:
         return _plan_stages(query, resolve, leaf_rows, joined)
     except RecursionError:
         raise QueryError(QueryErrorCode.SQL_PARSING, "the query is nested too deeply to plan") from None
 
 
-def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
-                 joined: tuple[frozenset[str], frozenset[str]]) -> StagePlan:
+def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, joined: MadeColumns) -> StagePlan:
     tree = query.copy()
     for select in list(tree.find_all(exp.Select)):
         _aggregate_below_windows(select, resolve)
     leaves: list[Leaf] = []
-    timestamps: set[str] = set(joined[0])
-    numbers: set[str] = set(joined[1])
+    timestamps: set[str] = set(joined.timestamps)
+    numbers: set[str] = set(joined.numbers)
 
     def relation() -> str:
         return f"{RELATION_PREFIX}{len(leaves) + 1}"
@@ -199,6 +208,12 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
     if any(is_lookup(node) for node in tree.find_all(exp.Anonymous)):  # dimension tables live on the servers
         raise QueryError(QueryErrorCode.SQL_PARSING, "LOOKUP runs on the servers: use it in a SELECT over one table "
                                                      "(a subquery or CTE of its own), not over a join's rows")
+    multi_values = set(joined.multi_values)
+    for leaf in leaves:
+        multi_values |= _resolve(leaf.table, resolve).multi_value_columns
+    if multi_values:  # a filter kept above a join or over a subquery's rows: Pinot's any-match there too
+        for select in list(tree.find_all(exp.Select)):
+            rewrite_multi_value_predicates(select, multi_values)
     names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
     final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)

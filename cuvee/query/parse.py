@@ -107,7 +107,24 @@ def split_query(sql: str) -> tuple[exp.Expression, dict[str, str]]:
             raise sql_error("only one query per request is allowed")
     if query is None:
         raise sql_error("no query to run")
-    return query, options
+    return _without_array_to_mv(query), options
+
+
+def _without_array_to_mv(query: exp.Expression) -> exp.Expression:
+    """``ARRAY_TO_MV(col)`` (``arrayToMv``) as ``col``: Pinot's multi-stage engine asks for it around a
+    multi-value column compared in a filter or grouped; here a multi-value column follows Pinot's rules bare, in
+    every stage, so the call is only a type trick to drop (as Pinot's leaf stage drops it)."""
+    def drop(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.upper().replace("_", "") == "ARRAYTOMV":
+            if len(node.expressions) != 1:
+                raise sql_error(f"{node.name} takes one argument, a multi-value column")
+            return node.expressions[0]
+        return node
+
+    if not any(isinstance(n, exp.Anonymous) and n.name.upper().replace("_", "") == "ARRAYTOMV"
+               for n in query.find_all(exp.Anonymous)):
+        return query
+    return query.transform(drop)
 
 
 def parse_query(sql: str, resolve: TableResolver) -> ParsedQuery:

@@ -55,7 +55,7 @@ def _partition(rows: pa.Table, p: int) -> pa.Table:
 
 
 def run(sql: str) -> list[tuple]:
-    tree, joins, timestamps, numbers = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 1000)
+    tree, joins, made = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 1000)
     assert joins, f"not rewritten: {sql}"
     tables = {"orders_OFFLINE": ORDERS, "customers_OFFLINE": CUSTOMERS}
     relations: dict[str, pa.Table] = {}
@@ -67,7 +67,7 @@ def run(sql: str) -> list[tuple]:
             con.register(OTHER_RELATION, _partition(tables[join.right], p))
             answers.append(con.sql(join.sql).to_arrow_table())
         relations[join.relation] = pa.concat_tables(answers)
-    stages = plan_stages(tree, resolve, 1000, (timestamps, numbers))
+    stages = plan_stages(tree, resolve, 1000, made)
     assert not stages.leaves
     con = duckdb.connect()
     for name, rows in relations.items():
@@ -108,16 +108,16 @@ def test_a_join_on_the_partition_columns_runs_on_the_servers_and_answers_as_the_
 def test_the_answer_keeps_the_names_the_join_would_give() -> None:
     sql = ("SELECT c.region, o.status, SUM(o.amount), COUNT(*) AS n FROM orders o JOIN customers c "
            "ON o.customerId = c.customerId GROUP BY c.region, o.status")
-    tree, joins, timestamps, numbers = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 10)
+    tree, joins, made = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 10)
     assert joins
-    assert plan_stages(tree, resolve, 10, (timestamps, numbers)).column_names == _answer_names(
+    assert plan_stages(tree, resolve, 10, made).column_names == _answer_names(
         sqlglot.parse_one(sql, read="duckdb"))
 
 
 def test_the_servers_send_only_the_columns_the_rest_of_the_query_reads() -> None:
     sql = ("SELECT c.region, COUNT(*) FROM orders o JOIN customers c ON o.customerId = c.customerId "
            "WHERE o.status = 'paid' GROUP BY c.region")
-    _, joins, _, _ = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 10)
+    _, joins, _ = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 10)
     assert len(joins) == 1
     server = joins[0].sql
     assert '"c.region"' in server and '"o.status"' not in server and "LIMIT 11" in server
@@ -149,11 +149,11 @@ def test_the_servers_send_only_the_columns_the_rest_of_the_query_reads() -> None
     "JOIN customers d ON d.customerId = o.customerId",
 ])
 def test_a_join_whose_answer_could_change_is_left_to_the_broker(sql: str) -> None:
-    _, joins, _, _ = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 10)
+    _, joins, _ = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, colocate, 10)
     assert joins == []
 
 
 def test_no_placement_leaves_the_join_to_the_broker() -> None:
     sql = "SELECT COUNT(*) FROM orders o JOIN customers c ON o.customerId = c.customerId"
-    tree, joins, _, _ = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, lambda *_: None, 10)
+    tree, joins, _ = colocated_joins(sqlglot.parse_one(sql, read="duckdb"), resolve, lambda *_: None, 10)
     assert joins == [] and tree.find(sqlglot.exp.Join) is not None

@@ -16,7 +16,7 @@ from cuvee.query.functions import DIALECT
 from cuvee.query.parse import split_query
 
 TABLES = {"events": TableInfo("events", ("id", "city", "v", "ts"), timestamp_columns=frozenset({"ts"})),
-          "users": TableInfo("users", ("id", "name", "age"))}
+          "users": TableInfo("users", ("id", "name", "age", "tags"), multi_value_columns=frozenset({"tags"}))}
 
 
 def resolve(name: str) -> TableInfo | None:
@@ -183,3 +183,17 @@ def test_a_lookup_goes_to_the_servers_with_its_leaf_or_its_tables_filter_and_nev
     with pytest.raises(QueryError) as info:  # over a join's rows: only the broker could run it, and it cannot
         stages("SELECT LOOKUP('teams', 'name', 'id', e.id) FROM events e JOIN users u ON e.id = u.id")
     assert info.value.code is QueryErrorCode.SQL_PARSING and "LOOKUP runs on the servers" in info.value.message
+
+
+@pytest.mark.parametrize(("condition", "kept"), [
+    ("u.tags = 'b'", [1, 2]),  # any value matches
+    ("arrayToMv(u.tags) IN ('c', 'z')", [2]),  # Pinot's multi-stage spelling means the same
+    ("u.tags != 'b'", [3]),  # none does (Pinot's rule for the negations); an empty list has none
+    ("NOT u.tags IN ('a')", [2, 3]),
+])
+def test_a_multi_value_filter_above_a_join_is_pinots_any_match(condition: str, kept: list[int]) -> None:
+    plan = stages(f"SELECT e.id FROM events e LEFT JOIN users u ON e.id = u.id WHERE {condition} ORDER BY e.id")
+    con = duckdb.connect()
+    con.register(plan.leaves[0].relation, pa.table({"id": [1, 2, 3]}))
+    con.register(plan.leaves[1].relation, pa.table({"id": [1, 2, 3], "tags": [["a", "b"], ["b", "c"], []]}))
+    assert [row[0] for row in con.sql(plan.final_sql).fetchall()] == kept
