@@ -20,15 +20,25 @@ from dataclasses import dataclass
 
 from cuvee.broker.cluster_view import TableEntry
 from cuvee.cluster.records import SegmentState
+from cuvee.protocol.query import Colocation
 
 
 @dataclass(frozen=True)
 class JoinPlacement:
-    """The servers a colocated join asks: instance -> (its segments of the left table, of the right table)."""
+    """The servers a colocated join asks: instance -> (its segments of the left table, of the right table), and
+    the partitions each answers for (what its copies must hold, checked by the server: ``Colocation``)."""
 
     left: TableEntry
     right: TableEntry
     servers: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+    partitions: Mapping[str, tuple[int, ...]]
+
+    def colocation(self, instance: str) -> Colocation:
+        """What ``instance``'s share of the join must hold."""
+        spec_a, spec_b = self.left.partition_spec, self.right.partition_spec
+        assert spec_a is not None and spec_b is not None
+        return Colocation(spec_a.function, spec_a.num_partitions, self.partitions[instance],
+                          {self.left.name: spec_a.column, self.right.name: spec_b.column})
 
 
 def place_join(left: TableEntry, left_key: str, right: TableEntry, right_key: str, live: Set[str],
@@ -44,6 +54,7 @@ def place_join(left: TableEntry, left_key: str, right: TableEntry, right_key: st
     if parts_a is None or parts_b is None:
         return None
     chosen: dict[str, tuple[list[str], list[str]]] = {}
+    answered: dict[str, list[int]] = {}
     for partition, segments in sorted(parts_a.items()):
         others = parts_b.get(partition, [])
         holders = set(live)
@@ -57,7 +68,9 @@ def place_join(left: TableEntry, left_key: str, right: TableEntry, right_key: st
         mine = chosen.setdefault(instance, ([], []))
         mine[0].extend(segments)
         mine[1].extend(others)
-    return JoinPlacement(left, right, {i: (tuple(sorted(a)), tuple(sorted(b))) for i, (a, b) in chosen.items()})
+        answered.setdefault(instance, []).append(partition)
+    return JoinPlacement(left, right, {i: (tuple(sorted(a)), tuple(sorted(b))) for i, (a, b) in chosen.items()},
+                         {i: tuple(parts) for i, parts in answered.items()})
 
 
 def _partitions(entry: TableEntry) -> dict[int, list[str]] | None:

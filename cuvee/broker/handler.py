@@ -23,10 +23,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
+import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
@@ -46,7 +47,7 @@ from cuvee.metrics.broker import BrokerMetrics
 from cuvee.multistage.engine import SPARK_HINT, Stage
 from cuvee.multistage.colocated_join import OTHER_RELATION, ColocatedJoin, colocated_joins
 from cuvee.multistage.lookup_join import lookup_joins
-from cuvee.multistage.plan import RELATION_PREFIX, in_subqueries, inline_values, plan_stages
+from cuvee.multistage.plan import RELATION_PREFIX, MadeColumns, in_subqueries, inline_values, plan_stages
 from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
@@ -170,6 +171,23 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
                               _group_limits(plan, asked))
 
 
+async def _together(*steps: Awaitable[Any]) -> list[Any]:
+    """The answers of ``steps`` run at once; when one fails, the others are stopped and waited for before the
+    failure is raised (none goes on adding its answers and statistics to a query that has moved on)."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class _NotColocated(Exception):
+    """A join on the servers that cannot answer: the broker joins the two tables itself instead."""
+
+
 def _no_joined_rows(sql: str, placement: JoinPlacement) -> pa.Table:
     """A colocated join's answer over no rows, typed as the servers would type it (their SQL over empty tables)."""
     con = sandboxed_cursor(0)
@@ -177,6 +195,8 @@ def _no_joined_rows(sql: str, placement: JoinPlacement) -> pa.Table:
         con.register(SERVER_RELATION, placement.left.arrow_schema.empty_table())
         con.register(OTHER_RELATION, placement.right.arrow_schema.empty_table())
         return con.sql(sql).to_arrow_table()
+    except duckdb.Error as exc:
+        raise _NotColocated(f"the join's SQL does not run over no rows: {exc}") from None
     finally:
         con.close()
 
@@ -393,15 +413,40 @@ class QueryHandler:
                 if merged is not None and merged.num_rows > cfg.max_response_rows:
                     raise _too_many_rows(cfg.max_response_rows)
                 return await asyncio.to_thread(self._stage_response, number, started, merged, plan.column_names, run)
-        query, joins, joined = await self._bounded(run.remaining_ms(self._clock()), colocated_joins, query,
-                                                   self.view.resolve, self._colocate, cfg.multistage_leaf_rows)
+        joined_query, joins, joined = await self._bounded(run.remaining_ms(self._clock()), self._colocated_joins,
+                                                          query)
+        if joins:
+            marks = (len(run.gathered), run.held_bytes, run.leaves, len(run.exceptions))
+            try:
+                return await self._staged(number, started, run, joined_query, joins, joined, dict(relations),
+                                          timeout_ms, measured)
+            except _NotColocated as reason:  # the broker joins the two tables instead, as if never tried
+                log.info("a join on the servers fell back to the broker: %s", reason)
+                del run.gathered[marks[0]:], run.exceptions[marks[3]:]
+                run.held_bytes, run.leaves = marks[1], marks[2]
+        return await self._staged(number, started, run, query, [], MadeColumns(), relations, timeout_ms, measured)
+
+    def _colocated_joins(self, query: exp.Expression) -> tuple[exp.Expression, list[ColocatedJoin], MadeColumns]:
+        """``colocated_joins`` over the cluster's placement; a planner failure leaves the joins to the broker."""
+        try:
+            return colocated_joins(query, self.view.resolve, self._colocate, self.config.multistage_leaf_rows)
+        except Exception:  # noqa: BLE001 - a rewrite bug must cost the optimisation, never the query
+            log.warning("planning joins on the servers failed; the broker joins instead", exc_info=True)
+            return query, [], MadeColumns()
+
+    async def _staged(self, number: int, started: float, run: _StageRun, query: exp.Expression,
+                      joins: list[ColocatedJoin], joined: MadeColumns, relations: dict[str, pa.Table],
+                      timeout_ms: int, measured: list[Any]) -> dict[str, Any]:
+        """``query``'s stages: its leaves and joins on the servers at once, then the rest at the broker. Raises
+        ``_NotColocated`` when a join on the servers has no usable answer."""
+        cfg = self.config
         stages = await self._bounded(run.remaining_ms(self._clock()), plan_stages, query, self.view.resolve,
                                      cfg.multistage_leaf_rows, joined)
         measured[0] = measured[0] or raw_table_name(stages.leaves[0].table if stages.leaves else joins[0].left)
-        answers, joined_rows = await asyncio.gather(
+        answers, *joined_rows = await _together(
             self._leaves(number, run, [(leaf.sql, leaf.table) for leaf in stages.leaves]),
-            asyncio.gather(*(self._joined(number, run, join) for join in joins)))
-        if answers is None or any(rows is None for rows in joined_rows):
+            *(self._joined(number, run, join) for join in joins))
+        if answers is None:
             return self._stage_response(number, started, None, None, run)
         relations.update({leaf.relation: answer for leaf, answer in zip(stages.leaves, answers)})
         relations.update({join.relation: rows for join, rows in zip(joins, joined_rows)})
@@ -430,9 +475,11 @@ class QueryHandler:
         return place_join(entries[0][0].entry, left_key, entries[1][0].entry, right_key,
                           frozenset(self.view.snapshot.servers), types[0] is not None and types[0] == types[1])
 
-    async def _joined(self, number: int, run: _StageRun, join: ColocatedJoin) -> pa.Table | None:
-        """The rows of a join the servers answer: each server's share asked at once, within the leaves' bounds;
-        None when one has no answer (the errors are in ``run``)."""
+    async def _joined(self, number: int, run: _StageRun, join: ColocatedJoin) -> pa.Table:
+        """The rows of a join the servers answer: each server's share asked at once, within the leaves' bounds.
+        Raises ``_NotColocated`` when a share has no usable answer (a server gone, a copy refreshed or moved since
+        the placement, a failure) or the joined rows exceed ``multistage_leaf_rows``: the broker's join of the two
+        tables answers then, with its own retries and bounds."""
         cfg = self.config
         self._count_leaves(run, 1)
         placement: JoinPlacement = join.placement
@@ -443,27 +490,26 @@ class QueryHandler:
                     raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on "
                                                                    f"table {table!r}")
         servers = dict(self.view.snapshot.servers)
+        if any(instance not in servers for instance in placement.servers):
+            raise _NotColocated(f"a server holding rows of {join.left} left the cluster")
+        if not placement.servers:  # the FROM table holds no rows: neither does an INNER or LEFT join of it
+            return await asyncio.to_thread(_no_joined_rows, join.sql, placement)
         remaining_ms = run.remaining_ms(self._clock())
         calls = [ServerCall(instance, servers[instance], ServerQueryRequest(
                     str(number), join.left, join.sql, left, remaining_ms, lookups=(DimLookup(
-                        OTHER_RELATION, join.right, right, None if right else placement.right.arrow_schema),)))
-                 for instance, (left, right) in sorted(placement.servers.items()) if instance in servers]
-        if len(calls) != len(placement.servers):
-            raise QueryError(QueryErrorCode.BROKER_SEGMENT_UNAVAILABLE, f"a server holding rows of {join.left!r} "
-                                                                        "left the cluster; query again")
-        if not calls:  # the FROM table holds no rows: neither does an INNER or LEFT join of it
-            return await asyncio.to_thread(_no_joined_rows, join.sql, placement)
+                        OTHER_RELATION, join.right, right, None if right else placement.right.arrow_schema),),
+                    colocation=placement.colocation(instance)))
+                 for instance, (left, right) in sorted(placement.servers.items())]
         replies = await scatter(self._http(), calls, max(run.deadline - self._clock(), 0.0) + cfg.server_grace_seconds,
                                 max_bytes=cfg.max_server_response_bytes)
         run.gathered.append(_Gathered(placement.left, [], replies, len(calls)))
-        errors = self._exceptions(replies) or [
-            QueryError(QueryErrorCode.QUERY_EXECUTION, f"server {r.instance} sent no rows for a join")
-            for r in replies if r.table is None]
-        run.exceptions += errors
-        if errors:  # a share short of rows would make the join's answer wrong: none instead
-            return None
+        errors = self._exceptions(replies)
+        if errors or any(r.table is None for r in replies):
+            raise _NotColocated("; ".join(e.message for e in errors)[:1024] or "a server sent no rows")
         tables = [r.table for r in replies if r.table is not None]
         rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+        if rows.num_rows > cfg.multistage_leaf_rows:  # the join multiplies rows: each table's may still fit
+            raise _NotColocated(f"{rows.num_rows} joined rows are over multistage_leaf_rows")
         self._hold(run, rows, f"joined rows of tables {join.left!r} and {join.right!r}")
         return rows
 

@@ -28,6 +28,7 @@ from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import keeps_partitions_together
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.errors import CuveeError
+from cuvee.segment.partitioning import configured_partition
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -79,9 +80,10 @@ class Rebalancer:
         found: dict[str, int] = {}
         for segment in ideal.segments:
             record = self.store.find_segment(config.name_with_type, segment)
-            parts = record.record.partitions if record is not None else None
-            if parts is not None and parts.single is not None:
-                found[segment] = parts.single
+            partition = configured_partition(config.indexing.extra,
+                                             record.record.partitions if record is not None else None)
+            if partition is not None:
+                found[segment] = partition
         return found
 
     def status(self, table: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ store, and then registered exactly like a metadata push.
 
 A table with a ``segmentPartitionConfig`` is the one exception to "never reads the bytes": the partitions of each
 pushed segment's rows are read from the archive's own ``metadata.json`` (streamed from the head of the tar; what
-the builder computed from the rows, never what the pusher says), recorded in the segment's record, and a segment
-of one partition is placed on the servers of that partition (``assign_partition``, as consuming segments are), so
+the builder computed from the rows, not what the push body says), recorded in the segment's record, and a segment
+of one partition under the table's configured function is placed on the servers of that partition (``assign_partition``, as consuming segments are), so
 tables partitioned alike are colocated and the broker can join them on their servers. A segment whose metadata
 cannot be read, names another segment, or spans several partitions is placed as any other (never refused: it is
 only not colocated).
@@ -49,7 +49,7 @@ from cuvee.segment.archive import archive_suffix, read_archive_metadata, unpack
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.naming import check_segment_name
-from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
+from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions, configured_partition
 from cuvee.spi.deepstore import DeepStore, DeepStoreError
 
 log = logging.getLogger(__name__)
@@ -182,8 +182,8 @@ def _register(store: ClusterStore, table: TableConfig, pushed: Sequence[PushedSe
     found = store.ideal_state(name)
     current = found.record if found is not None else None
     replication = replicas(table.replication, table.is_dim_table, instances)  # a dim table: every server
-    partition_of = {s.name: s.partitions.single for s in pushed
-                    if s.partitions is not None and s.partitions.single is not None and not table.is_dim_table}
+    found = {s.name: configured_partition(table.indexing.extra, s.partitions) for s in pushed}
+    partition_of = {name: p for name, p in found.items() if p is not None and not table.is_dim_table}
     try:  # a dry run, so too few servers is a 400 before anything is written
         if current is not None:
             place_offline_segments(current, [s.name for s in pushed], replication, instances, partition_of)

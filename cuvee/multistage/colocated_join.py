@@ -147,26 +147,46 @@ def _rewritten(select: exp.Select, resolve: TableResolver, colocate: Colocate, l
     filters = [on] + ([where.this] if where is not None else [])
     if any(node.find(exp.AggFunc, exp.Window) is not None for node in filters):
         return None
-    if any(id(column) not in owner for node in filters for column in node.find_all(exp.Column)):
+    filtered = [owner.get(id(column)) for node in filters for column in node.find_all(exp.Column)]
+    if any(found is None for found in filtered):
         return None  # a select alias in WHERE (DuckDB reads it so): the servers' SQL has no such alias
-    # the columns the broker's part reads, each once, under the name "label.column"
+    if not _plain_filters([found for found in filtered if found is not None]):
+        return None
+    # the columns the broker's part reads, each once, under a name of their own (positional: no two collide)
     outputs: dict[tuple[str, str], str] = {}
     for column in select.find_all(exp.Column):
         if id(column) in owner and not _inside(column, filters):
             side, name = owner[id(column)]
-            outputs.setdefault((side.label, name), f"{side.label}.{name}")
+            outputs.setdefault((side.label, name), f"__c{len(outputs) + 1}")
     if not outputs:  # COUNT(*) over the join: the rows are what counts
-        outputs[(left.label, keys[0])] = f"{left.label}.{keys[0]}"
-    server = _server_sql(left, right, filters, outputs, leaf_rows)
+        outputs[(left.label, keys[0])] = "__c1"
+    server = _server_sql(left, right, filters, owner, outputs, leaf_rows)
     join = ColocatedJoin(relation, left.info.name, right.info.name, server, placement)
     final = _broker_select(select, relation, owner, outputs)
+
     def named(kind: Callable[[TableInfo], frozenset[str]]) -> frozenset[str]:
-        return frozenset(name for (label, column), name in outputs.items()
-                         if column in kind(_side_of(label, left, right).info))
+        """The joined columns of a kind, by their relation names and their own (as ``plan_stages`` pools a
+        leaf's: a subquery passing one on under its name keeps its meaning)."""
+        found = {(name, column) for (label, column), name in outputs.items()
+                 if column in kind(_side_of(label, left, right).info)}
+        return frozenset(n for pair in found for n in pair)
 
     return final, join, MadeColumns(named(lambda info: info.timestamp_columns),
                                     named(lambda info: info.number_columns),
                                     named(lambda info: info.multi_value_columns))
+
+
+def _plain_filters(columns: list[tuple[_Side, str]]) -> bool:
+    """Whether ON and WHERE can run on the servers as written: no multi-value column (Pinot's any-match rule
+    applies to a table's own filters, in its leaf) nor STRING date-time one (read with its pattern), and no name
+    that is TIMESTAMP or numeric on one side and not on the other (Pinot's functions are translated by name)."""
+    kinds: dict[str, set[tuple[bool, bool]]] = {}
+    for side, name in columns:
+        info = side.info
+        if name in info.multi_value_columns or name in dict(info.string_time_patterns):
+            return False
+        kinds.setdefault(name, set()).add((name in info.timestamp_columns, name in info.number_columns))
+    return all(len(found) == 1 for found in kinds.values())
 
 
 def _star(item: exp.Expression) -> bool:
@@ -235,24 +255,39 @@ def _inside(node: exp.Expression, roots: list[exp.Expression]) -> bool:
     return False
 
 
-def _server_sql(left: _Side, right: _Side, filters: list[exp.Expression], outputs: dict[tuple[str, str], str],
-                leaf_rows: int) -> str:
-    """What each server runs: the join of its two relations under the query's labels, ON and WHERE as written
-    (Pinot's functions translated), the columns the broker reads, at most ``leaf_rows + 1`` rows."""
-    on, *where = filters
+def _server_sql(left: _Side, right: _Side, filters: list[exp.Expression], owner: dict[int, tuple[_Side, str]],
+                outputs: dict[tuple[str, str], str], leaf_rows: int) -> str:
+    """What each server runs: the join of its two relations under the query's labels, ON and WHERE with every
+    column qualified and spelled as its schema does (Pinot's functions translated), the columns the broker reads,
+    at most ``leaf_rows + 1`` rows."""
+    on, *where = [_qualified(node, owner) for node in filters]
     items = [exp.alias_(exp.column(column, table=label, quoted=True), name, quoted=True)
              for (label, column), name in outputs.items()]
     joined = exp.select(*items).from_(exp.Table(this=exp.to_identifier(SERVER_RELATION),
                                                 alias=exp.TableAlias(this=exp.to_identifier(left.label, quoted=True))))
     joined = joined.join(exp.Table(this=exp.to_identifier(OTHER_RELATION),
                                    alias=exp.TableAlias(this=exp.to_identifier(right.label, quoted=True))),
-                         on=on.copy(), join_type="LEFT" if _is_left(on) else None)
+                         on=on, join_type="LEFT" if _is_left(filters[0]) else None)
     if where:
-        joined = joined.where(where[0].copy(), copy=False)
+        joined = joined.where(where[0], copy=False)
     joined = joined.limit(leaf_rows + 1)
-    timestamps = frozenset(left.info.timestamp_columns | right.info.timestamp_columns)
-    numbers = frozenset(left.info.number_columns | right.info.number_columns)
+    named = [owner[id(column)] for node in filters for column in node.find_all(exp.Column)]
+    timestamps = frozenset(name for side, name in named if name in side.info.timestamp_columns)
+    numbers = frozenset(name for side, name in named if name in side.info.number_columns)
     return translate_scalar(joined, timestamps, number_columns=numbers).sql(dialect=DIALECT)
+
+
+def _qualified(node: exp.Expression, owner: dict[int, tuple[_Side, str]]) -> exp.Expression:
+    """A copy of filter ``node`` with each column as ``"label"."Spelling"``: the servers bind every column under
+    its schema's spelling, which a quoted name in another case would miss."""
+    found = node.copy()
+    for original, column in zip(list(node.find_all(exp.Column)), list(found.find_all(exp.Column))):
+        side, name = owner[id(original)]
+        spelled = exp.column(name, table=side.label, quoted=True)
+        if column is found:
+            return spelled
+        column.replace(spelled)
+    return found
 
 
 def _is_left(on: exp.Expression) -> bool:

@@ -161,6 +161,55 @@ def _optional_int(doc: Mapping[str, Any], key: str, what: str, low: int) -> int 
 
 
 @dataclass(frozen=True)
+class Colocation:
+    """A colocated join's share (``cuvee.multistage.colocated_join``): the ``partitions`` this server answers
+    for under one partition function; every listed segment of a table in ``columns`` (table -> its partition
+    column) must hold rows of those partitions only, as its held copy's own metadata records. A copy that does
+    not (one refreshed since the broker placed the join) makes the server refuse rather than join it against
+    the wrong partitions' rows."""
+
+    function: str
+    num_partitions: int
+    partitions: tuple[int, ...]
+    columns: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.function, str) or not self.function:
+            raise QueryWireError("colocation: function must be a non-empty string")
+        if not 1 <= self.num_partitions <= _INT32_MAX or len(self.partitions) > self.num_partitions or \
+                any(not 0 <= p < self.num_partitions for p in self.partitions):
+            raise QueryWireError("colocation: partitions must be distinct numbers below numPartitions")
+        if not 1 <= len(self.columns) <= 2:
+            raise QueryWireError("colocation: columns names one or two tables")
+
+    def admits(self, table: str, held: Any) -> bool:
+        """Whether a held segment of ``table`` whose recorded partitions are ``held`` (a ``SegmentPartitions``,
+        None when unknown) belongs to this share."""
+        return held is not None and table in self.columns and (held.column, held.function, held.num_partitions) \
+            == (self.columns[table], self.function, self.num_partitions) and set(held.partitions) <= set(self.partitions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"function": self.function, "numPartitions": self.num_partitions, "partitions": list(self.partitions),
+                "columns": dict(self.columns)}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Colocation:
+        what = "colocation"
+        if not isinstance(doc, dict):
+            raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
+        _no_unknown(doc, {"function", "numPartitions", "partitions", "columns"}, what)
+        parts = doc.get("partitions")
+        columns = doc.get("columns")
+        if not isinstance(parts, list) or any(type(p) is not int for p in parts) or len(set(parts)) != len(parts):
+            raise QueryWireError(f"{what}: partitions must be a list of distinct integers")
+        if not isinstance(columns, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in columns.items()):
+            raise QueryWireError(f"{what}: columns must map table names to column names")
+        return cls(_require(doc, "function", str, what), _require(doc, "numPartitions", int, what), tuple(parts),
+                   dict(columns))
+
+
+@dataclass(frozen=True)
 class GroupLimits:
     """A GROUP BY's bound on the groups a server sends back (``cuvee.query.group_trim``): ``order_sql`` (one SELECT
     over ``cuvee_groups``, the server's groups) ranks them; the server keeps the first ``numGroupsLimit`` and, when
@@ -218,6 +267,7 @@ class ServerQueryRequest:
     skip_upsert: bool = False  # queryOptions skipUpsert=true: an upsert table's every row, not only the latest
     lookups: tuple[DimLookup, ...] = ()  # the dimension tables ``sql`` reads (LOOKUP)
     groups: GroupLimits | None = None  # a GROUP BY's bound on the groups sent back; None: every group
+    colocation: Colocation | None = None  # a colocated join's share: what its segments' copies must hold
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -232,7 +282,8 @@ class ServerQueryRequest:
                 "timeFilter": self.time_filter.to_dict() if self.time_filter is not None else None,
                 **({"skipUpsert": True} if self.skip_upsert else {}),  # absent unless set: older servers refuse it
                 **({"lookups": [lookup.to_dict() for lookup in self.lookups]} if self.lookups else {}),
-                **({"groups": self.groups.to_dict()} if self.groups is not None else {})}
+                **({"groups": self.groups.to_dict()} if self.groups is not None else {}),
+                **({"colocation": self.colocation.to_dict()} if self.colocation is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -240,7 +291,7 @@ class ServerQueryRequest:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
-                          "timeFilter", "skipUpsert", "lookups", "groups"}, what)
+                          "timeFilter", "skipUpsert", "lookups", "groups", "colocation"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -256,11 +307,13 @@ class ServerQueryRequest:
             raise QueryWireError(f"{what}: lookups name a relation twice")
         raw_groups = doc.get("groups")
         groups = GroupLimits.from_dict(raw_groups) if raw_groups is not None else None
+        raw_colocation = doc.get("colocation")
+        colocation = Colocation.from_dict(raw_colocation) if raw_colocation is not None else None
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
                    docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
-                   groups=groups)
+                   groups=groups, colocation=colocation)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

@@ -136,7 +136,9 @@ def build_segment(
             end_time=time_stats.max if time_stats else None,
             time_unit=time_unit(schema.column(time_column)) if time_column else None,
             sorted_column=indexing.sorted_column,
-            custom={**(extra_metadata or {}), **_partition_metadata(columns, schema, indexing)},
+            # the partitions are the rows' own, never a caller's: the controller places and the broker joins by them
+            custom={**{k: v for k, v in (extra_metadata or {}).items() if k != PARTITIONS_KEY},
+                    **_partition_metadata(columns, schema, indexing)},
         )
         write_metadata(work, metadata)
         if final.exists():

@@ -85,6 +85,26 @@ class SegmentPartitions:
         return cls(column, function, count, tuple(sorted(set(parts))))
 
 
+def configured_partition(index_config_extra: dict[str, Any], partitions: SegmentPartitions | None) -> int | None:
+    """The one partition of a segment's rows when they were partitioned by the table's configured function (the
+    first ``columnPartitionMap`` entry: column, function and count alike), else None. Read from the config alone,
+    without the schema ``partition_spec`` checks it against: placement only needs to know the two agree."""
+    if partitions is None or partitions.single is None:
+        return None
+    config = index_config_extra.get("segmentPartitionConfig") or {}
+    mapping = config.get("columnPartitionMap") if isinstance(config, dict) else None
+    if not isinstance(mapping, dict) or not mapping:
+        return None
+    column, spec = next(iter(mapping.items()))
+    if not isinstance(spec, dict):
+        return None
+    function = {f.lower(): f for f in FUNCTIONS}.get(str(spec.get("functionName", "Murmur")).lower())
+    if (column, function, spec.get("numPartitions")) != (partitions.column, partitions.function,
+                                                         partitions.num_partitions):
+        return None
+    return partitions.single
+
+
 def segment_partitions(values: pa.Array, spec: PartitionSpec) -> SegmentPartitions:
     """The partitions ``values`` (a segment's partition column) fall in."""
     found = np.unique(partitions(values, spec)) if len(values) else np.zeros(0, np.int32)

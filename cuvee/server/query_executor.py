@@ -40,6 +40,7 @@ from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import keep_groups, sandboxed_cursor, user_message
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL
+from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.deadlines import DEADLINES
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
@@ -84,6 +85,7 @@ class _Dims:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     missing: dict[str, list[str]] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)  # dimension tables whose segments cannot be read
+    misplaced: list[str] = field(default_factory=list)  # a colocated join's copies of other partitions
 
     def check(self) -> None:
         """A segment of the other table this server lacks would make LOOKUP answer NULL for its keys, or a join
@@ -91,6 +93,7 @@ class _Dims:
         if self.broken:
             raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"table(s) {', '.join(self.broken)[:512]} cannot "
                                                           "be read on this server (the server log has the details)")
+        _check_placed(self.misplaced)
         if self.missing:
             listed = "; ".join(f"table {table[:256]} lacks segment(s) {', '.join(names[:10])}"
                                + (f" ... ({len(names) - 10} more)" if len(names) > 10 else "")
@@ -172,6 +175,7 @@ class QueryExecutor:
         with ExitStack() as stack:
             for lookup in request.lookups:
                 acquired = stack.enter_context(self.registry.acquire(lookup.table, lookup.segments))
+                dims.misplaced += _misplaced(request, lookup.table, acquired.segments)
                 if acquired.missing:
                     dims.missing[lookup.table] = list(acquired.missing)
                     continue
@@ -239,6 +243,7 @@ class QueryExecutor:
                     _check_select(request.docs_scanned_sql)
                 if request.groups is not None:
                     _check_select(request.groups.order_sql)
+                _check_placed(_misplaced(request, request.table, acquired.segments))
                 tables = self._views(acquired.segments, counts, errors, valid)
                 if tables:
                     dims.check()
@@ -460,6 +465,28 @@ def _columns_read(union: pa.Table, request: ServerQueryRequest) -> pa.Table:
         named = [name for name in names if name != VALID_COLUMN][:1]
     needed = [name for name in names if name in keep or name in named]
     return union if len(needed) == len(names) else union.select(needed)
+
+
+def _misplaced(request: ServerQueryRequest, table: str, segments: Sequence[QueryableSegment]) -> list[str]:
+    """The segments of a colocated join's share whose held copy records rows of other partitions than the
+    share's (``Colocation.admits``): a copy refreshed since the broker placed the join, or never partitioned."""
+    if request.colocation is None:
+        return []
+    return [s.name for s in segments if not request.colocation.admits(table, _held_partitions(s))]
+
+
+def _held_partitions(segment: QueryableSegment) -> SegmentPartitions | None:
+    if not isinstance(segment, CommittedSegment):
+        return None  # a consuming segment's rows are still coming: no partitions to trust
+    return SegmentPartitions.from_json(segment.segment.metadata.custom.get(PARTITIONS_KEY))
+
+
+def _check_placed(misplaced: list[str]) -> None:
+    if misplaced:
+        shown = ", ".join(misplaced[:10]) + (f" ... ({len(misplaced) - 10} more)" if len(misplaced) > 10 else "")
+        raise _Failed(QueryErrorCode.SERVER_SEGMENT_MISSING,
+                      f"this server's copies of segment(s) {shown[:1024]} hold rows of other partitions than the join "
+                      "placed here (refreshed since the broker's view); query again")
 
 
 def _counts_rows_only(request: ServerQueryRequest) -> bool:

@@ -6,6 +6,7 @@ same answer. The tests run in file order over one cluster (the last one pushes a
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +118,24 @@ def test_a_join_on_another_column_is_the_brokers_and_answers_the_same(cluster: I
     answer = _answer(cluster, sql)
     assert answer["resultTable"]["rows"] == _oracle(sql)
     assert answer["numServersQueried"] == 6  # each table read as a leaf of its own from every server
+
+
+def test_joined_rows_over_the_leaf_bound_fall_back_to_the_brokers_join(cluster: InProcessCluster) -> None:
+    """A self-join multiplies rows: more joined rows than ``multistage_leaf_rows`` would be refused, but each
+    side's filtered rows fit, so the broker joins them instead, with the statistics of that run alone."""
+    sql = ("SELECT COUNT(*) FROM orders o1 JOIN orders o2 ON o1.customerId = o2.customerId "
+           "WHERE o1.status = 'paid' AND o2.status = 'void'")
+    expected = _oracle(sql)
+    handler = cluster.broker.handler
+    original = handler.config
+    assert expected[0][0] > 100 and ORDERS.num_rows > 100  # joined rows over the bound, each side's under it
+    try:
+        handler.config = dataclasses.replace(original, multistage_leaf_rows=100)
+        answer = _answer(cluster, sql)
+    finally:
+        handler.config = original
+    assert answer["resultTable"]["rows"] == expected
+    assert answer["numServersQueried"] == 6  # the two leaves of the broker's join, not the failed attempt too
 
 
 def test_a_segment_spanning_partitions_makes_the_broker_join(cluster: InProcessCluster) -> None:

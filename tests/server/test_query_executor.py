@@ -10,10 +10,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest
+from cuvee.config.table import IndexingConfig
+from cuvee.protocol.query import Colocation, DimLookup, GroupLimits, ServerQueryRequest
 from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
 from cuvee.query.rewrite import DOCS_COLUMN
+from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor, _union
+from cuvee.server.queryable import CommittedSegment
 from cuvee.server.registry import SegmentRegistry
 from tests.broker.helpers import TABLE, MutableView, committed, event_rows, schema, segment_name
 
@@ -367,3 +370,32 @@ def test_a_ranking_that_is_not_one_select_is_refused(loaded) -> None:
     bad = replace(server_request, groups=GroupLimits("SELECT 1; DROP TABLE x"))
     result, stats = QueryExecutor(registry).execute(bad)
     assert result is None and [e.error_code for e in stats.exceptions] == [int(QueryErrorCode.QUERY_EXECUTION)]
+
+
+def test_a_colocated_joins_share_refuses_copies_of_other_partitions_than_the_broker_placed(tmp_path: Path) -> None:
+    """A segment refreshed with rows of another partition after the broker placed the join (its held copy's
+    metadata says so) makes the server refuse the share: joined against the wrong partitions' rows it would drop
+    matches without a word."""
+    indexing = IndexingConfig(extra={"segmentPartitionConfig": {"columnPartitionMap": {
+        "id": {"functionName": "Modulo", "numPartitions": 4}}}})
+    registry = SegmentRegistry()
+    for name, ids in (("left_1", [1, 5, 9]), ("left_2", [2, 6]), ("right_1", [1, 5])):
+        built = build_segment(event_rows(len(ids), 0, 3).set_column(0, "id", pa.array(ids, pa.int64())), schema(),
+                              indexing, tmp_path, name, table_name=TABLE, time_column="ts", overwrite=True)
+        registry.put(TABLE, CommittedSegment(built))
+    sql = ('SELECT "l"."id" AS "__c1" FROM cuvee_segments AS "l" JOIN cuvee_lookup_1 AS "r" '
+           'ON "l"."id" = "r"."id" LIMIT 100')
+
+    def ask(left: tuple[str, ...], partitions: tuple[int, ...]) -> tuple[pa.Table | None, list]:
+        result, stats = QueryExecutor(registry).execute(ServerQueryRequest(
+            "1", TABLE, sql, left, 10_000, lookups=(DimLookup("cuvee_lookup_1", TABLE, ("right_1",)),),
+            colocation=Colocation("Modulo", 4, partitions, {TABLE: "id"})))
+        return result, [(e.error_code, e.message) for e in stats.exceptions]
+
+    result, errors = ask(("left_1",), (1,))
+    assert errors == [] and result is not None and sorted(result.column(0).to_pylist()) == [1, 5]
+    result, errors = ask(("left_1", "left_2"), (1,))  # left_2's copy holds partition 2
+    assert result is None and errors[0][0] == int(QueryErrorCode.SERVER_SEGMENT_MISSING)
+    assert "left_2" in errors[0][1] and "other partitions" in errors[0][1]
+    result, errors = ask(("left_1",), (2,))  # both copies hold partition 1, not the share's 2
+    assert result is None and "left_1" in errors[0][1] and "right_1" not in errors[0][1]
