@@ -9,6 +9,11 @@ segments of at most ``maxNumRecordsPerSegment`` rows, in tasks of at most ``maxN
 segment that reach past the window go with it (nothing is split or lost). Empty windows are skipped; a window
 holding a single segment is not rewritten by a concat merge. Up to ``maxNumParallelBuckets`` windows per level and
 run. A segment's merge level is in its name (``merged_<level>_…``), so it survives every restart.
+
+Segments can reach a window after the watermark passed it (a backfill pushed over several runs: the first run saw
+one segment, which needs no merge, and moved on). Windows behind the watermark that hold two or more segments not
+merged at the level (one, for a rollup) are merged too, oldest first, with what the forward windows leave of the
+run's bucket budget, and the watermark stays where it is: Pinot would leave those segments unmerged for good.
 """
 
 from __future__ import annotations
@@ -108,6 +113,7 @@ def _plan_level(level: MergeLevel, candidates: Sequence[SegmentSpan], mark: int,
     tasks: list[MergeTask] = []
     buckets = skipped = 0
     starts = [s.start_ms or 0 for s in candidates]
+    stored = mark  # windows before it were passed by earlier runs; those after, by this one
     while buckets < level.max_parallel_buckets:
         end = mark + level.bucket_ms
         if end > limit:
@@ -125,7 +131,26 @@ def _plan_level(level: MergeLevel, candidates: Sequence[SegmentSpan], mark: int,
             continue
         tasks.extend(_split(level, window, mark, end))
         mark, buckets = end, buckets + 1
+    for start, window in _late_windows(level, candidates, starts, stored, level.max_parallel_buckets - buckets):
+        tasks.extend(_split(level, window, start, start + level.bucket_ms))
     return tasks, mark, skipped
+
+
+def _late_windows(level: MergeLevel, candidates: Sequence[SegmentSpan], starts: Sequence[int], mark: int,
+                  budget: int) -> list[tuple[int, list[SegmentSpan]]]:
+    """Up to ``budget`` windows behind ``mark``, oldest first, whose unmerged segments arrived after the
+    watermark passed them and now need a merge (see the module's docstring)."""
+    found: list[tuple[int, list[SegmentSpan]]] = []
+    least = 1 if level.merge_type is MergeType.ROLLUP else 2
+    behind = bisect.bisect_left(starts, mark)
+    index = 0
+    while index < behind and len(found) < budget:
+        start = _floor(starts[index], level.bucket_ms)
+        after = min(bisect.bisect_left(starts, start + level.bucket_ms), behind)
+        if after - index >= least:
+            found.append((start, list(candidates[index:after])))
+        index = after
+    return found
 
 
 def _split(level: MergeLevel, window: Sequence[SegmentSpan], start: int, end: int) -> list[MergeTask]:

@@ -22,9 +22,10 @@ def test_due_windows_in_order_with_buffer_and_watermark() -> None:
     plan = plan_merges(config, segments, {}, now_ms=3 * H)  # windows end ≤ now - buffer = 2h
     assert [(t.window_start_ms, t.segments) for t in plan.tasks] == [(0, ("a", "b")), (H, ("c", "d"))]
     assert plan.watermarks == {"1hour": 2 * H}
-    again = plan_merges(config, segments, {"1hour": 2 * H}, now_ms=3 * H)
+    merged = [seg(MergeTask("1hour", w, w + H, (), 0).name_prefix + f"t_{w}", w) for w in (0, H)]
+    again = plan_merges(config, merged + segments[-1:], {"1hour": 2 * H}, now_ms=3 * H)  # once swapped in
     assert again.tasks == () and again.watermarks == {}  # nothing due, the watermark stays
-    later = plan_merges(config, segments, {"1hour": 2 * H}, now_ms=100 * H)
+    later = plan_merges(config, merged + segments[-1:], {"1hour": 2 * H}, now_ms=100 * H)
     # empty windows 2h..5h are jumped over at once; 5h holds one segment: concat leaves it alone
     assert later.tasks == () and later.watermarks == {"1hour": 99 * H}
 
@@ -66,3 +67,25 @@ def test_input_digest_names_are_stable() -> None:
     assert a.name_prefix == MergeTask("1hour", 0, H, ("y", "x"), 2).name_prefix
     assert a.name_prefix != MergeTask("1hour", 0, H, ("x", "z"), 2).name_prefix
     assert a.name_prefix.startswith("merged_1hour_")
+
+
+def test_segments_reaching_a_window_the_watermark_passed_are_merged_without_moving_it() -> None:
+    """A backfill pushed over several runs: the first run saw one segment of the 0h window (concat: no merge) and
+    moved on; the segments that arrive later are merged with it, and the watermark stays."""
+    config = MergeRollupConfig((hourly(max_parallel_buckets=2),))
+    first = plan_merges(config, [seg("a", 0)], {}, now_ms=10 * H)
+    assert first.tasks == () and first.watermarks == {"1hour": 9 * H}
+    late = [seg("a", 0), seg("b", 5), seg("c", 2 * H), seg("d", 3 * H), seg("e", 3 * H + 1), seg("f", 4 * H),
+            seg("g", 4 * H + 9)]
+    plan = plan_merges(config, late, {"1hour": 9 * H}, now_ms=10 * H)
+    # oldest first, two windows a run (the bucket budget): 0h and 3h; c is alone in 2h (concat leaves it)
+    assert [(t.window_start_ms, t.segments) for t in plan.tasks] == [(0, ("a", "b")), (3 * H, ("d", "e"))]
+    assert plan.watermarks == {}
+    merged = MergeTask("1hour", 0, H, ("a", "b"), 20).name_prefix + "t_0_5_0_x"
+    rest = plan_merges(config, [seg(merged, 0), seg("c", 2 * H), seg(MergeTask("1hour", 3 * H, 4 * H, ("d", "e"), 20)
+                                                                     .name_prefix + "t_3_3_0_x", 3 * H),
+                                seg("f", 4 * H), seg("g", 4 * H + 9)], {"1hour": 9 * H}, now_ms=10 * H)
+    assert [t.segments for t in rest.tasks] == [("f", "g")]  # merged outputs are never merged again at their level
+    rollup = MergeRollupConfig((hourly(merge_type=MergeType.ROLLUP),))
+    assert [t.segments for t in plan_merges(rollup, [seg("c", 2 * H)], {"1hour": 9 * H}, now_ms=10 * H).tasks] == \
+        [("c",)]  # a rollup rolls a late segment up alone, as it would have on time
