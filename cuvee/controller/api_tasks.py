@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Body
 
+from cuvee.cluster.errors import RecordNotFoundError
 from cuvee.cluster.records import SegmentRecord, TaskState
 from cuvee.cluster.time_boundary import millis_per_value
 from cuvee.config import TableConfig, TableType, raw_table_name
@@ -143,8 +144,11 @@ def router(ctl: Controller) -> APIRouter:
                 running = None
             return TaskState(full, task_type, tuple(sorted(merged.items())), running, last)
 
-        stored = ctl.store.update(TaskState, ctl.store.paths.task(full, task_type), report,
-                                  initial=TaskState(full, task_type))
+        try:  # a run starts before it finishes: no state means the table half was deleted (and maybe made anew)
+            stored = ctl.store.update(TaskState, ctl.store.paths.task(full, task_type), report)
+        except RecordNotFoundError:
+            raise Conflict(f"no {task_type} run of {full} is recorded (its state was deleted with the table since "
+                           f"run {run_id} started); its report and watermarks are not kept") from None
         ctl.metrics.task_runs.labels(full, task_type, status).inc()
         if "durationMs" in last:
             ctl.metrics.task_run_seconds.labels(full, task_type).observe(max(0, last["durationMs"]) / 1000)
