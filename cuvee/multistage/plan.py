@@ -214,9 +214,44 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, 
     if multi_values:  # a filter kept above a join or over a subquery's rows: Pinot's any-match there too
         for select in list(tree.find_all(exp.Select)):
             rewrite_multi_value_predicates(select, multi_values)
+            _group_each_value(select, frozenset(multi_values))
     names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
     final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)
+
+
+def _group_each_value(select: exp.Select, multi_values: frozenset[str]) -> None:
+    """A GROUP BY key that is a multi-value column makes a group of each of its values, as Pinot groups one (a
+    row with no values joins the NULL group, as on the servers): the SELECT reads the column unnested beside its
+    sources (``, unnest(…) AS __mvN(v)``) and groups, selects and orders by that value."""
+    group = select.args.get("group")
+    if group is None:
+        return
+    for key in list(group.expressions):
+        if not isinstance(key, exp.Column) or key.name not in multi_values:
+            continue
+        alias = f"__mv{len(select.args.get('joins') or []) + 1}"
+        column = key.sql(dialect=DIALECT)
+        values = exp.maybe_parse(f"SELECT 1 FROM __t, unnest(CASE WHEN len({column}) > 0 THEN {column} "
+                                 f"ELSE [NULL] END) AS {alias}(v)", dialect=DIALECT)
+        select.append("joins", values.args["joins"][0])
+        value = exp.column("v", table=alias)
+
+        def replaced(node: exp.Expression, key: exp.Column = key, value: exp.Column = value) -> exp.Expression:
+            same = isinstance(node, exp.Column) and node.name == key.name and \
+                (node.table or "").lower() == (key.table or "").lower()
+            return value.copy() if same else node
+
+        items = []
+        for item in select.expressions:
+            changed = item.transform(replaced)
+            items.append(exp.alias_(changed, key.name, quoted=True) if changed is not item and
+                         isinstance(item, exp.Column) else changed)
+        select.set("expressions", items)
+        for part in ("having", "order", "qualify"):
+            if select.args.get(part) is not None:
+                select.set(part, select.args[part].transform(replaced))
+        group.set("expressions", [value.copy() if k is key else k for k in group.expressions])
 
 
 def _resolve(name: str, resolve: TableResolver) -> TableInfo:

@@ -197,3 +197,13 @@ def test_a_multi_value_filter_above_a_join_is_pinots_any_match(condition: str, k
     con.register(plan.leaves[0].relation, pa.table({"id": [1, 2, 3]}))
     con.register(plan.leaves[1].relation, pa.table({"id": [1, 2, 3], "tags": [["a", "b"], ["b", "c"], []]}))
     assert [row[0] for row in con.sql(plan.final_sql).fetchall()] == kept
+
+
+def test_group_by_a_multi_value_column_above_a_join_makes_a_group_of_each_value() -> None:
+    plan = stages("SELECT u.tags, COUNT(*) AS n FROM events e JOIN users u ON e.id = u.id GROUP BY u.tags "
+                  "ORDER BY u.tags NULLS LAST")
+    con = duckdb.connect()
+    con.register(plan.leaves[0].relation, pa.table({"id": [1, 2, 3, 3]}))
+    con.register(plan.leaves[1].relation, pa.table({"id": [1, 2, 3], "tags": [["a", "b"], ["b"], []]}))
+    assert con.sql(plan.final_sql).fetchall() == [("a", 1), ("b", 2), (None, 2)]  # an empty list: the NULL group
+    assert plan.column_names == ("tags", "n")
