@@ -136,13 +136,15 @@ def router(ctl: Controller) -> APIRouter:
                 last[key] = value
 
         def report(current: TaskState) -> TaskState:
-            merged = _forward(current, marks).watermark_map  # forward only
             running = current.running
-            if running is not None and running.get("runId") == run_id:
-                last["startedMs"] = running.get("startedMs")
-                last["durationMs"] = now - int(running.get("startedMs") or now)
-                running = None
-            return TaskState(full, task_type, tuple(sorted(merged.items())), running, last)
+            if running is None or running.get("runId") != run_id:
+                # not the run recorded as running (one presumed dead since, or of a table half made anew): its
+                # report is kept, its watermarks are not (the next run plans from what is served)
+                return TaskState(full, task_type, current.watermarks, running, last)
+            merged = _forward(current, marks).watermark_map  # forward only
+            last["startedMs"] = running.get("startedMs")
+            last["durationMs"] = now - int(running.get("startedMs") or now)
+            return TaskState(full, task_type, tuple(sorted(merged.items())), None, last)
 
         try:  # a run starts before it finishes: no state means the table half was deleted (and maybe made anew)
             stored = ctl.store.update(TaskState, ctl.store.paths.task(full, task_type), report)

@@ -89,7 +89,8 @@ def plan_merges(config: MergeRollupConfig, segments: Sequence[SegmentSpan], wate
             if below not in watermarks:
                 continue  # the level below has not merged anything yet
             limit = min(limit, watermarks[below])
-        candidates = sorted((s for s in segments if s.start_ms is not None
+        taken = {name for task in tasks for name in task.segments}  # a lower level merges them in this run
+        candidates = sorted((s for s in segments if s.start_ms is not None and s.name not in taken
                              and merged_level(s.name, config.levels) < index), key=lambda s: (s.start_ms, s.name))
         mark = watermarks.get(level.name)
         if mark is None:  # the first run starts at the oldest segment this level merges or has merged

@@ -69,13 +69,13 @@ class _Side:
 def colocated_joins(tree: exp.Expression, resolve: TableResolver, colocate: Colocate,
                     leaf_rows: int) -> tuple[exp.Expression, list[ColocatedJoin], MadeColumns]:
     """``tree`` (a copy) with every join the servers can answer replaced by a relation of joined rows; the joins,
-    and the joined columns that are TIMESTAMP, numeric and multi-value (the broker's stage applies Pinot's rules
-    to them as to the tables' own). Each server is asked for at most ``leaf_rows + 1`` rows, as for any leaf."""
+    and what the broker's stage must know of the joined columns to apply Pinot's rules to them as to the tables'
+    own (TIMESTAMP and numeric names; each relation's columns and multi-value ones). Each server is asked for at most ``leaf_rows + 1`` rows, as for any leaf."""
     tree = tree.copy()
     joins: list[ColocatedJoin] = []
     timestamps: set[str] = set()
     numbers: set[str] = set()
-    multi_values: set[str] = set()
+    relations: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
     for select in list(tree.find_all(exp.Select)):
         if not select.args.get("joins"):
             continue
@@ -89,12 +89,12 @@ def colocated_joins(tree: exp.Expression, resolve: TableResolver, colocate: Colo
         joins.append(join)
         timestamps |= made.timestamps
         numbers |= made.numbers
-        multi_values |= made.multi_values
+        relations.update(made.relations)
         if select is tree:
             tree = rewritten
         else:
             select.replace(rewritten)
-    return tree, joins, MadeColumns(frozenset(timestamps), frozenset(numbers), frozenset(multi_values))
+    return tree, joins, MadeColumns(frozenset(timestamps), frozenset(numbers), relations)
 
 
 def _side(node: exp.Expression | None, resolve: TableResolver) -> _Side | None:
@@ -171,9 +171,11 @@ def _rewritten(select: exp.Select, resolve: TableResolver, colocate: Colocate, l
                  if column in kind(_side_of(label, left, right).info)}
         return frozenset(n for pair in found for n in pair)
 
+    multi = frozenset(name.lower() for (label, column), name in outputs.items()
+                      if column in _side_of(label, left, right).info.multi_value_columns)
     return final, join, MadeColumns(named(lambda info: info.timestamp_columns),
                                     named(lambda info: info.number_columns),
-                                    named(lambda info: info.multi_value_columns))
+                                    {relation: (frozenset(n.lower() for n in outputs.values()), multi)})
 
 
 def _plain_filters(columns: list[tuple[_Side, str]]) -> bool:

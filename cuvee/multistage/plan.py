@@ -17,8 +17,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -26,7 +26,7 @@ from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import DIALECT, classify_aggregate, pinot_column_name, translate_scalar
 from cuvee.query.lookup import is_lookup
-from cuvee.query.multivalue import rewrite_multi_value_predicates
+from cuvee.query.multivalue import rewrite_multi_value_where
 from cuvee.query.parse import TableInfo, TableResolver
 
 RELATION_PREFIX = "__cuvee_stage_"
@@ -157,7 +157,8 @@ class MadeColumns:
 
     timestamps: frozenset[str] = frozenset()
     numbers: frozenset[str] = frozenset()
-    multi_values: frozenset[str] = frozenset()
+    # relation -> (its columns, those multi-valued), lower case: multi-value rules follow a column's source
+    relations: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
@@ -177,6 +178,7 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, 
     leaves: list[Leaf] = []
     timestamps: set[str] = set(joined.timestamps)
     numbers: set[str] = set(joined.numbers)
+    relations = dict(joined.relations)  # a table's own rows, by relation: their lists are multi-value columns
 
     def relation() -> str:
         return f"{RELATION_PREFIX}{len(leaves) + 1}"
@@ -201,6 +203,8 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, 
             leaf = leaf.where(exp.and_(*(_unqualified(c) for c in filters)), copy=False)
         leaf = leaf.limit(leaf_rows + 1)
         leaves.append(Leaf(name, leaf.sql(dialect=DIALECT), table.name, whole=False))
+        relations[name] = (frozenset(c.lower() for c in columns),
+                           frozenset(c.lower() for c in columns if c in info.multi_value_columns))
         table.replace(exp.Table(this=exp.to_identifier(name, quoted=True),
                                 alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
     if not leaves and not any(t.name.startswith(RELATION_PREFIX) for t in tree.find_all(exp.Table)):
@@ -208,50 +212,100 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, 
     if any(is_lookup(node) for node in tree.find_all(exp.Anonymous)):  # dimension tables live on the servers
         raise QueryError(QueryErrorCode.SQL_PARSING, "LOOKUP runs on the servers: use it in a SELECT over one table "
                                                      "(a subquery or CTE of its own), not over a join's rows")
-    multi_values = set(joined.multi_values)
-    for leaf in leaves:
-        multi_values |= _resolve(leaf.table, resolve).multi_value_columns
-    if multi_values:  # a filter kept above a join or over a subquery's rows: Pinot's any-match there too
+    if any(mv for _, mv in relations.values()):  # a filter or grouping above a join: Pinot's rules there too
         for select in list(tree.find_all(exp.Select)):
-            rewrite_multi_value_predicates(select, multi_values)
-            _group_each_value(select, frozenset(multi_values))
+            sources = _relation_sources(select, relations)
+            if sources:
+                rewrite_multi_value_where(select, lambda column, found=sources: _is_multi_value(column, found))
+                _group_each_value(select, sources)
     names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
     final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)
 
 
-def _group_each_value(select: exp.Select, multi_values: frozenset[str]) -> None:
+_Sources = dict[str, "tuple[frozenset[str], frozenset[str]] | None"]  # label -> (columns, multi-value) or unknown
+
+
+def _relation_sources(select: exp.Select, relations: Mapping[str, tuple[frozenset[str], frozenset[str]]]
+                      ) -> _Sources:
+    """The SELECT's own sources by label: a table's fetched rows (their columns and multi-value ones), or None for
+    any other source (a subquery, a CTE, a grouped leaf: what it hands on is not a table's column as stored).
+    Empty when no source holds a multi-value column."""
+    found: _Sources = {}
+    for source in _sources(select):
+        name = source.name if isinstance(source, exp.Table) else ""
+        found[source.alias_or_name.lower()] = relations.get(name)
+    return found if any(known and known[1] for known in found.values()) else {}
+
+
+def _column_source(column: exp.Column, sources: _Sources) -> str | None:
+    """The label of the source a column reads, when it can be told: its qualifier, or the one known source with
+    that column and no unknown source beside it."""
+    name = column.name.lower()
+    if column.table:
+        label = column.table.lower()
+        return label if sources.get(label) is not None else None
+    holders = [label for label, known in sources.items() if known is None or name in known[0]]
+    return holders[0] if len(holders) == 1 and sources[holders[0]] is not None else None
+
+
+def _is_multi_value(column: exp.Column, sources: _Sources) -> bool:
+    label = _column_source(column, sources)
+    known = sources.get(label) if label is not None else None
+    return known is not None and column.name.lower() in known[1]
+
+
+def _group_each_value(select: exp.Select, sources: _Sources) -> None:
     """A GROUP BY key that is a multi-value column makes a group of each of its values, as Pinot groups one (a
     row with no values joins the NULL group, as on the servers): the SELECT reads the column unnested beside its
-    sources (``, unnest(…) AS __mvN(v)``) and groups, selects and orders by that value."""
+    sources (``, unnest(…) AS __mvN(v)``) and selects, groups and orders by that value wherever it names the
+    column. A key given by position or select alias names the item, which then reads the value."""
     group = select.args.get("group")
     if group is None:
         return
-    for key in list(group.expressions):
-        if not isinstance(key, exp.Column) or key.name not in multi_values:
+    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    aliases = {item.alias.lower(): item.this for item in select.expressions if isinstance(item, exp.Alias)}
+    unnested: dict[tuple[str, str], exp.Column] = {}
+    for key in group.expressions:
+        target = key
+        if isinstance(key, exp.Literal) and not key.is_string and key.name.isdigit() \
+                and 1 <= int(key.name) <= len(items):
+            target = items[int(key.name) - 1]
+        elif isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases \
+                and _column_source(key, sources) is None:
+            target = aliases[key.name.lower()]
+        if not isinstance(target, exp.Column) or not _is_multi_value(target, sources):
             continue
-        alias = f"__mv{len(select.args.get('joins') or []) + 1}"
-        column = key.sql(dialect=DIALECT)
+        label = _column_source(target, sources)
+        assert label is not None
+        place = (label, target.name.lower())
+        if place in unnested:
+            continue  # the same column twice: one unnest
+        alias = f"__mv{len(unnested) + 1}"
+        column = exp.column(target.name, table=label, quoted=True).sql(dialect=DIALECT)
         values = exp.maybe_parse(f"SELECT 1 FROM __t, unnest(CASE WHEN len({column}) > 0 THEN {column} "
                                  f"ELSE [NULL] END) AS {alias}(v)", dialect=DIALECT)
         select.append("joins", values.args["joins"][0])
-        value = exp.column("v", table=alias)
+        unnested[place] = exp.column("v", table=alias)
+    if not unnested:
+        return
 
-        def replaced(node: exp.Expression, key: exp.Column = key, value: exp.Column = value) -> exp.Expression:
-            same = isinstance(node, exp.Column) and node.name == key.name and \
-                (node.table or "").lower() == (key.table or "").lower()
-            return value.copy() if same else node
+    def replaced(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            label = _column_source(node, sources)
+            if label is not None and (label, node.name.lower()) in unnested:
+                return unnested[(label, node.name.lower())].copy()
+        return node
 
-        items = []
-        for item in select.expressions:
-            changed = item.transform(replaced)
-            items.append(exp.alias_(changed, key.name, quoted=True) if changed is not item and
-                         isinstance(item, exp.Column) else changed)
-        select.set("expressions", items)
-        for part in ("having", "order", "qualify"):
-            if select.args.get(part) is not None:
-                select.set(part, select.args[part].transform(replaced))
-        group.set("expressions", [value.copy() if k is key else k for k in group.expressions])
+    kept = []
+    for item in select.expressions:
+        changed = item.transform(replaced)
+        kept.append(exp.alias_(changed, item.name, quoted=True)
+                    if isinstance(item, exp.Column) and changed is not item else changed)
+    select.set("expressions", kept)
+    for part in ("group", "having", "order", "qualify"):
+        if select.args.get(part) is not None:
+            select.set(part, select.args[part].transform(replaced))
 
 
 def _resolve(name: str, resolve: TableResolver) -> TableInfo:

@@ -79,7 +79,7 @@ def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Ta
             con.register(name, rows)
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as e:
-        raise QueryError(QueryErrorCode.QUERY_EXECUTION, str(e).splitlines()[0]) from None
+        raise QueryError(QueryErrorCode.QUERY_EXECUTION, user_message(str(e).splitlines()[0])) from None
     finally:
         con.close()
 

@@ -11,7 +11,7 @@ column is refused with a clear error (Pinot has no meaning for it either).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from sqlglot import exp
 
@@ -21,6 +21,9 @@ _VALUE = "cuvee_mv_value"  # the lambda's parameter: not a name a column can cla
 _FLIPPED: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.LT: exp.GT, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.GTE: exp.LTE}
 _NEGATED = (exp.NEQ,)
+
+IsMultiValue = Callable[[exp.Column], bool]
+"""Whether a column reference names a multi-value column (by name on a server; by its source at the broker)."""
 
 
 def rewrite_multi_value_predicates(select: exp.Select, columns: Collection[str]) -> exp.Select:
@@ -35,19 +38,25 @@ def rewrite_multi_value_predicates(select: exp.Select, columns: Collection[str])
         value = select.args.get(key)
         for part in value if isinstance(value, list) else [value] if value is not None else []:
             for node in part.find_all(*_FLIPPED, exp.In, exp.Between, exp.Like, exp.ILike, exp.RegexpLike):
-                subject = _mv_subject(node, frozenset(outside))
+                subject = _mv_subject(node, lambda column: column.name in outside)
                 if subject is not None:
                     raise QueryError(QueryErrorCode.SQL_PARSING,
                                      f"multi-value column {subject.name!r} can be compared only in WHERE: "
                                      f"{node.sql(dialect='duckdb')}")
+    return rewrite_multi_value_where(select, lambda column: column.name in names)
+
+
+def rewrite_multi_value_where(select: exp.Select, is_mv: IsMultiValue) -> exp.Select:
+    """``select`` with every WHERE predicate on a column ``is_mv`` accepts made Pinot's any-match (nothing else
+    checked: the broker's stage, whose columns come from relations, decides which are multi-value by source)."""
     where = select.args.get("where")
     if where is None:
         return select
-    select.set("where", where.transform(lambda node: _rewrite(node, names), copy=True))
+    select.set("where", where.transform(lambda node: _rewrite(node, is_mv), copy=True))
     return select
 
 
-def _rewrite(node: exp.Expression, names: frozenset[str]) -> exp.Expression:
+def _rewrite(node: exp.Expression, names: IsMultiValue) -> exp.Expression:
     if isinstance(node, exp.Not) and _mv_subject(node.this, names) is not None:
         inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
         if isinstance(inner, _NEGATED):  # NOT (col != x): some value equals x
@@ -65,7 +74,7 @@ def _positive(node: exp.Expression) -> exp.Expression:
     return exp.EQ(this=node.this.copy(), expression=node.expression.copy())
 
 
-def _mv_subject(node: exp.Expression, names: frozenset[str]) -> exp.Column | None:
+def _mv_subject(node: exp.Expression, names: IsMultiValue) -> exp.Column | None:
     """The multi-value column ``node`` compares, when it is a predicate on one."""
     node = node.unnest() if isinstance(node, exp.Paren) else node
     if isinstance(node, tuple(_FLIPPED)):
@@ -78,11 +87,11 @@ def _mv_subject(node: exp.Expression, names: frozenset[str]) -> exp.Column | Non
     return None
 
 
-def _is_mv(node: exp.Expression, names: frozenset[str]) -> bool:
-    return isinstance(node, exp.Column) and node.name in names
+def _is_mv(node: exp.Expression, names: IsMultiValue) -> bool:
+    return isinstance(node, exp.Column) and names(node)
 
 
-def _any_match(node: exp.Expression, names: frozenset[str]) -> exp.Expression:
+def _any_match(node: exp.Expression, names: IsMultiValue) -> exp.Expression:
     node = node.unnest() if isinstance(node, exp.Paren) else node
     predicate = node.copy()
     if isinstance(node, tuple(_FLIPPED)) and not _is_mv(node.this, names):  # 'x' < col: col > 'x'

@@ -115,10 +115,10 @@ def _without_array_to_mv(query: exp.Expression) -> exp.Expression:
     multi-value column compared in a filter or grouped; here a multi-value column follows Pinot's rules bare, in
     every stage, so the call is only a type trick to drop (as Pinot's leaf stage drops it)."""
     def drop(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Anonymous) and node.name.upper().replace("_", "") == "ARRAYTOMV":
+        while isinstance(node, exp.Anonymous) and node.name.upper().replace("_", "") == "ARRAYTOMV":
             if len(node.expressions) != 1:
                 raise sql_error(f"{node.name} takes one argument, a multi-value column")
-            return node.expressions[0]
+            node = node.expressions[0]  # arrayToMv(arrayToMv(c)) too
         return node
 
     if not any(isinstance(n, exp.Anonymous) and n.name.upper().replace("_", "") == "ARRAYTOMV"

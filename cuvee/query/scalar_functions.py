@@ -287,17 +287,22 @@ _NOT_HEX = ("a STRING given to a hash function is read as hex bytes, as Pinot re
 def _bytes(value: exp.Expression) -> exp.Expression:
     """A hash function's input as Pinot converts it to BYTES: a BYTES value as it is, a STRING as the bytes its
     hex spells (Pinot's implicit STRING → BYTES; a STRING that is not hex is an error saying so, where Pinot's
-    is a decoder's), anything else as its text's UTF-8 (Pinot refuses those)."""
-    text = exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR"))
+    is a decoder's), NULL as NULL, anything else as its text's UTF-8 (Pinot refuses those). The value is bound
+    once, as a lambda's parameter: written out in each branch, nested hashes would grow the SQL six-fold a level."""
+    item = _item()
+    text = exp.Cast(this=item.copy(), to=exp.DataType.build("VARCHAR"))
     hex_text = call("regexp_full_match", text, exp.Literal.string("([0-9a-fA-F]{2})*"))
-    return exp.Case(ifs=[exp.If(this=exp.EQ(this=call("typeof", value), expression=exp.Literal.string("BLOB")),
-                                true=exp.Cast(this=value.copy(), to=exp.DataType.build("BLOB"))),
-                         exp.If(this=exp.EQ(this=call("typeof", value.copy()),
-                                            expression=exp.Literal.string("VARCHAR")),
-                                true=exp.Case(ifs=[exp.If(this=hex_text, true=call("unhex", text.copy()))],
-                                              default=exp.Cast(this=call("error", exp.Literal.string(_NOT_HEX)),
-                                                               to=exp.DataType.build("BLOB"))))],
-                    default=call("encode", text.copy()))
+    converted = exp.Case(ifs=[
+        exp.If(this=exp.Is(this=item.copy(), expression=exp.null()), true=exp.null()),
+        exp.If(this=exp.EQ(this=call("typeof", item.copy()), expression=exp.Literal.string("BLOB")),
+               true=exp.Cast(this=item.copy(), to=exp.DataType.build("BLOB"))),
+        exp.If(this=exp.EQ(this=call("typeof", item.copy()), expression=exp.Literal.string("VARCHAR")),
+               true=exp.Case(ifs=[exp.If(this=hex_text, true=call("unhex", text.copy()))],
+                             default=exp.Cast(this=call("error", exp.Literal.string(_NOT_HEX)),
+                                              to=exp.DataType.build("BLOB"))))],
+        default=call("encode", text.copy()))
+    return call("list_extract", call("list_transform", exp.Array(expressions=[value]), _lambda(converted)),
+                exp.Literal.number(1))
 
 
 def _utf8(value: exp.Expression) -> exp.Expression:
@@ -423,7 +428,9 @@ def translate_node(node: exp.Expression) -> exp.Expression | None:
     if isinstance(node, exp.Sqrt):
         return _sqrt(node.this)
     digest = _DIGESTS.get(type(node))
-    if digest is not None and (not isinstance(node, exp.SHA2) or str(node.args.get("length") or 256) == "256"):
+    if digest is not None:
+        if isinstance(node, exp.SHA2) and str(node.args.get("length") or 256) != "256":  # DuckDB would answer SHA-256
+            raise sql_error(f"sha2 with {node.args['length'].sql()} bits is not supported: use sha256(x) or sha512(x)")
         return call(digest, _bytes(node.this))  # of Pinot's BYTES: DuckDB would hash a STRING's UTF-8
     return None
 

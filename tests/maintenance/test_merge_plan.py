@@ -89,3 +89,13 @@ def test_segments_reaching_a_window_the_watermark_passed_are_merged_without_movi
     rollup = MergeRollupConfig((hourly(merge_type=MergeType.ROLLUP),))
     assert [t.segments for t in plan_merges(rollup, [seg("c", 2 * H)], {"1hour": 9 * H}, now_ms=10 * H).tasks] == \
         [("c",)]  # a rollup rolls a late segment up alone, as it would have on time
+
+
+def test_a_segment_a_lower_level_merges_in_a_run_is_not_merged_by_a_higher_one_too() -> None:
+    """A backfill into an hour the hour level passed but the day level did not: the hour level takes it late, the
+    day level leaves it to the next run (a swap naming a segment twice is refused: the task would stay stuck)."""
+    config = MergeRollupConfig((hourly(max_parallel_buckets=5), MergeLevel("1day", D, H, max_parallel_buckets=5)))
+    for marks in ({"1hour": D + H}, {"1hour": 3 * D, "1day": 2 * D}):
+        plan = plan_merges(config, [seg("x", 5), seg("y", 6)], marks, now_ms=10 * D)
+        assert [(t.level, t.segments) for t in plan.tasks] == [("1hour", ("x", "y"))]
+        assert len(plan.segments) == len(set(plan.segments))

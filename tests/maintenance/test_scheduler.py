@@ -119,8 +119,9 @@ def test_run_now_is_refused_while_running_and_a_dead_job_is_recorded(cluster: In
 
 
 def test_a_report_without_a_recorded_start_is_refused(cluster: InProcessCluster) -> None:
-    """A run whose task state was deleted with its table half since it started (maybe made anew since) must not
-    write its old watermarks into the new state: its report is refused (409); a run that started is heard."""
+    """A run whose task state was deleted with its table half since it started must not write its old watermarks
+    into a new state: its report is refused (409); a run that is not the one recorded as running (presumed dead,
+    or of a half made anew) is heard but moves no watermark; the running one's do."""
     cluster.add_schema({**SCHEMA, "schemaName": "orphan"})
     cluster.add_table(merge_table("orphan"))
     url = f"{cluster.controller_url}/tasks/orphan/MergeRollupTask"
@@ -129,5 +130,8 @@ def test_a_report_without_a_recorded_start_is_refused(cluster: InProcessCluster)
     assert refused.status_code == 409 and "not kept" in refused.json()["error"]
     assert tasks_of(cluster, "orphan").get("watermarks") in (None, {}, [])
     assert cluster.http.post(f"{url}/start", json={"runId": "r1"}).status_code == 200
-    assert cluster.http.post(f"{url}/finish", json=report).status_code == 200
+    assert cluster.http.post(f"{url}/start", json={"runId": "r2"}).status_code == 200  # r1 presumed dead
+    assert cluster.http.post(f"{url}/finish", json=report).status_code == 200  # heard, but not the running one
+    assert tasks_of(cluster, "orphan").get("watermarks") in (None, {}, [])
+    assert cluster.http.post(f"{url}/finish", json={**report, "runId": "r2"}).status_code == 200
     assert tasks_of(cluster, "orphan")["watermarks"] == {"1hour": 3 * H}

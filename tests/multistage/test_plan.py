@@ -15,7 +15,7 @@ from cuvee.query import QueryError, QueryErrorCode, TableInfo
 from cuvee.query.functions import DIALECT
 from cuvee.query.parse import split_query
 
-TABLES = {"events": TableInfo("events", ("id", "city", "v", "ts"), timestamp_columns=frozenset({"ts"})),
+TABLES = {"events": TableInfo("events", ("id", "city", "v", "ts", "label"), timestamp_columns=frozenset({"ts"})),
           "users": TableInfo("users", ("id", "name", "age", "tags"), multi_value_columns=frozenset({"tags"}))}
 
 
@@ -126,7 +126,7 @@ def test_an_outer_tables_name_inside_an_aliased_subquery_makes_it_correlated() -
 
 def test_natural_and_using_joins_fetch_the_columns_they_join_on() -> None:
     natural = stages("SELECT COUNT(*) FROM events NATURAL JOIN users")
-    assert natural.leaves[0].sql.startswith('SELECT "id", "city", "v", "ts" FROM events')
+    assert natural.leaves[0].sql.startswith('SELECT "id", "city", "v", "ts", "label" FROM events')
     using = stages("SELECT a.v FROM events a JOIN users b USING (id)")
     assert all('"id"' in leaf.sql for leaf in using.leaves)
 
@@ -207,3 +207,43 @@ def test_group_by_a_multi_value_column_above_a_join_makes_a_group_of_each_value(
     con.register(plan.leaves[1].relation, pa.table({"id": [1, 2, 3], "tags": [["a", "b"], ["b"], []]}))
     assert con.sql(plan.final_sql).fetchall() == [("a", 1), ("b", 2), (None, 2)]  # an empty list: the NULL group
     assert plan.column_names == ("tags", "n")
+
+
+
+def _answer(plan, rows: list[pa.Table]) -> list[tuple]:  # type: ignore[no-untyped-def]
+    con = duckdb.connect()
+    for leaf, table in zip(plan.leaves, rows):
+        con.register(leaf.relation, table)
+    return con.sql(plan.final_sql).fetchall()
+
+
+EVENTS = pa.table({"id": [1, 2, 3, 3], "label": ["b", "x", "y", "y"]})
+USERS = pa.table({"id": [1, 2, 3], "tags": [["a", "b"], ["b"], []]})
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    # a plain column of another table with a multi-value column's name is compared as itself
+    ("SELECT e.id, e.label = 'b' FROM events e JOIN users u ON e.id = u.id ORDER BY e.id LIMIT 2",
+     [(1, True), (2, False)]),
+    # by position, by alias, spelled without the qualifier: each value makes its group; twice: once
+    ("SELECT u.tags, COUNT(*) FROM events e JOIN users u ON e.id = u.id GROUP BY 1 ORDER BY 1 NULLS LAST",
+     [("a", 1), ("b", 2), (None, 2)]),
+    ("SELECT u.tags AS t, COUNT(*) FROM events e JOIN users u ON e.id = u.id GROUP BY t ORDER BY t NULLS LAST",
+     [("a", 1), ("b", 2), (None, 2)]),
+    ("SELECT tags, COUNT(*) FROM events e JOIN users u ON e.id = u.id GROUP BY u.tags, tags ORDER BY 1 NULLS LAST",
+     [("a", 1), ("b", 2), (None, 2)]),
+])
+def test_multi_value_rules_follow_a_columns_source_not_its_name(sql: str, expected: list[tuple]) -> None:
+    plan = stages(sql)
+    fetched = [EVENTS.select([c for c in EVENTS.column_names if f'"{c}"' in leaf.sql]) if "events" in leaf.sql
+               else USERS for leaf in plan.leaves]
+    assert _answer(plan, fetched) == expected
+
+
+def test_a_grouped_subquerys_single_values_are_not_multi_value_above_it() -> None:
+    """The servers group a multi-value column in a whole leaf: what it hands on is one value a row."""
+    plan = stages("SELECT x.tags, SUM(x.c) FROM (SELECT tags, COUNT(*) AS c FROM users GROUP BY tags) x "
+                  "JOIN events e ON x.tags = e.label WHERE x.tags = 'b' GROUP BY x.tags")
+    grouped = pa.table({"tags": ["a", "b"], "c": [1, 2]})
+    events = EVENTS.select([c for c in EVENTS.column_names if f'"{c}"' in plan.leaves[1].sql])
+    assert _answer(plan, [grouped, events]) == [("b", 2)]

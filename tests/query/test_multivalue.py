@@ -40,6 +40,7 @@ def ids(where: str) -> list[int]:
     ("id = 2 OR tags = 'x'", [2, 4]),
     ("arrayToMv(tags) = 'a'", [1, 3]),  # the multi-stage engine's spelling: the same rule
     ("ARRAY_TO_MV(tags) NOT IN ('a', 'b')", [4]),
+    ("arrayToMv(arrayToMv(tags)) = 'a'", [1, 3]),
 ])
 def test_a_row_matches_when_any_value_does_and_a_negation_when_none_does(where: str, expected: list[int]) -> None:
     assert ids(where) == expected

@@ -468,3 +468,19 @@ def test_math_answers_java_values_where_duckdb_raises_an_error() -> None:
     assert column("intDiv(id - 1, 0)") == [-(2 ** 63), 0, 2 ** 63 - 1]
     # abs takes a DOUBLE: the smallest BIGINT has no BIGINT absolute value
     assert column("abs(-9223372036854775808)") == [9.223372036854776e18] * 3
+
+
+def test_a_null_is_hashed_to_null_and_nested_hashes_stay_small() -> None:
+    assert column("md5(CASE WHEN id > 0 THEN '00' END)") == [None, hashlib.md5(b"\x00").hexdigest(),
+                                                             hashlib.md5(b"\x00").hexdigest()]
+    nested = "s"
+    for _ in range(8):  # each level binds its argument once: the SQL grows by a constant a level
+        nested = f"sha256(toUtf8({nested}))"
+    plan = plan_sql(f"SELECT {nested} FROM t", lambda _: TABLE)
+    assert len(plan.server_sql) < 20_000
+    expected = []
+    for s in ROWS["s"].to_pylist():
+        for _ in range(8):
+            s = hashlib.sha256(s.encode()).hexdigest()
+        expected.append(s)
+    assert column(nested) == expected
