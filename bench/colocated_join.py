@@ -23,15 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cuvee.testing.cluster import InProcessCluster
-from cuvee.testing.partitioned import by_partition, partitioned_table, push_segment
+from cuvee.testing.partitioned import (CUSTOMERS_SCHEMA, ORDERS_SCHEMA, by_partition, partitioned_table,
+                                       push_segment)
 from cuvee.testing.waiting import wait_until
-
-ORDERS_SCHEMA = {"schemaName": "orders", "dimensionFieldSpecs": [
-    {"name": "customerId", "dataType": "STRING"}, {"name": "status", "dataType": "STRING"}],
-    "metricFieldSpecs": [{"name": "amount", "dataType": "DOUBLE"}]}
-CUSTOMERS_SCHEMA = {"schemaName": "customers", "dimensionFieldSpecs": [
-    {"name": "customerId", "dataType": "STRING"}, {"name": "region", "dataType": "STRING"},
-    {"name": "tier", "dataType": "STRING"}]}
 
 QUERIES = [
     "SELECT c.region, SUM(o.amount), COUNT(*) FROM orders o JOIN customers c ON {on} GROUP BY c.region "

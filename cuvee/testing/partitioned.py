@@ -17,6 +17,14 @@ from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 from cuvee.segment.partitioning import partition_spec, partitions
 
+# two tables a join on customerId relates (the tests' and the benchmark's)
+ORDERS_SCHEMA = {"schemaName": "orders", "dimensionFieldSpecs": [
+    {"name": "customerId", "dataType": "STRING"}, {"name": "status", "dataType": "STRING"}],
+    "metricFieldSpecs": [{"name": "amount", "dataType": "DOUBLE"}]}
+CUSTOMERS_SCHEMA = {"schemaName": "customers", "dimensionFieldSpecs": [
+    {"name": "customerId", "dataType": "STRING"}, {"name": "region", "dataType": "STRING"},
+    {"name": "tier", "dataType": "STRING"}]}
+
 
 def partitioned_table(name: str, column: str, num_partitions: int, function: str = "Murmur",
                       replication: int = 1) -> dict[str, Any]:

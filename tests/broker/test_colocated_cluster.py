@@ -17,16 +17,11 @@ import pyarrow as pa
 import pytest
 
 from cuvee.testing.cluster import InProcessCluster
-from cuvee.testing.partitioned import by_partition, partitioned_table, push_segment
+from cuvee.testing.partitioned import (CUSTOMERS_SCHEMA, ORDERS_SCHEMA, by_partition, partitioned_table,
+                                       push_segment)
 from cuvee.testing.waiting import wait_until
 
 PARTITIONS = 4
-ORDERS_SCHEMA = {"schemaName": "orders", "dimensionFieldSpecs": [
-    {"name": "customerId", "dataType": "STRING"}, {"name": "status", "dataType": "STRING"}],
-    "metricFieldSpecs": [{"name": "amount", "dataType": "DOUBLE"}]}
-CUSTOMERS_SCHEMA = {"schemaName": "customers", "dimensionFieldSpecs": [
-    {"name": "customerId", "dataType": "STRING"}, {"name": "region", "dataType": "STRING"},
-    {"name": "tier", "dataType": "STRING"}]}
 SCHEMAS = {"orders": ORDERS_SCHEMA, "customers": CUSTOMERS_SCHEMA}
 TABLES = {name: partitioned_table(name, "customerId", PARTITIONS) for name in SCHEMAS}
 
