@@ -237,7 +237,7 @@ class QueryExecutor:
                     _check_select(request.docs_scanned_sql)
                 if request.groups is not None:
                     _check_select(request.groups.order_sql)
-                tables = self._views(acquired.segments, counts, errors, valid)
+                tables = self._views(acquired.segments, request, counts, errors, valid)
                 if tables:
                     dims.check()
                     self._check_deadline(deadline, request.timeout_ms)
@@ -287,10 +287,12 @@ class QueryExecutor:
         )
         return result, stats
 
-    def _views(self, segments: Sequence[QueryableSegment], counts: _Counts, errors: list[ServerException],
-               valid: Valid | None = None) -> list[pa.Table]:
+    def _views(self, segments: Sequence[QueryableSegment], request: ServerQueryRequest, counts: _Counts,
+               errors: list[ServerException], valid: Valid | None = None) -> list[pa.Table]:
         """Each held segment's Arrow view (an upsert table's valid rows: ``cuvee.upsert.reads``); a segment that
-        cannot produce one is reported, the others still run."""
+        cannot produce one is reported, the others still run. A committed segment of a table without upserts
+        gives the columns ``request`` reads, in their plain copies where it keeps them
+        (``CommittedSegment.with_plain``: DuckDB scans those faster); an upsert table's reads cache whole rows."""
         parts: list[ValidRows] = []
         for segment in segments:
             try:
@@ -307,6 +309,8 @@ class QueryExecutor:
                     assert self._upserts is not None
                     part = self._upserts.reads.read(segment.name, token, table, bits,
                                                     committed=not isinstance(segment, ConsumingView))
+                elif isinstance(segment, CommittedSegment):
+                    part = ValidRows(segment.with_plain(_columns_read(table, request)), False)
                 else:
                     part = ValidRows(table, False)
             except Exception as exc:  # a broken segment must not take the whole server answer down
@@ -377,7 +381,7 @@ class QueryExecutor:
         for segment in segments[:_CULPRIT_PROBES]:
             if self._clock() >= deadline:
                 return None
-            tables = self._views([segment], _Counts(), [], valid)
+            tables = self._views([segment], request, _Counts(), [], valid)
             if not tables:
                 continue
             try:
