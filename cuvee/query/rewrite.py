@@ -78,7 +78,12 @@ _MV_PARTIALS: dict[AggKind, tuple[str, ...]] = {
     AggKind.DISTINCT_AVG: _MV_DISTINCT_LIST,
     AggKind.PERCENTILE: (f"flatten(list({_MV_VALUES}) FILTER (WHERE {{x}} IS NOT NULL))",),
 }
-_MERGED = "list_distinct(flatten(list({p0})))"
+# A group's distinct values over the servers' partial lists (each one distinct, without NULLs). A group only one
+# partial holds is that list as it is, and a distinct count counts the merged values without building their list:
+# merging 599 RegionID groups holding 1M UserIDs from one server took 29 ms this way, 102 ms counting the
+# flattened lists and 220 ms building their distinct list (2 threads).
+_MERGED = "CASE WHEN count(*) = 1 THEN any_value({p0}) ELSE list_distinct(flatten(list({p0}))) END"
+_MERGED_COUNT = "CASE WHEN count(*) = 1 THEN len(any_value({p0})) ELSE list_unique(flatten(list({p0}))) END"
 # Final steps: (aggregation over the partial columns, scalar step over its result ``{a}``). The scalar step runs
 # one level up so that a merged list is built and sorted once per group.
 _FINALS: dict[AggKind, tuple[str, str]] = {
@@ -88,8 +93,8 @@ _FINALS: dict[AggKind, tuple[str, str]] = {
     AggKind.MAX: ("max({p0})", "{a}"),
     AggKind.AVG: ("CAST(sum({p0}) AS DOUBLE) / nullif(sum({p1}), 0)", "{a}"),
     AggKind.MIN_MAX_RANGE: ("CAST(max({p1}) AS DOUBLE) - CAST(min({p0}) AS DOUBLE)", "{a}"),
-    AggKind.DISTINCT_COUNT: (f"CAST(coalesce(len({_MERGED}), 0) AS INTEGER)", "{a}"),
-    AggKind.DISTINCT_COUNT_HLL: (f"CAST(coalesce(len({_MERGED}), 0) AS BIGINT)", "{a}"),
+    AggKind.DISTINCT_COUNT: (f"CAST(coalesce({_MERGED_COUNT}, 0) AS INTEGER)", "{a}"),
+    AggKind.DISTINCT_COUNT_HLL: (f"CAST(coalesce({_MERGED_COUNT}, 0) AS BIGINT)", "{a}"),
     AggKind.DISTINCT_SUM: (f"CAST(list_sum({_MERGED}) AS DOUBLE)", "{a}"),
     AggKind.DISTINCT_AVG: (f"CAST(list_avg({_MERGED}) AS DOUBLE)", "{a}"),
     AggKind.PERCENTILE: ("list_sort(flatten(list({p0})))",
