@@ -72,7 +72,7 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
 
 def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Table] | None = None) -> pa.Table:
     """``sql`` over ``table`` bound as ``relation`` (and ``others`` under their names), as an Arrow table."""
-    con = sandboxed_cursor(table.num_rows)
+    con = sandboxed_cursor(_input_values(table))
     try:
         con.register(relation, table)
         for name, rows in (others or {}).items():
@@ -82,6 +82,17 @@ def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Ta
         raise QueryError(QueryErrorCode.QUERY_EXECUTION, str(e).splitlines()[0]) from None
     finally:
         con.close()
+
+
+def _input_values(table: pa.Table) -> int:
+    """How much a step over ``table`` reads, to choose its database: its rows and the values in its list columns.
+    A DISTINCTCOUNT's partial row holds its group's every distinct value: the broker's merge of 599 such rows
+    holding 1M UserIDs took 220 ms on both cores and 358 ms on one, which their row count chose."""
+    values = table.num_rows
+    for column in table.columns:
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            values += sum(len(chunk.values) for chunk in column.chunks)
+    return values
 
 
 def _union(tables: Sequence[pa.Table], schema: pa.Schema | None) -> pa.Table:
