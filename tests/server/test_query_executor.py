@@ -369,7 +369,11 @@ def test_a_ranking_that_is_not_one_select_is_refused(loaded) -> None:
     assert result is None and [e.error_code for e in stats.exceptions] == [int(QueryErrorCode.QUERY_EXECUTION)]
 
 
-def test_a_committed_segment_gives_plain_copies_of_dictionary_columns_worth_keeping(tmp_path: Path) -> None:
+def test_a_committed_segment_gives_plain_copies_of_dictionary_columns_worth_keeping(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    from cuvee.server import queryable
+
+    monkeypatch.setattr(queryable, "PLAIN_BYTES_FACTOR", 2)
     rows = event_rows(400, 0, 7)
     segment = committed(tmp_path, segment_name(0, 0), rows)
     encoded = segment.query_table()
