@@ -72,7 +72,7 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
 
 def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Table] | None = None) -> pa.Table:
     """``sql`` over ``table`` bound as ``relation`` (and ``others`` under their names), as an Arrow table."""
-    con = sandboxed_cursor(table.num_rows)
+    con = sandboxed_cursor(_input_values(table))
     try:
         con.register(relation, table)
         for name, rows in (others or {}).items():
@@ -82,6 +82,17 @@ def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Ta
         raise QueryError(QueryErrorCode.QUERY_EXECUTION, user_message(str(e).splitlines()[0])) from None
     finally:
         con.close()
+
+
+def _input_values(table: pa.Table) -> int:
+    """How much a step over ``table`` reads, to choose its database: its rows and the values in its list columns.
+    A DISTINCTCOUNT's partial row holds its group's every distinct value: the broker's merge of 599 such rows
+    holding 1M UserIDs took 220 ms on both cores and 358 ms on one, which their row count chose."""
+    values = table.num_rows
+    for column in table.columns:
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            values += sum(len(chunk.values) for chunk in column.chunks)
+    return values
 
 
 def _union(tables: Sequence[pa.Table], schema: pa.Schema | None) -> pa.Table:
@@ -140,7 +151,33 @@ def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: 
         merged = _simple_merge(plan, union)
         if merged is not None:
             return merged
+    if plan.selection_order is not None:
+        selected = _selection_merge(plan, plan.selection_order, union)
+        if selected is not None:
+            return selected
     return run_sql(plan.final_sql, PARTIALS_RELATION, union)
+
+
+def _selection_merge(plan: QueryPlan, order: tuple[tuple[str, bool, bool], ...],
+                     partials: pa.Table) -> pa.Table | None:
+    """A selection's rows merged in Arrow as its final SQL would: sorted by partial columns (ties in any order,
+    as there), then OFFSET and LIMIT. DuckDB cost ~2 ms for the ten
+    rows of one column and ~18 ms for ten rows of 105 (``SELECT *``), most of those queries' broker time. None (the
+    SQL decides) when a sort key is not a plain scalar or is a float (where NaN's place would have to match)."""
+    keys = []
+    for column, descending, nulls_first in order:
+        kind = partials.schema.field(column).type
+        if pa.types.is_floating(kind) or not any(plain(kind) for plain in _PLAIN):
+            return None
+        keys.append((column, "descending" if descending else "ascending", "at_start" if nulls_first else "at_end"))
+    offset, limit = plan.offset, plan.limit if plan.limit is not None else partials.num_rows
+    if keys:
+        rows = pc.sort_indices(partials, sort_keys=keys)
+        picked = partials.take(rows.slice(offset, limit))
+    else:
+        picked = partials.slice(offset, limit)
+    columns = [picked.column(f"__c{i}") for i in range(len(plan.column_names))]
+    return pa.Table.from_arrays(columns, names=list(plan.column_names))
 
 
 def _simple_merge(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:

@@ -30,6 +30,7 @@ planned by ``cuvee.query.group_trim``): Pinot's numGroupsLimit and its server-si
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -78,7 +79,12 @@ _MV_PARTIALS: dict[AggKind, tuple[str, ...]] = {
     AggKind.DISTINCT_AVG: _MV_DISTINCT_LIST,
     AggKind.PERCENTILE: (f"flatten(list({_MV_VALUES}) FILTER (WHERE {{x}} IS NOT NULL))",),
 }
-_MERGED = "list_distinct(flatten(list({p0})))"
+# A group's distinct values over the servers' partial lists (each one distinct, without NULLs). A group only one
+# partial holds is that list as it is, and a distinct count counts the merged values without building their list:
+# merging 599 RegionID groups holding 1M UserIDs from one server took 29 ms this way, 102 ms counting the
+# flattened lists and 220 ms building their distinct list (2 threads).
+_MERGED = "CASE WHEN count(*) = 1 THEN any_value({p0}) ELSE list_distinct(flatten(list({p0}))) END"
+_MERGED_COUNT = "CASE WHEN count(*) = 1 THEN len(any_value({p0})) ELSE list_unique(flatten(list({p0}))) END"
 # Final steps: (aggregation over the partial columns, scalar step over its result ``{a}``). The scalar step runs
 # one level up so that a merged list is built and sorted once per group.
 _FINALS: dict[AggKind, tuple[str, str]] = {
@@ -88,8 +94,8 @@ _FINALS: dict[AggKind, tuple[str, str]] = {
     AggKind.MAX: ("max({p0})", "{a}"),
     AggKind.AVG: ("CAST(sum({p0}) AS DOUBLE) / nullif(sum({p1}), 0)", "{a}"),
     AggKind.MIN_MAX_RANGE: ("CAST(max({p1}) AS DOUBLE) - CAST(min({p0}) AS DOUBLE)", "{a}"),
-    AggKind.DISTINCT_COUNT: (f"CAST(coalesce(len({_MERGED}), 0) AS INTEGER)", "{a}"),
-    AggKind.DISTINCT_COUNT_HLL: (f"CAST(coalesce(len({_MERGED}), 0) AS BIGINT)", "{a}"),
+    AggKind.DISTINCT_COUNT: (f"CAST(coalesce({_MERGED_COUNT}, 0) AS INTEGER)", "{a}"),
+    AggKind.DISTINCT_COUNT_HLL: (f"CAST(coalesce({_MERGED_COUNT}, 0) AS BIGINT)", "{a}"),
     AggKind.DISTINCT_SUM: (f"CAST(list_sum({_MERGED}) AS DOUBLE)", "{a}"),
     AggKind.DISTINCT_AVG: (f"CAST(list_avg({_MERGED}) AS DOUBLE)", "{a}"),
     AggKind.PERCENTILE: ("list_sort(flatten(list({p0})))",
@@ -151,6 +157,9 @@ class QueryPlan:
     # A GROUP BY's bound on the groups each server sends: how it ranks them, and whether the query may be trimmed
     # (``cuvee.query.group_trim``); None for other kinds.
     group_trim: GroupTrim | None = None
+    # A selection whose ORDER BY terms are each a partial column, as (column, descending, NULLs first) (none
+    # without ORDER BY): merged in Arrow without DuckDB (``cuvee.query.execute``); None otherwise.
+    selection_order: tuple[tuple[str, bool, bool], ...] | None = None
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -176,9 +185,11 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     group = _group_expressions(select, items, by_alias)
     has_aggregates = any(_aggregates_in(e) for e in [*items, *(o.this for o in order)]) or having is not None
     source = SERVER_RELATION
+    selection_order: tuple[tuple[str, bool, bool], ...] | None = None
     if not group and not has_aggregates:
         limit = DEFAULT_LIMIT if limit is None else limit
-        kind, server, final = _plan_selection(items, names, by_alias, order, where_sql, limit, offset)
+        kind, server, final, selection_order = _plan_selection(items, names, by_alias, order, where_sql, limit,
+                                                               offset)
         simple = trim = None
     else:
         kind = QueryKind.GROUP_BY if group else QueryKind.AGGREGATION
@@ -197,7 +208,7 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
                      docs_scanned_sql=docs_scanned, docs_column=docs_column, column_names=names, limit=limit, offset=offset,
                      options=dict(parsed.options), lookups=parsed.lookups,
                      simple_merge=simple if kind is QueryKind.AGGREGATION else None,
-                     group_trim=trim if kind is QueryKind.GROUP_BY else None)
+                     group_trim=trim if kind is QueryKind.GROUP_BY else None, selection_order=selection_order)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:
@@ -302,7 +313,7 @@ def _quote(name: str) -> str:
 
 def _plan_selection(items: list[exp.Expression], names: tuple[str, ...], by_alias: dict[str, exp.Expression],
                     order: list[exp.Ordered], where_sql: str | None, limit: int,
-                    offset: int) -> tuple[QueryKind, str, str]:
+                    offset: int) -> tuple[QueryKind, str, str, tuple[tuple[str, bool, bool], ...] | None]:
     columns = [f"{item.sql(dialect=DIALECT)} AS __c{i}" for i, item in enumerate(items)]
     order_terms: list[str] = []
     for ordered in order:
@@ -322,7 +333,14 @@ def _plan_selection(items: list[exp.Expression], names: tuple[str, ...], by_alia
     server += f"{order_sql} LIMIT {limit + offset}"
     outputs = ", ".join(f"__c{i} AS {_quote(name)}" for i, name in enumerate(names))
     final = f"SELECT {outputs} FROM {PARTIALS_RELATION}{order_sql} LIMIT {limit} OFFSET {offset}"
-    return QueryKind.SELECTION, server, final
+    keys = [_PLAIN_ORDER.fullmatch(term) for term in order_terms]
+    in_arrow = tuple((m.group(1), m.group(2) == " DESC", m.group(3) == " NULLS FIRST") for m in keys if m) \
+        if all(keys) and len(set(names)) == len(names) else None
+    return QueryKind.SELECTION, server, final, in_arrow
+
+
+# A bare partial column; without NULLS FIRST or LAST, NULLs sort last either way (DuckDB's default)
+_PLAIN_ORDER = re.compile(r"(__[co]\d+)( ASC| DESC)?( NULLS FIRST| NULLS LAST)?")
 
 
 def _ordered_sql(ordered: exp.Ordered, target: exp.Expression) -> str:

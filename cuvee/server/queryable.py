@@ -9,6 +9,17 @@ single-value dictionary columns stay ``pa.DictionaryArray`` (ids over the segmen
 as their values, so a query no longer decodes every dictionary column of every segment it touches (that decode
 was most of a server's time per query, and it grows with the rows held). A committed segment's query table is
 built once (zero-copy over its mapped files) and reused.
+
+DuckDB scans a plain Arrow array faster than a dictionary one (1M rows in 8 segments, medians on 2 cores:
+``UserID = x`` 4.1 ms plain vs 7.2 ms encoded; ``GROUP BY CounterID`` 18.7 vs 25.9 ms; a range count on
+``EventDate`` 22.1 vs 30.0 ms; ``ORDER BY SearchPhrase LIMIT 10`` 16.4 vs 27.1 ms). So a committed segment decodes
+a dictionary column a query reads once, and keeps the plain copy when it costs at most ``PLAIN_BYTES_FACTOR``
+times the encoded column (ids and dictionary). A string dictionary is decoded by every scan anyway: DuckDB has
+pyarrow build each segment's plain strings per query, and on a server's allocators (``cuvee.server.memory``) those
+multi-MB buffers are fresh mappings each time; keeping the copy took ``GROUP BY CounterID`` over ``length(URL)``
+(1,250 URLs per 125k-row segment, a copy ~9× the encoded column) from 99 to 42 ms and the ``CounterID = 62``
+page-view reports from ~150 to ~70 ms. Only a column whose copy would cost more than the factor (a few very long
+values) stays encoded.
 """
 
 from __future__ import annotations
@@ -19,6 +30,8 @@ import pyarrow as pa
 
 from cuvee.segment.encoding import combine
 from cuvee.segment.immutable import ImmutableSegment
+
+PLAIN_BYTES_FACTOR = 16  # a decoded copy kept at most this many times the encoded column's bytes
 
 if TYPE_CHECKING:  # the consuming package imports nothing from here; keep the dependency one-way at runtime
     from cuvee.server.consuming.segment import ConsumingSegment
@@ -52,6 +65,7 @@ class CommittedSegment:
         self.segment = segment
         self.name = segment.name
         self._query_table: pa.Table | None = None
+        self._plain: dict[str, pa.Array | None] = {}  # column -> its decoded copy, None: kept encoded
 
     @property
     def num_docs(self) -> int:
@@ -70,6 +84,25 @@ class CommittedSegment:
         if table is None:  # two first queries may both build it: the same zero-copy table, no harm
             table = self._query_table = self.segment.to_arrow(decode=False)
         return table
+
+    def with_plain(self, table: pa.Table) -> pa.Table:
+        """``table`` (columns of ``query_table``, e.g. those a query reads) with each dictionary column whose
+        plain copy is worth keeping (see the module doc) swapped for it, decoded on first use."""
+        for i, field in enumerate(table.schema):
+            if pa.types.is_dictionary(field.type):
+                plain = self._plain_column(field.name)
+                if plain is not None:
+                    table = table.set_column(i, pa.field(field.name, plain.type), plain)
+        return table
+
+    def _plain_column(self, name: str) -> pa.Array | None:
+        if name in self._plain:
+            return self._plain[name]
+        encoded = self.query_table().column(name)
+        plain = self.segment.column(name, decode=True)  # two first readers may both decode: the same values
+        kept = plain if plain.nbytes <= PLAIN_BYTES_FACTOR * encoded.nbytes else None
+        self._plain[name] = kept
+        return kept
 
     def __repr__(self) -> str:
         return f"CommittedSegment({self.name!r}, docs={self.num_docs})"

@@ -399,3 +399,28 @@ def test_a_colocated_joins_share_refuses_copies_of_other_partitions_than_the_bro
     assert "left_2" in errors[0][1] and "other partitions" in errors[0][1]
     result, errors = ask(("left_1",), (2,))  # both copies hold partition 1, not the share's 2
     assert result is None and "left_1" in errors[0][1] and "right_1" not in errors[0][1]
+
+
+def test_a_committed_segment_gives_plain_copies_of_dictionary_columns_worth_keeping(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    from cuvee.server import queryable
+
+    monkeypatch.setattr(queryable, "PLAIN_BYTES_FACTOR", 2)
+    rows = event_rows(400, 0, 7)
+    segment = committed(tmp_path, segment_name(0, 0), rows)
+    encoded = segment.query_table()
+    assert pa.types.is_dictionary(encoded.schema.field("id").type)
+    assert pa.types.is_dictionary(encoded.schema.field("city").type)
+    shown = segment.with_plain(encoded.select(["id", "city", "v"]))
+    assert shown.schema.field("id").type == pa.int64()  # one id a row: the copy costs ~the ids
+    assert pa.types.is_dictionary(shown.schema.field("city").type)  # 5 values: the copy would cost 2.5 times
+    assert shown.column("id").to_pylist() == rows.column("id").to_pylist()
+    again = segment.with_plain(encoded.select(["id"])).column("id").chunk(0)
+    assert again.buffers()[1].address == shown.column("id").chunk(0).buffers()[1].address  # kept, not decoded again
+    registry = SegmentRegistry()
+    registry.put(TABLE, segment)
+    got = run_pinot(registry, "SELECT city, COUNT(*), MAX(id) FROM events WHERE id > 10 GROUP BY city "
+                              "ORDER BY city LIMIT 10", [segment.name])
+    assert [tuple(r.values()) for r in got.to_pylist()] == reference(
+        "SELECT city, COUNT(*), MAX(id) FROM events WHERE id > 10 GROUP BY city ORDER BY city NULLS LAST LIMIT 10",
+        rows)
