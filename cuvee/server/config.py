@@ -25,6 +25,7 @@ from cuvee.errors import UserError
 from cuvee.node.config import load_config
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, INT_MAX
 from cuvee.server.consuming.config import ConsumerConfig
+from cuvee.server.plain_copies import DEFAULT_PLAIN_COPY_BYTES
 
 DEFAULT_TAGS = ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")  # the default tenant's realtime and offline work
 
@@ -58,6 +59,10 @@ class ServerConfig:
     # Bytes of committed upsert segments' valid rows kept for queries (cuvee.upsert.reads); 0: none kept, every
     # query filters all stored versions in its scan.
     upsert_read_cache_bytes: int = 256 * 1024 * 1024
+    # Bytes of plain (decoded) copies of committed segments' dictionary columns kept for queries (DuckDB scans
+    # them faster: cuvee.server.queryable); the least recently read go first. 0: none kept, columns are scanned
+    # encoded.
+    plain_copy_bytes: int = DEFAULT_PLAIN_COPY_BYTES
     # The bytes all consuming segments of this server may use together (their columns, dictionaries and indexes),
     # split evenly among them; a segment that reaches its share ends early (stop reason memoryLimit) instead of
     # growing the process until the OOM killer ends it. 0: no budget.
@@ -87,6 +92,8 @@ class ServerConfig:
             raise ValueError("transition_workers and download_max_attempts must be at least 1")
         if self.upsert_read_cache_bytes < 0:
             raise ValueError("upsert_read_cache_bytes must be 0 (no cache) or positive")
+        if self.plain_copy_bytes < 0:
+            raise ValueError("plain_copy_bytes must be 0 (no copies kept) or positive")
         if self.max_parallel_segment_builds < 0:
             raise ValueError("max_parallel_segment_builds must be 0 (no cap) or positive")
         if not 1 <= self.num_groups_limit <= INT_MAX:

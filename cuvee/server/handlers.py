@@ -25,6 +25,7 @@ from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import SegmentFetcher
 from cuvee.server.local import LocalSegments
 from cuvee.server.memory import RELEASER
+from cuvee.server.plain_copies import PLAIN_COPIES, PlainCopies
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
@@ -103,8 +104,10 @@ class SegmentTransitions:
         upserts: UpsertTables | None = None,
         gate_poll_seconds: float = 0.25,
         story: StoryWriter | None = None,
+        plain_copies: PlainCopies = PLAIN_COPIES,
     ):
         self._story = story  # transitions to CONSUMING and ONLINE, and failures, go into the segment's story
+        self._plain_copies = plain_copies  # committed segments' plain copies, under the server's budget
         self._store = store
         self._registry = registry
         self._local = local
@@ -422,7 +425,7 @@ class SegmentTransitions:
             self._drop_pending.discard(key)
 
         def publish() -> None:
-            self._registry.put(table, CommittedSegment(segment),
+            self._registry.put(table, CommittedSegment(segment, self._plain_copies),
                                on_release=_once(lambda: self._committed_released(key)))
 
         upsert = self._upsert(table, refresh=True)

@@ -19,7 +19,8 @@ pyarrow build each segment's plain strings per query, and on a server's allocato
 multi-MB buffers are fresh mappings each time; keeping the copy took ``GROUP BY CounterID`` over ``length(URL)``
 (1,250 URLs per 125k-row segment, a copy ~9× the encoded column) from 99 to 42 ms and the ``CounterID = 62``
 page-view reports from ~150 to ~70 ms. Only a column whose copy would cost more than the factor (a few very long
-values) stays encoded.
+values) stays encoded. The copies of all a server's segments share one byte budget (``cuvee.server.plain_copies``,
+the server's ``plain_copy_bytes``): the least recently read are dropped to make room, and decoded again when read.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow as pa
 
 from cuvee.segment.encoding import combine
 from cuvee.segment.immutable import ImmutableSegment
+from cuvee.server.plain_copies import PLAIN_COPIES, PlainCopies
 
 PLAIN_BYTES_FACTOR = 16  # a decoded copy kept at most this many times the encoded column's bytes
 
@@ -61,11 +63,14 @@ class CommittedSegment:
     is_consuming = False
     last_ingestion_ms: int | None = None
 
-    def __init__(self, segment: ImmutableSegment):
+    def __init__(self, segment: ImmutableSegment, copies: PlainCopies = PLAIN_COPIES):
+        """``copies``: where its plain copies are kept, under the server's budget."""
         self.segment = segment
         self.name = segment.name
         self._query_table: pa.Table | None = None
-        self._plain: dict[str, pa.Array | None] = {}  # column -> its decoded copy, None: kept encoded
+        self._copies = copies
+        self._token = copies.owner(self)
+        self._encoded: set[str] = set()  # columns scanned encoded: their copies cost too much
 
     @property
     def num_docs(self) -> int:
@@ -96,13 +101,19 @@ class CommittedSegment:
         return table
 
     def _plain_column(self, name: str) -> pa.Array | None:
-        if name in self._plain:
-            return self._plain[name]
+        """The kept copy of ``name``, decoded now when it is not kept (first read, or dropped for room); None when
+        the column is scanned encoded (a copy over ``PLAIN_BYTES_FACTOR`` times it, or over the whole budget)."""
+        if name in self._encoded:
+            return None
+        plain = self._copies.get(self._token, name)
+        if plain is not None:
+            return plain
         encoded = self.query_table().column(name)
         plain = self.segment.column(name, decode=True)  # two first readers may both decode: the same values
-        kept = plain if plain.nbytes <= PLAIN_BYTES_FACTOR * encoded.nbytes else None
-        self._plain[name] = kept
-        return kept
+        if plain.nbytes > PLAIN_BYTES_FACTOR * encoded.nbytes or not self._copies.put(self._token, name, plain):
+            self._encoded.add(name)
+            return None
+        return plain
 
     def __repr__(self) -> str:
         return f"CommittedSegment({self.name!r}, docs={self.num_docs})"

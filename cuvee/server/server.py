@@ -40,6 +40,7 @@ from cuvee.server.memory import tune_allocators
 from cuvee.server.download import Backoff, SegmentFetcher
 from cuvee.server.follower import IdealStateFollower
 from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransitions
+from cuvee.server.plain_copies import PlainCopies
 from cuvee.server.local import UPSERT_SNAPSHOTS, LocalSegments
 from cuvee.server.registry import SegmentRegistry
 from cuvee.server.tables import TableCatalog
@@ -125,7 +126,9 @@ class Server:
                                       headers=internal_headers(cfg.auth), metrics=self.metrics, story=self.story,
                                       verify=cfg.tls.client_verify())
         self.metrics.watch_consuming(lambda: [(t, c.info()) for t, c in self.transitions.all_consuming()])
+        self.plain_copies = PlainCopies(cfg.plain_copy_bytes)
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
+                                              plain_copies=self.plain_copies,
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming,
                                               upserts=self.upserts, story=self.story)
