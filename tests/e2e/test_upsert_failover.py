@@ -60,6 +60,11 @@ def test_a_restarted_upsert_server_preloads_and_answers_alone(metadata: str, tmp
     def exact() -> bool:
         return answer() == (len(latest), len(latest), sum(latest.values()))
 
+    def consuming() -> set[str]:
+        """The segments both servers consume (the external view's CONSUMING on two replicas)."""
+        view = http.get(f"{info['controller']}/tables/{TABLE}/externalview").json().get("REALTIME") or {}
+        return {s for s, replicas in view.items() if list(replicas.values()).count("CONSUMING") == 2}
+
     try:
         with open_admin(configs) as admin:
             admin.create_topic(TABLE, 2)
@@ -76,9 +81,14 @@ def test_a_restarted_upsert_server_preloads_and_answers_alone(metadata: str, tmp
         # A snapshot round runs when a commit finds the partition's next consuming segment empty; while rows
         # stream in they may always be there first (CI, stop 20), so commit once with nothing behind it.
         data = tmp_path / "data" / "server-0"
+        before = consuming()
         assert http.post(f"{info['controller']}/tables/{TABLE}/forceCommit").status_code < 300
         wait_until(lambda: len(list(data.glob("**/partition-*.json"))) == 2, 90, interval=0.2,
                    message="server-0 wrote no snapshot round for each partition")
+        # the forced commits end before the kill: a committer killed mid-commit would hold the partitions' next
+        # segments back until the completion protocol gives up on it, longer than the wait below (CI, stop 22)
+        wait_until(lambda: len(consuming() - before) == 2, 90, interval=0.2,
+                   message=lambda: f"the forced commits did not end: consuming {sorted(consuming())}")
 
         os.kill(info["pids"]["server-0"], signal.SIGKILL)
         produce(4, range(0, KEYS, 2))
