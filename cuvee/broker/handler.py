@@ -171,6 +171,16 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
                               _group_limits(plan, asked))
 
 
+def _check_read(principal: Principal | None, tables: tuple[str, ...]) -> None:
+    """Error 180 unless ``principal`` (None: auth off; internal: another role) may READ every table."""
+    if principal is None or principal.internal:
+        return
+    for table in tables:
+        if not principal.may(Permission.READ, table):
+            raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on "
+                                                           f"table {table!r}")
+
+
 async def _together(*steps: Awaitable[Any]) -> list[Any]:
     """The answers of ``steps`` run at once; when one fails, the others are stopped and waited for before the
     failure is raised (none goes on adding its answers and statistics to a query that has moved on)."""
@@ -343,11 +353,7 @@ class QueryHandler:
         """Route ``plan`` over its table (both halves of a hybrid one), ask the servers, and ask again for what a
         server no longer held. ``principal`` needs READ on the table; ``max_rows`` bounds LIMIT + OFFSET (700)."""
         cfg = self.config
-        if principal is not None and not principal.internal:
-            for table in (plan.table, *(lookup.table for lookup in plan.lookups)):  # a LOOKUP reads its table too
-                if not principal.may(Permission.READ, table):
-                    raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on "
-                                                                   f"table {table!r}")
+        _check_read(principal, (plan.table, *(lookup.table for lookup in plan.lookups)))  # a LOOKUP reads its table
         rows = (plan.limit or 0) + plan.offset
         if rows > max_rows:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,
@@ -483,12 +489,7 @@ class QueryHandler:
         cfg = self.config
         self._count_leaves(run, 1)
         placement: JoinPlacement = join.placement
-        principal = run.principal
-        if principal is not None and not principal.internal:
-            for table in (join.left, join.right):
-                if not principal.may(Permission.READ, table):
-                    raise QueryError(QueryErrorCode.ACCESS_DENIED, f"{principal.name} has no READ permission on "
-                                                                   f"table {table!r}")
+        _check_read(run.principal, (join.left, join.right))
         servers = dict(self.view.snapshot.servers)
         if any(instance not in servers for instance in placement.servers):
             raise _NotColocated(f"a server holding rows of {join.left} left the cluster")

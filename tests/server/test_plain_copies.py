@@ -14,7 +14,7 @@ from tests.broker.helpers import committed, event_rows, segment_name
 
 
 class _Owner:
-    pass
+    """What copies belong to: any object a weak reference can follow (a CommittedSegment on a server)."""
 
 
 def test_the_least_recently_read_copy_makes_room_and_one_too_big_is_not_kept() -> None:
