@@ -18,12 +18,15 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
   tie-breakers. A group cut on some server then has more than ``LIMIT + OFFSET`` kept groups ahead of it in that
   order at the broker too, so it can never be in the answer: trimming is **exact** (the broker's ORDER BY gets the
   same tie-breakers so that it never picks a half-merged group among ties).
-- ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE or expressions of them (and keys): on the server's partials
-  (AVG as partial sum / partial count), Pinot's approximate semantics: a group whose rows are spread over servers
-  can rank low on each and be cut everywhere, or be cut on one server and arrive short.
-- anything else (DISTINCTCOUNT…, PERCENTILE…: a partial's list says little about the merged value) is not
-  trimmed; nor is a query with HAVING (the broker filters merged groups, and the groups a trim keeps may all fail
-  it, even when ordering by keys). They are not ranked at all.
+- ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE, DISTINCTCOUNT (and its HLL, SUM and AVG forms) or
+  expressions of them (and keys): on the server's partials (AVG as partial sum / partial count, a distinct count
+  as the length of the server's distinct list: each aggregation's final value over that server's rows, as Pinot's
+  TableResizer ranks), Pinot's approximate semantics: a group whose rows are spread over servers can rank low on
+  each and be cut everywhere, or be cut on one server and arrive short. Exact when each group's rows are on one
+  server (one server, or a table partitioned on the keys).
+- anything else (PERCENTILE…: the server's own percentile says little about the merged one) is not trimmed; nor
+  is a query with HAVING (the broker filters merged groups, and the groups a trim keeps may all fail it, even when
+  ordering by keys). They are not ranked at all.
 
 ``groupsTrimmed`` (Pinot 1.4's flag) is reported when a server trimmed and trimming was not exact; an exact trim,
 like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` and applies ``cut``.

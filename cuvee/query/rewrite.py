@@ -105,7 +105,9 @@ _FINALS: dict[AggKind, tuple[str, str]] = {
 
 
 # An aggregation's value on one server's partial row, what a server ranks its groups by before trimming them
-# (cuvee.query.group_trim); the kinds missing here (lists of values) are not ranked on partials.
+# (cuvee.query.group_trim): the aggregation's final value over that server's rows, as Pinot's TableResizer ranks a
+# server's groups by each intermediate's final result. A distinct-value list gives its server's own count, sum or
+# average (exact when a group's rows are on one server); a percentile's list is not ranked.
 _ON_PARTIALS: dict[AggKind, str] = {
     AggKind.COUNT: "coalesce({p0}, 0)",
     AggKind.SUM: "CAST({p0} AS DOUBLE)",
@@ -113,6 +115,10 @@ _ON_PARTIALS: dict[AggKind, str] = {
     AggKind.MAX: "{p0}",
     AggKind.AVG: "CAST({p0} AS DOUBLE) / nullif({p1}, 0)",
     AggKind.MIN_MAX_RANGE: "CAST({p1} AS DOUBLE) - CAST({p0} AS DOUBLE)",
+    AggKind.DISTINCT_COUNT: "coalesce(len({p0}), 0)",
+    AggKind.DISTINCT_COUNT_HLL: "coalesce(len({p0}), 0)",
+    AggKind.DISTINCT_SUM: "CAST(list_sum({p0}) AS DOUBLE)",
+    AggKind.DISTINCT_AVG: "CAST(list_avg({p0}) AS DOUBLE)",
 }
 
 

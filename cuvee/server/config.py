@@ -25,7 +25,7 @@ from cuvee.errors import UserError
 from cuvee.node.config import load_config
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, INT_MAX
 from cuvee.server.consuming.config import ConsumerConfig
-from cuvee.server.plain_copies import DEFAULT_PLAIN_COPY_BYTES
+from cuvee.server.plain_copies import DEFAULT_PLAIN_COPY_BYTES, DEFAULT_PLAIN_COPY_MIN_IDLE_SECONDS
 
 DEFAULT_TAGS = ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")  # the default tenant's realtime and offline work
 
@@ -63,6 +63,10 @@ class ServerConfig:
     # them faster: cuvee.server.queryable); the least recently read go first. 0: none kept, columns are scanned
     # encoded.
     plain_copy_bytes: int = DEFAULT_PLAIN_COPY_BYTES
+    # Only copies nobody read for this long are dropped to make room for another; a column finding no room is
+    # scanned encoded for this long, then tried again (cuvee.server.plain_copies: no thrashing when the columns
+    # queries read outgrow plain_copy_bytes).
+    plain_copy_min_idle_seconds: float = DEFAULT_PLAIN_COPY_MIN_IDLE_SECONDS
     # The bytes all consuming segments of this server may use together (their columns, dictionaries and indexes),
     # split evenly among them; a segment that reaches its share ends early (stop reason memoryLimit) instead of
     # growing the process until the OOM killer ends it. 0: no budget.
@@ -94,6 +98,8 @@ class ServerConfig:
             raise ValueError("upsert_read_cache_bytes must be 0 (no cache) or positive")
         if self.plain_copy_bytes < 0:
             raise ValueError("plain_copy_bytes must be 0 (no copies kept) or positive")
+        if self.plain_copy_min_idle_seconds < 0:
+            raise ValueError("plain_copy_min_idle_seconds must be 0 or positive")
         if self.max_parallel_segment_builds < 0:
             raise ValueError("max_parallel_segment_builds must be 0 (no cap) or positive")
         if not 1 <= self.num_groups_limit <= INT_MAX:

@@ -20,7 +20,8 @@ multi-MB buffers are fresh mappings each time; keeping the copy took ``GROUP BY 
 (1,250 URLs per 125k-row segment, a copy ~9× the encoded column) from 99 to 42 ms and the ``CounterID = 62``
 page-view reports from ~150 to ~70 ms. Only a column whose copy would cost more than the factor (a few very long
 values) stays encoded. The copies of all a server's segments share one byte budget (``cuvee.server.plain_copies``,
-the server's ``plain_copy_bytes``): the least recently read are dropped to make room, and decoded again when read.
+the server's ``plain_copy_bytes``): copies idle for a while are dropped to make room, and decoded again when read;
+a column finding no room is scanned encoded for a while (no thrashing when the columns read outgrow the budget).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pyarrow as pa
 
 from cuvee.segment.encoding import combine
 from cuvee.segment.immutable import ImmutableSegment
-from cuvee.server.plain_copies import PLAIN_COPIES, PlainCopies
+from cuvee.server.plain_copies import PLAIN_COPIES, Kept, PlainCopies
 
 PLAIN_BYTES_FACTOR = 16  # a decoded copy kept at most this many times the encoded column's bytes
 
@@ -108,12 +109,18 @@ class CommittedSegment:
         plain = self._copies.get(self._token, name)
         if plain is not None:
             return plain
+        if not self._copies.worth_decoding(self._token, name):
+            return None  # declined lately: the budget is full of copies in use
         encoded = self.query_table().column(name)
         plain = self.segment.column(name, decode=True)  # two first readers may both decode: the same values
-        if plain.nbytes > PLAIN_BYTES_FACTOR * encoded.nbytes or not self._copies.put(self._token, name, plain):
+        if plain.nbytes > PLAIN_BYTES_FACTOR * encoded.nbytes:
             self._encoded.add(name)
             return None
-        return plain
+        kept = self._copies.put(self._token, name, plain)
+        if kept is Kept.TOO_BIG:
+            self._encoded.add(name)
+            return None
+        return plain  # decoded already: this query scans it even when it was declined (and then let go)
 
     def __repr__(self) -> str:
         return f"CommittedSegment({self.name!r}, docs={self.num_docs})"

@@ -58,11 +58,13 @@ def _trim(sql: str) -> GroupTrim:
     ("SELECT city, AVG(d) FROM events GROUP BY city ORDER BY AVG(d), city LIMIT 3", 3, False),
     ("SELECT city, MIN(v), MINMAXRANGE(d) FROM events GROUP BY city ORDER BY MINMAXRANGE(d) LIMIT 3", 3, False),
     ("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY SUM(v) * 2 - COUNT(*) LIMIT 3", 3, False),
+    ("SELECT city, DISTINCTCOUNT(v) AS n FROM events GROUP BY city ORDER BY n DESC LIMIT 5", 5, False),
+    ("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY COUNT(*) + DISTINCTCOUNT(v) LIMIT 5", 5, False),
+    ("SELECT city, DISTINCTSUM(v), DISTINCTAVG(d) FROM events GROUP BY city ORDER BY 2, 3 LIMIT 5", 5, False),
     # not trimmed: nothing to rank by, an aggregation partials cannot rank, or a HAVING (keys or not)
     ("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 5", None, False),
-    ("SELECT city, DISTINCTCOUNT(v) AS n FROM events GROUP BY city ORDER BY n DESC LIMIT 5", None, False),
     ("SELECT city, PERCENTILE90(d) FROM events GROUP BY city ORDER BY 2 LIMIT 5", None, False),
-    ("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY COUNT(*) + DISTINCTCOUNT(v) LIMIT 5", None, False),
+    ("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY COUNT(*) + PERCENTILE90(d) LIMIT 5", None, False),
     ("SELECT city, COUNT(*) FROM events GROUP BY city HAVING COUNT(*) > 2 ORDER BY city LIMIT 5", None, False),
     ("SELECT city, COUNT(*) FROM events GROUP BY city HAVING city <> 'bern' ORDER BY city LIMIT 5", None, False),
 ])
@@ -79,8 +81,11 @@ def test_the_ranking_evaluates_aggregations_on_partials_and_breaks_ties_by_keys(
     assert "COALESCE(__p0, 0)" in count.order_sql
     keyed = _trim("SELECT city, v, COUNT(*) FROM events GROUP BY city, v ORDER BY city DESC LIMIT 3")
     assert keyed.order_sql == "SELECT * FROM cuvee_groups ORDER BY __g0 DESC, __g1"
-    # DISTINCTCOUNT cannot rank: the numGroupsLimit cut takes any groups, unsorted (as without ORDER BY)
-    assert _trim("SELECT city, DISTINCTCOUNT(v) FROM events GROUP BY city ORDER BY 2 LIMIT 3").order_sql == \
+    # a distinct count ranks by the server's own count (the length of its distinct list)
+    assert "ORDER BY (COALESCE(LENGTH(__p0), 0)) DESC, __g0" in \
+        _trim("SELECT city, DISTINCTCOUNT(v) FROM events GROUP BY city ORDER BY 2 DESC LIMIT 3").order_sql
+    # a percentile cannot rank: the numGroupsLimit cut takes any groups, unsorted (as without ORDER BY)
+    assert _trim("SELECT city, PERCENTILE50(d) FROM events GROUP BY city ORDER BY 2 LIMIT 3").order_sql == \
         "SELECT * FROM cuvee_groups"
     assert _trim("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 3").order_sql == "SELECT * FROM cuvee_groups"
 
@@ -209,7 +214,8 @@ def test_the_top_counts_survive_the_default_trim_on_skewed_rows(seed: int) -> No
     assert rows(merge_partials(plan, partials, SCHEMA)) == rows(reference(sql, table))
 
 
-@pytest.mark.parametrize("order", ["AVG(d) DESC", "SUM(d)", "MAX(v) - MIN(d) DESC", "MINMAXRANGE(d) DESC"])
+@pytest.mark.parametrize("order", ["AVG(d) DESC", "SUM(d)", "MAX(v) - MIN(d) DESC", "MINMAXRANGE(d) DESC",
+                                   "DISTINCTCOUNT(v) DESC", "DISTINCTSUM(v)", "DISTINCTAVG(v) DESC"])
 def test_partials_rank_like_the_merged_values_when_each_group_lives_on_one_server(order: str) -> None:
     """Rows partitioned by the key (Pinot's partitioned tables): a server's partials are whole groups, so ranking
     them on partials must pick exactly the top groups — a wrong partial formula (AVG as a sum) picks others."""
@@ -218,7 +224,8 @@ def test_partials_rank_like_the_merged_values_when_each_group_lives_on_one_serve
     cut_at = [int(np.searchsorted(ids, bound)) for bound in (5_000, 12_000)]
     parts = [table.slice(0, cut_at[0]), table.slice(cut_at[0], cut_at[1] - cut_at[0]), table.slice(cut_at[1])]
     sql = f"SELECT id, COUNT(*), AVG(d) FROM events GROUP BY id ORDER BY {order}, id LIMIT 7"
-    oracle = sql.replace("MINMAXRANGE(d)", "(MAX(d) - MIN(d))")
+    oracle = sql.replace("MINMAXRANGE(d)", "(MAX(d) - MIN(d))").replace("DISTINCTCOUNT(v)", "COUNT(DISTINCT v)") \
+        .replace("DISTINCTSUM(v)", "SUM(DISTINCT v)").replace("DISTINCTAVG(v)", "AVG(DISTINCT v)")
     assert rows(_trimmed_run(sql, parts)) == rows(reference(oracle, table))
 
 
@@ -236,6 +243,18 @@ def test_num_groups_limit_drops_groups_beyond_it() -> None:
     top = run_server_step(ranked, [table], num_groups_limit=300)  # a trimmable query keeps its top groups
     assert top.column("__g0").to_pylist() == [key for key, _ in sorted(whole.items(), key=lambda kv: (-kv[1],
                                                                                                       kv[0]))][:300]
+
+
+def test_a_distinct_count_past_the_groups_limit_keeps_the_top_groups() -> None:
+    """ClickBench's q14 at 10M rows (``GROUP BY SearchPhrase ORDER BY COUNT(DISTINCT UserID) DESC LIMIT 10``):
+    with more groups than numGroupsLimit, the server keeps its top groups by its own distinct count, not any."""
+    table = _skewed(5)
+    sql = "SELECT id, DISTINCTCOUNT(v) AS u FROM events GROUP BY id ORDER BY u DESC, id LIMIT 10"
+    plan = plan_sql(sql, resolve)
+    kept = run_server_step(plan, [table], num_groups_limit=100, min_trim_size=-1)
+    assert kept.num_rows == 100
+    assert rows(merge_partials(plan, [kept], SCHEMA)) == \
+        rows(reference(sql.replace("DISTINCTCOUNT(v)", "COUNT(DISTINCT v)"), table))
 
 
 @pytest.mark.parametrize("sql", [

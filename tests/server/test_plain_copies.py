@@ -1,5 +1,6 @@
-"""The plain copies committed segments keep for queries stay under the server's byte budget: least recently read
-out first, a copy bigger than the budget not kept (its column scanned encoded), a segment's copies gone with it."""
+"""The plain copies committed segments keep for queries stay under the server's byte budget: copies idle long
+enough make room (least recently read first), a copy finding no room is declined for a while (no thrashing), a
+copy bigger than the budget not kept (its column scanned encoded), a segment's copies gone with it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cuvee.server.plain_copies import PlainCopies
+from cuvee.server.plain_copies import Kept, PlainCopies
 from cuvee.server.queryable import CommittedSegment
 from tests.broker.helpers import committed, event_rows, segment_name
 
@@ -17,17 +18,27 @@ class _Owner:
     """What copies belong to: any object a weak reference can follow (a CommittedSegment on a server)."""
 
 
-def test_the_least_recently_read_copy_makes_room_and_one_too_big_is_not_kept() -> None:
-    copies = PlainCopies(max_bytes=3 * 800)
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_least_recently_read_idle_copy_makes_room_and_one_too_big_is_not_kept() -> None:
+    clock = _Clock()
+    copies = PlainCopies(max_bytes=3 * 800, min_idle_seconds=60, clock=clock)
     owner = _Owner()
     token = copies.owner(owner)
     columns = {name: pa.array(range(100), pa.int64()) for name in "abcd"}  # 800 bytes each
     for name in "abc":
-        assert copies.put(token, name, columns[name])
+        assert copies.put(token, name, columns[name]) is Kept.KEPT
+    clock.now += 61  # all idle
     assert copies.get(token, "a") is not None  # read: now the most recent
-    assert copies.put(token, "d", columns["d"])  # b, the least recently read, goes
+    assert copies.put(token, "d", columns["d"]) is Kept.KEPT  # b, the least recently read, goes
     assert copies.get(token, "b") is None and copies.get(token, "a") is not None and copies.bytes == 2400
-    assert not copies.put(token, "e", pa.array(range(400), pa.int64()))  # 3200 bytes: over the whole budget
+    assert copies.put(token, "e", pa.array(range(400), pa.int64())) is Kept.TOO_BIG  # over the whole budget
     assert copies.bytes == 2400
     del owner
     gc.collect()
@@ -41,3 +52,43 @@ def test_a_segment_scans_a_column_encoded_when_its_copy_cannot_be_kept(tmp_path:
     shown = none_kept.with_plain(none_kept.query_table().select(["id"]))
     assert pa.types.is_dictionary(shown.schema.field("id").type)
     assert shown.column("id").to_pylist() == rows.column("id").to_pylist()
+
+
+def test_copies_in_use_are_not_evicted_and_a_declined_column_waits_before_it_is_decoded_again() -> None:
+    """More columns read than the budget holds (a ``SELECT *`` at 10M rows): plain LRU would decode and evict on
+    every query. The kept copies stay; the others are declined and scanned encoded until the budget's copies idle."""
+    clock = _Clock()
+    copies = PlainCopies(max_bytes=2 * 800, min_idle_seconds=60, clock=clock)
+    owner = _Owner()
+    token = copies.owner(owner)
+    column = pa.array(range(100), pa.int64())
+    assert copies.put(token, "a", column) is Kept.KEPT and copies.put(token, "b", column) is Kept.KEPT
+    clock.now += 30  # read half a minute ago: in use
+    assert copies.worth_decoding(token, "c")
+    assert copies.put(token, "c", column) is Kept.DECLINED
+    assert copies.get(token, "a") is not None and copies.get(token, "b") is not None and copies.bytes == 1600
+    assert not copies.worth_decoding(token, "c")  # declined lately: scanned encoded, not decoded again
+    clock.now += 59
+    assert not copies.worth_decoding(token, "c")
+    assert copies.get(token, "a") is not None  # a is read again; b stays idle
+    clock.now += 2  # b idle for 61 s, c declined 61 s ago
+    assert copies.worth_decoding(token, "c")
+    assert copies.put(token, "c", column) is Kept.KEPT  # b, idle, makes room; a, read lately, stays
+    assert copies.get(token, "b") is None and copies.get(token, "a") is not None
+
+
+def test_a_segment_over_its_budget_scans_declined_columns_encoded(tmp_path: Path) -> None:
+    """Through a committed segment whose budget holds one of the two columns read: the first query scans both
+    decoded (it decoded them), the next the kept one decoded and the declined one encoded (the same values)."""
+    rows = event_rows(400, 0, 7)
+    built = committed(tmp_path, segment_name(0, 0), rows).segment
+    clock = _Clock()
+    city_bytes = built.column("city", decode=True).nbytes
+    segment = CommittedSegment(built, PlainCopies(max_bytes=city_bytes + 100, min_idle_seconds=60, clock=clock))
+    first = segment.with_plain(segment.query_table().select(["city", "id"]))
+    assert not any(pa.types.is_dictionary(field.type) for field in first.schema)
+    again = segment.with_plain(segment.query_table().select(["city", "id"]))
+    assert not pa.types.is_dictionary(again.schema.field("city").type)  # kept
+    assert pa.types.is_dictionary(again.schema.field("id").type)  # declined: encoded, not decoded again
+    assert again.column("id").to_pylist() == rows.column("id").to_pylist()
+    assert again.column("city").to_pylist() == rows.column("city").to_pylist()
