@@ -168,7 +168,7 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
     """One server's share of ``plan`` over ``target`` (a table, or one half of a hybrid table)."""
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
-                              _group_limits(plan, asked))
+                              _group_limits(plan, asked), top_sql=plan.top_sql)
 
 
 def _check_read(principal: Principal | None, tables: tuple[str, ...]) -> None:

@@ -268,6 +268,8 @@ class ServerQueryRequest:
     lookups: tuple[DimLookup, ...] = ()  # the dimension tables ``sql`` reads (LOOKUP)
     groups: GroupLimits | None = None  # a GROUP BY's bound on the groups sent back; None: every group
     colocation: Colocation | None = None  # a colocated join's share: what its segments' copies must hold
+    # a selection's rows by position (``QueryPlan.top_sql``): the server may run ``sql`` over those rows only
+    top_sql: str | None = None
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -283,7 +285,8 @@ class ServerQueryRequest:
                 **({"skipUpsert": True} if self.skip_upsert else {}),  # absent unless set: older servers refuse it
                 **({"lookups": [lookup.to_dict() for lookup in self.lookups]} if self.lookups else {}),
                 **({"groups": self.groups.to_dict()} if self.groups is not None else {}),
-                **({"colocation": self.colocation.to_dict()} if self.colocation is not None else {})}
+                **({"colocation": self.colocation.to_dict()} if self.colocation is not None else {}),
+                **({"topSql": self.top_sql} if self.top_sql is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -291,7 +294,7 @@ class ServerQueryRequest:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
-                          "timeFilter", "skipUpsert", "lookups", "groups", "colocation"}, what)
+                          "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -313,7 +316,7 @@ class ServerQueryRequest:
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
                    docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
-                   groups=groups, colocation=colocation)
+                   groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what))
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

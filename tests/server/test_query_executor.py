@@ -11,14 +11,14 @@ import pyarrow as pa
 import pytest
 
 from cuvee.config.table import IndexingConfig
-from cuvee.protocol.query import Colocation, DimLookup, GroupLimits, ServerQueryRequest
+from cuvee.protocol.query import Colocation, DimLookup, GroupLimits, ServerQueryRequest, TimeFilter
 from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
 from cuvee.query.rewrite import DOCS_COLUMN
 from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor, _union
 from cuvee.server.queryable import CommittedSegment
 from cuvee.server.registry import SegmentRegistry
-from tests.broker.helpers import TABLE, MutableView, committed, event_rows, schema, segment_name
+from tests.broker.helpers import BASE_MS, TABLE, MutableView, committed, event_rows, schema, segment_name
 
 INFO = TableInfo(TABLE, tuple(schema().column_names), frozenset({"ts"}))
 
@@ -424,3 +424,50 @@ def test_a_committed_segment_gives_plain_copies_of_dictionary_columns_worth_keep
     assert [tuple(r.values()) for r in got.to_pylist()] == reference(
         "SELECT city, COUNT(*), MAX(id) FROM events WHERE id > 10 GROUP BY city ORDER BY city NULLS LAST LIMIT 10",
         rows)
+
+
+LATE_SELECTIONS = [
+    "SELECT * FROM events WHERE city LIKE '%e%' ORDER BY ts DESC LIMIT 5",
+    "SELECT city, d FROM events WHERE v > 0 ORDER BY v, id LIMIT 7 OFFSET 3",
+    "SELECT id, city, v * 2 AS w FROM events ORDER BY w DESC NULLS LAST, 1 LIMIT 9",
+    "SELECT * FROM events WHERE v IS NULL ORDER BY id LIMIT 500",  # more rows than pass WHERE
+    "SELECT city FROM events WHERE v > 1000 ORDER BY ts LIMIT 3",  # none pass
+]
+
+
+@pytest.mark.parametrize("half", [None, TimeFilter("ts", "<=", BASE_MS + 400_000)])  # a hybrid table's half
+@pytest.mark.parametrize("sql", LATE_SELECTIONS)
+def test_a_selection_read_late_answers_as_one_read_whole(loaded, sql: str, half: TimeFilter | None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``top_sql`` picks the rows by WHERE and ORDER BY; the SELECT list is read for those rows only. Same rows,
+    same docs count, whether the server reads late (every input here, with the threshold at 0) or not."""
+    import cuvee.server.query_executor as executor_module
+
+    registry, rows, names = loaded
+    plan, whole = plan_request(sql, names)
+    assert plan.top_sql is not None and whole.top_sql is None
+    whole = replace(whole, time_filter=half)
+    late = replace(whole, top_sql=plan.top_sql)
+    expected, expected_stats = QueryExecutor(registry).execute(whole)
+    monkeypatch.setattr(executor_module, "LATE_ROWS", 0)
+    picked: list[str] = []
+    real = executor_module._late_rows
+    monkeypatch.setattr(executor_module, "_late_rows", lambda *a: picked.append("late") or real(*a))
+    got, stats = QueryExecutor(registry).execute(late)
+    assert picked == ["late"] and stats.exceptions == ()
+    assert got is not None and expected is not None
+    assert got.to_pylist() == expected.to_pylist()  # every ORDER BY here is total on the rows it keeps
+    assert stats.numDocsScanned == expected_stats.numDocsScanned
+    schema_ = schema().arrow_schema()
+    assert merge_partials(plan, [got], schema_).to_pylist() == merge_partials(plan, [expected], schema_).to_pylist()
+
+
+def test_only_selections_with_columns_to_read_late_carry_top_sql() -> None:
+    assert plan_sql("SELECT * FROM events ORDER BY ts LIMIT 3", resolve).top_sql == \
+        'SELECT __cuvee_row FROM cuvee_segments ORDER BY "ts" LIMIT 3'
+    assert plan_sql("SELECT id FROM events WHERE city = 'x' ORDER BY 1 DESC LIMIT 3 OFFSET 1", resolve).top_sql is None
+    assert plan_sql("SELECT id, city FROM events LIMIT 3", resolve).top_sql is None  # no ORDER BY
+    assert plan_sql("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY 2 LIMIT 3", resolve).top_sql is None
+    request_ = ServerQueryRequest("1", TABLE, "SELECT 1", ("s",), 1000, top_sql="SELECT __cuvee_row FROM x")
+    assert ServerQueryRequest.decode(request_.encode()) == request_
+    assert "topSql" not in ServerQueryRequest("1", TABLE, "SELECT 1", ("s",), 1000).to_dict()  # older servers
