@@ -39,7 +39,7 @@ SMALL_INPUT_ROWS = 100_000  # inputs up to this many rows run on the single-thre
 MEMORY_SHARE = 0.4  # of physical memory, for each database: together the 80% DuckDB gives one by default
 
 
-def _memory_limit() -> str | None:
+def memory_limit() -> str | None:
     try:
         return f"{int(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') * MEMORY_SHARE)}B"
     except (ValueError, OSError, AttributeError):  # a platform without these: DuckDB's own default
@@ -60,7 +60,7 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
             config: dict[str, str | bool | int] = {"enable_external_access": False}
             if small:
                 config["threads"] = 1
-            limit = _memory_limit()
+            limit = memory_limit()
             if limit is not None:
                 config["memory_limit"] = limit
             database = duckdb.connect(config=config)

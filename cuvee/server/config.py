@@ -25,6 +25,8 @@ from cuvee.errors import UserError
 from cuvee.node.config import load_config
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, INT_MAX
 from cuvee.server.consuming.config import ConsumerConfig
+from cuvee.query.execute import SMALL_INPUT_ROWS
+from cuvee.server.native_copies import DEFAULT_NATIVE_COPY_BYTES
 from cuvee.server.plain_copies import DEFAULT_PLAIN_COPY_BYTES, DEFAULT_PLAIN_COPY_MIN_IDLE_SECONDS
 
 DEFAULT_TAGS = ("DefaultTenant_REALTIME", "DefaultTenant_OFFLINE")  # the default tenant's realtime and offline work
@@ -67,6 +69,13 @@ class ServerConfig:
     # scanned encoded for this long, then tried again (cuvee.server.plain_copies: no thrashing when the columns
     # queries read outgrow plain_copy_bytes).
     plain_copy_min_idle_seconds: float = DEFAULT_PLAIN_COPY_MIN_IDLE_SECONDS
+    # Bytes of committed segments copied into DuckDB's own tables, which queries over at least
+    # native_copy_min_rows rows scan instead of the Arrow views (cuvee.server.native_copies: filters and wide scans
+    # run several times faster); 0: none. Segments of fewer rows are not copied; copies idle for
+    # native_copy_min_idle_seconds make room for others.
+    native_copy_bytes: int = DEFAULT_NATIVE_COPY_BYTES
+    native_copy_min_rows: int = SMALL_INPUT_ROWS
+    native_copy_min_idle_seconds: float = DEFAULT_PLAIN_COPY_MIN_IDLE_SECONDS
     # The bytes all consuming segments of this server may use together (their columns, dictionaries and indexes),
     # split evenly among them; a segment that reaches its share ends early (stop reason memoryLimit) instead of
     # growing the process until the OOM killer ends it. 0: no budget.
@@ -100,6 +109,12 @@ class ServerConfig:
             raise ValueError("plain_copy_bytes must be 0 (no copies kept) or positive")
         if self.plain_copy_min_idle_seconds < 0:
             raise ValueError("plain_copy_min_idle_seconds must be 0 or positive")
+        if self.native_copy_bytes < 0:
+            raise ValueError("native_copy_bytes must be 0 (none kept) or positive")
+        if self.native_copy_min_rows < 1:
+            raise ValueError("native_copy_min_rows must be at least 1")
+        if self.native_copy_min_idle_seconds < 0:
+            raise ValueError("native_copy_min_idle_seconds must be 0 or positive")
         if self.max_parallel_segment_builds < 0:
             raise ValueError("max_parallel_segment_builds must be 0 (no cap) or positive")
         if not 1 <= self.num_groups_limit <= INT_MAX:

@@ -27,7 +27,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_N
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.deadlines import DEADLINES
+from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
 from cuvee.server.tables import TableNotFoundError
@@ -123,10 +124,12 @@ class QueryExecutor:
     def __init__(self, registry: SegmentRegistry, *, clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), upserts: UpsertTables | None = None,
                  num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
-                 min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE):
+                 min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
+                 natives: NativeCopies | None = None):
         """``num_groups_limit`` and ``min_server_group_trim_size``: the defaults of the query options of those
-        names (Pinot's server settings)."""
+        names (Pinot's server settings); ``natives``: committed segments' DuckDB copies (none: Arrow only)."""
         self.registry = registry
+        self._natives = natives if natives is not None and natives.enabled else None
         self._clock = clock
         self._wall_ms = wall_ms
         self._upserts = upserts
@@ -247,7 +250,7 @@ class QueryExecutor:
                 if request.top_sql is not None:
                     _check_select(request.top_sql)
                 _check_placed(_misplaced(request, request.table, acquired.segments))
-                tables = self._views(acquired.segments, request, counts, errors, valid)
+                tables, used = self._views(acquired.segments, request, counts, errors, valid)
                 if tables:
                     dims.check()
                     self._check_deadline(deadline, request.timeout_ms)
@@ -262,8 +265,8 @@ class QueryExecutor:
                         docs_scanned = rows
                     else:
                         try:
-                            result, docs_scanned, groups = self._run(request, _projected_union(tables, request),
-                                                                     deadline, counts.total_docs, dims.tables)
+                            result, docs_scanned, groups = self._run(request, tables, used, deadline,
+                                                                     counts.total_docs, dims.tables)
                         except _Failed as failure:
                             if not failure.data:
                                 raise
@@ -298,12 +301,15 @@ class QueryExecutor:
         return result, stats
 
     def _views(self, segments: Sequence[QueryableSegment], request: ServerQueryRequest, counts: _Counts,
-               errors: list[ServerException], valid: Valid | None = None) -> list[pa.Table]:
-        """Each held segment's Arrow view (an upsert table's valid rows: ``cuvee.upsert.reads``); a segment that
-        cannot produce one is reported, the others still run. A committed segment of a table without upserts
-        gives the columns ``request`` reads, in their plain copies where it keeps them
-        (``CommittedSegment.with_plain``: DuckDB scans those faster); an upsert table's reads cache whole rows."""
+               errors: list[ServerException],
+               valid: Valid | None = None) -> tuple[list[pa.Table], list[QueryableSegment]]:
+        """Each held segment's Arrow view (an upsert table's valid rows: ``cuvee.upsert.reads``), and the segments
+        they are of; a segment that cannot produce one is reported, the others still run. A committed segment of
+        a table without upserts gives the columns ``request`` reads, in their plain copies where it keeps them
+        (``CommittedSegment.with_plain``: DuckDB scans those faster) unless it has a DuckDB copy (then the view
+        only types the union); an upsert table's reads cache whole rows."""
         parts: list[ValidRows] = []
+        used: list[QueryableSegment] = []
         for segment in segments:
             try:
                 if valid is not None and isinstance(segment, ConsumingView):
@@ -320,7 +326,10 @@ class QueryExecutor:
                     part = self._upserts.reads.read(segment.name, token, table, bits,
                                                     committed=not isinstance(segment, ConsumingView))
                 elif isinstance(segment, CommittedSegment):
-                    part = ValidRows(segment.with_plain(_columns_read(table, request)), False)
+                    read = _columns_read(table, request)
+                    natives = self._natives
+                    copied = natives is not None and natives.ready(natives.token(segment))
+                    part = ValidRows(read if copied else segment.with_plain(read), False)
                 else:
                     part = ValidRows(table, False)
             except Exception as exc:  # a broken segment must not take the whole server answer down
@@ -330,6 +339,7 @@ class QueryExecutor:
                                               "server log has the details)"))
                 continue
             parts.append(part)
+            used.append(segment)
             counts.total_docs += table.num_rows
             counts.non_empty += 1 if table.num_rows else 0
             if segment.is_consuming:
@@ -337,30 +347,69 @@ class QueryExecutor:
                 fresh = segment.last_ingestion_ms
                 fresh = self._wall_ms() if fresh is None else fresh  # nothing consumed yet: nothing is stale
                 counts.freshness_ms = fresh if counts.freshness_ms is None else min(counts.freshness_ms, fresh)
-        return scan_tables(parts)
+        return scan_tables(parts), used
 
     def _check_deadline(self, deadline: float, timeout_ms: int) -> None:
         if self._clock() >= deadline:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT, f"query timed out: {timeout_ms} ms passed before it ran")
 
-    def _run(self, request: ServerQueryRequest, union: pa.Table, deadline: float,
-             total_docs: int, dims: Mapping[str, pa.Table] | None = None) -> tuple[pa.Table, int, GroupCut]:
-        con = sandboxed_cursor(union.num_rows)
+    def _run(self, request: ServerQueryRequest, tables: list[pa.Table], segments: Sequence[QueryableSegment],
+             deadline: float, total_docs: int,
+             dims: Mapping[str, pa.Table] | None = None) -> tuple[pa.Table, int, GroupCut]:
+        projected = [_columns_read(table, request) for table in tables]
+        with self._native_read(request, projected, segments) as native:
+            if native is None:
+                union = _union(projected)
+                upsert = union.schema.get_field_index(VALID_COLUMN) >= 0
+                late = request.top_sql is not None and union.num_rows >= LATE_ROWS
+                con = sandboxed_cursor(union.num_rows)
+
+                def bind() -> None:  # read late: the scan binds only what WHERE, ORDER BY and the docs count read
+                    early = _with_positions(_columns_read(union, request, request.top_sql)) if late else union
+                    _bind(con, early, request.time_filter, upsert=upsert)
+
+                try:
+                    return self._run_on(con, request, deadline, total_docs, dims, bind,
+                                        (lambda: _late_rows(con, request, union, upsert, dims)) if late else None)
+                finally:
+                    con.close()
+            assert self._natives is not None
+            natives = self._natives
+            return self._run_on(native.cursor, request, deadline, total_docs, dims,
+                                lambda: _bind_native(native, projected, segments, natives, request.time_filter))
+
+    def _native_read(self, request: ServerQueryRequest, projected: list[pa.Table],
+                     segments: Sequence[QueryableSegment]) -> AbstractContextManager[NativeRead | None]:
+        """The DuckDB copies of the committed segments a large scan reads (asking for those not made yet), or
+        nothing: an upsert table's valid docs, small inputs and segments of different columns (a column added
+        since some were built) take the Arrow views."""
+        natives = self._natives
+        if natives is None or not projected or sum(t.num_rows for t in projected) < natives.min_rows:
+            return nullcontext(None)
+        names = projected[0].schema.names
+        if VALID_COLUMN in names or any(t.schema.names != names for t in projected[1:]):
+            return nullcontext(None)
+        tokens = []
+        for segment in segments:
+            if isinstance(segment, CommittedSegment):
+                token = natives.token(segment)
+                natives.want(token, request.table, segment.segment)
+                tokens.append(token)
+        return natives.reading(request.table, tokens) if tokens else nullcontext(None)
+
+    def _run_on(self, con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, deadline: float,
+                total_docs: int, dims: Mapping[str, pa.Table] | None,
+                bind: Callable[[], None],
+                answer: Callable[[], pa.Table] | None = None) -> tuple[pa.Table, int, GroupCut]:
+        """Bind ``cuvee_segments`` (``bind``) and run the request on ``con``; ``answer``: how the SQL's answer is
+        made instead of running it whole (a selection read late)."""
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
-            union = _columns_read(union, request)
-            upsert = union.schema.get_field_index(VALID_COLUMN) >= 0
-            late = request.top_sql is not None and union.num_rows >= LATE_ROWS
-            # read late: the scan binds only the columns WHERE, ORDER BY and the docs count read
-            early = _with_positions(_columns_read(union, request, request.top_sql)) if late else union
-            _bind(con, early, request.time_filter, upsert=upsert)
+            bind()
             for relation, rows in (dims or {}).items():  # LOOKUP's dimension tables (names checked on the wire)
                 con.register(relation, rows)
-            if late:
-                result = _late_rows(con, request, union, upsert, dims)
-            else:
-                result = con.sql(request.sql).to_arrow_table()
+            result = answer() if answer is not None else con.sql(request.sql).to_arrow_table()
             docs = total_docs
             if request.docs_column is not None:
                 result, docs = _take_docs_column(result, request.docs_column)
@@ -381,7 +430,6 @@ class QueryExecutor:
                           data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
         finally:
             timer.cancel()
-            con.close()
 
     def _cut_groups(self, con: duckdb.DuckDBPyConnection, result: pa.Table,
                     limits: GroupLimits) -> tuple[pa.Table, GroupCut]:
@@ -398,11 +446,11 @@ class QueryExecutor:
         for segment in segments[:_CULPRIT_PROBES]:
             if self._clock() >= deadline:
                 return None
-            tables = self._views([segment], request, _Counts(), [], valid)
+            tables, used = self._views([segment], request, _Counts(), [], valid)
             if not tables:
                 continue
             try:
-                self._run(request, _projected_union(tables, request), deadline, tables[0].num_rows, dims)
+                self._run(request, tables, used, deadline, tables[0].num_rows, dims)
             except _Failed as failure:
                 if failure.data:
                     return segment.name
@@ -470,6 +518,39 @@ def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilt
     if time_filter is not None:
         keep.append(_time_predicate(union, time_filter))
     con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT {shown} FROM {_UNFILTERED} WHERE {' AND '.join(keep)}")
+
+
+_REST = "cuvee_rest"
+
+
+def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequence[QueryableSegment],
+                 natives: NativeCopies, time_filter: TimeFilter | None) -> None:
+    """``cuvee_segments`` on the table database's cursor as ``_bind`` makes it: the rows of the held copies (by
+    their segment ids) and the Arrow views of the other segments (not copied yet), in one ``UNION ALL`` of the
+    columns read (every view has the same: ``_native_read``)."""
+    names = projected[0].schema.names
+    columns = ", ".join('"' + name.replace('"', '""') + '"' for name in names)
+    copied: list[int] = []
+    rest: list[pa.Table] = []
+    for table, segment in zip(projected, segments):
+        token = natives.token(segment) if isinstance(segment, CommittedSegment) else None
+        if token is not None and token in native.tokens:
+            copied.append(token)
+        else:
+            rest.append(table)
+    ids = ", ".join(str(int(token)) for token in copied)
+    selects = [f'SELECT {columns} FROM "{native.relation}" WHERE {SEGMENT_COLUMN} IN ({ids})']
+    con = native.cursor
+    if rest:
+        con.register(_REST, _union(rest))
+        selects.append(f"SELECT {columns} FROM {_REST}")
+    source = " UNION ALL ".join(selects)
+    if time_filter is None:
+        con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS {source}")
+        return
+    con.execute(f"CREATE TEMP VIEW {_UNFILTERED} AS {source}")
+    con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT * FROM {_UNFILTERED} "
+                f"WHERE {_time_predicate(projected[0], time_filter)}")
 
 
 def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
@@ -606,11 +687,6 @@ def _reason(exc: duckdb.Error) -> str:
     """Why DuckDB failed, in a line: its first line in a user's words (``cuvee.query.execute.user_message``: no
     error class like ``Conversion Error:``, no SQL it quotes after it)."""
     return user_message(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:500]
-
-
-def _projected_union(tables: list[pa.Table], request: ServerQueryRequest) -> pa.Table:
-    """The union of only the columns the request reads: joining 79 columns of 8 segments to read two cost ~0.5 ms."""
-    return _union([_columns_read(table, request) for table in tables])
 
 
 def _union(tables: list[pa.Table]) -> pa.Table:

@@ -40,6 +40,7 @@ from cuvee.server.memory import tune_allocators
 from cuvee.server.download import Backoff, SegmentFetcher
 from cuvee.server.follower import IdealStateFollower
 from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransitions
+from cuvee.server.native_copies import NativeCopies
 from cuvee.server.plain_copies import PlainCopies
 from cuvee.server.local import UPSERT_SNAPSHOTS, LocalSegments
 from cuvee.server.registry import SegmentRegistry
@@ -51,7 +52,8 @@ from cuvee.upsert.table import UpsertTables
 log = logging.getLogger(__name__)
 
 
-def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: ServerConfig) -> list[APIRouter]:
+def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: ServerConfig,
+                     natives: NativeCopies) -> list[APIRouter]:
     """The query routes (written by the broker side); absent modules simply mean no query endpoint yet."""
     try:
         from cuvee.server.query_routes import query_router
@@ -60,7 +62,7 @@ def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: S
         log.warning("cuvee.server.query_routes is not available: this server answers no queries")
         return []
     executor = QueryExecutor(registry, upserts=upserts, num_groups_limit=config.num_groups_limit,
-                             min_server_group_trim_size=config.min_server_group_trim_size)
+                             min_server_group_trim_size=config.min_server_group_trim_size, natives=natives)
     return [query_router(registry, executor=executor, upserts=upserts)]
 
 
@@ -77,6 +79,9 @@ class Server:
         # reads the catalog only once a segment needs it; snapshots beside the table's segments
         self.upserts = UpsertTables(self._table_context, lambda table: self.local.table_dir(table) / UPSERT_SNAPSHOTS,
                                     read_cache_bytes=config.upsert_read_cache_bytes)
+        # committed segments' DuckDB copies for large scans (cuvee.server.native_copies; off at 0 bytes)
+        self.natives = NativeCopies(config.native_copy_bytes, config.native_copy_min_idle_seconds,
+                                    config.native_copy_min_rows)
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds
@@ -113,7 +118,7 @@ class Server:
         assert self.metastore is not None and self.deep_store is not None
         self.store = ClusterStore(self.metastore, cfg.cluster)
         routers = (self._extra_routers if self._extra_routers is not None
-                   else _default_routers(self.registry, self.upserts, cfg))
+                   else _default_routers(self.registry, self.upserts, cfg, self.natives))
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
                                  role=Role.SERVER, tls=cfg.tls, store=self.store)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
@@ -195,6 +200,7 @@ class Server:
         if self._http is not None:
             self._http.stop()
             self._http = None
+        self.natives.close()
         close = getattr(self._completion, "close", None)
         if close is not None:
             close()

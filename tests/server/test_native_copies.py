@@ -1,0 +1,223 @@
+"""Committed segments' DuckDB copies: the same answers as the Arrow views (alone and mixed with segments not copied
+yet), under a byte budget that only idle copies make room in, dropped with their segment but never under a
+running query, and one database per table."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cuvee.protocol.query import ServerQueryRequest, TimeFilter
+from cuvee.query import merge_partials, plan_sql
+from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies
+from cuvee.server.query_executor import QueryExecutor
+from cuvee.server.queryable import CommittedSegment
+from cuvee.server.registry import SegmentRegistry
+from tests.broker.helpers import BASE_MS, TABLE, committed, event_rows, schema, segment_name
+from tests.server.test_query_executor import resolve
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def segments(tmp_path_factory: pytest.TempPathFactory) -> list[CommittedSegment]:
+    work = tmp_path_factory.mktemp("native")
+    parts = [event_rows(300, 0, 1), event_rows(250, 300, 2), event_rows(200, 550, 3)]
+    return [committed(work, segment_name(0, i), part) for i, part in enumerate(parts)]
+
+
+def _natives(max_bytes: int = 1 << 30, clock: _Clock | None = None) -> NativeCopies:
+    return NativeCopies(max_bytes, min_idle_seconds=60, min_rows=1, clock=clock or _Clock(), background=False)
+
+
+QUERIES = [
+    "SELECT COUNT(*), SUM(d), MIN(v), MAX(ts) FROM events WHERE v > 3 AND city <> 'bern'",
+    "SELECT city, COUNT(*), AVG(d), DISTINCTCOUNT(v) FROM events GROUP BY city ORDER BY COUNT(*) DESC, city LIMIT 5",
+    "SELECT id, city, ts FROM events WHERE city = 'zurich' ORDER BY id LIMIT 7",
+    "SELECT city, v FROM events WHERE id BETWEEN 100 AND 110 ORDER BY id",
+    "SELECT COUNT(*) FROM events WHERE ts IS NOT NULL",
+]
+
+
+def _answer(executor: QueryExecutor, sql: str, names: list[str],
+            time_filter: TimeFilter | None = None) -> list[tuple]:
+    plan = plan_sql(sql, resolve)
+    request = ServerQueryRequest("1", TABLE, plan.server_sql, tuple(names), 10_000, plan.docs_scanned_sql,
+                                 plan.docs_column, time_filter=time_filter)
+    result, stats = executor.execute(request)
+    assert stats.exceptions == (), stats.exceptions
+    merged = merge_partials(plan, [result] if result is not None else [], schema().arrow_schema())
+    return [tuple(row.values()) for row in merged.to_pylist()], stats.numDocsScanned
+
+
+@pytest.mark.parametrize("copied", [[0, 1, 2], [1], []])
+@pytest.mark.parametrize("sql", QUERIES)
+def test_queries_answer_alike_over_copies_views_and_both(segments: list[CommittedSegment], sql: str,
+                                                         copied: list[int]) -> None:
+    registry = SegmentRegistry()
+    for segment in segments:
+        registry.put(TABLE, segment)
+    natives = _natives()
+    for i in copied:
+        natives.want(natives.token(segments[i]), TABLE, segments[i].segment)
+    assert all(natives.ready(natives.token(s)) == (i in copied) for i, s in enumerate(segments))
+    names = [s.name for s in segments]
+    # the copies are read only once ready: a query made none it did not ask for, in the background here
+    plain = QueryExecutor(registry)
+    assert _answer(QueryExecutor(registry, natives=natives), sql, names) == _answer(plain, sql, names)
+    natives.close()
+
+
+def test_a_hybrid_half_filters_the_copies_too(segments: list[CommittedSegment]) -> None:
+    registry = SegmentRegistry()
+    for segment in segments:
+        registry.put(TABLE, segment)
+    natives = _natives()
+    for segment in segments[:2]:
+        natives.want(natives.token(segment), TABLE, segment.segment)
+    names = [s.name for s in segments]
+    half = TimeFilter("ts", "<=", BASE_MS + 400_000)  # ids below 400 (1 s apart)
+    sql = "SELECT COUNT(*), SUM(v) FROM events"
+    got = _answer(QueryExecutor(registry, natives=natives), sql, names, half)
+    assert got == _answer(QueryExecutor(registry), sql, names, half)
+    assert got[1] < sum(s.num_docs for s in segments)  # the filter held back rows
+    natives.close()
+
+
+def test_a_query_asks_for_copies_and_reads_them_once_made(segments: list[CommittedSegment]) -> None:
+    registry = SegmentRegistry()
+    for segment in segments:
+        registry.put(TABLE, segment)
+    natives = _natives()
+    executor = QueryExecutor(registry, natives=natives)
+    names = [s.name for s in segments]
+    before = _answer(executor, QUERIES[0], names)  # built in the caller here (background=False)
+    assert all(natives.ready(natives.token(s)) for s in segments)
+    assert natives.bytes == sum(s.segment.to_arrow(decode=True).nbytes for s in segments)
+    assert _answer(executor, QUERIES[0], names) == before
+    natives.close()
+    assert natives.bytes == 0
+
+
+def test_only_idle_copies_make_room_and_a_declined_segment_waits(segments: list[CommittedSegment]) -> None:
+    clock = _Clock()
+    sizes = [s.segment.to_arrow(decode=True).nbytes for s in segments]
+    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
+    tokens = [natives.token(s) for s in segments]
+    natives.want(tokens[0], TABLE, segments[0].segment)
+    natives.want(tokens[1], TABLE, segments[1].segment)
+    clock.now += 30
+    natives.want(tokens[2], TABLE, segments[2].segment)  # both copies read lately (made 30 s ago): no room
+    assert not natives.ready(tokens[2]) and natives.ready(tokens[0]) and natives.ready(tokens[1])
+    clock.now += 20
+    with natives.reading(TABLE, [tokens[1]]) as read:  # segment 1 read now; segment 0 stays idle
+        assert read is not None and read.tokens == {tokens[1]}
+        old_version = read.relation
+    natives.want(tokens[2], TABLE, segments[2].segment)  # declined 20 s ago: not tried again yet
+    assert not natives.ready(tokens[2])
+    clock.now += 41  # segment 0 idle for 91 s, segment 1 for 41 s; the decline 61 s old
+    natives.want(tokens[2], TABLE, segments[2].segment)
+    assert natives.ready(tokens[2]) and natives.ready(tokens[1]) and not natives.ready(tokens[0])
+    assert natives.bytes == sizes[1] + sizes[2]  # segment 0's deleted rows compacted away
+    with natives.reading(TABLE, tokens) as read:
+        assert read is not None and read.tokens == {tokens[1], tokens[2]} and read.relation != old_version
+        counted = read.cursor.sql(f'SELECT {SEGMENT_COLUMN}, count(*) FROM "{read.relation}" GROUP BY 1 '
+                                  "ORDER BY 1").fetchall()
+    assert counted == [(tokens[1], 250), (tokens[2], 200)]
+    natives.close()
+
+
+def test_a_segment_gone_mid_query_keeps_its_copy_until_the_query_ends(tmp_path: Path) -> None:
+    natives = _natives()
+    segment = committed(tmp_path, segment_name(0, 9), event_rows(100, 0, 4))
+    token = natives.token(segment)
+    natives.want(token, TABLE, segment.segment)
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None
+        del segment
+        gc.collect()  # the segment left the server: its copy is forgotten, but this query still reads it
+        natives.drain()
+        assert not natives.ready(token)
+        assert read.cursor.sql(f'SELECT count(*) FROM "{read.relation}" WHERE {SEGMENT_COLUMN} = {token}'
+                               ).fetchall() == [(100,)]
+    assert TABLE not in natives._tables and natives.bytes == 0  # the table's last copy went, and its database
+    natives.close()
+
+
+def test_a_compaction_leaves_the_old_rows_to_the_query_reading_them(segments: list[CommittedSegment]) -> None:
+    clock = _Clock()
+    sizes = [s.segment.to_arrow(decode=True).nbytes for s in segments]
+    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
+    tokens = [natives.token(s) for s in segments]
+    natives.want(tokens[0], TABLE, segments[0].segment)
+    natives.want(tokens[1], TABLE, segments[1].segment)
+    clock.now += 120
+    with natives.reading(TABLE, [tokens[1]]) as read:  # reads the first version; segment 0 is idle
+        assert read is not None
+        natives.want(tokens[2], TABLE, segments[2].segment)  # segment 0 deleted, the table rewritten without it
+        assert natives.ready(tokens[2])
+        # the version this query reads is still there (a query reads its held segments' rows only)
+        assert read.cursor.sql(f'SELECT count(*) FROM "{read.relation}" WHERE {SEGMENT_COLUMN} = {tokens[1]}'
+                               ).fetchall() == [(250,)]
+    with natives.reading(TABLE, tokens) as read:
+        assert read is not None
+        assert read.cursor.sql(f'SELECT count(*) FROM "{read.relation}"').fetchall() == [(450,)]
+        versions = {row[0] for row in read.cursor.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+    assert versions == {read.relation}  # the old version was dropped once its reader ended
+    natives.close()
+
+
+def test_each_table_has_its_own_database(tmp_path: Path, segments: list[CommittedSegment]) -> None:
+    """A query runs on its table's database: another table's copies are not there to be named."""
+    natives = _natives()
+    other = committed(tmp_path, segment_name(0, 8), event_rows(50, 0, 5))
+    mine, theirs = natives.token(segments[0]), natives.token(other)
+    natives.want(mine, TABLE, segments[0].segment)
+    natives.want(theirs, "other_OFFLINE", other.segment)
+    with natives.reading(TABLE, [mine, theirs]) as read:
+        assert read is not None and read.tokens == {mine}  # another table's copy is not lent to this query
+        assert read.cursor.sql("SELECT count(*) FROM duckdb_tables()").fetchall() == [(1,)]
+        assert read.cursor.sql(f'SELECT count(*) FROM "{read.relation}"').fetchall() == [(300,)]
+    natives.close()
+
+
+def test_off_by_default_and_small_segments_are_not_copied(segments: list[CommittedSegment]) -> None:
+    off = NativeCopies()
+    assert not off.enabled
+    small = NativeCopies(1 << 30, min_rows=1_000, background=False)
+    token = small.token(segments[0])
+    small.want(token, TABLE, segments[0].segment)
+    assert not small.ready(token)
+    small.close()
+
+
+def test_a_copy_is_made_in_the_background(segments: list[CommittedSegment]) -> None:
+    from cuvee.testing.waiting import wait_until
+
+    natives = NativeCopies(1 << 30, min_rows=1)
+    token = natives.token(segments[0])
+    natives.want(token, TABLE, segments[0].segment)
+    wait_until(lambda: natives.ready(token), 10, message="the copy was never made")
+    natives.close()
+    assert not natives.ready(token)
+
+
+def test_the_copy_reads_back_as_the_segment(segments: list[CommittedSegment]) -> None:
+    natives = _natives()
+    token = natives.token(segments[0])
+    natives.want(token, TABLE, segments[0].segment)
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None
+        copied = read.cursor.sql(f'SELECT * EXCLUDE ({SEGMENT_COLUMN}) FROM "{read.relation}"').to_arrow_table()
+    assert copied.to_pylist() == segments[0].to_arrow().to_pylist()
+    assert isinstance(copied, pa.Table)
+    natives.close()
