@@ -5,8 +5,10 @@ handed to pyarrow's compute kernels, and nothing crosses the Python layer. So a 
 committed segments, a copy of their rows in DuckDB, and a query over many rows scans the copies (and the Arrow
 views of the segments not copied yet, in the same ``UNION ALL``).
 
-- **Off unless configured**: ``native_copy_bytes`` (ServerConfig) bounds the copies' bytes (Arrow's size of the
-  decoded rows, about DuckDB's in memory); 0 keeps none.
+- **Off unless configured**: ``native_copy_bytes`` (ServerConfig) bounds the copies' bytes (twice Arrow's size of
+  the decoded rows: DuckDB's memory for them, measured); 0 keeps none. A compaction holds a table's live rows
+  twice while it runs, and each table's database may use DuckDB's memory share (``cuvee.query.execute``): keep
+  the budget well below the machine's memory.
 - **One table per table**: all copied segments of a table are rows of one DuckDB table, each tagged with its
   segment's id (``SEGMENT_COLUMN``); a query reads ``WHERE SEGMENT_COLUMN IN (…)`` its segments (zone maps make
   that free: a segment's rows are contiguous). One table, not one per segment: a ``UNION ALL`` of eight 125k-row
@@ -52,6 +54,14 @@ SEGMENT_COLUMN = "__cuvee_segment"
 _SOURCE = "cuvee_native_source"
 
 
+DUCKDB_BYTES_FACTOR = 2  # DuckDB held 1.7-2.0x the Arrow bytes of the rows it copied (duckdb_memory(), 200k rows)
+
+
+def copy_bytes(rows: pa.Table) -> int:
+    """What a copy of ``rows`` is counted as against ``native_copy_bytes``: DuckDB's memory for them, estimated."""
+    return rows.nbytes * DUCKDB_BYTES_FACTOR
+
+
 @dataclass
 class _Copy:
     table: str
@@ -74,7 +84,6 @@ class _Table:
     con: duckdb.DuckDBPyConnection
     schema: pa.Schema | None = None  # the copied rows' columns as DuckDB reads them (without SEGMENT_COLUMN)
     version: _Version | None = None
-    versions: int = 0
     copies: int = 0  # live copies and copies being made
     dead_bytes: int = 0  # deleted copies' rows, held until a compaction
 
@@ -113,6 +122,7 @@ class NativeCopies:
         self._tables: dict[str, _Table] = {}
         self._owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._tokens = 0
+        self._versions = 0
         self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -275,7 +285,7 @@ class NativeCopies:
 
     def _copy(self, token: int, table: str, segment: Any) -> None:
         rows = segment.to_arrow(decode=True)
-        size = rows.nbytes
+        size = copy_bytes(rows)
         with self._lock:
             if self._closed or token in self._gone:
                 return
@@ -293,16 +303,19 @@ class NativeCopies:
             self.bytes += size  # reserved while it is made
         for victim in victims:
             self._delete(victim)
-        self._compact_for(size)
         made = False
         try:
+            if not self._compact_for():
+                with self._lock:
+                    self._declined[token] = self._clock()  # no room after all: as if none was found
+                return
             made = self._insert(copies, token, rows)
         finally:
             with self._lock:
                 if made and not self._closed and token not in self._gone:
                     self._copies[token] = _Copy(table, token, size, self._clock())
                     return
-                if not made:
+                if not made and token not in self._declined:
                     self._never.add(token)
                 if not self._closed:
                     self.bytes -= size
@@ -323,8 +336,7 @@ class NativeCopies:
             if SEGMENT_COLUMN in schema.names:
                 return False
             if copies.version is None:
-                copies.versions += 1
-                name = f"copies_{copies.versions}"
+                name = self._version_name()
                 cursor.execute(f'CREATE TABLE "{name}" AS SELECT *, CAST({int(token)} AS BIGINT) AS '
                                f"{SEGMENT_COLUMN} FROM {_SOURCE}")
                 back = cursor.sql(f'SELECT * EXCLUDE ({SEGMENT_COLUMN}) FROM "{name}" LIMIT 0').to_arrow_table()
@@ -345,6 +357,13 @@ class NativeCopies:
             return False
         finally:
             cursor.close()
+
+    def _version_name(self) -> str:
+        """A name no table version of this server had before: a late drop of an old version (a reader's) can
+        never hit a newer table, even in a database made again for the same table."""
+        with self._lock:
+            self._versions += 1
+            return f"copies_{self._versions}"
 
     def _make_room(self, size: int) -> list[_Copy] | None:
         """Under the lock: the idle copies to delete so that ``size`` more bytes fit once deleted rows are
@@ -405,33 +424,31 @@ class NativeCopies:
         finally:
             cursor.close()
 
-    def _compact_for(self, size: int) -> None:
-        """Rewrite tables holding deleted rows until the copy being made (``size`` bytes, reserved) fits, most
-        deleted bytes first."""
+    def _compact_for(self) -> bool:
+        """Rewrite tables holding deleted rows until the copy being made (reserved) fits, most deleted bytes
+        first; False when a rewrite failed (the copy is not made: a loop retrying it would stop the worker)."""
         while True:
             with self._lock:
                 if self.bytes <= self.max_bytes:  # the new copy's bytes are reserved already
-                    return
+                    return True
                 dead = [(t.dead_bytes, name) for name, t in self._tables.items() if t.dead_bytes > 0]
-            if not dead:
-                return
-            self._compact(max(dead)[1])
+            if not dead or not self._compact(max(dead)[1]):
+                return not dead
 
-    def _compact(self, table: str) -> None:
+    def _compact(self, table: str) -> bool:
         """``table``'s copies rewritten without their deleted rows, as a new version new queries read."""
+        name = self._version_name()
         with self._lock:
             copies = self._tables.get(table)
             if copies is None or copies.version is None:
-                return
+                return False
             old, dead = copies.version, copies.dead_bytes
-            copies.versions += 1
-            name = f"copies_{copies.versions}"
         cursor = copies.con.cursor()
         try:
             cursor.execute(f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"')
         except duckdb.Error:
             log.exception("cannot compact the DuckDB copies of %s", table)
-            return
+            return False
         finally:
             cursor.close()
         with self._lock:
@@ -442,6 +459,7 @@ class NativeCopies:
             unread = old.readers == 0
         if unread:
             self._drop_version(table, old)
+        return True
 
     def _drop_version(self, table: str, version: _Version) -> None:
         with self._lock:

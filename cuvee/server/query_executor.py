@@ -266,7 +266,8 @@ class QueryExecutor:
                     else:
                         try:
                             result, docs_scanned, groups = self._run(request, tables, used, deadline,
-                                                                     counts.total_docs, dims.tables)
+                                                                     counts.total_docs, dims.tables,
+                                                                     upsert=valid is not None)
                         except _Failed as failure:
                             if not failure.data:
                                 raise
@@ -355,9 +356,11 @@ class QueryExecutor:
 
     def _run(self, request: ServerQueryRequest, tables: list[pa.Table], segments: Sequence[QueryableSegment],
              deadline: float, total_docs: int,
-             dims: Mapping[str, pa.Table] | None = None) -> tuple[pa.Table, int, GroupCut]:
+             dims: Mapping[str, pa.Table] | None = None, *, upsert: bool = False) -> tuple[pa.Table, int, GroupCut]:
+        """``upsert``: the rows are an upsert table's valid docs (never read from DuckDB copies, which hold every
+        version of every key)."""
         projected = [_columns_read(table, request) for table in tables]
-        with self._native_read(request, projected, segments) as native:
+        with self._native_read(request, projected, segments, upsert) as native:
             if native is None:
                 union = _union(projected)
                 upsert = union.schema.get_field_index(VALID_COLUMN) >= 0
@@ -379,12 +382,14 @@ class QueryExecutor:
                                 lambda: _bind_native(native, projected, segments, natives, request.time_filter))
 
     def _native_read(self, request: ServerQueryRequest, projected: list[pa.Table],
-                     segments: Sequence[QueryableSegment]) -> AbstractContextManager[NativeRead | None]:
+                     segments: Sequence[QueryableSegment],
+                     upsert: bool) -> AbstractContextManager[NativeRead | None]:
         """The DuckDB copies of the committed segments a large scan reads (asking for those not made yet), or
-        nothing: an upsert table's valid docs, small inputs and segments of different columns (a column added
-        since some were built) take the Arrow views."""
+        nothing: an upsert table's valid docs (a view of a segment all of whose docs are valid carries no mask,
+        so only the table's kind tells), small inputs and segments of different columns (a column added since
+        some were built) take the Arrow views."""
         natives = self._natives
-        if natives is None or not projected or sum(t.num_rows for t in projected) < natives.min_rows:
+        if natives is None or upsert or not projected or sum(t.num_rows for t in projected) < natives.min_rows:
             return nullcontext(None)
         names = projected[0].schema.names
         if VALID_COLUMN in names or any(t.schema.names != names for t in projected[1:]):
@@ -428,6 +433,10 @@ class QueryExecutor:
         except duckdb.Error as exc:
             raise _Failed(QueryErrorCode.QUERY_EXECUTION, _reason(exc),
                           data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
+        except RuntimeError:  # a DuckDB copy's database closed under the query: the server is stopping
+            log.exception("a query on %s failed in DuckDB", request.table)
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION, "the query failed on this server (the server log has "
+                                                          "the details); query again") from None
         finally:
             timer.cancel()
 
@@ -450,7 +459,7 @@ class QueryExecutor:
             if not tables:
                 continue
             try:
-                self._run(request, tables, used, deadline, tables[0].num_rows, dims)
+                self._run(request, tables, used, deadline, tables[0].num_rows, dims, upsert=valid is not None)
             except _Failed as failure:
                 if failure.data:
                     return segment.name

@@ -12,7 +12,7 @@ import pytest
 
 from cuvee.protocol.query import ServerQueryRequest, TimeFilter
 from cuvee.query import merge_partials, plan_sql
-from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies
+from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, copy_bytes
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment
 from cuvee.server.registry import SegmentRegistry
@@ -102,7 +102,7 @@ def test_a_query_asks_for_copies_and_reads_them_once_made(segments: list[Committ
     names = [s.name for s in segments]
     before = _answer(executor, QUERIES[0], names)  # built in the caller here (background=False)
     assert all(natives.ready(natives.token(s)) for s in segments)
-    assert natives.bytes == sum(s.segment.to_arrow(decode=True).nbytes for s in segments)
+    assert natives.bytes == sum(copy_bytes(s.segment.to_arrow(decode=True)) for s in segments)
     assert _answer(executor, QUERIES[0], names) == before
     natives.close()
     assert natives.bytes == 0
@@ -110,7 +110,7 @@ def test_a_query_asks_for_copies_and_reads_them_once_made(segments: list[Committ
 
 def test_only_idle_copies_make_room_and_a_declined_segment_waits(segments: list[CommittedSegment]) -> None:
     clock = _Clock()
-    sizes = [s.segment.to_arrow(decode=True).nbytes for s in segments]
+    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
     natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
     tokens = [natives.token(s) for s in segments]
     natives.want(tokens[0], TABLE, segments[0].segment)
@@ -155,7 +155,7 @@ def test_a_segment_gone_mid_query_keeps_its_copy_until_the_query_ends(tmp_path: 
 
 def test_a_compaction_leaves_the_old_rows_to_the_query_reading_them(segments: list[CommittedSegment]) -> None:
     clock = _Clock()
-    sizes = [s.segment.to_arrow(decode=True).nbytes for s in segments]
+    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
     natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
     tokens = [natives.token(s) for s in segments]
     natives.want(tokens[0], TABLE, segments[0].segment)
@@ -220,4 +220,87 @@ def test_the_copy_reads_back_as_the_segment(segments: list[CommittedSegment]) ->
         copied = read.cursor.sql(f'SELECT * EXCLUDE ({SEGMENT_COLUMN}) FROM "{read.relation}"').to_arrow_table()
     assert copied.to_pylist() == segments[0].to_arrow().to_pylist()
     assert isinstance(copied, pa.Table)
+    natives.close()
+
+
+def test_an_upsert_table_never_reads_copies(tmp_path: Path) -> None:
+    """A copy holds every version of every key: an upsert table's valid docs come from its views (a segment
+    whose docs are all valid, or a cached one, has no mask that would tell them apart)."""
+    from cuvee.config import Schema, TableConfig
+    from cuvee.config.table import IndexingConfig
+    from cuvee.segment.builder import build_segment
+    from cuvee.upsert.table import UpsertTables
+
+    upsert_schema = Schema.from_json({
+        "schemaName": "t", "primaryKeyColumns": ["id"], "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
+        "metricFieldSpecs": [{"name": "v", "dataType": "INT"}],
+        "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                                "granularity": "1:MILLISECONDS"}]})
+    config = TableConfig.from_json({
+        "tableName": "t", "tableType": "REALTIME", "segmentsConfig": {"timeColumnName": "ts"},
+        "tableIndexConfig": {"streamConfigs": {"streamType": "log", "stream.log.topic.name": "t",
+                                               "stream.log.dir": str(tmp_path / "log")}},
+        "upsertConfig": {"mode": "FULL"}})
+    table = "t_REALTIME"
+    registry = SegmentRegistry()
+    upserts = UpsertTables(lambda _: (config, upsert_schema))
+    state = upserts.get(table)
+    held = []
+    for sequence in range(2):  # the second segment updates every key of the first
+        rows = pa.table({"id": pa.array(range(500), pa.int64()), "v": pa.array([sequence] * 500, pa.int32()),
+                         "ts": pa.array([sequence * 10 + 1] * 500, pa.int64())}, schema=upsert_schema.arrow_schema())
+        name = f"t__0__{sequence}__20260101T0000Z"
+        segment = CommittedSegment(build_segment(rows, upsert_schema, IndexingConfig(), tmp_path, name,
+                                                 table_name=table, time_column="ts", creation_time_ms=1,
+                                                 overwrite=True))
+        state.serve(name, segment.segment, segment.segment.to_arrow(state.columns),
+                    lambda segment=segment: registry.put(table, segment))
+        held.append(segment)
+    natives = _natives()
+    executor = QueryExecutor(registry, upserts=upserts, natives=natives)
+    request = ServerQueryRequest("1", table, "SELECT COUNT(*) AS n, SUM(v) AS s FROM cuvee_segments",
+                                 tuple(s.name for s in held), 10_000)
+    for _ in range(3):  # the second read of a committed segment comes from the valid-rows cache, unmasked
+        result, stats = executor.execute(request)
+        assert stats.exceptions == () and result is not None
+        assert result.to_pylist() == [{"n": 500, "s": 500}]
+    assert not any(natives.ready(natives.token(s)) for s in held)
+    natives.close()
+
+
+def test_a_failed_compaction_declines_the_copy_instead_of_retrying_forever(segments: list[CommittedSegment],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
+    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
+    tokens = [natives.token(s) for s in segments]
+    natives.want(tokens[0], TABLE, segments[0].segment)
+    natives.want(tokens[1], TABLE, segments[1].segment)
+    clock.now += 120
+    monkeypatch.setattr(natives, "_compact", lambda table: False)  # e.g. DuckDB out of memory
+    natives.want(tokens[2], TABLE, segments[2].segment)  # returns: the copy is declined
+    assert not natives.ready(tokens[2]) and natives.building == 0
+    assert natives.bytes == sizes[0] + sizes[1]  # segment 0's rows deleted but held until a compaction
+    natives.close()
+
+
+def test_version_names_are_never_reused(tmp_path: Path) -> None:
+    """A reader's late drop of an old table version must never hit a newer table, even one made in a database
+    made again for the same table (its first version is not "copies_1" again)."""
+    natives = _natives()
+    first = committed(tmp_path, segment_name(0, 7), event_rows(60, 0, 6))
+    token = natives.token(first)
+    natives.want(token, TABLE, first.segment)
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None
+        before = read.relation
+    del first
+    gc.collect()
+    natives.drain()
+    assert TABLE not in natives._tables
+    again = committed(tmp_path, segment_name(0, 6), event_rows(60, 0, 6))
+    token = natives.token(again)
+    natives.want(token, TABLE, again.segment)
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None and read.relation != before
     natives.close()
