@@ -414,15 +414,8 @@ class NativeCopies:
 
     def _delete_rows(self, copies: _Table, token: int) -> None:
         version = copies.version
-        if version is None:
-            return
-        cursor = copies.con.cursor()
-        try:
-            cursor.execute(f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}')
-        except duckdb.Error:
-            log.exception("cannot delete a segment's DuckDB copy")
-        finally:
-            cursor.close()
+        if version is not None:
+            _statement(copies, f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}')
 
     def _compact_for(self) -> bool:
         """Rewrite tables holding deleted rows until the copy being made (reserved) fits, most deleted bytes
@@ -443,14 +436,8 @@ class NativeCopies:
             if copies is None or copies.version is None:
                 return False
             old, dead = copies.version, copies.dead_bytes
-        cursor = copies.con.cursor()
-        try:
-            cursor.execute(f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"')
-        except duckdb.Error:
-            log.exception("cannot compact the DuckDB copies of %s", table)
+        if not _statement(copies, f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"'):
             return False
-        finally:
-            cursor.close()
         with self._lock:
             copies.version = _Version(name)
             copies.dead_bytes -= dead
@@ -464,15 +451,8 @@ class NativeCopies:
     def _drop_version(self, table: str, version: _Version) -> None:
         with self._lock:
             copies = self._tables.get(table)
-        if copies is None:
-            return
-        cursor = copies.con.cursor()
-        try:
-            cursor.execute(f'DROP TABLE IF EXISTS "{version.name}"')
-        except duckdb.Error:
-            log.exception("cannot drop an old version of the DuckDB copies of %s", table)
-        finally:
-            cursor.close()
+        if copies is not None:
+            _statement(copies, f'DROP TABLE IF EXISTS "{version.name}"')
 
     def _close_if_empty(self, table: str) -> None:
         """A table with no copy left gives its database (and the deleted rows' memory) back."""
@@ -486,6 +466,19 @@ class NativeCopies:
             copies.con.close()
         except duckdb.Error:
             pass
+
+
+def _statement(copies: _Table, sql: str) -> bool:
+    """Run one change on ``copies``' database; a failure is logged (the copies are an optimisation) and False."""
+    cursor = copies.con.cursor()
+    try:
+        cursor.execute(sql)
+        return True
+    except duckdb.Error:
+        log.exception("native copies: %s failed", sql.split(" (", 1)[0][:80])
+        return False
+    finally:
+        cursor.close()
 
 
 def _new_database() -> duckdb.DuckDBPyConnection:

@@ -39,6 +39,13 @@ def _natives(max_bytes: int = 1 << 30, clock: _Clock | None = None) -> NativeCop
     return NativeCopies(max_bytes, min_idle_seconds=60, min_rows=1, clock=clock or _Clock(), background=False)
 
 
+def _registry(segments: list[CommittedSegment]) -> SegmentRegistry:
+    registry = SegmentRegistry()
+    for segment in segments:
+        registry.put(TABLE, segment)
+    return registry
+
+
 QUERIES = [
     "SELECT COUNT(*), SUM(d), MIN(v), MAX(ts) FROM events WHERE v > 3 AND city <> 'bern'",
     "SELECT city, COUNT(*), AVG(d), DISTINCTCOUNT(v) FROM events GROUP BY city ORDER BY COUNT(*) DESC, city LIMIT 5",
@@ -63,9 +70,7 @@ def _answer(executor: QueryExecutor, sql: str, names: list[str],
 @pytest.mark.parametrize("sql", QUERIES)
 def test_queries_answer_alike_over_copies_views_and_both(segments: list[CommittedSegment], sql: str,
                                                          copied: list[int]) -> None:
-    registry = SegmentRegistry()
-    for segment in segments:
-        registry.put(TABLE, segment)
+    registry = _registry(segments)
     natives = _natives()
     for i in copied:
         natives.want(natives.token(segments[i]), TABLE, segments[i].segment)
@@ -78,9 +83,7 @@ def test_queries_answer_alike_over_copies_views_and_both(segments: list[Committe
 
 
 def test_a_hybrid_half_filters_the_copies_too(segments: list[CommittedSegment]) -> None:
-    registry = SegmentRegistry()
-    for segment in segments:
-        registry.put(TABLE, segment)
+    registry = _registry(segments)
     natives = _natives()
     for segment in segments[:2]:
         natives.want(natives.token(segment), TABLE, segment.segment)
@@ -94,9 +97,7 @@ def test_a_hybrid_half_filters_the_copies_too(segments: list[CommittedSegment]) 
 
 
 def test_a_query_asks_for_copies_and_reads_them_once_made(segments: list[CommittedSegment]) -> None:
-    registry = SegmentRegistry()
-    for segment in segments:
-        registry.put(TABLE, segment)
+    registry = _registry(segments)
     natives = _natives()
     executor = QueryExecutor(registry, natives=natives)
     names = [s.name for s in segments]
