@@ -49,13 +49,16 @@ def main() -> int:
     wanted = {item.strip() for item in args.queries.split(",") if item.strip()}
     suites = [CLICKBENCH, PINOT] if args.set == "all" else [args.set]
     console = Console(width=160)
+    # generated before the cluster starts: at 10M rows the generation holds the GIL for a minute, and the roles'
+    # metadata sessions expired under it (a controller lost its leadership mid-setup)
+    generated_rows = {suite: generated(suite, args.rows) for suite in suites}
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-compat-") as tmp, \
             InProcessCluster(Path(tmp), servers=args.servers,
                              server={"native_copy_bytes": args.native_copy_mib << 20}) as cluster:
         tables = {}
         for suite in suites:
             started = time.perf_counter()
-            rows = generated(suite, args.rows)
+            rows = generated_rows[suite]
             name = "hits" if suite == CLICKBENCH else "mytable"
             tables[name] = rows
             load(cluster.http, cluster.controller_url, suite, rows, args.segments)
