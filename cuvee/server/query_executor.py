@@ -362,7 +362,7 @@ class QueryExecutor:
         projected = [_columns_read(table, request) for table in tables]
         with self._native_read(request, projected, segments, upsert) as native:
             if native is None:
-                union = _union(projected)
+                union = _union(_alike(projected, segments, request))
                 upsert = union.schema.get_field_index(VALID_COLUMN) >= 0
                 late = request.top_sql is not None and union.num_rows >= LATE_ROWS
                 con = sandboxed_cursor(union.num_rows)
@@ -696,6 +696,32 @@ def _reason(exc: duckdb.Error) -> str:
     """Why DuckDB failed, in a line: its first line in a user's words (``cuvee.query.execute.user_message``: no
     error class like ``Conversion Error:``, no SQL it quotes after it)."""
     return user_message(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:500]
+
+
+def _alike(tables: list[pa.Table], segments: Sequence[QueryableSegment], request: ServerQueryRequest) -> list[pa.Table]:
+    """``tables`` with each column in one form across committed segments: where some segments give a plain copy
+    of a dictionary column and others its encoded form (the plain copies' budget holds only some), the copies are
+    swapped for the encoded columns, zero-copy. Joined as they were, ``_union`` decoded every encoded part on
+    every query: at 10M ClickBench rows a ``SELECT *`` took 7 s with about half the copies kept."""
+    if len(tables) < 2:
+        return tables
+    first = tables[0].schema
+    mixed = [name for name in first.names
+             if len({pa.types.is_dictionary(t.schema.field(name).type) for t in tables
+                     if t.schema.get_field_index(name) >= 0}) > 1]
+    if not mixed:
+        return tables
+    alike = []
+    for table, segment in zip(tables, segments):
+        if isinstance(segment, CommittedSegment):
+            encoded = segment.query_table()
+            for name in mixed:
+                index = table.schema.get_field_index(name)
+                if index >= 0 and not pa.types.is_dictionary(table.schema.field(index).type) and \
+                        pa.types.is_dictionary(encoded.schema.field(name).type):
+                    table = table.set_column(index, encoded.schema.field(name), encoded.column(name))
+        alike.append(table)
+    return alike
 
 
 def _union(tables: list[pa.Table]) -> pa.Table:

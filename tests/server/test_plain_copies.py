@@ -92,3 +92,34 @@ def test_a_segment_over_its_budget_scans_declined_columns_encoded(tmp_path: Path
     assert pa.types.is_dictionary(again.schema.field("id").type)  # declined: encoded, not decoded again
     assert again.column("id").to_pylist() == rows.column("id").to_pylist()
     assert again.column("city").to_pylist() == rows.column("city").to_pylist()
+
+
+def test_a_query_over_kept_and_declined_copies_reads_each_column_in_one_form(tmp_path: Path) -> None:
+    """The budget holds one segment's copy of ``city`` and declines the other's: the query reads ``city`` encoded
+    in both (zero-copy) instead of decoding the encoded part on every query, and answers the same."""
+    from cuvee.protocol.query import ServerQueryRequest
+    from cuvee.server.query_executor import QueryExecutor, _alike
+    from cuvee.server.registry import SegmentRegistry
+    from tests.broker.helpers import TABLE
+
+    rows = [event_rows(400, 0, 7), event_rows(300, 400, 8)]
+    built = [committed(tmp_path, segment_name(0, i), part).segment for i, part in enumerate(rows)]
+    copies = PlainCopies(max_bytes=built[0].column("city", decode=True).nbytes + 100, min_idle_seconds=60,
+                         clock=_Clock())
+    segments = [CommittedSegment(segment, copies) for segment in built]
+    views = [s.with_plain(s.query_table().select(["city"])) for s in segments]  # the first read decodes both
+    views = [s.with_plain(s.query_table().select(["city"])) for s in segments]  # the second: one kept, one not
+    assert [pa.types.is_dictionary(v.schema.field("city").type) for v in views] == [False, True]
+    request = ServerQueryRequest("1", TABLE, "SELECT city FROM cuvee_segments", ("a", "b"), 1000)
+    assert all(pa.types.is_dictionary(v.schema.field("city").type) for v in _alike(views, segments, request))
+    registry = SegmentRegistry()
+    for segment in segments:
+        registry.put(TABLE, segment)
+    result, stats = QueryExecutor(registry).execute(ServerQueryRequest(
+        "1", TABLE, "SELECT city, count(*) AS n FROM cuvee_segments GROUP BY city ORDER BY city NULLS LAST",
+        tuple(s.name for s in segments), 10_000))
+    assert stats.exceptions == () and result is not None
+    every = pa.concat_tables(rows).group_by("city").aggregate([("id", "count")]).sort_by("city")
+    assert sorted(result.to_pylist(), key=lambda r: (r["city"] is None, r["city"] or "")) == \
+        sorted(({"city": r["city"], "n": r["id_count"]} for r in every.to_pylist()),
+               key=lambda r: (r["city"] is None, r["city"] or ""))
