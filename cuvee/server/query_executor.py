@@ -705,10 +705,19 @@ def _alike(tables: list[pa.Table], segments: Sequence[QueryableSegment], request
     every query: at 10M ClickBench rows a ``SELECT *`` took 7 s with about half the copies kept."""
     if len(tables) < 2:
         return tables
-    first = tables[0].schema
-    mixed = [name for name in first.names
-             if len({pa.types.is_dictionary(t.schema.field(name).type) for t in tables
-                     if t.schema.get_field_index(name) >= 0}) > 1]
+    def plain(table: pa.Table, name: str) -> bool:
+        index = table.schema.get_field_index(name)
+        return index >= 0 and not pa.types.is_dictionary(table.schema.field(index).type)
+
+    def encoded(table: pa.Table, name: str) -> bool:
+        index = table.schema.get_field_index(name)
+        return index >= 0 and pa.types.is_dictionary(table.schema.field(index).type)
+
+    # only where every plain part is a committed segment's copy (a consuming segment's plain column stays plain,
+    # and the encoded parts are decoded to join it, as before)
+    mixed = [name for name in tables[0].schema.names
+             if any(encoded(t, name) for t in tables) and any(plain(t, name) for t in tables)
+             and all(isinstance(s, CommittedSegment) for t, s in zip(tables, segments) if plain(t, name))]
     if not mixed:
         return tables
     alike = []
