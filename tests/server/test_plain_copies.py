@@ -123,3 +123,24 @@ def test_a_query_over_kept_and_declined_copies_reads_each_column_in_one_form(tmp
     assert sorted(result.to_pylist(), key=lambda r: (r["city"] is None, r["city"] or "")) == \
         sorted(({"city": r["city"], "n": r["id_count"]} for r in every.to_pylist()),
                key=lambda r: (r["city"] is None, r["city"] or ""))
+
+
+def test_a_consuming_segments_plain_column_keeps_the_join_as_before(tmp_path: Path) -> None:
+    """With a consuming segment's plain column in the query, the committed copies stay (the encoded parts are
+    decoded to join them, as before): swapping the copies out would decode every committed part instead."""
+    from cuvee.protocol.query import ServerQueryRequest
+    from cuvee.server.query_executor import _alike
+    from tests.broker.helpers import TABLE, MutableView
+
+    rows = [event_rows(400, 0, 7), event_rows(300, 400, 8)]
+    built = [committed(tmp_path, segment_name(0, i), part).segment for i, part in enumerate(rows)]
+    copies = PlainCopies(max_bytes=built[0].column("city", decode=True).nbytes + 100, min_idle_seconds=60,
+                         clock=_Clock())
+    segments = [CommittedSegment(segment, copies) for segment in built]
+    for _ in range(2):
+        views = [s.with_plain(s.query_table().select(["city"])) for s in segments]
+    consuming = MutableView(segment_name(0, 2), event_rows(50, 700, 9), last_ingestion_ms=1)
+    views.append(consuming.to_arrow().select(["city"]))
+    assert not pa.types.is_dictionary(views[2].schema.field("city").type)
+    request = ServerQueryRequest("1", TABLE, "SELECT city FROM cuvee_segments", ("a", "b", "c"), 1000)
+    assert _alike(views, [*segments, consuming], request) == views
