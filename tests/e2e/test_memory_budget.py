@@ -27,7 +27,10 @@ def test_consuming_segments_end_at_their_share_of_the_budget(tmp_path: Path) -> 
         done = [r for r in records if r["status"] == "DONE"]
         assert len(done) >= 2 and all(r["totalDocs"] < 1_000_000 for r in done)  # ended long before the rows
         info = cluster.http.get(f"{cluster.controller_url}/tables/{TABLE}/consumingSegmentsInfo").json()
-        for replicas in info["_segmentToConsumingInfoMap"].values():
-            assert all(r["memoryBytes"] <= BUDGET // 2 + 32 * 1024 for r in replicas)  # its share, give a batch
+        # a segment the ideal state has just made consuming may not be started yet (NOT_REPORTED: no figures;
+        # CI once caught one mid-roll); every replica that reports says its memory
+        reported = [r for replicas in info["_segmentToConsumingInfoMap"].values() for r in replicas
+                    if r["consumerState"] not in ("NOT_REPORTED", "NOT_REACHABLE")]
+        assert all(r["memoryBytes"] <= BUDGET // 2 + 32 * 1024 for r in reported)  # its share, give a batch
         story = cluster.http.get(f"{cluster.controller_url}/segments/{TABLE}/{done[0]['segmentName']}/story").json()
         assert any(e.get("reason") == "memoryLimit" for e in story["events"] if e["kind"] == "segmentConsumed")
