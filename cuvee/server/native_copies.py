@@ -233,10 +233,7 @@ class NativeCopies:
             self.bytes = 0
         self._queue.put(None)
         for copies in tables:
-            try:
-                copies.con.close()
-            except duckdb.Error:
-                pass
+            _close(copies)
 
     # ---- the worker: every change ---------------------------------------------------------------------------
 
@@ -462,10 +459,15 @@ class NativeCopies:
                 return
             del self._tables[table]
             self.bytes -= copies.dead_bytes
-        try:
-            copies.con.close()
-        except duckdb.Error:
-            pass
+        _close(copies)
+
+
+def _close(copies: _Table) -> None:
+    """Close a table's database; one already closed (the server stopping) is nothing to report."""
+    try:
+        copies.con.close()
+    except duckdb.Error:
+        log.debug("a DuckDB database of native copies was closed already")
 
 
 def _statement(copies: _Table, sql: str) -> bool:
