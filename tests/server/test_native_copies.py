@@ -46,6 +46,17 @@ def _registry(segments: list[CommittedSegment]) -> SegmentRegistry:
     return registry
 
 
+def _two_of_three_copied(segments: list[CommittedSegment],
+                         clock: _Clock) -> tuple[NativeCopies, list[int], list[int]]:
+    """Copies with room for the first two segments only, those two made: the copies, the tokens, each size."""
+    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
+    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
+    tokens = [natives.token(s) for s in segments]
+    natives.want(tokens[0], TABLE, segments[0].segment)
+    natives.want(tokens[1], TABLE, segments[1].segment)
+    return natives, tokens, sizes
+
+
 QUERIES = [
     "SELECT COUNT(*), SUM(d), MIN(v), MAX(ts) FROM events WHERE v > 3 AND city <> 'bern'",
     "SELECT city, COUNT(*), AVG(d), DISTINCTCOUNT(v) FROM events GROUP BY city ORDER BY COUNT(*) DESC, city LIMIT 5",
@@ -111,11 +122,7 @@ def test_a_query_asks_for_copies_and_reads_them_once_made(segments: list[Committ
 
 def test_only_idle_copies_make_room_and_a_declined_segment_waits(segments: list[CommittedSegment]) -> None:
     clock = _Clock()
-    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
-    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
-    tokens = [natives.token(s) for s in segments]
-    natives.want(tokens[0], TABLE, segments[0].segment)
-    natives.want(tokens[1], TABLE, segments[1].segment)
+    natives, tokens, sizes = _two_of_three_copied(segments, clock)
     clock.now += 30
     natives.want(tokens[2], TABLE, segments[2].segment)  # both copies read lately (made 30 s ago): no room
     assert not natives.ready(tokens[2]) and natives.ready(tokens[0]) and natives.ready(tokens[1])
@@ -156,11 +163,7 @@ def test_a_segment_gone_mid_query_keeps_its_copy_until_the_query_ends(tmp_path: 
 
 def test_a_compaction_leaves_the_old_rows_to_the_query_reading_them(segments: list[CommittedSegment]) -> None:
     clock = _Clock()
-    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
-    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
-    tokens = [natives.token(s) for s in segments]
-    natives.want(tokens[0], TABLE, segments[0].segment)
-    natives.want(tokens[1], TABLE, segments[1].segment)
+    natives, tokens, sizes = _two_of_three_copied(segments, clock)
     clock.now += 120
     with natives.reading(TABLE, [tokens[1]]) as read:  # reads the first version; segment 0 is idle
         assert read is not None
@@ -272,11 +275,7 @@ def test_an_upsert_table_never_reads_copies(tmp_path: Path) -> None:
 def test_a_failed_compaction_declines_the_copy_instead_of_retrying_forever(segments: list[CommittedSegment],
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock()
-    sizes = [copy_bytes(s.segment.to_arrow(decode=True)) for s in segments]
-    natives = _natives(max_bytes=sizes[0] + sizes[1], clock=clock)
-    tokens = [natives.token(s) for s in segments]
-    natives.want(tokens[0], TABLE, segments[0].segment)
-    natives.want(tokens[1], TABLE, segments[1].segment)
+    natives, tokens, sizes = _two_of_three_copied(segments, clock)
     clock.now += 120
     monkeypatch.setattr(natives, "_compact", lambda table: False)  # e.g. DuckDB out of memory
     natives.want(tokens[2], TABLE, segments[2].segment)  # returns: the copy is declined
