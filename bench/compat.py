@@ -1,6 +1,7 @@
 """The external query sets at size: every query judged right or not, and Cuvee's time against DuckDB's.
 
-An in-process cluster (``--servers``, default 1) serves the generated rows (``--rows`` per table, default
+A cluster (``--servers``, default 1; each role in a process of its own as deployed, or with ``--in-process``
+every role in this process, sharing its GIL) serves the generated rows (``--rows`` per table, default
 1,000,000, in ``--segments`` offline segments); DuckDB holds the same rows in memory. Each query runs once to warm
 up, then ``--repeat`` times on each side; the figures are the medians: Cuvee's broker ``timeUsedMs`` and DuckDB's
 wall time for the same question (the set's oracle text) over the same rows loaded into its own tables (a DuckDB
@@ -9,7 +10,7 @@ Printed: every query's verdict, both times and their ratio, and per set the geom
 10's target: ≤ 1.5× at 1M rows, ≤ 1.2× at 10M).
 
     .venv/bin/python bench/compat.py [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3] [--queries 31,32]
-                                     [--native-copy-mib 4096]
+                                     [--native-copy-mib 4096] [--in-process]
 
 ``--queries`` runs only the listed queries of each set (numbers, or ids such as ``clickbench-031``), so one slow
 question can be measured at size in minutes.
@@ -25,10 +26,11 @@ import time
 from pathlib import Path
 
 import duckdb
+import httpx
 from rich.console import Console
 from rich.table import Table
 
-from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.cluster import Endpoints, bench_cluster
 from cuvee.testing.compat.judge import Verdict, oracle_connection, oracle_sql, shape_of
 from cuvee.testing.compat.queries import CLICKBENCH, PINOT, clickbench_queries, pinot_queries
 from cuvee.testing.compat.run import ask, generated, judge_all, load
@@ -45,6 +47,7 @@ def main() -> int:
     parser.add_argument("--queries", default="", help="comma-separated query numbers or ids (default: every one)")
     parser.add_argument("--native-copy-mib", type=int, default=0,
                         help="the servers' native_copy_bytes in MiB: segments copied into DuckDB tables (default 0)")
+    parser.add_argument("--in-process", action="store_true", help="every role in this process (shares the GIL)")
     args = parser.parse_args()
     wanted = {item.strip() for item in args.queries.split(",") if item.strip()}
     suites = [CLICKBENCH, PINOT] if args.set == "all" else [args.set]
@@ -53,16 +56,17 @@ def main() -> int:
     # metadata sessions expired under it (a controller lost its leadership mid-setup)
     generated_rows = {suite: generated(suite, args.rows) for suite in suites}
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-compat-") as tmp, \
-            InProcessCluster(Path(tmp), servers=args.servers,
-                             server={"native_copy_bytes": args.native_copy_mib << 20}) as cluster:
+            bench_cluster(Path(tmp), args.servers, in_process=args.in_process,
+                          server={"native_copy_bytes": args.native_copy_mib << 20}) as roles, \
+            httpx.Client(timeout=600) as http:
         tables = {}
         for suite in suites:
             started = time.perf_counter()
             rows = generated_rows[suite]
             name = "hits" if suite == CLICKBENCH else "mytable"
             tables[name] = rows
-            load(cluster.http, cluster.controller_url, suite, rows, args.segments)
-            wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {name}") == args.rows, 600)
+            load(http, roles.controller, suite, rows, args.segments)
+            wait_until(lambda: _count(http, roles, name) == args.rows, 600)
             console.print(f"{name}: {args.rows:,} rows in {args.segments} segments, loaded in "
                           f"{time.perf_counter() - started:.1f} s")
         oracle = oracle_connection(tables)
@@ -74,9 +78,9 @@ def main() -> int:
         for suite in suites:
             queries = [q for q in (clickbench_queries() if suite == CLICKBENCH else pinot_queries())
                        if _chosen(q.id, wanted)]
-            verdicts = {o.query_id: o for o in judge_all(cluster.http, cluster.broker_url, oracle, queries)}
+            verdicts = {o.query_id: o for o in judge_all(http, roles.broker, oracle, queries)}
             # the judging run asked for the segments' DuckDB copies (--native-copy-mib): timed once they are made
-            wait_until(lambda: all(server.natives.building == 0 for server in cluster.servers), 600)
+            wait_until(lambda: _copies_building(http, roles) == 0, 600)
             table = Table(title=f"{suite}: {args.rows:,} rows, medians of {args.repeat}")
             for column in ("query", "verdict", "cuvee ms", "duckdb ms", "ratio"):
                 table.add_column(column, justify="right" if column.endswith(("ms", "ratio")) else "left")
@@ -89,7 +93,7 @@ def main() -> int:
                 limited = shape_of(query.sql, oracle_sql(query.id, query.oracle_sql)).limited_sql
                 cuvee, duck = [], []
                 for _ in range(args.repeat):
-                    cuvee.append(ask(cluster.http, cluster.broker_url, query.sql).used_ms)
+                    cuvee.append(ask(http, roles.broker, query.sql).used_ms)
                     began = time.perf_counter()
                     native.execute(limited).fetchall()
                     duck.append((time.perf_counter() - began) * 1000)
@@ -101,6 +105,21 @@ def main() -> int:
             mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
             console.print(f"{suite}: {passed}/{len(queries)} right; geometric mean of Cuvee/DuckDB = {mean:.2f}x")
     return 0
+
+
+def _count(http: httpx.Client, roles: Endpoints, table: str) -> int | None:
+    rows = ask(http, roles.broker, f"SELECT COUNT(*) FROM {table}").rows
+    return rows[0][0] if rows else None
+
+
+def _copies_building(http: httpx.Client, roles: Endpoints) -> float:
+    """DuckDB copies asked for and not made yet, over every server (their metrics)."""
+    building = 0.0
+    for server in roles.servers:
+        for line in http.get(f"{server}/metrics").text.splitlines():
+            if line.startswith("cuvee_server_native_copies_building "):
+                building += float(line.split()[1])
+    return building
 
 
 def _chosen(query_id: str, wanted: set[str]) -> bool:

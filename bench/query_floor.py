@@ -13,20 +13,17 @@ its own CPU a request), and the client's latency and the broker's ``timeUsedMs``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import http.client
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 
-from cuvee.deploy.local import LocalClusterSpec, down, up
-from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.cluster import bench_cluster
 from cuvee.testing.compat.run import generated, load
 from cuvee.testing.waiting import wait_until
 
@@ -37,20 +34,6 @@ QUERIES = [
 ]
 
 
-@contextlib.contextmanager
-def cluster(root: Path, servers: int, in_process: bool) -> Iterator[tuple[str, str]]:
-    """(controller URL, broker URL) of a running cluster, stopped on exit."""
-    if in_process:
-        with InProcessCluster(root, servers=servers) as local:
-            yield local.controller_url, local.broker_url
-        return
-    info = up(LocalClusterSpec(dir=root, servers=servers))
-    try:
-        yield info["controller"], info["broker"]
-    finally:
-        down(root)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -59,10 +42,10 @@ def main() -> int:
     parser.add_argument("--in-process", action="store_true", help="every role in this process (shares the GIL)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-floor-") as tmp, \
-            cluster(Path(tmp), args.servers, args.in_process) as (controller, broker), \
+            bench_cluster(Path(tmp), args.servers, in_process=args.in_process) as roles, \
             httpx.Client(timeout=600) as client:
-        load(client, controller, "pinot", generated("pinot", args.rows), 8)
-        url = f"{broker}/query/sql"
+        load(client, roles.controller, "pinot", generated("pinot", args.rows), 8)
+        url = f"{roles.broker}/query/sql"
 
         def count() -> object:
             answer = client.post(url, json={"sql": "SELECT COUNT(*) FROM mytable"}).json()
@@ -73,7 +56,7 @@ def main() -> int:
         gc.freeze()
         print(f"{args.rows} rows in 8 segments, {args.servers} server(s), "
               f"{'one process' if args.in_process else 'a process per role'}")
-        host, port = broker.split("//")[1].rsplit(":", 1)
+        host, port = roles.broker.split("//")[1].rsplit(":", 1)
         lean = http.client.HTTPConnection(host, int(port))  # Python's own client: httpx adds ~2 ms of its own CPU
 
         def lean_post(sql: str) -> dict[str, object]:

@@ -68,6 +68,7 @@ from cuvee.query.lookup import SERVER_RELATION
 from cuvee.query.group_trim import GroupOptions, group_options
 from cuvee.query.parse import MultiStageRequired, TableInfo, split_query
 from cuvee.query.plan_cache import PlanCache
+from cuvee.query.rewrite import DOCS_TOTAL_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class _Gathered:
     routings: list[RoutingTable]
     replies: list[ServerReply]
     num_calls: int
+    whole: bool = False  # one server answered the query in one step (``QueryPlan.whole_sql``): nothing to merge
 
 
 @dataclasses.dataclass
@@ -164,8 +166,14 @@ def _too_many_rows(limit: int) -> QueryError:
 
 
 def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tuple[str, ...], remaining_ms: int,
-             asked: _Asked, lookups: tuple[DimLookup, ...]) -> ServerQueryRequest:
-    """One server's share of ``plan`` over ``target`` (a table, or one half of a hybrid table)."""
+             asked: _Asked, lookups: tuple[DimLookup, ...], *, whole: bool = False) -> ServerQueryRequest:
+    """One server's share of ``plan`` over ``target`` (a table, or one half of a hybrid table); ``whole``: the
+    whole query, in one step (``QueryPlan.whole_sql``), for the only server asked."""
+    if whole:
+        assert plan.whole_sql is not None
+        return ServerQueryRequest(request_id, target.entry.name, plan.whole_sql, segments, remaining_ms,
+                                  plan.docs_scanned_sql, None, target.time_filter, asked.skip_upsert, lookups,
+                                  docs_total_column=DOCS_TOTAL_COLUMN if plan.docs_column is not None else None)
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked), top_sql=plan.top_sql)
@@ -317,7 +325,9 @@ class QueryHandler:
             self.metrics.query_errors.labels(str(code)).inc()
 
     def _elapsed_ms(self, started: float) -> int:
-        return int((self._clock() - started) * 1000)
+        """Rounded, not truncated: Pinot's figure is the difference of two millisecond clocks, right on average;
+        truncating would understate every query by half a millisecond."""
+        return round((self._clock() - started) * 1000)
 
     async def _handle(self, number: int, started: float, sql: Any, query_options: Any,
                       principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -341,10 +351,10 @@ class QueryHandler:
         timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
         gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _Asked.of(options),
                                       cfg.max_response_rows)
-        if plan.simple_merge is not None and \
+        if (plan.simple_merge is not None or gathered.whole) and \
                 sum(r.table.num_rows for r in gathered.replies if r.table is not None) <= _INLINE_MERGE_ROWS:
-            # one row merged in Arrow: a thread hop costs more (a DISTINCTCOUNT's or PERCENTILE's one partial
-            # row may hold a million values: those go to a worker thread)
+            # one row merged in Arrow, or a server's whole answer: a thread hop costs more (a DISTINCTCOUNT's or
+            # PERCENTILE's one partial row may hold a million values: those go to a worker thread)
             return self._answer(number, started, plan, gathered)
         return await asyncio.to_thread(self._answer, number, started, plan, gathered)
 
@@ -363,20 +373,30 @@ class QueryHandler:
             raise QueryError(QueryErrorCode.TABLE_DOES_NOT_EXIST, f"table {plan.table!r} does not exist")
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
-        routings: list[RoutingTable] = []
+        routings = [target.entry.route(frozenset(servers), number) for target in targets]
+        # all of the query's segments on one server: it answers the whole query, the broker merges nothing
+        whole = plan.whole_sql is not None and len(routings) == 1 and len(routings[0].servers) == 1
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
-        for target in targets:  # a hybrid table: both halves at once, each server told its side of the boundary
-            routing = target.entry.route(frozenset(servers), number)
-            routings.append(routing)
-            made = self._calls(str(number), plan, target, routing, servers, deadline, asked)
+        # a hybrid table: both halves at once, each server told its side of the boundary
+        for target, routing in zip(targets, routings):
+            made = self._calls(str(number), plan, target, routing, servers, deadline, asked, whole=whole)
             calls += made
             called += [target] * len(made)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes) if calls else []
+        num_calls = len(calls)
+        if whole and self._elsewhere(calls, called, replies, servers):
+            # the server no longer held some segments, which another replica will answer for: its one-step answer
+            # cannot be merged with theirs, so it is asked again for its partial result (rare: a move under way)
+            whole = False
+            calls = self._calls(str(number), plan, targets[0], routings[0], servers, deadline, asked)
+            replies = await scatter(self._http(), calls, max(deadline - self._clock(), 0.0),
+                                    max_bytes=cfg.max_server_response_bytes)
+            num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
-        return _Gathered(targets[0].entry, routings, replies, len(calls) + retried)
+        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole)
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
                            principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -573,18 +593,9 @@ class QueryHandler:
         time, so a move never costs a query its rows (consuming copies are not asked: their ends differ).
         Not for upsert tables (a partition is read whole from one replica). Returns the replies (the first ones
         without what the second found) and how many servers were asked again."""
-        again: dict[tuple[int, str], list[str]] = {}
         if self._clock() >= deadline:  # no time left: what is missing is reported (235)
             return replies, 0
-        for call, target, reply in zip(calls, called, replies):
-            missing = reply.stats.missingSegments if reply.stats is not None else ()
-            if not missing or target.entry.upsert:
-                continue
-            for segment in missing:
-                others = sorted(i for i, state in target.entry.view.segments.get(segment, {}).items()
-                                if i != call.instance and i in servers and state is SegmentState.ONLINE)
-                if others:
-                    again.setdefault((id(target), others[0]), []).append(segment)
+        again = self._elsewhere(calls, called, replies, servers)
         if not again:
             return replies, 0
         halves = {id(target): target for target in called}
@@ -602,6 +613,24 @@ class QueryHandler:
                     reply.stats, missingSegments=tuple(s for s in reply.stats.missingSegments if s not in found)))
                 if reply.stats is not None and reply.stats.missingSegments else reply for reply in replies]
         return kept + second, len(retry_calls)
+
+    @staticmethod
+    def _elsewhere(calls: list[ServerCall], called: list[QueryTarget], replies: list[ServerReply],
+                   servers: Mapping[str, str]) -> dict[tuple[int, str], list[str]]:
+        """The segments servers answered they no longer hold that another ONLINE replica the view lists may
+        answer for: (table half, that replica) -> segments (none of an upsert table: a partition is read whole
+        from one replica)."""
+        again: dict[tuple[int, str], list[str]] = {}
+        for call, target, reply in zip(calls, called, replies):
+            missing = reply.stats.missingSegments if reply.stats is not None else ()
+            if not missing or target.entry.upsert:
+                continue
+            for segment in missing:
+                others = sorted(i for i, state in target.entry.view.segments.get(segment, {}).items()
+                                if i != call.instance and i in servers and state is SegmentState.ONLINE)
+                if others:
+                    again.setdefault((id(target), others[0]), []).append(segment)
+        return again
 
     async def _plan(self, sql: str, budget_ms: int) -> QueryPlan:
         """Plan on a worker thread within the query's timeout. A plan that overruns it is answered at the timeout
@@ -684,7 +713,9 @@ class QueryHandler:
         partials = [r.table for r in replies if r.table is not None]
         merged: pa.Table | None
         try:
-            merged = merge_partials(plan, partials, gathered.entry.arrow_schema)
+            # a one-step answer is final; none (the server failed) is answered as no partials are
+            merged = partials[0] if gathered.whole and partials else \
+                merge_partials(plan, partials, gathered.entry.arrow_schema)
         except QueryError as exc:
             merged = None
             exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
@@ -701,11 +732,12 @@ class QueryHandler:
             num_servers_responded=sum(1 for r in gathered.replies if r.responded), exceptions=exceptions)
 
     def _calls(self, request_id: str, plan: QueryPlan, target: QueryTarget, routing: RoutingTable,
-               servers: Mapping[str, str], deadline: float, asked: _Asked = _Asked()) -> list[ServerCall]:
+               servers: Mapping[str, str], deadline: float, asked: _Asked = _Asked(), *,
+               whole: bool = False) -> list[ServerCall]:
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
         lookups = lookup_requests(plan, self.view)
         return [ServerCall(instance, servers[instance],
-                           _request(request_id, plan, target, segments, remaining_ms, asked, lookups))
+                           _request(request_id, plan, target, segments, remaining_ms, asked, lookups, whole=whole))
                 for instance, segments in routing.servers.items()]
 
     @staticmethod

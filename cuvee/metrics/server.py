@@ -56,6 +56,37 @@ class ServerMetrics:
         segment held (``ConsumingSegment.info``)."""
         self.registry.register(_ConsumingCollector(segments, clock))
 
+    def watch_native_copies(self, summary: Callable[[], tuple[dict[str, tuple[int, int]], int, int]]) -> None:
+        """Gauges of the DuckDB copies read at scrape time from ``summary()`` (``NativeCopies.summary``)."""
+        self.registry.register(_NativeCopiesCollector(summary))
+
+
+class _NativeCopiesCollector(Collector):
+    """The DuckDB copies of committed segments (``cuvee.server.native_copies``), read at scrape time."""
+
+    def __init__(self, summary: Callable[[], tuple[dict[str, tuple[int, int]], int, int]]):
+        self._summary = summary
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        tables, counted, building = self._summary()
+        copies = GaugeMetricFamily("cuvee_server_native_copies", "Committed segments with a DuckDB copy ready",
+                                   labels=["table"])
+        size = GaugeMetricFamily("cuvee_server_native_copy_bytes", "Bytes of the ready DuckDB copies (as counted "
+                                 "against native_copy_bytes)", labels=["table"])
+        for table, (count, nbytes) in sorted(tables.items()):
+            copies.add_metric([table], count)
+            size.add_metric([table], nbytes)
+        yield copies
+        yield size
+        yield GaugeMetricFamily("cuvee_server_native_copy_budget_used_bytes", "Bytes counted against "
+                                "native_copy_bytes: ready copies, copies being made, deleted rows not compacted yet",
+                                value=counted)
+        yield GaugeMetricFamily("cuvee_server_native_copies_building", "DuckDB copies asked for and not made yet",
+                                value=building)
+
 
 class _ConsumingCollector(Collector):
     def __init__(self, segments: Callable[[], Iterable[tuple[str, dict[str, Any]]]], clock: Callable[[], float]):

@@ -270,6 +270,9 @@ class ServerQueryRequest:
     colocation: Colocation | None = None  # a colocated join's share: what its segments' copies must hold
     # a selection's rows by position (``QueryPlan.top_sql``): the server may run ``sql`` over those rows only
     top_sql: str | None = None
+    # ``sql`` answers the query in one step (``QueryPlan.whole_sql``): numDocsScanned is this column's value, the
+    # same on every row (0 when no row is answered), which the server drops
+    docs_total_column: str | None = None
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -286,7 +289,8 @@ class ServerQueryRequest:
                 **({"lookups": [lookup.to_dict() for lookup in self.lookups]} if self.lookups else {}),
                 **({"groups": self.groups.to_dict()} if self.groups is not None else {}),
                 **({"colocation": self.colocation.to_dict()} if self.colocation is not None else {}),
-                **({"topSql": self.top_sql} if self.top_sql is not None else {})}
+                **({"topSql": self.top_sql} if self.top_sql is not None else {}),
+                **({"docsTotalColumn": self.docs_total_column} if self.docs_total_column is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -294,7 +298,8 @@ class ServerQueryRequest:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
-                          "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql"}, what)
+                          "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql",
+                          "docsTotalColumn"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -316,7 +321,8 @@ class ServerQueryRequest:
                    sql=_require(doc, "sql", str, what), segments=_strings(doc, "segments", what),
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
                    docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
-                   groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what))
+                   groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what),
+                   docs_total_column=_optional_string(doc, "docsTotalColumn", what))
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

@@ -243,6 +243,8 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
             con.register(lookup.relation, lookup.empty())
         con.execute(f"CREATE TEMP VIEW {PARTIALS_RELATION} AS {plan.server_sql}")
         con.sql(plan.final_sql)  # a relation: bound here, run only when fetched (never)
+        if plan.whole_sql is not None:  # the same query in one step, for a single server
+            con.sql(plan.whole_sql)
         if plan.group_trim is not None:  # how servers rank their groups, over their partials
             con.execute(f"CREATE TEMP VIEW {GROUPS_RELATION} AS SELECT * FROM {PARTIALS_RELATION}")
             con.sql(plan.group_trim.order_sql)

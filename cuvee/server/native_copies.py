@@ -137,6 +137,17 @@ class NativeCopies:
         with self._lock:
             return len(self._pending)
 
+    def summary(self) -> tuple[dict[str, tuple[int, int]], int, int]:
+        """({table: (copies ready, their bytes)}, the bytes counted against the budget (deleted rows too), copies
+        being made): what the server's metrics show."""
+        with self._lock:
+            tables: dict[str, tuple[int, int]] = {}
+            for copy in self._copies.values():
+                if not copy.dropping:
+                    count, size = tables.get(copy.table, (0, 0))
+                    tables[copy.table] = (count + 1, size + copy.bytes)
+            return tables, self.bytes, len(self._pending)
+
     def token(self, segment: Any) -> int:
         """``segment``'s token (a ``CommittedSegment``: one copy per object), its copy deleted when the object is
         collected."""

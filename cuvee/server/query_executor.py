@@ -281,7 +281,7 @@ class QueryExecutor:
                 errors.append(ServerException(int(failure.code), failure.message))
                 result = None
         filtered = (request.docs_scanned_sql is not None or request.docs_column is not None
-                    or request.time_filter is not None)
+                    or request.docs_total_column is not None or request.time_filter is not None)
         matched = (counts.processed if docs_scanned else 0) if filtered else counts.non_empty
         stats = ServerQueryStats(
             numDocsScanned=docs_scanned if result is not None else 0,
@@ -416,7 +416,9 @@ class QueryExecutor:
                 con.register(relation, rows)
             result = answer() if answer is not None else con.sql(request.sql).to_arrow_table()
             docs = total_docs
-            if request.docs_column is not None:
+            if request.docs_total_column is not None:
+                result, docs = _take_docs_column(result, request.docs_total_column, total=True)
+            elif request.docs_column is not None:
                 result, docs = _take_docs_column(result, request.docs_column)
             elif request.docs_scanned_sql is not None:
                 rows = con.sql(request.docs_scanned_sql).fetchall()
@@ -578,12 +580,17 @@ def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
     return f"{quoted} {time_filter.op} {int(time_filter.value)}"
 
 
-def _take_docs_column(result: pa.Table, name: str) -> tuple[pa.Table, int]:
-    """The rows that passed WHERE, counted by the query itself in ``name``, and the result without that column."""
-    if name not in result.column_names:
+def _take_docs_column(result: pa.Table, name: str, *, total: bool = False) -> tuple[pa.Table, int]:
+    """The rows that passed WHERE, counted by the query itself in ``name`` (per row, or ``total`` on every row),
+    and the result without that column."""
+    if result.schema.get_field_index(name) < 0:
         raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"the server SQL has no column {name!r} to count scanned rows")
-    docs = pc.sum(result.column(name)).as_py() or 0
-    return result.drop_columns([name]), int(docs)
+    column = result.column(name)
+    if total:
+        docs = column[0].as_py() if len(column) else 0
+    else:
+        docs = sum(value or 0 for value in column.to_pylist()) if len(column) <= 64 else pc.sum(column).as_py()
+    return result.drop_columns([name]), int(docs or 0)
 
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')

@@ -131,6 +131,7 @@ class Server:
                                       headers=internal_headers(cfg.auth), metrics=self.metrics, story=self.story,
                                       verify=cfg.tls.client_verify())
         self.metrics.watch_consuming(lambda: [(t, c.info()) for t, c in self.transitions.all_consuming()])
+        self.metrics.watch_native_copies(self.natives.summary)
         self.plain_copies = PlainCopies(cfg.plain_copy_bytes, cfg.plain_copy_min_idle_seconds)
         self.transitions = SegmentTransitions(store=self.store, registry=self.registry, local=self.local,
                                               plain_copies=self.plain_copies,

@@ -8,9 +8,11 @@ quiescent cluster (dask's ``gen_cluster`` does the same after every test).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +201,31 @@ class InProcessCluster:
         if response.status_code >= 400:
             raise AssertionError(f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text}")
         return response.json() if response.content else None
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a running cluster's roles answer."""
+
+    controller: str
+    broker: str
+    servers: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def bench_cluster(root: Path, servers: int, *, in_process: bool,
+                  server: Mapping[str, Any] | None = None) -> Iterator[Endpoints]:
+    """A cluster for the benches, stopped on exit: each role in a process of its own (``cuvee cluster up``: what
+    a deployment pays) or, ``in_process``, every role in this one process (they share its GIL: an upper bound on
+    the roles' overhead). ``server``: config keys every server gets."""
+    if in_process:
+        with InProcessCluster(root, servers=servers, server=server) as local:
+            yield Endpoints(local.controller_url, local.broker_url, tuple(s.url for s in local.servers))
+        return
+    from cuvee.deploy.local import LocalClusterSpec, down, up
+
+    info = up(LocalClusterSpec(dir=root, servers=servers, overrides={"server": dict(server or {})}))
+    try:
+        yield Endpoints(info["controller"], info["broker"], tuple(info["servers"]))
+    finally:
+        down(root)

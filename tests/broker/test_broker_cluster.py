@@ -332,3 +332,45 @@ def test_num_groups_limit_drops_groups_and_says_so(cluster: Cluster) -> None:
     assert limited["numDocsScanned"] == every["numDocsScanned"]  # the rows were scanned all the same
     bad = cluster.query(sql, "numGroupsLimit=0")
     assert [e["errorCode"] for e in bad["exceptions"]] == [150] and "numGroupsLimit" in bad["exceptions"][0]["message"]
+
+
+WHOLE = ("SELECT city, COUNT(*) AS c, DISTINCTCOUNT(v), AVG(d) FROM {t} WHERE v > -5 GROUP BY city "
+         "ORDER BY c DESC, city NULLS LAST LIMIT 3")
+WHOLE_REF = ("SELECT city, COUNT(*) AS c, COUNT(DISTINCT v), AVG(d) FROM events WHERE v > -5 GROUP BY city "
+             "ORDER BY c DESC, city NULLS LAST LIMIT 3")
+
+
+def test_one_server_answers_an_aggregation_whole(cluster: Cluster) -> None:
+    """Every segment on one server: it answers the query in one step (no partials merged), right, with the rows
+    that passed WHERE as numDocsScanned."""
+    table = write_table(cluster.store, "single")
+    parts = [event_rows(120, 0, 21), event_rows(80, 120, 22)]
+    names = [segment_name(0, i, "single") for i in range(2)]
+    for name, part in zip(names, parts):
+        cluster.servers["Server_A"].registry.put(table, committed(cluster.work / "a", name, part))
+    write_view(cluster.store, {name: {"Server_A": ON} for name in names}, table)
+    rows = pa.concat_tables(parts)
+    response = wait_until(lambda: (r := cluster.query(WHOLE.format(t="single"))) and "resultTable" in r and r)
+    assert response["exceptions"] == [] and response["numServersQueried"] == 1
+    assert approx(response["resultTable"]["rows"]) == approx(reference(rows, WHOLE_REF))
+    assert response["numDocsScanned"] == reference(rows, "SELECT COUNT(*) FROM events WHERE v > -5")[0][0]
+    assert response["resultTable"]["dataSchema"]["columnDataTypes"] == ["STRING", "LONG", "INT", "DOUBLE"]
+
+
+def test_a_whole_answer_missing_a_moved_segment_is_asked_again_in_parts(cluster: Cluster) -> None:
+    """The one server routed to no longer holds a segment another replica holds (a move under way): its one-step
+    answer cannot be merged with the other's, so it is asked for its partial result instead; no row is lost."""
+    table = write_table(cluster.store, "moved")
+    kept, moved = segment_name(0, 0, "moved"), segment_name(0, 1, "moved")
+    parts = [event_rows(90, 0, 23), event_rows(70, 90, 24)]
+    cluster.servers["Server_A"].registry.put(table, committed(cluster.work / "a", kept, parts[0]))
+    cluster.servers["Server_B"].registry.put(table, committed(cluster.work / "b", moved, parts[1]))
+    write_view(cluster.store, {kept: {"Server_A": ON}, moved: {"Server_A": ON, "Server_B": ON}}, table)
+    want = approx(reference(pa.concat_tables(parts), WHOLE_REF))
+    wait_until(lambda: "resultTable" in cluster.query(WHOLE.format(t="moved")))
+    asked = set()
+    for _ in range(8):  # the replica chosen for the moved segment rotates: A (then asked again) or B
+        response = cluster.query(WHOLE.format(t="moved"))
+        assert response["exceptions"] == [] and approx(response["resultTable"]["rows"]) == want
+        asked.add(response["numServersQueried"])
+    assert asked == {2, 3}  # A and B at once; or A whole, A again in parts and B for the moved segment

@@ -1,5 +1,6 @@
-"""One live cluster for the compatibility tests: both sets' tables loaded once (20,000 generated rows each, 4
-offline segments, 2 servers), with DuckDB over the same rows as the oracle."""
+"""The live clusters of the compatibility tests: both sets' tables loaded once per cluster (20,000 generated rows
+each, 4 offline segments), with DuckDB over the same rows as the oracle. Two servers, whose partial answers the
+broker merges, and one server, which answers aggregations whole (``QueryPlan.whole_sql``)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,13 @@ class Compat:
     oracle: Any  # a DuckDB connection with `hits` and `mytable` registered
 
 
-@pytest.fixture(scope="package")
-def compat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compat]:
+@pytest.fixture(scope="package", params=[2, 1], ids=["two servers", "one server"])
+def compat(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compat]:
     root: Path = tmp_path_factory.mktemp("compat")
     # a leaf may bring 15,000 rows to the broker: the whole of a table (20,000) is refused, with a filter it fits
     # the servers copy segments into DuckDB as queries read them (native copies, every size): the set runs over
     # Arrow views, copies and both mixed while the copies are made
-    with InProcessCluster(root, servers=2, broker={"multistage_leaf_rows": LEAF_ROWS},
+    with InProcessCluster(root, servers=request.param, broker={"multistage_leaf_rows": LEAF_ROWS},
                           server={"native_copy_bytes": 256 << 20, "native_copy_min_rows": 1}) as cluster:
         tables = {}
         for suite in (CLICKBENCH, PINOT):

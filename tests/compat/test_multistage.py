@@ -1,4 +1,4 @@
-"""The multi-stage engine on the compatibility tables (20,000 generated rows each, 4 offline segments, 2 servers):
+"""The multi-stage engine on the compatibility tables (20,000 generated rows each, 4 offline segments, on two servers and on one):
 joins, subqueries, CTEs, set operations, windows and FILTER clauses answer exactly what DuckDB answers over the
 same rows; what does not fit the broker is refused in words that point to Spark."""
 
@@ -69,7 +69,7 @@ def test_a_multi_stage_query_answers_what_duckdb_answers_over_the_same_rows(comp
     expected = run_oracle(compat.oracle, sql)
     assert expected and any(any(v not in (0, None) for v in row) for row in expected), "the rows give it nothing"
     assert canon_rows(rows) == canon_rows(expected)
-    assert answer["numServersQueried"] >= 2 and answer["numDocsScanned"] > 0
+    assert answer["numServersQueried"] >= len(compat.cluster.servers) and answer["numDocsScanned"] > 0
 
 
 def test_pinot_names_its_columns_and_the_multistage_option_is_accepted(compat: Compat) -> None:

@@ -11,7 +11,10 @@ import duckdb
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from cuvee.query import TableInfo, merge_partials, plan_sql, run_server_step
+from cuvee.query import QueryPlan, TableInfo, merge_partials, plan_sql, run_server_step
+from cuvee.query.execute import run_sql
+from cuvee.query.lookup import SERVER_RELATION
+from cuvee.query.rewrite import DOCS_TOTAL_COLUMN
 
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("v", pa.int32()), ("d", pa.float64()),
                     ("ts", pa.timestamp("ms"))])
@@ -55,6 +58,17 @@ def distributed(sql: str, parts: Sequence[pa.Table]) -> pa.Table:
     plan = plan_sql(sql, resolve)
     partials = [run_server_step(plan, [part]) for part in parts]
     return merge_partials(plan, partials, SCHEMA)
+
+
+def one_step(plan: QueryPlan, table: pa.Table) -> tuple[pa.Table, int | None]:
+    """A single server's whole answer to ``plan`` over ``table`` (``QueryPlan.whole_sql``), as the server runs it:
+    the answer without the docs column, and that column's value (None without WHERE; 0 with no row)."""
+    assert plan.whole_sql is not None
+    answer = run_sql(plan.whole_sql, SERVER_RELATION, table)
+    if answer.schema.get_field_index(DOCS_TOTAL_COLUMN) < 0:
+        return answer, None
+    column = answer.column(DOCS_TOTAL_COLUMN)
+    return answer.drop_columns([DOCS_TOTAL_COLUMN]), column[0].as_py() if len(column) else 0
 
 
 def reference(sql: str, table: pa.Table) -> pa.Table:

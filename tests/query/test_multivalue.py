@@ -9,6 +9,7 @@ import pytest
 
 from cuvee.query.errors import QueryError
 from cuvee.query.parse import TableInfo, parse_query
+from tests.query.helpers import one_step
 
 TABLE = TableInfo("t", ("id", "tags", "nums"), multi_value_columns=frozenset({"tags", "nums"}))
 ROWS = pa.table({"id": [1, 2, 3, 4],
@@ -62,7 +63,11 @@ def test_the_mv_aggregations_run_over_every_value_and_merge_across_servers() -> 
     def answer(sql: str) -> list[dict]:
         plan = plan_sql(sql, lambda _: table)
         partials = [run_server_step(plan, [rows.slice(0, 2)]), run_server_step(plan, [rows.slice(2)])]  # 2 servers
-        return merge_partials(plan, partials, rows.schema).to_pylist()
+        merged = merge_partials(plan, partials, rows.schema)
+        if plan.whole_sql is not None:  # one server answers it whole: the same answer, typed the same
+            whole, _ = one_step(plan, rows)
+            assert whole.schema == merged.schema and whole.to_pylist() == merged.to_pylist()
+        return merged.to_pylist()
 
     values = [1, 5, 7, 2, 3, 9, 10, 10]
     [got] = answer("SELECT COUNTMV(nums), SUMMV(nums), MINMV(nums), MAXMV(nums), AVGMV(nums), MINMAXRANGEMV(nums), "

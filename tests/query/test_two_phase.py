@@ -1,4 +1,6 @@
-"""Two-phase plans answer exactly what DuckDB answers over all rows, however the rows are split over servers."""
+"""Two-phase plans answer exactly what DuckDB answers over all rows, however the rows are split over servers; an
+aggregation answered in one step by a single server (``QueryPlan.whole_sql``) answers what the merge does, with the
+same types."""
 
 from __future__ import annotations
 
@@ -9,7 +11,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.query.helpers import BASE_TS, distributed, event_tables, partitions, reference, rows, sort_key
+from cuvee.query import plan_sql
+from tests.query.helpers import (
+    BASE_TS,
+    distributed,
+    event_tables,
+    one_step,
+    partitions,
+    reference,
+    resolve,
+    rows,
+    sort_key,
+)
 
 MID_MS = int(BASE_TS.replace(tzinfo=dt.timezone.utc).timestamp() * 1000) + 300 * 60_000
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,6 +109,30 @@ def test_ordered_queries_match_duckdb(sql: str, ref_sql: str | None, data: st.Da
     assert rows(distributed(sql, parts)) == rows(reference(ref_sql or sql, table))
 
 
+@pytest.mark.parametrize(("sql", "ordered"), [(sql, False) for sql, _ in UNORDERED] + [(sql, True) for sql, _ in ORDERED])
+@SETTINGS
+@given(data=st.data())
+def test_one_server_answers_an_aggregation_whole_as_the_merge_does(sql: str, ordered: bool,
+                                                                    data: st.DataObject) -> None:
+    plan = plan_sql(sql, resolve)
+    if plan.whole_sql is None:  # selections, and one-row merges done in Arrow
+        assert plan.kind.value == "selection" or plan.simple_merge is not None or sql == "SELECT COUNT(*) FROM events"
+        return
+    table = data.draw(event_tables())
+    merged = distributed(sql, [table])
+    whole, docs = one_step(plan, table)
+    assert whole.schema == merged.schema
+    if ordered:
+        assert rows(whole) == rows(merged)
+    else:
+        assert sorted(rows(whole), key=sort_key) == sorted(rows(merged), key=sort_key)
+    if plan.docs_column is None:
+        assert docs is None
+    elif whole.num_rows:  # the rows that passed WHERE, whatever HAVING and LIMIT left of the groups
+        where = sql[sql.index(" WHERE "):].split(" GROUP BY")[0].split(" ORDER BY")[0].split(" LIMIT")[0]
+        assert docs == reference(f"SELECT COUNT(*) FROM events{where}", table).column(0)[0].as_py()
+
+
 def _pinot_percentile(values: list[float], pct: float) -> float | None:
     """Pinot's exact rule, written independently: sorted[floor(n * p / 100)], the last value at 100."""
     if not values:
@@ -112,6 +149,7 @@ def test_percentiles_follow_pinots_rule(data: st.DataObject) -> None:
     sql = ("SELECT city, PERCENTILE(v, 50), PERCENTILE90(d), PERCENTILEEST(v, 100), PERCENTILETDIGEST(d, 0), "
            "percentile(v, 99.9) FROM events GROUP BY city LIMIT 100")
     got = {row[0]: row[1:] for row in rows(distributed(sql, parts))}
+    assert {row[0]: row[1:] for row in rows(one_step(plan_sql(sql, resolve), table)[0])} == got  # one server
     expected = {}
     for city in set(table.column("city").to_pylist()):
         mine = [r for r in table.to_pylist() if r["city"] == city]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from cuvee.metrics.server import ServerMetrics
 from cuvee.protocol.query import ServerQueryRequest, TimeFilter
 from cuvee.query import merge_partials, plan_sql
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, copy_bytes
@@ -112,12 +113,29 @@ def test_a_query_asks_for_copies_and_reads_them_once_made(segments: list[Committ
     natives = _natives()
     executor = QueryExecutor(registry, natives=natives)
     names = [s.name for s in segments]
+    metrics = ServerMetrics()
+    metrics.watch_native_copies(natives.summary)
+    assert _gauges(metrics) == {"cuvee_server_native_copy_budget_used_bytes": 0,
+                                "cuvee_server_native_copies_building": 0}
     before = _answer(executor, QUERIES[0], names)  # built in the caller here (background=False)
     assert all(natives.ready(natives.token(s)) for s in segments)
-    assert natives.bytes == sum(copy_bytes(s.segment.to_arrow(decode=True)) for s in segments)
+    size = sum(copy_bytes(s.segment.to_arrow(decode=True)) for s in segments)
+    assert natives.bytes == size
+    assert _gauges(metrics) == {f"cuvee_server_native_copies{{table={TABLE}}}": 3,
+                                f"cuvee_server_native_copy_bytes{{table={TABLE}}}": size,
+                                "cuvee_server_native_copy_budget_used_bytes": size,
+                                "cuvee_server_native_copies_building": 0}
     assert _answer(executor, QUERIES[0], names) == before
     natives.close()
     assert natives.bytes == 0
+    assert _gauges(metrics)["cuvee_server_native_copy_budget_used_bytes"] == 0
+
+
+def _gauges(metrics: ServerMetrics) -> dict[str, float]:
+    """The native copies' series a scrape shows: name{table=…} -> value."""
+    return {sample.name + ("{table=%s}" % sample.labels["table"] if sample.labels else ""): sample.value
+            for family in metrics.registry.collect() if family.name.startswith("cuvee_server_native_cop")
+            for sample in family.samples}
 
 
 def test_only_idle_copies_make_room_and_a_declined_segment_waits(segments: list[CommittedSegment]) -> None:

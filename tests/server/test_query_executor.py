@@ -13,7 +13,7 @@ import pytest
 from cuvee.config.table import IndexingConfig
 from cuvee.protocol.query import Colocation, DimLookup, GroupLimits, ServerQueryRequest, TimeFilter
 from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
-from cuvee.query.rewrite import DOCS_COLUMN
+from cuvee.query.rewrite import DOCS_COLUMN, DOCS_TOTAL_COLUMN
 from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor, _union
 from cuvee.server.queryable import CommittedSegment
@@ -471,3 +471,29 @@ def test_only_selections_with_columns_to_read_late_carry_top_sql() -> None:
     request_ = ServerQueryRequest("1", TABLE, "SELECT 1", ("s",), 1000, top_sql="SELECT __cuvee_row FROM x")
     assert ServerQueryRequest.decode(request_.encode()) == request_
     assert "topSql" not in ServerQueryRequest("1", TABLE, "SELECT 1", ("s",), 1000).to_dict()  # older servers
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT city, COUNT(*), DISTINCTCOUNT(v), PERCENTILE(d, 50) FROM events WHERE v > 0 GROUP BY city "
+    "ORDER BY 2 DESC, city LIMIT 3",
+    "SELECT DISTINCTCOUNT(city), AVG(d) FROM events WHERE id % 3 = 0",
+    "SELECT city, MAX(d) FROM events WHERE v IS NOT NULL GROUP BY city HAVING COUNT(*) > 1000 LIMIT 5",  # none
+    "SELECT city, MIN(ts), DISTINCTSUM(v) FROM events GROUP BY city ORDER BY city LIMIT 4",  # no WHERE: every row
+])
+def test_a_whole_request_answers_as_the_merged_partials_do(loaded, sql: str) -> None:
+    """A single server's one-step answer (``whole_sql``, the docs count on every row) is the broker's merge of that
+    server's partial answer, with the same numDocsScanned while some row is answered."""
+    registry, rows, names = loaded
+    plan, parts = plan_request(sql, names)
+    assert plan.whole_sql is not None
+    whole = ServerQueryRequest("1", TABLE, plan.whole_sql, tuple(names), 10_000, plan.docs_scanned_sql,
+                               docs_total_column=DOCS_TOTAL_COLUMN if plan.docs_column is not None else None)
+    assert ServerQueryRequest.decode(whole.encode()) == whole
+    answer, stats = QueryExecutor(registry).execute(whole)
+    partial, partial_stats = QueryExecutor(registry).execute(parts)
+    assert stats.exceptions == () and answer is not None and partial is not None
+    merged = merge_partials(plan, [partial], schema().arrow_schema())
+    assert answer.schema == merged.schema and answer.to_pylist() == merged.to_pylist()
+    filtered = plan.docs_column is not None
+    assert stats.numDocsScanned == (partial_stats.numDocsScanned if answer.num_rows or not filtered else 0)
+    assert stats.numSegmentsMatched == (3 if answer.num_rows or not filtered else 0)
