@@ -38,3 +38,15 @@ def test_rows_sorted_by_a_column_not_shown_cannot_be_told_right_or_wrong_under_t
     shape = shape_of("SELECT a FROM t ORDER BY b LIMIT 1", "SELECT a FROM t ORDER BY b LIMIT 1")
     assert compare(shape, [["x"]], [("y",)], [("y",), ("x",)])[0] is None  # unjudged, not passed
     assert compare(shape, [["z"]], [("y",)], [("y",), ("x",)])[0] is False  # not among the rows at all: wrong
+
+
+def test_the_full_answer_is_fetched_only_to_judge_ties() -> None:
+    shape = shape_of("SELECT a FROM t ORDER BY a LIMIT 1", "SELECT a FROM t ORDER BY a")
+    asked = []
+
+    def full() -> list[tuple]:
+        asked.append(1)
+        return [("x",), ("y",)]
+
+    assert compare(shape, [["x"]], [("x",)], full)[0] is True and asked == []  # the limited answer itself
+    assert compare(shape, [["y"]], [("x",)], full)[0] is False and asked == [1]  # fetched once to look for ties

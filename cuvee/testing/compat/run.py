@@ -89,16 +89,20 @@ def judge_all(http: httpx.Client, broker: str, oracle: Any, queries: Iterable[Co
             started = time.perf_counter()
             limited = run_oracle(oracle, shape.limited_sql, columns if shape.star else None)
             oracle_ms = (time.perf_counter() - started) * 1000
-            unlimited = run_oracle(oracle, shape.unlimited_sql, columns if shape.star else None) \
-                if shape.limit is not None else limited
         except Exception as exc:  # noqa: BLE001 - a query the oracle cannot run is reported, not judged
             outcomes.append(Outcome(query.id, Verdict.UNJUDGED, f"oracle: {type(exc).__name__}: {exc}"[:300]))
             continue
         if answer.rows is None:
             outcomes.append(Outcome(query.id, Verdict.ERROR, answer.error, answer.used_ms, oracle_ms))
             continue
-        right, why = compare(shape, answer.rows, limited, unlimited,
-                             float_inputs=any(c in query.sql for c in float_columns(query.suite)))
+        unlimited = limited if shape.limit is None else \
+            (lambda: run_oracle(oracle, shape.unlimited_sql, columns if shape.star else None))  # noqa: B023
+        try:  # (called within this iteration)
+            right, why = compare(shape, answer.rows, limited, unlimited,
+                                 float_inputs=any(c in query.sql for c in float_columns(query.suite)))
+        except Exception as exc:  # noqa: BLE001 - the oracle's full answer could not be had: not judged
+            outcomes.append(Outcome(query.id, Verdict.UNJUDGED, f"oracle: {type(exc).__name__}: {exc}"[:300]))
+            continue
         verdict = Verdict.UNJUDGED if right is None else Verdict.PASS if right else Verdict.WRONG
         outcomes.append(Outcome(query.id, verdict, why, answer.used_ms, oracle_ms, len(answer.rows),
                                 {"trivial": trivial(limited)}))
