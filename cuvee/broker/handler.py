@@ -112,6 +112,10 @@ class _Asked:
     def of(options: Mapping[str, str]) -> _Asked:
         return _Asked(_skip_upsert(options), group_options(options))
 
+    @property
+    def bounds_groups(self) -> bool:
+        return self.groups.num_groups_limit is not None or self.groups.min_server_group_trim_size is not None
+
 
 def _group_limits(plan: QueryPlan, asked: _Asked) -> GroupLimits | None:
     """A GROUP BY's bound on the groups each server sends (None for other queries)."""
@@ -169,11 +173,12 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
              asked: _Asked, lookups: tuple[DimLookup, ...], *, whole: bool = False) -> ServerQueryRequest:
     """One server's share of ``plan`` over ``target`` (a table, or one half of a hybrid table); ``whole``: the
     whole query, in one step (``QueryPlan.whole_sql``), for the only server asked."""
-    if whole:
+    if whole:  # numDocsScanned rides on the answer's rows; when none is left, the server counts alone
         assert plan.whole_sql is not None
+        counted = plan.docs_column is not None
         return ServerQueryRequest(request_id, target.entry.name, plan.whole_sql, segments, remaining_ms,
-                                  plan.docs_scanned_sql, None, target.time_filter, asked.skip_upsert, lookups,
-                                  docs_total_column=DOCS_TOTAL_COLUMN if plan.docs_column is not None else None)
+                                  plan.count_sql if counted else plan.docs_scanned_sql, None, target.time_filter,
+                                  asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None)
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked), top_sql=plan.top_sql)
@@ -374,8 +379,10 @@ class QueryHandler:
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
         routings = [target.entry.route(frozenset(servers), number) for target in targets]
-        # all of the query's segments on one server: it answers the whole query, the broker merges nothing
-        whole = plan.whole_sql is not None and len(routings) == 1 and len(routings[0].servers) == 1
+        # all of the query's segments on one server: it answers the whole query, the broker merges nothing (not
+        # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
+        whole = plan.whole_sql is not None and len(routings) == 1 and len(routings[0].servers) == 1 and \
+            not asked.bounds_groups
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
         # a hybrid table: both halves at once, each server told its side of the boundary
@@ -391,8 +398,8 @@ class QueryHandler:
             # cannot be merged with theirs, so it is asked again for its partial result (rare: a move under way)
             whole = False
             calls = self._calls(str(number), plan, targets[0], routings[0], servers, deadline, asked)
-            replies = await scatter(self._http(), calls, max(deadline - self._clock(), 0.0),
-                                    max_bytes=cfg.max_server_response_bytes)
+            wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
+            replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes)
             num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)

@@ -204,6 +204,9 @@ class QueryPlan:
     # distinct counts without lists of values). Over ``cuvee_segments`` as ``server_sql``; its answer carries
     # ``DOCS_TOTAL_COLUMN`` when the query has a WHERE. None for selections and one-row merges done in Arrow.
     whole_sql: str | None = None
+    # The rows passing WHERE counted alone (None without a WHERE): what a one-step answer left without rows (by
+    # HAVING, LIMIT 0 or OFFSET) reports as numDocsScanned
+    count_sql: str | None = None
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -246,8 +249,9 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
                                                               None if source != SERVER_RELATION else where_sql,
                                                               limit, offset, source)
     docs_scanned = docs_column = None
+    count_sql = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}" if where_sql else None
     if where_sql and (kind is QueryKind.SELECTION or source != SERVER_RELATION):  # unnested rows are not docs
-        docs_scanned = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}"
+        docs_scanned = count_sql
     elif where_sql:
         docs_column = DOCS_COLUMN
     return QueryPlan(table=parsed.table.name, kind=kind, server_sql=server, final_sql=final,
@@ -258,7 +262,8 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
                      top_sql=top_sql,
                      # a one-row merge in Arrow costs less than the longer statement (and a bare COUNT(*) is
                      # answered from row counts)
-                     whole_sql=whole if kind is QueryKind.GROUP_BY or (whole and simple is None) else None)
+                     whole_sql=whole if kind is QueryKind.GROUP_BY or (whole and simple is None) else None,
+                     count_sql=count_sql)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:

@@ -421,6 +421,9 @@ class QueryExecutor:
             docs = total_docs
             if request.docs_total_column is not None:
                 result, docs = _take_docs_column(result, request.docs_total_column, total=True)
+                if not result.num_rows and request.docs_scanned_sql is not None:  # HAVING or OFFSET left no row
+                    rows = con.sql(prefix + request.docs_scanned_sql).fetchall()
+                    docs = int(rows[0][0]) if rows and rows[0][0] is not None else 0
             elif request.docs_column is not None:
                 result, docs = _take_docs_column(result, request.docs_column)
             elif request.docs_scanned_sql is not None:
@@ -563,13 +566,11 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
     source = " UNION ALL ".join(selects)
     if time_filter is not None:
         source = f"SELECT * FROM ({source}) WHERE {_time_predicate(projected[0], time_filter)}"
-    if not any(_LEADING_WITH.match(text) for text in (request.sql, request.docs_scanned_sql or "")):
+    if all(text.lstrip()[:6].upper() == "SELECT" for text in (request.sql, request.docs_scanned_sql or "SELECT")):
         return f"WITH {SERVER_RELATION} AS NOT MATERIALIZED ({source})\n"
+    # anything else (a WITH, a comment or a parenthesis first) binds the view: a clause before it could not parse
     con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS {source}")
     return ""
-
-
-_LEADING_WITH = re.compile(r"(\s|--[^\n]*(\n|$)|/\*.*?\*/)*WITH\b", re.IGNORECASE | re.DOTALL)
 
 
 def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
@@ -591,14 +592,18 @@ def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
 def _take_docs_column(result: pa.Table, name: str, *, total: bool = False) -> tuple[pa.Table, int]:
     """The rows that passed WHERE, counted by the query itself in ``name`` (per row, or ``total`` on every row),
     and the result without that column."""
-    if result.schema.get_field_index(name) < 0:
-        raise _Failed(QueryErrorCode.QUERY_EXECUTION, f"the server SQL has no column {name!r} to count scanned rows")
-    column = result.column(name)
+    # the planner puts it last: a user's column of the same name (an alias) comes before it
+    index = result.num_columns - 1
+    if index < 0 or result.schema.field(index).name != name or \
+            not pa.types.is_integer(result.schema.field(index).type):
+        raise _Failed(QueryErrorCode.QUERY_EXECUTION,
+                      f"the server SQL has no integer column {name[:64]!r} last to count scanned rows")
+    column = result.column(index)
     if total:
         docs = column[0].as_py() if len(column) else 0
     else:
         docs = sum(value or 0 for value in column.to_pylist()) if len(column) <= 64 else pc.sum(column).as_py()
-    return result.drop_columns([name]), int(docs or 0)
+    return result.remove_column(index), int(docs or 0)
 
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')

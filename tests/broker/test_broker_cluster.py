@@ -355,6 +355,11 @@ def test_one_server_answers_an_aggregation_whole(cluster: Cluster) -> None:
     assert approx(response["resultTable"]["rows"]) == approx(reference(rows, WHOLE_REF))
     assert response["numDocsScanned"] == reference(rows, "SELECT COUNT(*) FROM events WHERE v > -5")[0][0]
     assert response["resultTable"]["dataSchema"]["columnDataTypes"] == ["STRING", "LONG", "INT", "DOUBLE"]
+    docs = response["numDocsScanned"]
+    empty = cluster.query("SELECT city, COUNT(*) FROM single WHERE v > -5 GROUP BY city HAVING COUNT(*) > 1000")
+    assert empty["resultTable"]["rows"] == [] and empty["numDocsScanned"] == docs  # counted alone
+    bounded = cluster.query(WHOLE.format(t="single"), "numGroupsLimit=1")  # Pinot's cut, asked for: two steps
+    assert bounded["numGroupsLimitReached"] is True and len(bounded["resultTable"]["rows"]) == 1
 
 
 def test_a_whole_answer_missing_a_moved_segment_is_asked_again_in_parts(cluster: Cluster) -> None:

@@ -322,3 +322,24 @@ def test_version_names_are_never_reused(tmp_path: Path) -> None:
     with natives.reading(TABLE, [token]) as read:
         assert read is not None and read.relation != before
     natives.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "/**/" * 40 + "SELECT count(*) AS n FROM cuvee_segments",  # a regex over leading comments once backtracked
+    "(WITH t AS (SELECT * FROM cuvee_segments) SELECT count(*) AS n FROM t)",
+    "WITH t AS (SELECT v FROM cuvee_segments) SELECT count(*) AS n FROM t",
+    "-- a comment first\nSELECT count(*) AS n FROM cuvee_segments",
+])
+def test_any_select_text_answers_over_copies_as_over_views(segments: list[CommittedSegment], sql: str) -> None:
+    """Over copies, ``cuvee_segments`` goes before a statement that starts with SELECT as a WITH clause, and is a
+    view for any other text: every form the wire allows answers as over the Arrow views, at once."""
+    registry = _registry(segments)
+    natives = _natives()
+    for segment in segments:
+        natives.want(natives.token(segment), TABLE, segment.segment)
+    request = ServerQueryRequest("1", TABLE, sql, tuple(s.name for s in segments), 2_000)
+    views, _ = QueryExecutor(registry).execute(request)
+    copies, stats = QueryExecutor(registry, natives=natives).execute(request)
+    natives.close()
+    assert stats.exceptions == () and stats.timeUsedMs < 1_000
+    assert views is not None and copies is not None and copies.to_pylist() == views.to_pylist() == [{"n": 750}]

@@ -482,18 +482,38 @@ def test_only_selections_with_columns_to_read_late_carry_top_sql() -> None:
 ])
 def test_a_whole_request_answers_as_the_merged_partials_do(loaded, sql: str) -> None:
     """A single server's one-step answer (``whole_sql``, the docs count on every row) is the broker's merge of that
-    server's partial answer, with the same numDocsScanned while some row is answered."""
+    server's partial answer, with the same numDocsScanned (counted alone when HAVING leaves no row)."""
     registry, rows, names = loaded
     plan, parts = plan_request(sql, names)
     assert plan.whole_sql is not None
-    whole = ServerQueryRequest("1", TABLE, plan.whole_sql, tuple(names), 10_000, plan.docs_scanned_sql,
-                               docs_total_column=DOCS_TOTAL_COLUMN if plan.docs_column is not None else None)
+    counted = plan.docs_column is not None
+    whole = ServerQueryRequest("1", TABLE, plan.whole_sql, tuple(names), 10_000,
+                               plan.count_sql if counted else plan.docs_scanned_sql,
+                               docs_total_column=DOCS_TOTAL_COLUMN if counted else None)
     assert ServerQueryRequest.decode(whole.encode()) == whole
     answer, stats = QueryExecutor(registry).execute(whole)
     partial, partial_stats = QueryExecutor(registry).execute(parts)
     assert stats.exceptions == () and answer is not None and partial is not None
     merged = merge_partials(plan, [partial], schema().arrow_schema())
     assert answer.schema == merged.schema and answer.to_pylist() == merged.to_pylist()
-    filtered = plan.docs_column is not None
-    assert stats.numDocsScanned == (partial_stats.numDocsScanned if answer.num_rows or not filtered else 0)
-    assert stats.numSegmentsMatched == (3 if answer.num_rows or not filtered else 0)
+    assert stats.numDocsScanned == partial_stats.numDocsScanned > 0  # counted alone when no row is answered
+    assert stats.numSegmentsMatched == partial_stats.numSegmentsMatched
+
+
+def test_the_docs_column_is_the_last_integer_one(loaded) -> None:
+    """A user's column named like the docs column comes before it and stays; a request naming a column that is not
+    the planner's integer count is error 200, not a crash."""
+    registry, rows, names = loaded
+    plan = plan_sql('SELECT city, COUNT(*) AS "__docs_total" FROM events WHERE v > 0 GROUP BY city '
+                    "ORDER BY 2 DESC, city LIMIT 2", resolve)
+    assert plan.whole_sql is not None
+    whole = ServerQueryRequest("1", TABLE, plan.whole_sql, tuple(names), 10_000, plan.count_sql,
+                               docs_total_column=DOCS_TOTAL_COLUMN)
+    answer, stats = QueryExecutor(registry).execute(whole)
+    assert stats.exceptions == () and answer is not None and answer.column_names == ["city", "__docs_total"]
+    assert stats.numDocsScanned == reference("SELECT COUNT(*) FROM events WHERE v > 0", rows)[0][0]
+    for column in ("city", "d", "ts"):
+        crafted = ServerQueryRequest("1", TABLE, f"SELECT {column} FROM cuvee_segments LIMIT 3", tuple(names),
+                                     10_000, docs_total_column=column)
+        result, stats = QueryExecutor(registry).execute(crafted)
+        assert result is None and [e.error_code for e in stats.exceptions] == [200]
