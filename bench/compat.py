@@ -2,7 +2,8 @@
 
 A cluster (``--servers``, default 1; each role in a process of its own as deployed, or with ``--in-process``
 every role in this process, sharing its GIL) serves the generated rows (``--rows`` per table, default
-1,000,000, in ``--segments`` offline segments); DuckDB holds the same rows in memory. Each query runs once to warm
+1,000,000, in ``--segments`` offline segments); DuckDB holds the same rows in its own tables (in memory, or with
+``--duckdb-file`` in a database file), which also judge every answer. Each query runs once to warm
 up, then ``--repeat`` times on each side; the figures are the medians: Cuvee's broker ``timeUsedMs`` and DuckDB's
 wall time for the same question (the set's oracle text) over the same rows loaded into its own tables (a DuckDB
 user's setup; DuckDB scanning the Arrow tables in memory pays per column of a wide table and would flatter Cuvee).
@@ -10,7 +11,7 @@ Printed: every query's verdict, both times and their ratio, and per set the geom
 10's target: ≤ 1.5× at 1M rows, ≤ 1.2× at 10M).
 
     .venv/bin/python bench/compat.py [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3] [--queries 31,32]
-                                     [--native-copy-mib 4096] [--in-process]
+                                     [--native-copy-mib 4096] [--in-process] [--duckdb-file]
 
 ``--queries`` runs only the listed queries of each set (numbers, or ids such as ``clickbench-031``), so one slow
 question can be measured at size in minutes.
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
@@ -78,11 +80,10 @@ def main() -> int:
             wait_until(lambda: _count(http, roles, name) == args.rows, 600)
             console.print(f"{name}: {args.rows:,} rows in {args.segments} segments, loaded in "
                           f"{time.perf_counter() - started:.1f} s")
-        oracle = native
         for suite in suites:
             queries = [q for q in (clickbench_queries() if suite == CLICKBENCH else pinot_queries())
                        if _chosen(q.id, wanted)]
-            verdicts = {o.query_id: o for o in judge_all(http, roles.broker, oracle, queries)}
+            verdicts = {o.query_id: o for o in judge_all(http, roles.broker, native, queries)}
             # the judging run asked for the segments' DuckDB copies (--native-copy-mib): timed once they are made
             wait_until(lambda: _copies_building(http, roles) == 0, 600)
             table = Table(title=f"{suite}: {args.rows:,} rows, medians of {args.repeat}")
@@ -118,12 +119,9 @@ def _count(http: httpx.Client, roles: Endpoints, table: str) -> int | None:
 
 def _copies_building(http: httpx.Client, roles: Endpoints) -> float:
     """DuckDB copies asked for and not made yet, over every server (their metrics)."""
-    building = 0.0
-    for server in roles.servers:
-        for line in http.get(f"{server}/metrics").text.splitlines():
-            if line.startswith("cuvee_server_native_copies_building "):
-                building += float(line.split()[1])
-    return building
+    return sum(sample.value for server in roles.servers
+               for family in text_string_to_metric_families(http.get(f"{server}/metrics").text)
+               if family.name == "cuvee_server_native_copies_building" for sample in family.samples)
 
 
 def _chosen(query_id: str, wanted: set[str]) -> bool:

@@ -271,7 +271,7 @@ class ServerQueryRequest:
     # a selection's rows by position (``QueryPlan.top_sql``): the server may run ``sql`` over those rows only
     top_sql: str | None = None
     # ``sql`` answers the query in one step (``QueryPlan.whole_sql``): numDocsScanned is this column's value, the
-    # same on every row (0 when no row is answered), which the server drops
+    # same on every row, which the server drops (the answer's last column); with no row, ``docs_scanned_sql`` counts
     docs_total_column: str | None = None
 
     def __post_init__(self) -> None:

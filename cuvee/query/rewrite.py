@@ -245,9 +245,9 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
         if kind is QueryKind.GROUP_BY and limit is None:
             limit = DEFAULT_LIMIT
         source = _multi_value_groups(group, parsed.table.multi_value_columns, where_sql)
-        kind, server, final, simple, trim, whole = _plan_aggregation(kind, items, names, by_alias, group, having, order,
-                                                              None if source != SERVER_RELATION else where_sql,
-                                                              limit, offset, source)
+        kind, server, final, simple, trim, whole = _plan_aggregation(
+            kind, items, names, by_alias, group, having, order, None if source != SERVER_RELATION else where_sql,
+            limit, offset, source)
     docs_scanned = docs_column = None
     count_sql = f"SELECT count(*) AS numDocsScanned FROM {SERVER_RELATION} WHERE {where_sql}" if where_sql else None
     if where_sql and (kind is QueryKind.SELECTION or source != SERVER_RELATION):  # unnested rows are not docs
@@ -567,12 +567,11 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     scalars = [f"{scalar.format(a=f'__a{a}')} AS __f{i}" for i, (a, scalar) in enumerate(merger.finals)]
     middle = f"SELECT {', '.join(group_cols + scalars) or '1 AS __one'} FROM ({inner}) AS __aggregated"
     select_list = ", ".join(f"{o.sql(dialect=DIALECT)} AS {_quote(n)}" for o, n in zip(outputs, names))
-    final = f"SELECT {select_list} FROM ({middle}) AS __merged"
-    final += f" WHERE {having_sql}" if having_sql else ""
-    final += f" ORDER BY {', '.join(order_terms)}" if order_terms else ""
-    final += f" LIMIT {limit}" if limit is not None else ""
-    final += f" OFFSET {offset}" if offset else ""
-    tail = final[len(f"SELECT {select_list} FROM ({middle}) AS __merged"):]
+    tail = f" WHERE {having_sql}" if having_sql else ""  # HAVING, ORDER BY, LIMIT: the same after either step
+    tail += f" ORDER BY {', '.join(order_terms)}" if order_terms else ""
+    tail += f" LIMIT {limit}" if limit is not None else ""
+    tail += f" OFFSET {offset}" if offset else ""
+    final = f"SELECT {select_list} FROM ({middle}) AS __merged{tail}"
     whole = _whole_sql(merger, keys, group_cols, scalars, select_list, source, where_sql, len(group)) + tail
     return kind, server, final, _simple_merge(merger, outputs, having_sql, limit, offset), trim, whole
 

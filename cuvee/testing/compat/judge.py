@@ -18,6 +18,7 @@ string date-times: ``ORACLE_OVERRIDES``), never in meaning.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections import Counter
@@ -160,12 +161,7 @@ def compare(shape: Shape, got: Sequence[Sequence[Any]], limited: Sequence[Sequen
     so a ``SELECT * … LIMIT 10`` over millions of matching rows fetches them only to judge ties). ``float_inputs``:
     the query reads FLOAT (32-bit) columns, whose sums two engines add in different orders: 6 significant digits
     then suffice; otherwise 9 must match."""
-    every_rows: list[Sequence[Sequence[Any]]] = []
-
-    def full() -> Sequence[Sequence[Any]]:
-        if not every_rows:
-            every_rows.append(unlimited() if callable(unlimited) else unlimited)
-        return every_rows[0]
+    full = functools.cache(unlimited if callable(unlimited) else lambda: unlimited)  # fetched at most once
 
     for digits in ((9, 6) if float_inputs else (9,)):
         mine, want = canon_rows(got, digits), canon_rows(limited, digits)
