@@ -1,14 +1,19 @@
 """Committed segments copied into DuckDB's own storage, for the queries that scan many rows.
 
 DuckDB scans its own tables faster than Arrow ones: a filter runs on its vectors with zone maps instead of being
-handed to pyarrow's compute kernels, and nothing crosses the Python layer. So a server may keep, beside its
-committed segments, a copy of their rows in DuckDB, and a query over many rows scans the copies (and the Arrow
-views of the segments not copied yet, in the same ``UNION ALL``).
+handed to pyarrow's compute kernels, nothing crosses the Python layer, and in a database file its columns are
+compressed (dictionaries, FSST), so a string function or a LIKE runs once per distinct value instead of once per
+row. So a server may keep, beside its committed segments, a copy of their rows in DuckDB database files, and a
+query over many rows scans the copies (and the Arrow views of the segments not copied yet, in the same
+``UNION ALL``).
 
-- **Off unless configured**: ``native_copy_bytes`` (ServerConfig) bounds the copies' bytes (twice Arrow's size of
-  the decoded rows: DuckDB's memory for them, measured); 0 keeps none. A compaction holds a table's live rows
-  twice while it runs, and each table's database may use DuckDB's memory share (``cuvee.query.execute``): keep
-  the budget well below the machine's memory.
+- **Off unless configured**: ``native_copy_bytes`` (ServerConfig) bounds the copies by their rows' decoded Arrow
+  bytes (an upper bound of what they take: on disk DuckDB compresses them, 2-10x smaller on ClickBench's rows, and
+  its buffer pool caches in memory only what queries read, within DuckDB's memory share of the machine,
+  ``cuvee.query.execute``); 0 keeps none. A compaction holds a table's live rows twice while it runs.
+- **Files in the server's data directory** (``.native-copies``, emptied when the server starts: a copy does not
+  outlive the process that made it — its segment's token does not either), one database file per table, deleted
+  when the table's last copy goes.
 - **One table per table**: all copied segments of a table are rows of one DuckDB table, each tagged with its
   segment's id (``SEGMENT_COLUMN``); a query reads ``WHERE SEGMENT_COLUMN IN (…)`` its segments (zone maps make
   that free: a segment's rows are contiguous). One table, not one per segment: a ``UNION ALL`` of eight 125k-row
@@ -20,8 +25,8 @@ views of the segments not copied yet, in the same ``UNION ALL``).
   first read of a segment of at least ``min_rows`` rows asks for its copy and never waits for it.
 - **Room** is made as for plain copies (``cuvee.server.plain_copies``): only from copies idle for
   ``min_idle_seconds``, least recently read first; a segment finding none is declined for that long. A copy
-  that leaves (evicted, or its segment gone) is deleted from its table; deleted rows hold memory until the table
-  is compacted (rewritten without them), which happens before a copy needs their room.
+  that leaves (evicted, or its segment gone) is deleted from its table; deleted rows count against the budget
+  until the table is compacted (rewritten without them), which happens before a copy needs their room.
 - **Same answers**: a segment is copied only when DuckDB reads the copy back with exactly the Arrow types it
   reads the segment's rows with, and the table's columns; others are scanned as Arrow.
 - **Never under a query**: a copy a running query reads is deleted once that query ends; a compacted table's old
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import logging
 import queue
+import shutil
+import tempfile
 import threading
 import time
 import weakref
@@ -39,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -54,12 +62,13 @@ SEGMENT_COLUMN = "__cuvee_segment"
 _SOURCE = "cuvee_native_source"
 
 
-DUCKDB_BYTES_FACTOR = 2  # DuckDB held 1.7-2.0x the Arrow bytes of the rows it copied (duckdb_memory(), 200k rows)
+NATIVE_COPIES_DIR = ".native-copies"  # in a server's data directory (a dot: not taken for a table's directory)
 
 
 def copy_bytes(rows: pa.Table) -> int:
-    """What a copy of ``rows`` is counted as against ``native_copy_bytes``: DuckDB's memory for them, estimated."""
-    return rows.nbytes * DUCKDB_BYTES_FACTOR
+    """What a copy of ``rows`` is counted as against ``native_copy_bytes``: their decoded Arrow bytes (DuckDB's
+    file holds them compressed; counted uncompressed, the budget also bounds what its buffer pool may cache)."""
+    return rows.nbytes
 
 
 @dataclass
@@ -82,6 +91,7 @@ class _Version:
 @dataclass
 class _Table:
     con: duckdb.DuckDBPyConnection
+    path: Path  # its database file
     schema: pa.Schema | None = None  # the copied rows' columns as DuckDB reads them (without SEGMENT_COLUMN)
     version: _Version | None = None
     copies: int = 0  # live copies and copies being made
@@ -103,11 +113,18 @@ class NativeCopies:
 
     def __init__(self, max_bytes: int = DEFAULT_NATIVE_COPY_BYTES, min_idle_seconds: float = 60.0,
                  min_rows: int = SMALL_INPUT_ROWS, clock: Callable[[], float] = time.monotonic,
-                 background: bool = True):
-        """``background`` False makes every change in the caller (tests; ``drain`` runs what is queued)."""
+                 background: bool = True, directory: Path | None = None):
+        """``directory`` holds the database files (emptied now: files left by an earlier process are stale); None
+        uses a temporary directory of its own, removed by ``close``. ``background`` False makes every change in
+        the caller (tests; ``drain`` runs what is queued)."""
         if max_bytes < 0:
             raise ValueError("native_copy_bytes must be 0 (none kept) or positive")
         self.max_bytes = max_bytes
+        self._directory = directory
+        self._own_directory = directory is None
+        if directory is not None and max_bytes > 0:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._databases = 0
         self.min_idle_seconds = min_idle_seconds
         self.min_rows = min_rows
         self.bytes = 0  # live copies, copies being made and deleted rows not compacted yet
@@ -245,6 +262,8 @@ class NativeCopies:
         self._queue.put(None)
         for copies in tables:
             _close(copies)
+        if self._own_directory and self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
 
     # ---- the worker: every change ---------------------------------------------------------------------------
 
@@ -295,20 +314,32 @@ class NativeCopies:
         rows = segment.to_arrow(decode=True)
         size = copy_bytes(rows)
         with self._lock:
-            if self._closed or token in self._gone:
-                return
-            if size > self.max_bytes:
-                self._never.add(token)
-                return
-            victims = self._make_room(size)
-            if victims is None:
-                self._declined[token] = self._clock()
-                return
-            copies = self._tables.get(table)
-            if copies is None:
-                copies = self._tables[table] = _Table(_new_database())
-            copies.copies += 1
-            self.bytes += size  # reserved while it is made
+            fresh = not self._closed and table not in self._tables and size <= self.max_bytes
+        # a new database file is made outside the lock (queries take it); only this worker adds tables, and only
+        # close() takes them away, so a table present now is there below unless the copies are closed
+        database = self._new_table() if fresh else None
+        try:
+            with self._lock:
+                if self._closed or token in self._gone:
+                    return
+                if size > self.max_bytes:
+                    self._never.add(token)
+                    return
+                copies = self._tables.get(table) or database
+                if copies is None:
+                    return  # unreachable while only this worker adds tables; asked for again by a later query
+                victims = self._make_room(size)
+                if victims is None:
+                    self._declined[token] = self._clock()
+                    return
+                if copies is database:
+                    self._tables[table] = copies
+                    database = None
+                copies.copies += 1
+                self.bytes += size  # reserved while it is made
+        finally:
+            if database is not None:  # made for a copy that was not made after all
+                _close(database)
         for victim in victims:
             self._delete(victim)
         made = False
@@ -365,6 +396,19 @@ class NativeCopies:
             return False
         finally:
             cursor.close()
+
+    def _new_table(self) -> _Table | None:
+        """A new database file for one table's copies (named by a counter: table names come from outside); None
+        once the copies are closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._directory is None:
+                self._directory = Path(tempfile.mkdtemp(prefix="cuvee-native-copies-"))
+            self._databases += 1
+            path = self._directory / f"copies-{self._databases}.duckdb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _Table(_new_database(path), path)
 
     def _version_name(self) -> str:
         """A name no table version of this server had before: a late drop of an old version (a reader's) can
@@ -424,6 +468,7 @@ class NativeCopies:
         version = copies.version
         if version is not None:
             _statement(copies, f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}')
+            _statement(copies, "CHECKPOINT")  # frees the blocks of the row groups now wholly deleted
 
     def _compact_for(self) -> bool:
         """Rewrite tables holding deleted rows until the copy being made (reserved) fits, most deleted bytes
@@ -461,6 +506,7 @@ class NativeCopies:
             copies = self._tables.get(table)
         if copies is not None:
             _statement(copies, f'DROP TABLE IF EXISTS "{version.name}"')
+            _statement(copies, "CHECKPOINT")  # its blocks back to the file's free list
 
     def _close_if_empty(self, table: str) -> None:
         """A table with no copy left gives its database (and the deleted rows' memory) back."""
@@ -474,11 +520,15 @@ class NativeCopies:
 
 
 def _close(copies: _Table) -> None:
-    """Close a table's database; one already closed (the server stopping) is nothing to report."""
+    """Close a table's database and delete its files; one already closed (the server stopping) is nothing to
+    report."""
     try:
         copies.con.close()
     except duckdb.Error:
         log.debug("a DuckDB database of native copies was closed already")
+    for leftover in (copies.path, copies.path.with_name(copies.path.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    shutil.rmtree(copies.path.with_name(copies.path.name + ".tmp"), ignore_errors=True)  # DuckDB's spill files
 
 
 def _statement(copies: _Table, sql: str) -> bool:
@@ -494,12 +544,16 @@ def _statement(copies: _Table, sql: str) -> bool:
         cursor.close()
 
 
-def _new_database() -> duckdb.DuckDBPyConnection:
+def _new_database(path: Path) -> duckdb.DuckDBPyConnection:
     config: dict[str, str | bool | int] = {"enable_external_access": False}
     limit = memory_limit()
     if limit is not None:
         config["memory_limit"] = limit
-    database = duckdb.connect(config=config)
-    hash_functions.register(database)
-    database.execute("SET lock_configuration = true")
+    database = duckdb.connect(str(path), config=config)
+    try:
+        hash_functions.register(database)
+        database.execute("SET lock_configuration = true")
+    except BaseException:
+        database.close()
+        raise
     return database

@@ -212,6 +212,42 @@ def test_each_table_has_its_own_database(tmp_path: Path, segments: list[Committe
     natives.close()
 
 
+def test_copies_live_in_database_files_that_leave_with_them(tmp_path: Path,
+                                                          segments: list[CommittedSegment]) -> None:
+    """The copies are files in the given directory: what an earlier process left is removed at start, a table's
+    file goes with its last copy, and a temporary directory of their own goes with the copies."""
+    directory = tmp_path / "natives"
+    directory.mkdir()
+    (directory / "copies-1.duckdb").write_bytes(b"stale: left by a server that stopped")
+    natives = NativeCopies(1 << 30, min_idle_seconds=60, min_rows=1, clock=_Clock(), background=False,
+                           directory=directory)
+    assert not directory.exists()
+    held = committed(tmp_path, segment_name(0, 5), event_rows(120, 0, 7))
+    token = natives.token(held)
+    natives.want(token, TABLE, held.segment)
+    assert natives.ready(token)
+    files = [p.name for p in directory.iterdir()]
+    assert any(name.endswith(".duckdb") for name in files), files
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None
+        assert read.cursor.sql("SELECT count(*) FROM duckdb_databases() WHERE path IS NOT NULL AND NOT "
+                               "internal").fetchall() == [(1,)]  # a database file, not memory
+    del held
+    gc.collect()
+    natives.drain()
+    assert list(directory.iterdir()) == []  # the table's last copy went: its file too
+    natives.close()
+
+    private = _natives()
+    natives_dir = None
+    for segment in segments:
+        private.want(private.token(segment), TABLE, segment.segment)
+        natives_dir = private._directory
+    assert natives_dir is not None and any(natives_dir.iterdir())
+    private.close()
+    assert not natives_dir.exists()
+
+
 def test_off_by_default_and_small_segments_are_not_copied(segments: list[CommittedSegment]) -> None:
     off = NativeCopies()
     assert not off.enabled
