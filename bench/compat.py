@@ -48,8 +48,9 @@ def main() -> int:
     parser.add_argument("--set", choices=["clickbench", "pinot", "all"], default="all")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--queries", default="", help="comma-separated query numbers or ids (default: every one)")
-    parser.add_argument("--native-copy-mib", type=int, default=0,
-                        help="the servers' native_copy_bytes in MiB: segments copied into DuckDB tables (default 0)")
+    parser.add_argument("--native-copy-mib", type=int, default=None,
+                        help="the servers' native_copy_bytes in MiB: segments copied into DuckDB database files "
+                             "(default: the servers' default, 4096; 0 = none)")
     parser.add_argument("--in-process", action="store_true", help="every role in this process (shares the GIL)")
     parser.add_argument("--duckdb-file", action="store_true",
                         help="DuckDB's tables in a database file (its buffer pool caches them; for 10M rows, whose "
@@ -63,7 +64,8 @@ def main() -> int:
     generated_rows = {suite: generated(suite, args.rows) for suite in suites}
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-compat-") as tmp, \
             bench_cluster(Path(tmp), args.servers, in_process=args.in_process,
-                          server={"native_copy_bytes": args.native_copy_mib << 20}) as roles, \
+                          server={} if args.native_copy_mib is None else
+                          {"native_copy_bytes": args.native_copy_mib << 20}) as roles, \
             httpx.Client(timeout=600) as http:
         # the timing baseline and the judge: the same rows in DuckDB's own tables (a DuckDB user's setup)
         native = duckdb.connect(str(Path(tmp) / "baseline.duckdb") if args.duckdb_file else ":memory:")

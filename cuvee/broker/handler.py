@@ -48,11 +48,12 @@ from cuvee.multistage.engine import SPARK_HINT, Stage
 from cuvee.multistage.colocated_join import OTHER_RELATION, ColocatedJoin, colocated_joins
 from cuvee.multistage.lookup_join import lookup_joins
 from cuvee.multistage.plan import RELATION_PREFIX, MadeColumns, in_subqueries, inline_values, plan_stages
-from cuvee.protocol.query import DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
+from cuvee.protocol.query import MAX_WIRE_INT, DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
     QueryError,
     QueryErrorCode,
+    QueryKind,
     QueryPlan,
     broker_response,
     check_plan,
@@ -181,7 +182,15 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
                                   asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None)
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
-                              _group_limits(plan, asked), top_sql=plan.top_sql)
+                              _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan))
+
+
+def _selection_limit(plan: QueryPlan) -> int | None:
+    """A selection's rows per server (LIMIT plus OFFSET): a server whose answer falls short of it counts the
+    answer's rows for numDocsScanned instead of running a second statement."""
+    if plan.kind is not QueryKind.SELECTION or plan.limit is None or plan.limit + plan.offset > MAX_WIRE_INT:
+        return None
+    return plan.limit + plan.offset
 
 
 def _check_read(principal: Principal | None, tables: tuple[str, ...]) -> None:

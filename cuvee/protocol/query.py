@@ -149,6 +149,7 @@ class DimLookup:
 
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+MAX_WIRE_INT = _INT32_MAX  # the largest value a request's integer fields carry
 
 
 def _optional_int(doc: Mapping[str, Any], key: str, what: str, low: int) -> int | None:
@@ -273,10 +274,16 @@ class ServerQueryRequest:
     # ``sql`` answers the query in one step (``QueryPlan.whole_sql``): numDocsScanned is this column's value, the
     # same on every row, which the server drops (the answer's last column); with no row, ``docs_scanned_sql`` counts
     docs_total_column: str | None = None
+    # a selection's LIMIT plus OFFSET (``sql`` answers at most this many rows): an answer with fewer rows holds
+    # every row passing WHERE, so numDocsScanned is their count and ``docs_scanned_sql`` is not run
+    selection_limit: int | None = None
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
             raise QueryWireError("server query request: table and sql must be non-empty")
+        if self.selection_limit is not None and self.selection_limit < 0:
+            raise QueryWireError(f"server query request: selectionLimit must be 0 or more, got "
+                                 f"{self.selection_limit}")
         if self.timeout_ms <= 0:
             raise QueryWireError(f"server query request: timeoutMs must be positive, got {self.timeout_ms}")
 
@@ -290,7 +297,8 @@ class ServerQueryRequest:
                 **({"groups": self.groups.to_dict()} if self.groups is not None else {}),
                 **({"colocation": self.colocation.to_dict()} if self.colocation is not None else {}),
                 **({"topSql": self.top_sql} if self.top_sql is not None else {}),
-                **({"docsTotalColumn": self.docs_total_column} if self.docs_total_column is not None else {})}
+                **({"docsTotalColumn": self.docs_total_column} if self.docs_total_column is not None else {}),
+                **({"selectionLimit": self.selection_limit} if self.selection_limit is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -299,7 +307,7 @@ class ServerQueryRequest:
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
                           "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql",
-                          "docsTotalColumn"}, what)
+                          "docsTotalColumn", "selectionLimit"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -322,7 +330,8 @@ class ServerQueryRequest:
                    timeout_ms=_require(doc, "timeoutMs", int, what), docs_scanned_sql=docs_sql,
                    docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
                    groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what),
-                   docs_total_column=_optional_string(doc, "docsTotalColumn", what))
+                   docs_total_column=_optional_string(doc, "docsTotalColumn", what),
+                   selection_limit=_optional_int(doc, "selectionLimit", what, 0))
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

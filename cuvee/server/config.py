@@ -69,9 +69,10 @@ class ServerConfig:
     # scanned encoded for this long, then tried again (cuvee.server.plain_copies: no thrashing when the columns
     # queries read outgrow plain_copy_bytes).
     plain_copy_min_idle_seconds: float = DEFAULT_PLAIN_COPY_MIN_IDLE_SECONDS
-    # Bytes of committed segments copied into DuckDB's own tables, which queries over at least
-    # native_copy_min_rows rows scan instead of the Arrow views (cuvee.server.native_copies: filters and wide scans
-    # run several times faster); 0: none. Segments of fewer rows are not copied; copies idle for
+    # Committed segments copied into DuckDB database files (<data_dir>/.native-copies), which queries over at
+    # least native_copy_min_rows rows scan instead of the Arrow views (cuvee.server.native_copies: filters, string
+    # functions and wide scans run several times faster), bounded by the copied rows' decoded bytes (on disk they
+    # are compressed); 0: none. Segments of fewer rows are not copied; copies idle for
     # native_copy_min_idle_seconds make room for others.
     native_copy_bytes: int = DEFAULT_NATIVE_COPY_BYTES
     native_copy_min_rows: int = SMALL_INPUT_ROWS

@@ -7,9 +7,9 @@ row. So a server may keep, beside its committed segments, a copy of their rows i
 query over many rows scans the copies (and the Arrow views of the segments not copied yet, in the same
 ``UNION ALL``).
 
-- **Off unless configured**: ``native_copy_bytes`` (ServerConfig) bounds the copies by their rows' decoded Arrow
-  bytes (an upper bound of what they take: on disk DuckDB compresses them, 2-10x smaller on ClickBench's rows, and
-  its buffer pool caches in memory only what queries read, within DuckDB's memory share of the machine,
+- **Bounded**: ``native_copy_bytes`` (ServerConfig, 4 GiB by default) bounds the copies by their rows' decoded
+  Arrow bytes (an upper bound of what they take: on disk DuckDB compresses them, 2-10x smaller on ClickBench's
+  rows, and its buffer pool caches in memory only what queries read, within DuckDB's memory share of the machine,
   ``cuvee.query.execute``); 0 keeps none. A compaction holds a table's live rows twice while it runs.
 - **Files in the server's data directory** (``.native-copies``, emptied when the server starts: a copy does not
   outlive the process that made it — its segment's token does not either), one database file per table, deleted
@@ -57,7 +57,7 @@ from cuvee.query.execute import SMALL_INPUT_ROWS, memory_limit
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NATIVE_COPY_BYTES = 0  # off unless configured
+DEFAULT_NATIVE_COPY_BYTES = 4 << 30  # a server's default (ServerConfig.native_copy_bytes): 4 GiB of decoded rows
 SEGMENT_COLUMN = "__cuvee_segment"
 _SOURCE = "cuvee_native_source"
 
@@ -111,7 +111,7 @@ class NativeRead:
 class NativeCopies:
     """The copies of one server's committed segments. Thread-safe; ``close`` drops them all."""
 
-    def __init__(self, max_bytes: int = DEFAULT_NATIVE_COPY_BYTES, min_idle_seconds: float = 60.0,
+    def __init__(self, max_bytes: int = 0, min_idle_seconds: float = 60.0,
                  min_rows: int = SMALL_INPUT_ROWS, clock: Callable[[], float] = time.monotonic,
                  background: bool = True, directory: Path | None = None):
         """``directory`` holds the database files (emptied now: files left by an earlier process are stale); None

@@ -425,10 +425,13 @@ class QueryExecutor:
                     docs = _count(con, prefix + request.docs_scanned_sql)
             elif request.docs_column is not None:
                 result, docs = _take_docs_column(result, request.docs_column)
-            elif request.docs_scanned_sql is not None:
-                docs = _count(con, prefix + request.docs_scanned_sql)
-            elif request.time_filter is not None:  # no WHERE: the rows of this half, not the segments' total
-                docs = _count(con, f"{prefix}SELECT count(*) FROM {SERVER_RELATION}")
+            elif request.docs_scanned_sql is not None or request.time_filter is not None:
+                if request.selection_limit is not None and result.num_rows < request.selection_limit:
+                    docs = result.num_rows  # a selection short of its LIMIT answered every row passing WHERE
+                elif request.docs_scanned_sql is not None:
+                    docs = _count(con, prefix + request.docs_scanned_sql)
+                else:  # no WHERE: the rows of this half, not the segments' total
+                    docs = _count(con, f"{prefix}SELECT count(*) FROM {SERVER_RELATION}")
             groups = _NO_CUT
             if request.groups is not None:
                 result, groups = self._cut_groups(con, result, request.groups)

@@ -248,9 +248,11 @@ def test_copies_live_in_database_files_that_leave_with_them(tmp_path: Path,
     assert not natives_dir.exists()
 
 
-def test_off_by_default_and_small_segments_are_not_copied(segments: list[CommittedSegment]) -> None:
-    off = NativeCopies()
+def test_none_kept_at_zero_bytes_and_small_segments_are_not_copied(segments: list[CommittedSegment]) -> None:
+    off = NativeCopies(0, background=False)
     assert not off.enabled
+    off.want(off.token(segments[0]), TABLE, segments[0].segment)
+    assert not off.ready(off.token(segments[0])) and off.bytes == 0
     small = NativeCopies(1 << 30, min_rows=1_000, background=False)
     token = small.token(segments[0])
     small.want(token, TABLE, segments[0].segment)

@@ -108,6 +108,35 @@ def test_docs_scanned_is_the_rows_passing_where_for_every_plan_kind(loaded, sql:
     assert no_where.numConsumingSegmentsQueried == 0 and no_where.minConsumingFreshnessTimeMs == 0
 
 
+@pytest.mark.parametrize(("sql", "counted_alone"), [
+    ("SELECT id FROM events WHERE v > 7 AND id < 40 ORDER BY id LIMIT 100", False),  # short of its LIMIT
+    ("SELECT id, city FROM events WHERE v > 7 AND id < 40 LIMIT 100", False),          # no ORDER BY either
+    ("SELECT id FROM events WHERE v > 0 ORDER BY id LIMIT 5 OFFSET 2", True),          # full: the rest counted
+    ("SELECT id FROM events WHERE v > 0 LIMIT 0", True),                               # LIMIT 0 answers nothing
+])
+def test_a_selection_short_of_its_limit_counts_its_answer_rows(loaded, monkeypatch: pytest.MonkeyPatch, sql: str,
+                                                               counted_alone: bool) -> None:
+    """A selection whose answer has fewer rows than its LIMIT (plus OFFSET) answered every row passing WHERE: its
+    numDocsScanned is their count, without the second statement; a full answer still counts them all."""
+    from cuvee.broker.handler import _selection_limit
+    from cuvee.server import query_executor
+
+    registry, rows, names = loaded
+    plan = plan_sql(sql, resolve)
+    statements: list[str] = []
+    count = query_executor._count
+    monkeypatch.setattr(query_executor, "_count", lambda con, text: statements.append(text) or count(con, text))
+    server_request = ServerQueryRequest("1", TABLE, plan.server_sql, tuple(names), 10_000, plan.docs_scanned_sql,
+                                        plan.docs_column, selection_limit=_selection_limit(plan))
+    assert ServerQueryRequest.decode(server_request.encode()) == server_request
+    result, stats = QueryExecutor(registry).execute(server_request)
+    assert stats.exceptions == () and result is not None
+    where = sql.split(" WHERE ")[1].split(" ORDER")[0].split(" LIMIT")[0]
+    passing = reference(f"SELECT COUNT(*) FROM events WHERE {where}", rows)[0][0]
+    assert stats.numDocsScanned == passing and (passing > result.num_rows) is counted_alone
+    assert bool(statements) is counted_alone
+
+
 def test_missing_segments_are_reported_and_the_rest_still_runs(loaded) -> None:
     registry, _, names = loaded
     result, stats = QueryExecutor(registry).execute(request("SELECT count(*) AS n FROM cuvee_segments",
