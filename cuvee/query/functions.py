@@ -96,7 +96,10 @@ _BUILTIN_AGGREGATES: dict[type[exp.Expression], AggKind] = {
 }
 _DISTINCT_VARIANTS = {AggKind.SUM: AggKind.DISTINCT_SUM, AggKind.AVG: AggKind.DISTINCT_AVG}
 _UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "VECTOR_SIMILARITY", "GAPFILL", "IN_SUBQUERY",
-                          "IN_ID_SET", "IDSET"}
+                          "IN_ID_SET", "IDSET",
+                          # DuckDB's own introspection: a server's settings and paths are not the caller's to read
+                          "CURRENT_SETTING", "GETENV", "CURRENT_QUERY", "CURRENT_DATABASE", "CURRENT_CATALOG",
+                          "CURRENT_SCHEMAS", "IN_SEARCH_PATH", "TXID_CURRENT"}
 
 
 def _sql_error(message: str) -> QueryError:

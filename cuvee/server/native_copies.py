@@ -8,9 +8,14 @@ query over many rows scans the copies (and the Arrow views of the segments not c
 ``UNION ALL``).
 
 - **Bounded**: ``native_copy_bytes`` (ServerConfig, 4 GiB by default) bounds the copies by their rows' decoded
-  Arrow bytes (an upper bound of what they take: on disk DuckDB compresses them, 2-10x smaller on ClickBench's
-  rows, and its buffer pool caches in memory only what queries read, within DuckDB's memory share of the machine,
-  ``cuvee.query.execute``); 0 keeps none. A compaction holds a table's live rows twice while it runs.
+  Arrow bytes (on disk DuckDB compresses them, ~10x smaller on ClickBench's rows, though incompressible columns —
+  random doubles — take about their decoded size, and a table's file also holds its write-ahead log and, while a
+  compaction runs, both versions; DuckDB's buffer pool caches in memory what queries read, within DuckDB's memory
+  share of the machine, ``cuvee.query.execute``); 0 keeps none. A copy is made only while the disk has its
+  decoded bytes free.
+- **A failed database is given up**: DuckDB invalidates a database whose write failed (a full disk); its copies
+  then leave at once (queries scan the segments; the one that met the failure answers with the error), its
+  segments are declined for ``min_idle_seconds``, and its file is deleted once no query reads it.
 - **Files in the server's data directory** (``.native-copies``, emptied when the server starts: a copy does not
   outlive the process that made it — its segment's token does not either), one database file per table, deleted
   when the table's last copy goes.
@@ -30,7 +35,8 @@ query over many rows scans the copies (and the Arrow views of the segments not c
 - **Same answers**: a segment is copied only when DuckDB reads the copy back with exactly the Arrow types it
   reads the segment's rows with, and the table's columns; others are scanned as Arrow.
 - **Never under a query**: a copy a running query reads is deleted once that query ends; a compacted table's old
-  version is dropped once its last reader ends.
+  version is dropped once its last reader ends; a database is closed (the server stopping, or given up) once no
+  query reads it — DuckDB closed under a running statement crashed the process.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -92,6 +99,8 @@ class _Version:
 class _Table:
     con: duckdb.DuckDBPyConnection
     path: Path  # its database file
+    readers: int = 0  # queries holding a cursor on its database: it is never closed under them
+    lost: bool = False  # taken out of use (failed for good, or the copies closed): closed once unread
     schema: pa.Schema | None = None  # the copied rows' columns as DuckDB reads them (without SEGMENT_COLUMN)
     version: _Version | None = None
     copies: int = 0  # live copies and copies being made
@@ -106,6 +115,7 @@ class NativeRead:
     cursor: duckdb.DuckDBPyConnection
     relation: str
     tokens: set[int] = field(default_factory=set)
+    lose: Callable[[], None] = lambda: None  # the query found the database failed for good (``NativeCopies.lose``)
 
 
 class NativeCopies:
@@ -122,9 +132,9 @@ class NativeCopies:
         self.max_bytes = max_bytes
         self._directory = directory
         self._own_directory = directory is None
-        if directory is not None and max_bytes > 0:
+        if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
-        self._databases = 0
+        self._lost: list[_Table] = []  # out of use, closed by the worker once no query reads them
         self.min_idle_seconds = min_idle_seconds
         self.min_rows = min_rows
         self.bytes = 0  # live copies, copies being made and deleted rows not compacted yet
@@ -204,7 +214,7 @@ class NativeCopies:
         cursor = None
         with self._lock:
             copies = self._tables.get(table)
-            if copies is not None and copies.version is not None:
+            if copies is not None and copies.version is not None and not self._closed:
                 now = self._clock()
                 for token in tokens:
                     copy = self._copies.get(token)
@@ -217,23 +227,34 @@ class NativeCopies:
                 if held:
                     version = copies.version
                     version.readers += 1
+                    copies.readers += 1
                     cursor = copies.con.cursor()
         try:
-            yield NativeRead(cursor, version.name, {c.token for c in held}) \
-                if cursor is not None and version is not None else None
+            yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(copies)) \
+                if cursor is not None and version is not None and copies is not None else None
         finally:
             if cursor is not None:
-                cursor.close()
+                try:
+                    cursor.close()
+                except duckdb.Error:
+                    log.debug("a cursor on a lost database of native copies was closed already")
             with self._lock:
                 for copy in held:
                     copy.readers -= 1
                 gone = [copy for copy in held if copy.dropping and copy.readers == 0]
-                retired = empty = False
-                if version is not None:
+                retired = empty = unread = False
+                if version is not None and copies is not None:
                     version.readers -= 1
-                    retired = version.retired and version.readers == 0
-                    left = self._tables.get(table)
-                    empty = left is not None and left.copies == 0
+                    copies.readers -= 1
+                    retired = version.retired and version.readers == 0 and not copies.lost
+                    empty = self._tables.get(table) is copies and copies.copies == 0
+                    unread = copies.lost and copies.readers == 0
+                stopped = self._closed and (self._thread is None or not self._thread.is_alive())
+            if unread and stopped:
+                self._reap()  # the copies are closed and their worker gone: the last reader closes the database
+                return
+            if unread:
+                self._submit(("reap", None))
             for copy in gone:
                 self._submit(("delete", copy))
             if retired and version is not None:
@@ -251,19 +272,60 @@ class NativeCopies:
             if item is not None:
                 self._do(item)
 
-    def close(self) -> None:
-        """Stop making copies and drop them all (the server stops)."""
+    def close(self, wait_seconds: float = 30.0) -> None:
+        """Stop making copies and drop them all (the server stops). The worker ends its change first (up to
+        ``wait_seconds``), and a database a query still reads is closed by that query's end: DuckDB's connection
+        closed under a running statement crashed the process."""
         with self._lock:
             self._closed = True
             self._copies.clear()
-            tables = list(self._tables.values())
+            for copies in self._tables.values():
+                copies.lost = True
+                self._lost.append(copies)
             self._tables.clear()
             self.bytes = 0
+            thread = self._thread
         self._queue.put(None)
-        for copies in tables:
-            _close(copies)
+        if thread is not None:
+            thread.join(wait_seconds)
+            if thread.is_alive():  # its change goes on: a database it may use is left open (the process ends)
+                log.warning("native copies: the worker did not stop within %.0f s; their databases stay open",
+                            wait_seconds)
+                return
+        self._reap()
         if self._own_directory and self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
+
+    def lose(self, copies: _Table) -> None:
+        """``copies``' database failed for good (DuckDB invalidates a database whose write failed, e.g. on a full
+        disk): its copies leave now, queries read the Arrow views, its segments are declined for
+        ``min_idle_seconds``, and the database is closed and deleted once no query reads it."""
+        with self._lock:
+            name = next((table for table, held in self._tables.items() if held is copies), None)
+            if name is None:
+                return
+            log.error("native copies of %s: their DuckDB database failed; queries scan the segments instead", name)
+            del self._tables[name]
+            now = self._clock()
+            for token, copy in list(self._copies.items()):
+                if copy.table == name:
+                    del self._copies[token]
+                    copy.dropping = True
+                    self._declined[token] = now
+                    self.bytes -= copy.bytes
+            self.bytes -= copies.dead_bytes
+            copies.dead_bytes = 0
+            copies.lost = True
+            self._lost.append(copies)
+
+    def _reap(self) -> None:
+        """Close (and delete) the lost databases no query reads any more — the worker, or the last reader once the
+        worker has stopped."""
+        with self._lock:
+            unread = [copies for copies in self._lost if copies.readers == 0]
+            self._lost = [copies for copies in self._lost if copies.readers > 0]
+        for copies in unread:
+            _close(copies)
 
     # ---- the worker: every change ---------------------------------------------------------------------------
 
@@ -288,6 +350,12 @@ class NativeCopies:
                 log.exception("native copies: %s failed", item[0])
 
     def _do(self, item: tuple[str, Any]) -> None:
+        try:
+            self._change(item)
+        finally:
+            self._reap()  # a database lost during the change is closed here, never under the change itself
+
+    def _change(self, item: tuple[str, Any]) -> None:
         kind, arg = item
         if kind == "copy":
             token, table, ref = arg
@@ -309,6 +377,7 @@ class NativeCopies:
             self._drop_version(table, version)
         elif kind == "close":
             self._close_if_empty(arg)
+        # "reap": nothing more than what _do does after every change
 
     def _copy(self, token: int, table: str, segment: Any) -> None:
         rows = segment.to_arrow(decode=True)
@@ -316,8 +385,17 @@ class NativeCopies:
         with self._lock:
             fresh = not self._closed and table not in self._tables and size <= self.max_bytes
         # a new database file is made outside the lock (queries take it); only this worker adds tables, and only
-        # close() takes them away, so a table present now is there below unless the copies are closed
-        database = self._new_table() if fresh else None
+        # close() and lose() take them away, so a table present now is there below unless it is gone for good
+        try:
+            if not self._disk_room(size):
+                raise OSError(f"less free disk than the copy's {size} decoded bytes")
+            database = self._new_table() if fresh else None
+        except (OSError, duckdb.Error) as exc:  # no room, an unwritable directory, no file handles left, …
+            log.warning("native copies: cannot make a copy of a segment of %s (%s); it is scanned as Arrow", table,
+                        exc)
+            with self._lock:
+                self._declined[token] = self._clock()  # tried again after min_idle_seconds, not on every query
+            return
         try:
             with self._lock:
                 if self._closed or token in self._gone:
@@ -351,18 +429,19 @@ class NativeCopies:
             made = self._insert(copies, token, rows)
         finally:
             with self._lock:
-                if made and not self._closed and token not in self._gone:
+                current = self._tables.get(table) is copies  # not lost (nor closed) while it was made
+                if made and current and token not in self._gone:
                     self._copies[token] = _Copy(table, token, size, self._clock())
                     return
                 if not made and token not in self._declined:
                     self._never.add(token)
                 if not self._closed:
-                    self.bytes -= size
+                    self.bytes -= size  # the reservation
                     copies.copies -= 1
-                    if made:  # its segment left while it was made: its rows are dead already
+                    if made and current:  # its segment left while it was made: its rows are dead already
                         copies.dead_bytes += size
                         self.bytes += size
-            if made:
+            if made and current:
                 self._delete_rows(copies, token)
             self._close_if_empty(table)
 
@@ -391,11 +470,24 @@ class NativeCopies:
             cursor.execute(f'INSERT INTO "{copies.version.name}" SELECT *, CAST({int(token)} AS BIGINT) '
                            f"FROM {_SOURCE}")
             return True
+        except duckdb.FatalException:
+            self.lose(copies)
+            return False
         except duckdb.Error:
             log.exception("cannot copy a segment into DuckDB; queries scan its Arrow view")
             return False
         finally:
             cursor.close()
+
+    def _disk_room(self, size: int) -> bool:
+        """Whether the copies' disk has ``size`` bytes free (a copy's decoded bytes: more than its file takes,
+        mostly): DuckDB invalidates a database whose write fails, so a full disk is avoided rather than met."""
+        directory = self._directory
+        while directory is not None and not directory.exists():
+            directory = directory.parent if directory.parent != directory else None
+        if directory is None:
+            return True  # a temporary directory of its own, made with the first table
+        return shutil.disk_usage(directory).free >= size
 
     def _new_table(self) -> _Table | None:
         """A new database file for one table's copies (named by a counter: table names come from outside); None
@@ -405,8 +497,8 @@ class NativeCopies:
                 return None
             if self._directory is None:
                 self._directory = Path(tempfile.mkdtemp(prefix="cuvee-native-copies-"))
-            self._databases += 1
-            path = self._directory / f"copies-{self._databases}.duckdb"
+            # a name no other NativeCopies on this directory (a second server misconfigured onto it) can make
+            path = self._directory / f"copies-{uuid.uuid4().hex}.duckdb"
         path.parent.mkdir(parents=True, exist_ok=True)
         return _Table(_new_database(path), path)
 
@@ -467,8 +559,8 @@ class NativeCopies:
     def _delete_rows(self, copies: _Table, token: int) -> None:
         version = copies.version
         if version is not None:
-            _statement(copies, f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}')
-            _statement(copies, "CHECKPOINT")  # frees the blocks of the row groups now wholly deleted
+            _statement(copies, f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}', self.lose)
+            _statement(copies, "CHECKPOINT", self.lose)  # frees wholly deleted row groups' blocks (none is read)
 
     def _compact_for(self) -> bool:
         """Rewrite tables holding deleted rows until the copy being made (reserved) fits, most deleted bytes
@@ -489,7 +581,7 @@ class NativeCopies:
             if copies is None or copies.version is None:
                 return False
             old, dead = copies.version, copies.dead_bytes
-        if not _statement(copies, f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"'):
+        if not _statement(copies, f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"', self.lose):
             return False
         with self._lock:
             copies.version = _Version(name)
@@ -505,8 +597,8 @@ class NativeCopies:
         with self._lock:
             copies = self._tables.get(table)
         if copies is not None:
-            _statement(copies, f'DROP TABLE IF EXISTS "{version.name}"')
-            _statement(copies, "CHECKPOINT")  # its blocks back to the file's free list
+            _statement(copies, f'DROP TABLE IF EXISTS "{version.name}"', self.lose)
+            _statement(copies, "CHECKPOINT", self.lose)  # its blocks back to the file's free list
 
     def _close_if_empty(self, table: str) -> None:
         """A table with no copy left gives its database (and the deleted rows' memory) back."""
@@ -531,17 +623,28 @@ def _close(copies: _Table) -> None:
     shutil.rmtree(copies.path.with_name(copies.path.name + ".tmp"), ignore_errors=True)  # DuckDB's spill files
 
 
-def _statement(copies: _Table, sql: str) -> bool:
-    """Run one change on ``copies``' database; a failure is logged (the copies are an optimisation) and False."""
-    cursor = copies.con.cursor()
+def _statement(copies: _Table, sql: str, lose: Callable[[_Table], None]) -> bool:
+    """Run one change on ``copies``' database; a failure is logged (the copies are an optimisation) and False, and
+    one that invalidated the database (``duckdb.FatalException``) has it ``lose``-t."""
+    try:
+        cursor = copies.con.cursor()
+    except duckdb.Error:
+        log.exception("native copies: no cursor on a database for %s", sql.split(" (", 1)[0][:80])
+        return False
     try:
         cursor.execute(sql)
         return True
+    except duckdb.FatalException:
+        lose(copies)
+        return False
     except duckdb.Error:
         log.exception("native copies: %s failed", sql.split(" (", 1)[0][:80])
         return False
     finally:
-        cursor.close()
+        try:
+            cursor.close()
+        except duckdb.Error:
+            log.debug("a cursor on a lost database of native copies was closed already")
 
 
 def _new_database(path: Path) -> duckdb.DuckDBPyConnection:

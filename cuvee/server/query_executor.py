@@ -381,7 +381,7 @@ class QueryExecutor:
             natives = self._natives
             return self._run_on(native.cursor, request, deadline, total_docs, dims,
                                 lambda: _bind_native(native, projected, segments, natives, request.time_filter,
-                                                     request))
+                                                     request), lost=native.lose)
 
     def _native_read(self, request: ServerQueryRequest, projected: list[pa.Table],
                      segments: Sequence[QueryableSegment],
@@ -407,10 +407,12 @@ class QueryExecutor:
     def _run_on(self, con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, deadline: float,
                 total_docs: int, dims: Mapping[str, pa.Table] | None,
                 bind: Callable[[], str],
-                answer: Callable[[], pa.Table] | None = None) -> tuple[pa.Table, int, GroupCut]:
+                answer: Callable[[], pa.Table] | None = None,
+                lost: Callable[[], None] | None = None) -> tuple[pa.Table, int, GroupCut]:
         """Bind ``cuvee_segments`` (``bind``: it returns what to put before each statement, a ``WITH`` clause or
         nothing) and run the request on ``con``; ``answer``: how the SQL's answer is made instead of running it
-        whole (a selection read late)."""
+        whole (a selection read late); ``lost``: called when ``con``'s database failed for good (native copies:
+        later queries scan the segments)."""
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
         try:
@@ -440,6 +442,8 @@ class QueryExecutor:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
                           f"query timed out after {request.timeout_ms} ms and was interrupted") from None
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.FatalException) and lost is not None:
+                lost()
             raise _Failed(QueryErrorCode.QUERY_EXECUTION, _reason(exc),
                           data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
         except RuntimeError:  # a DuckDB copy's database closed under the query: the server is stopping

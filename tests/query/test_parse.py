@@ -42,6 +42,8 @@ SQL_PARSING = [
     "SELECT PERCENTILE(v, v) FROM events",
     "SELECT DISTINCTCOUNT(v, city) FROM events",
     "SELECT TEXT_MATCH(city, 'x') FROM events",
+    "SELECT current_setting('temp_directory') FROM events",  # a server's settings and paths are not the caller's
+    "SELECT id FROM events WHERE getenv('HOME') <> ''",
     "SELECT id FROM events ORDER BY 5",
     "SELECT COUNT(*) FROM events GROUP BY 0",
     "SELECT id FROM events LIMIT -1",

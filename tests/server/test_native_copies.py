@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -381,3 +383,108 @@ def test_any_select_text_answers_over_copies_as_over_views(segments: list[Commit
     natives.close()
     assert stats.exceptions == () and stats.timeUsedMs < 1_000
     assert views is not None and copies is not None and copies.to_pylist() == views.to_pylist() == [{"n": 750}]
+
+
+class _Failing:
+    """A DuckDB connection (or cursor) whose statements containing ``fails`` raise DuckDB's FatalException, as a
+    write on a full disk does (DuckDB then invalidates the whole database)."""
+
+    def __init__(self, inner: Any, fails: str) -> None:
+        self._inner, self._fails = inner, fails
+
+    def cursor(self) -> _Failing:
+        return _Failing(self._inner.cursor(), self._fails)
+
+    def _check(self, sql: str) -> None:
+        if self._fails in sql:
+            raise duckdb.FatalException("FATAL Error: could not write file: No space left on device")
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self._inner.execute(sql, *args)
+
+    def sql(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self._inner.sql(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_database_that_fails_for_good_is_given_up_and_queries_scan_the_segments(
+        segments: list[CommittedSegment]) -> None:
+    """A write that invalidates a table's database (a full disk) takes its copies out of use at once: their bytes
+    leave the budget, queries answer from the Arrow views, and the segments are not copied again until
+    min_idle_seconds passed; a query that meets a failed database does the same."""
+    clock = _Clock()
+    natives, tokens, sizes = _two_of_three_copied(segments, clock)
+    executor = QueryExecutor(_registry(segments), natives=natives)
+    names = [s.name for s in segments]
+    expected = _answer(executor, QUERIES[0], names)
+    copies = natives._tables[TABLE]
+    copies.con = _Failing(copies.con, "CHECKPOINT")  # type: ignore[assignment]
+    natives._submit(("forget", tokens[0]))  # its rows deleted, then the CHECKPOINT fails for good
+    assert TABLE not in natives._tables and natives.bytes == 0 and not natives.ready(tokens[1])
+    assert copies.path.exists() is False  # closed and deleted by the worker (no query read it)
+    assert _answer(executor, QUERIES[0], names) == expected  # from the Arrow views
+    assert not natives.ready(tokens[1])  # declined for a while, not copied again at once
+    clock.now += 61
+    assert _answer(executor, QUERIES[0], names) == expected
+    assert natives.ready(tokens[1]) and natives.ready(tokens[2])  # a new database
+    fresh = natives._tables[TABLE]
+    fresh.con = _Failing(fresh.con, SEGMENT_COLUMN)  # every statement over the copies fails for good
+    plan = plan_sql(QUERIES[0], resolve)
+    failed, stats = executor.execute(ServerQueryRequest("1", TABLE, plan.server_sql, tuple(names), 10_000,
+                                                        plan.docs_scanned_sql, plan.docs_column))
+    assert failed is None and len(stats.exceptions) == 1  # this query fails with a clear error ...
+    assert "No space left" in stats.exceptions[0].message and TABLE not in natives._tables
+    assert _answer(executor, QUERIES[0], names) == expected  # ... the next one scans the segments
+    assert not fresh.path.exists() and natives.bytes == 0
+    natives.close()
+
+
+def test_close_leaves_a_database_to_the_query_reading_it(segments: list[CommittedSegment]) -> None:
+    """The server stopping never closes a DuckDB database under a running query (that crashed the process): the
+    query's end closes it, and deletes its file."""
+    natives = _natives()
+    token = natives.token(segments[0])
+    natives.want(token, TABLE, segments[0].segment)
+    path = natives._tables[TABLE].path
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None
+        natives.close()
+        assert path.exists()
+        assert read.cursor.sql(f'SELECT count(*) FROM "{read.relation}"').fetchall() == [(300,)]
+    assert not path.exists()
+    with natives.reading(TABLE, [token]) as read:
+        assert read is None  # closed: nothing is lent any more
+
+
+def test_a_segment_that_cannot_be_copied_for_want_of_a_directory_is_declined_not_retried(
+        tmp_path: Path, segments: list[CommittedSegment]) -> None:
+    """A database that cannot be made (its directory unwritable, a file in its place, no file handles left)
+    declines the segment for min_idle_seconds: queries do not decode it again on every read."""
+    clock = _Clock()
+    blocked = tmp_path / "blocked"
+    natives = NativeCopies(1 << 30, min_idle_seconds=60, min_rows=1, clock=clock, background=False,
+                           directory=blocked / "natives")
+    blocked.write_bytes(b"a file where the directory should be")
+    decoded = []
+
+    class Counted:
+        total_docs = segments[0].segment.total_docs
+
+        def to_arrow(self, decode: bool = False) -> pa.Table:
+            decoded.append(decode)
+            return segments[0].segment.to_arrow(decode=decode)
+
+    token = natives.token(segments[0])
+    counted = Counted()
+    for _ in range(3):
+        natives.want(token, TABLE, counted)
+    assert decoded == [True] and not natives.ready(token) and natives.building == 0
+    blocked.unlink()
+    clock.now += 61
+    natives.want(token, TABLE, counted)
+    assert natives.ready(token) and len(decoded) == 2
+    natives.close()
