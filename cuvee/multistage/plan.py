@@ -173,6 +173,10 @@ def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
 
 def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, joined: MadeColumns) -> StagePlan:
     tree = query.copy()
+    for table in tree.find_all(exp.Table):  # the broker's DuckDB runs the final stage: only tables are sources
+        if not isinstance(table.this, exp.Identifier):
+            raise QueryError(QueryErrorCode.SQL_PARSING, f"table functions are not supported: "
+                                                         f"{table.this.sql(dialect=DIALECT)[:100]}")
     for select in list(tree.find_all(exp.Select)):
         _aggregate_below_windows(select, resolve)
     leaves: list[Leaf] = []

@@ -99,7 +99,10 @@ _UNSUPPORTED_FUNCTIONS = {"TEXT_MATCH", "VECTOR_SIMILARITY", "GAPFILL", "IN_SUBQ
                           "IN_ID_SET", "IDSET",
                           # DuckDB's own introspection: a server's settings and paths are not the caller's to read
                           "CURRENT_SETTING", "GETENV", "CURRENT_QUERY", "CURRENT_DATABASE", "CURRENT_CATALOG",
-                          "CURRENT_SCHEMAS", "IN_SEARCH_PATH", "TXID_CURRENT"}
+                          "CURRENT_SCHEMAS", "IN_SEARCH_PATH", "TXID_CURRENT", "GETVARIABLE"}
+# the same, as sqlglot parses them into nodes of their own
+_INTROSPECTION = (exp.CurrentDatabase, exp.CurrentCatalog, exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentUser,
+                  exp.SessionUser, exp.CurrentVersion)
 
 
 def _sql_error(message: str) -> QueryError:
@@ -154,6 +157,8 @@ def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
             arg = arg.expressions[0]
             kind = _DISTINCT_VARIANTS.get(kind, kind)
         return AggregateCall(kind, kind.value, arg)
+    if isinstance(node, _INTROSPECTION):
+        raise _sql_error(f"function {node.sql(dialect='duckdb').split('(')[0].upper()} is not supported")
     if isinstance(node, exp.Anonymous):
         upper = node.name.upper()
         if upper in _UNSUPPORTED_FUNCTIONS:

@@ -81,8 +81,9 @@ def copy_bytes(rows: pa.Table) -> int:
 @dataclass
 class _Copy:
     table: str
+    owner: _Table  # the database holding its rows: a table given up and made again is another one
     token: int  # the value of SEGMENT_COLUMN on its rows
-    bytes: int
+    bytes: int  # counted against the budget (0 once released: its database was given up)
     last_read: float
     readers: int = 0
     dropping: bool = False  # left (evicted, or its segment gone): deleted when its last reader ends
@@ -308,11 +309,12 @@ class NativeCopies:
             del self._tables[name]
             now = self._clock()
             for token, copy in list(self._copies.items()):
-                if copy.table == name:
+                if copy.owner is copies:
                     del self._copies[token]
                     copy.dropping = True
                     self._declined[token] = now
                     self.bytes -= copy.bytes
+                    copy.bytes = 0  # released: its late delete (a reader's) has nothing more to give back
             self.bytes -= copies.dead_bytes
             copies.dead_bytes = 0
             copies.lost = True
@@ -431,7 +433,7 @@ class NativeCopies:
             with self._lock:
                 current = self._tables.get(table) is copies  # not lost (nor closed) while it was made
                 if made and current and token not in self._gone:
-                    self._copies[token] = _Copy(table, token, size, self._clock())
+                    self._copies[token] = _Copy(table, copies, token, size, self._clock())
                     return
                 if not made and token not in self._declined:
                     self._never.add(token)
@@ -446,7 +448,8 @@ class NativeCopies:
             self._close_if_empty(table)
 
     def _insert(self, copies: _Table, token: int, rows: pa.Table) -> bool:
-        """Add ``rows`` as segment ``token``'s copy; False when DuckDB would not read them back alike."""
+        """Add ``rows`` as segment ``token``'s copy; False when DuckDB would not read them back alike (never copied)
+        or the write failed (declined for ``min_idle_seconds``)."""
         cursor = copies.con.cursor()
         try:
             cursor.register(_SOURCE, rows)
@@ -470,14 +473,19 @@ class NativeCopies:
             cursor.execute(f'INSERT INTO "{copies.version.name}" SELECT *, CAST({int(token)} AS BIGINT) '
                            f"FROM {_SOURCE}")
             return True
-        except duckdb.FatalException:
-            self.lose(copies)
-            return False
-        except duckdb.Error:
-            log.exception("cannot copy a segment into DuckDB; queries scan its Arrow view")
+        except duckdb.Error as exc:  # a failed write (a full disk: Fatal when DuckDB gave the database up)
+            if isinstance(exc, duckdb.FatalException):
+                self.lose(copies)
+            else:
+                log.exception("cannot copy a segment into DuckDB; queries scan its Arrow view")
+            with self._lock:
+                self._declined[token] = self._clock()  # tried again after min_idle_seconds, not never
             return False
         finally:
-            cursor.close()
+            try:
+                cursor.close()
+            except duckdb.Error:
+                log.debug("a cursor on a lost database of native copies was closed already")
 
     def _disk_room(self, size: int) -> bool:
         """Whether the copies' disk has ``size`` bytes free (a copy's decoded bytes: more than its file takes,
@@ -548,8 +556,11 @@ class NativeCopies:
     def _delete(self, copy: _Copy) -> None:
         """Delete a copy's rows (they hold memory until a compaction) — the worker only."""
         with self._lock:
-            copies = self._tables.get(copy.table)
-            if copies is None:
+            copies = copy.owner
+            if self._tables.get(copy.table) is not copies:  # its database was given up (or the copies closed):
+                if not self._closed:  # nothing to delete there, and never a newer database's rows of the segment
+                    self.bytes -= copy.bytes
+                    copy.bytes = 0
                 return
             copies.copies -= 1
             copies.dead_bytes += copy.bytes
@@ -584,6 +595,8 @@ class NativeCopies:
         if not _statement(copies, f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"', self.lose):
             return False
         with self._lock:
+            if self._tables.get(table) is not copies:  # given up meanwhile: its bytes were released then
+                return True
             copies.version = _Version(name)
             copies.dead_bytes -= dead
             self.bytes -= dead

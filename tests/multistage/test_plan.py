@@ -158,6 +158,20 @@ def test_many_filters_and_deep_queries_plan_or_are_refused_with_150() -> None:
     assert plan.leaves[0].sql.count("<>") == 400
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT a.city FROM events a JOIN duckdb_settings() s ON a.city = s.name",
+    "SELECT a.city FROM events a JOIN users b ON a.id = b.id UNION ALL SELECT value FROM duckdb_settings()",
+    "SELECT city, (SELECT max(value) FROM main.duckdb_settings()) FROM events",
+    "SELECT COUNT(*) FROM events WHERE city IN (SELECT value FROM duckdb_databases())",
+    "WITH s AS (SELECT * FROM read_csv('/etc/passwd')) SELECT COUNT(*) FROM events JOIN s ON events.city = s.a",
+])
+def test_table_functions_are_refused_with_150_not_run_by_the_broker(sql: str) -> None:
+    """The broker's DuckDB runs the final stage: a table function there would show its settings and paths."""
+    with pytest.raises(QueryError) as info:
+        stages(sql)
+    assert info.value.code is QueryErrorCode.SQL_PARSING and "table functions are not supported" in info.value.message
+
+
 def test_inlined_floats_equal_the_float_column_they_came_from() -> None:
     tree, [found] = in_tree("SELECT COUNT(*) FROM events WHERE v IN (SELECT v FROM events WHERE id < 5)")
     value = pa.array([0.4], pa.float32()).to_pylist()[0]

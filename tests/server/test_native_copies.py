@@ -389,15 +389,15 @@ class _Failing:
     """A DuckDB connection (or cursor) whose statements containing ``fails`` raise DuckDB's FatalException, as a
     write on a full disk does (DuckDB then invalidates the whole database)."""
 
-    def __init__(self, inner: Any, fails: str) -> None:
-        self._inner, self._fails = inner, fails
+    def __init__(self, inner: Any, fails: str, error: type[duckdb.Error] = duckdb.FatalException) -> None:
+        self._inner, self._fails, self._error = inner, fails, error
 
     def cursor(self) -> _Failing:
-        return _Failing(self._inner.cursor(), self._fails)
+        return _Failing(self._inner.cursor(), self._fails, self._error)
 
     def _check(self, sql: str) -> None:
         if self._fails in sql:
-            raise duckdb.FatalException("FATAL Error: could not write file: No space left on device")
+            raise self._error("FATAL Error: could not write file: No space left on device")
 
     def execute(self, sql: str, *args: Any) -> Any:
         self._check(sql)
@@ -487,4 +487,53 @@ def test_a_segment_that_cannot_be_copied_for_want_of_a_directory_is_declined_not
     clock.now += 61
     natives.want(token, TABLE, counted)
     assert natives.ready(token) and len(decoded) == 2
+    natives.close()
+
+
+def test_a_copy_read_while_its_database_was_given_up_never_touches_the_next_database(
+        segments: list[CommittedSegment]) -> None:
+    """A query still reading a copy of a database that was given up ends after the segment was copied again into
+    a new database: the old copy's late delete settles its bytes only — it must not delete the new copy's rows."""
+    clock = _Clock()
+    natives, tokens, sizes = _two_of_three_copied(segments, clock)
+    executor = QueryExecutor(_registry(segments), natives=natives)
+    names = [s.name for s in segments]
+    expected = _answer(executor, QUERIES[0], names)
+    with natives.reading(TABLE, [tokens[0]]) as read:
+        assert read is not None
+        read.lose()  # the query met a failed database
+        assert natives.bytes == 0 and not natives.ready(tokens[0])
+        clock.now += 61
+        natives.want(tokens[0], TABLE, segments[0].segment)
+        natives.want(tokens[1], TABLE, segments[1].segment)
+        assert natives.ready(tokens[0]) and natives.ready(tokens[1])  # in a new database
+    assert natives.bytes == sizes[0] + sizes[1]
+    assert natives._tables[TABLE].copies == 2 and natives._tables[TABLE].dead_bytes == 0
+    assert _answer(executor, QUERIES[0], names) == expected
+    with natives.reading(TABLE, tokens[:2]) as read:
+        assert read is not None and read.tokens == set(tokens[:2])
+        counted = read.cursor.sql(f'SELECT {SEGMENT_COLUMN}, count(*) FROM "{read.relation}" GROUP BY 1 '
+                                  "ORDER BY 1").fetchall()
+    assert counted == [(tokens[0], 300), (tokens[1], 250)]
+    natives.close()
+
+
+def test_a_write_that_fails_declines_the_copy_for_a_while_instead_of_for_ever(
+        segments: list[CommittedSegment]) -> None:
+    """A failed INSERT (a disk full for a moment: DuckDB's IOException, the database still valid) is retried
+    after min_idle_seconds; only rows DuckDB would read back otherwise are never copied."""
+    clock = _Clock()
+    natives = _natives(clock=clock)
+    first, second = natives.token(segments[0]), natives.token(segments[1])
+    natives.want(first, TABLE, segments[0].segment)
+    copies = natives._tables[TABLE]
+    real = copies.con
+    copies.con = _Failing(real, "INSERT INTO", duckdb.IOException)  # type: ignore[assignment]
+    natives.want(second, TABLE, segments[1].segment)
+    assert not natives.ready(second) and second not in natives._never and natives.ready(first)
+    assert natives.bytes == copy_bytes(segments[0].segment.to_arrow(decode=True))
+    copies.con = real
+    clock.now += 61
+    natives.want(second, TABLE, segments[1].segment)
+    assert natives.ready(second)
     natives.close()
