@@ -173,10 +173,12 @@ def plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int,
 
 def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, joined: MadeColumns) -> StagePlan:
     tree = query.copy()
-    for table in tree.find_all(exp.Table):  # the broker's DuckDB runs the final stage: only tables are sources
-        if not isinstance(table.this, exp.Identifier):
+    # the broker's DuckDB runs the final stage: its sources are tables, subqueries and UNNEST, never a function
+    for source in tree.find_all(exp.Table, exp.Lateral):
+        allowed = (exp.Identifier,) if isinstance(source, exp.Table) else (exp.Subquery, exp.Select, exp.Unnest)
+        if not isinstance(source.this, allowed):
             raise QueryError(QueryErrorCode.SQL_PARSING, f"table functions are not supported: "
-                                                         f"{table.this.sql(dialect=DIALECT)[:100]}")
+                                                         f"{source.this.sql(dialect=DIALECT)[:100]}")
     for select in list(tree.find_all(exp.Select)):
         _aggregate_below_windows(select, resolve)
     leaves: list[Leaf] = []

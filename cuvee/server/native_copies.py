@@ -385,6 +385,7 @@ class NativeCopies:
         rows = segment.to_arrow(decode=True)
         size = copy_bytes(rows)
         with self._lock:
+            self._declined.pop(token, None)  # tried now: a decline from before must not hide this attempt's outcome
             fresh = not self._closed and table not in self._tables and size <= self.max_bytes
         # a new database file is made outside the lock (queries take it); only this worker adds tables, and only
         # close() and lose() take them away, so a table present now is there below unless it is gone for good
@@ -450,8 +451,9 @@ class NativeCopies:
     def _insert(self, copies: _Table, token: int, rows: pa.Table) -> bool:
         """Add ``rows`` as segment ``token``'s copy; False when DuckDB would not read them back alike (never copied)
         or the write failed (declined for ``min_idle_seconds``)."""
-        cursor = copies.con.cursor()
+        cursor = None
         try:
+            cursor = copies.con.cursor()
             cursor.register(_SOURCE, rows)
             schema = cursor.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").to_arrow_table().schema
             if SEGMENT_COLUMN in schema.names:
@@ -483,7 +485,8 @@ class NativeCopies:
             return False
         finally:
             try:
-                cursor.close()
+                if cursor is not None:
+                    cursor.close()
             except duckdb.Error:
                 log.debug("a cursor on a lost database of native copies was closed already")
 

@@ -164,12 +164,21 @@ def test_many_filters_and_deep_queries_plan_or_are_refused_with_150() -> None:
     "SELECT city, (SELECT max(value) FROM main.duckdb_settings()) FROM events",
     "SELECT COUNT(*) FROM events WHERE city IN (SELECT value FROM duckdb_databases())",
     "WITH s AS (SELECT * FROM read_csv('/etc/passwd')) SELECT COUNT(*) FROM events JOIN s ON events.city = s.a",
+    "SELECT s.value FROM (SELECT city FROM events LIMIT 1) m, LATERAL duckdb_settings() s",
+    "SELECT s.value FROM (SELECT city FROM events LIMIT 1) m JOIN LATERAL duckdb_databases() s ON true",
 ])
 def test_table_functions_are_refused_with_150_not_run_by_the_broker(sql: str) -> None:
     """The broker's DuckDB runs the final stage: a table function there would show its settings and paths."""
     with pytest.raises(QueryError) as info:
         stages(sql)
     assert info.value.code is QueryErrorCode.SQL_PARSING and "table functions are not supported" in info.value.message
+
+
+def test_subqueries_and_unnest_stay_sources_a_final_stage_may_read() -> None:
+    for sql in ["SELECT t.x FROM (SELECT city FROM events LIMIT 1) m, LATERAL (SELECT m.city AS x) t",
+                "SELECT t.x FROM (SELECT city FROM events LIMIT 1) m CROSS JOIN UNNEST([1, 2]) AS t(x)",
+                "WITH c AS (SELECT city FROM events) SELECT COUNT(*) FROM c JOIN users u ON c.city = u.name"]:
+        assert stages(sql).leaves
 
 
 def test_inlined_floats_equal_the_float_column_they_came_from() -> None:
