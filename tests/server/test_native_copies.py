@@ -537,3 +537,33 @@ def test_a_write_that_fails_declines_the_copy_for_a_while_instead_of_for_ever(
     natives.want(second, TABLE, segments[1].segment)
     assert natives.ready(second)
     natives.close()
+
+
+def test_a_segment_refused_for_its_columns_after_a_decline_is_never_decoded_again(
+        segments: list[CommittedSegment]) -> None:
+    """A decline (no room) that is past must not hide a later attempt's outcome: a segment whose columns differ
+    from its table's copies is never copied, and never decoded again to find that out."""
+    clock = _Clock()
+    natives, _, _ = _two_of_three_copied(segments, clock)
+    rows = segments[2].segment.to_arrow(decode=True)
+    other = rows.append_column("added_since", pa.array([1] * rows.num_rows, pa.int64()))
+    decoded = []
+
+    class AddedColumn:
+        total_docs = rows.num_rows
+
+        def to_arrow(self, decode: bool = False) -> pa.Table:
+            decoded.append(decode)
+            return other
+
+    segment = AddedColumn()
+    token = natives.token(segments[2])
+    natives.want(token, TABLE, segment)  # the two copies were read just now: no room, declined
+    assert len(decoded) == 1 and token in natives._declined
+    clock.now += 61
+    natives.want(token, TABLE, segment)  # room now, but not the table's columns: never
+    assert len(decoded) == 2 and token in natives._never and not natives.ready(token)
+    clock.now += 61
+    natives.want(token, TABLE, segment)
+    assert len(decoded) == 2
+    natives.close()
