@@ -60,6 +60,15 @@ def in_progress(store: ClusterStore) -> None:
                             row_threshold=20))
 
 
+def failures(server: Server) -> int:
+    """SEG's failures in a row as the follower counts them (0: none). The follower records them after the
+    transition's end, a moment after the store shows ERROR: tests wait for both before moving the clock."""
+    follower = server._follower
+    assert follower is not None
+    state = follower.retry_state(TABLE, SEG)
+    return 0 if state is None else state.failures
+
+
 def passes(server: Server, n: int = 2) -> None:
     """Let the follower re-plan ``n`` more times (the fake clock standing still)."""
     follower = server._follower
@@ -110,8 +119,7 @@ def test_a_consumer_that_fails_to_start_once_is_retried_with_backoff(
     in_progress(store)
     server = start(servers, tmp_path, clock, factory)
     set_ideal(store, {SEG: {"s1": S.CONSUMING}})
-    wait_until(lambda: state_of(store) is S.ERROR)
-    assert server._follower.retry_state(TABLE, SEG).failures == 1  # type: ignore[union-attr]
+    wait_until(lambda: state_of(store) is S.ERROR and failures(server) == 1)
     passes(server)
     assert state_of(store) is S.ERROR and made == []  # no hot retry
 
@@ -120,7 +128,7 @@ def test_a_consumer_that_fails_to_start_once_is_retried_with_backoff(
     wait_until(lambda: state_of(store) is S.CONSUMING)
     assert [c.calls for c in made] == [["start"]]
     assert isinstance(server.registry.get(TABLE, SEG), ConsumingView)
-    assert server._follower.retry_state(TABLE, SEG) is None  # type: ignore[union-attr]  # success resets
+    wait_until(lambda: server._follower.retry_state(TABLE, SEG) is None)  # type: ignore[union-attr]  # success resets
 
 
 def test_a_download_that_outlasts_its_attempts_is_retried_once_the_deep_store_is_back(
@@ -131,10 +139,10 @@ def test_a_download_that_outlasts_its_attempts_is_retried_once_the_deep_store_is
     clock = FakeClock()
     server = start(servers, tmp_path, clock, download_max_attempts=1)
     set_ideal(store, {SEG: {"s1": S.ONLINE}})
-    wait_until(lambda: state_of(store) is S.ERROR)
+    wait_until(lambda: state_of(store) is S.ERROR and failures(server) == 1)
     clock.advance(RETRY)
     server.wake()
-    wait_until(lambda: server._follower.retry_state(TABLE, SEG).failures == 2)  # type: ignore[union-attr]
+    wait_until(lambda: failures(server) == 2)
     due = server._follower.retry_state(TABLE, SEG).due  # type: ignore[union-attr]
     assert due == pytest.approx(clock() + 2 * RETRY)  # the second wait is twice the first
 
@@ -171,7 +179,7 @@ def test_a_commit_whose_go_online_fails_is_released_and_downloaded_on_retry(
     store.update_segment(TABLE, SEG, lambda r: r.committed(end_offset=20, total_docs=20, size_bytes=1,
                                                             crc=committed.crc, download_uri=uri, now_ms=2))
     set_ideal(store, {SEG: {"s1": S.ONLINE}})
-    wait_until(lambda: state_of(store) is S.ERROR)
+    wait_until(lambda: state_of(store) is S.ERROR and failures(server) == 1)  # the retry is due from then
     assert made[0].calls == ["start", "go_online"]
 
     clock.advance(RETRY)
