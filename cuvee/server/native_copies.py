@@ -52,7 +52,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,7 @@ NATIVE_COPIES_DIR = ".native-copies"  # in a server's data directory (a dot: not
 
 def copy_bytes(rows: pa.Table) -> int:
     """What a copy of ``rows`` is counted as against ``native_copy_bytes``: their decoded Arrow bytes (DuckDB's
-    file holds them compressed; counted uncompressed, the budget also bounds what its buffer pool may cache)."""
+    file holds them compressed, mostly smaller)."""
     return rows.nbytes
 
 
@@ -98,6 +98,7 @@ class _Version:
 
 @dataclass
 class _Table:
+    name: str  # the Cuvee table whose copies it holds
     con: duckdb.DuckDBPyConnection
     path: Path  # its database file
     readers: int = 0  # queries holding a cursor on its database: it is never closed under them
@@ -115,8 +116,8 @@ class NativeRead:
 
     cursor: duckdb.DuckDBPyConnection
     relation: str
-    tokens: set[int] = field(default_factory=set)
-    lose: Callable[[], None] = lambda: None  # the query found the database failed for good (``NativeCopies.lose``)
+    tokens: set[int]
+    lose: Callable[[], None]  # the query found the database failed for good (``NativeCopies.lose``)
 
 
 class NativeCopies:
@@ -235,10 +236,7 @@ class NativeCopies:
                 if cursor is not None and version is not None and copies is not None else None
         finally:
             if cursor is not None:
-                try:
-                    cursor.close()
-                except duckdb.Error:
-                    log.debug("a cursor on a lost database of native copies was closed already")
+                _close_cursor(cursor)
             with self._lock:
                 for copy in held:
                     copy.readers -= 1
@@ -302,11 +300,11 @@ class NativeCopies:
         disk): its copies leave now, queries read the Arrow views, its segments are declined for
         ``min_idle_seconds``, and the database is closed and deleted once no query reads it."""
         with self._lock:
-            name = next((table for table, held in self._tables.items() if held is copies), None)
-            if name is None:
-                return
-            log.error("native copies of %s: their DuckDB database failed; queries scan the segments instead", name)
-            del self._tables[name]
+            if self._tables.get(copies.name) is not copies:
+                return  # given up already (or the copies closed)
+            log.error("native copies of %s: their DuckDB database failed; queries scan the segments instead",
+                      copies.name)
+            del self._tables[copies.name]
             now = self._clock()
             for token, copy in list(self._copies.items()):
                 if copy.owner is copies:
@@ -387,12 +385,12 @@ class NativeCopies:
         with self._lock:
             self._declined.pop(token, None)  # tried now: a decline from before must not hide this attempt's outcome
             fresh = not self._closed and table not in self._tables and size <= self.max_bytes
-        # a new database file is made outside the lock (queries take it); only this worker adds tables, and only
-        # close() and lose() take them away, so a table present now is there below unless it is gone for good
+        # a new database file is made outside the lock (queries take it); only this worker adds tables, so a table
+        # missing now is missing below (close() and lose() only take tables away)
         try:
             if not self._disk_room(size):
                 raise OSError(f"less free disk than the copy's {size} decoded bytes")
-            database = self._new_table() if fresh else None
+            database = self._new_table(table) if fresh else None
         except (OSError, duckdb.Error) as exc:  # no room, an unwritable directory, no file handles left, …
             log.warning("native copies: cannot make a copy of a segment of %s (%s); it is scanned as Arrow", table,
                         exc)
@@ -408,7 +406,7 @@ class NativeCopies:
                     return
                 copies = self._tables.get(table) or database
                 if copies is None:
-                    return  # unreachable while only this worker adds tables; asked for again by a later query
+                    return  # the table's database was given up meanwhile (lose): asked for again by a later query
                 victims = self._make_room(size)
                 if victims is None:
                     self._declined[token] = self._clock()
@@ -484,11 +482,8 @@ class NativeCopies:
                 self._declined[token] = self._clock()  # tried again after min_idle_seconds, not never
             return False
         finally:
-            try:
-                if cursor is not None:
-                    cursor.close()
-            except duckdb.Error:
-                log.debug("a cursor on a lost database of native copies was closed already")
+            if cursor is not None:
+                _close_cursor(cursor)
 
     def _disk_room(self, size: int) -> bool:
         """Whether the copies' disk has ``size`` bytes free (a copy's decoded bytes: more than its file takes,
@@ -500,18 +495,18 @@ class NativeCopies:
             return True  # a temporary directory of its own, made with the first table
         return shutil.disk_usage(directory).free >= size
 
-    def _new_table(self) -> _Table | None:
-        """A new database file for one table's copies (named by a counter: table names come from outside); None
-        once the copies are closed."""
+    def _new_table(self, table: str) -> _Table | None:
+        """A new database file for ``table``'s copies (named by a uuid: table names come from outside, and another
+        NativeCopies misconfigured onto the same directory never makes the same name); None once the copies are
+        closed."""
         with self._lock:
             if self._closed:
                 return None
             if self._directory is None:
                 self._directory = Path(tempfile.mkdtemp(prefix="cuvee-native-copies-"))
-            # a name no other NativeCopies on this directory (a second server misconfigured onto it) can make
             path = self._directory / f"copies-{uuid.uuid4().hex}.duckdb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _Table(_new_database(path), path)
+        return _Table(table, _new_database(path), path)
 
     def _version_name(self) -> str:
         """A name no table version of this server had before: a late drop of an old version (a reader's) can
@@ -573,8 +568,8 @@ class NativeCopies:
     def _delete_rows(self, copies: _Table, token: int) -> None:
         version = copies.version
         if version is not None:
-            _statement(copies, f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}', self.lose)
-            _statement(copies, "CHECKPOINT", self.lose)  # frees wholly deleted row groups' blocks (none is read)
+            self._statement(copies, f'DELETE FROM "{version.name}" WHERE {SEGMENT_COLUMN} = {int(token)}')
+            self._statement(copies, "CHECKPOINT")  # frees wholly deleted row groups' blocks (none is read)
 
     def _compact_for(self) -> bool:
         """Rewrite tables holding deleted rows until the copy being made (reserved) fits, most deleted bytes
@@ -595,7 +590,7 @@ class NativeCopies:
             if copies is None or copies.version is None:
                 return False
             old, dead = copies.version, copies.dead_bytes
-        if not _statement(copies, f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"', self.lose):
+        if not self._statement(copies, f'CREATE TABLE "{name}" AS SELECT * FROM "{old.name}"'):
             return False
         with self._lock:
             if self._tables.get(table) is not copies:  # given up meanwhile: its bytes were released then
@@ -613,8 +608,26 @@ class NativeCopies:
         with self._lock:
             copies = self._tables.get(table)
         if copies is not None:
-            _statement(copies, f'DROP TABLE IF EXISTS "{version.name}"', self.lose)
-            _statement(copies, "CHECKPOINT", self.lose)  # its blocks back to the file's free list
+            self._statement(copies, f'DROP TABLE IF EXISTS "{version.name}"')
+            self._statement(copies, "CHECKPOINT")  # its blocks back to the file's free list
+
+    def _statement(self, copies: _Table, sql: str) -> bool:
+        """Run one change on ``copies``' database; a failure is logged (the copies are an optimisation) and False,
+        and one that invalidated the database (``duckdb.FatalException``) has it given up (``lose``)."""
+        cursor = None
+        try:
+            cursor = copies.con.cursor()
+            cursor.execute(sql)
+            return True
+        except duckdb.FatalException:
+            self.lose(copies)
+            return False
+        except duckdb.Error:
+            log.exception("native copies: %s failed", sql.split(" (", 1)[0][:80])
+            return False
+        finally:
+            if cursor is not None:
+                _close_cursor(cursor)
 
     def _close_if_empty(self, table: str) -> None:
         """A table with no copy left gives its database (and the deleted rows' memory) back."""
@@ -639,28 +652,12 @@ def _close(copies: _Table) -> None:
     shutil.rmtree(copies.path.with_name(copies.path.name + ".tmp"), ignore_errors=True)  # DuckDB's spill files
 
 
-def _statement(copies: _Table, sql: str, lose: Callable[[_Table], None]) -> bool:
-    """Run one change on ``copies``' database; a failure is logged (the copies are an optimisation) and False, and
-    one that invalidated the database (``duckdb.FatalException``) has it ``lose``-t."""
+def _close_cursor(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Close a cursor; one on a database already closed or given up is nothing to report."""
     try:
-        cursor = copies.con.cursor()
+        cursor.close()
     except duckdb.Error:
-        log.exception("native copies: no cursor on a database for %s", sql.split(" (", 1)[0][:80])
-        return False
-    try:
-        cursor.execute(sql)
-        return True
-    except duckdb.FatalException:
-        lose(copies)
-        return False
-    except duckdb.Error:
-        log.exception("native copies: %s failed", sql.split(" (", 1)[0][:80])
-        return False
-    finally:
-        try:
-            cursor.close()
-        except duckdb.Error:
-            log.debug("a cursor on a lost database of native copies was closed already")
+        log.debug("a cursor on a lost database of native copies was closed already")
 
 
 def _new_database(path: Path) -> duckdb.DuckDBPyConnection:

@@ -567,3 +567,28 @@ def test_a_segment_refused_for_its_columns_after_a_decline_is_never_decoded_agai
     natives.want(token, TABLE, segment)
     assert len(decoded) == 2
     natives.close()
+
+
+def test_a_copy_waits_for_free_disk(tmp_path: Path, segments: list[CommittedSegment],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy is made only while the disk has its decoded bytes free (DuckDB gives up a database whose write
+    fails): short of them, the segment is declined for min_idle_seconds, then copied once there is room."""
+    from collections import namedtuple
+
+    from cuvee.server import native_copies
+
+    clock = _Clock()
+    natives = NativeCopies(1 << 30, min_idle_seconds=60, min_rows=1, clock=clock, background=False,
+                           directory=tmp_path / "natives")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(native_copies.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1024))
+    token = natives.token(segments[0])
+    natives.want(token, TABLE, segments[0].segment)
+    assert not natives.ready(token) and token in natives._declined and natives.bytes == 0
+    monkeypatch.undo()  # the disk's real free bytes again
+    natives.want(token, TABLE, segments[0].segment)
+    assert not natives.ready(token)  # declined a moment ago: not tried again yet
+    clock.now += 61
+    natives.want(token, TABLE, segments[0].segment)
+    assert natives.ready(token)
+    natives.close()
