@@ -2,7 +2,11 @@
 
 The pure ``missing_partitions`` compares the stream's partition count with the partitions the ideal state has
 segments for; the shell ``add_partitions`` gives each missing one its first (sequence 0) consuming segment from the
-table's ``auto.offset.reset`` offset, placed by ``cuvee.cluster.assignment`` on the live tagged servers. Metadata
+partition's **earliest** offset still in the stream, whatever the table's ``auto.offset.reset`` says: that setting
+is where a new *table* starts, and a partition added to the topic later holds only rows the table has never seen,
+produced in the (up to a repair interval) before this pass noticed it. Starting at the latest offset would drop
+them (Pinot's bug #7741, fixed there the same way in #7756). Placed by ``cuvee.cluster.assignment`` on the live
+tagged servers. Metadata
 is written first, then the ideal state in one compare-and-set that re-checks the premise (not paused, partition
 still without segments); when the premise fails the new metadata is deleted, so a later pass starts clean.
 """
@@ -23,7 +27,7 @@ from cuvee.cluster.assignment import (
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.records import IdealState
 from cuvee.cluster.store import ClusterStore
-from cuvee.config import TableConfig
+from cuvee.config import OffsetReset, TableConfig
 from cuvee.controller.table_setup import read_start_offsets
 from cuvee.errors import CuveeError
 
@@ -71,7 +75,7 @@ def add_partitions(store: ClusterStore, config: TableConfig, now_ms: int, may_ac
     found = store.ideal_state(table)
     if found is None or found.record.paused:
         return []
-    offsets = read_start_offsets(stream)  # BadRequest (a CuveeError) when the stream is unreadable
+    offsets = read_start_offsets(stream, OffsetReset.SMALLEST)  # BadRequest (a CuveeError): stream unreadable
     missing = missing_partitions(found.record, len(offsets))
     if not missing or not may_act():
         return []

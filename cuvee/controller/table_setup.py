@@ -35,12 +35,15 @@ from cuvee.stream import open_consumer
 log = logging.getLogger(__name__)
 
 
-def read_start_offsets(stream: StreamConfig) -> dict[int, int]:
-    """Partition -> the offset a brand-new table starts at (earliest for ``smallest``, latest for ``largest``)."""
+def read_start_offsets(stream: StreamConfig, reset: OffsetReset | None = None) -> dict[int, int]:
+    """Partition -> the offset a brand-new table starts at (earliest for ``smallest``, latest for ``largest``);
+    ``reset`` overrides the table's ``auto.offset.reset`` (a new partition of a grown topic always starts at its
+    earliest offset: ``cuvee.controller.repair_partitions``)."""
+    reset = stream.offset_reset if reset is None else reset
     try:
         with open_consumer(stream.properties) as consumer:
             count = consumer.partition_count()
-            if stream.offset_reset is OffsetReset.SMALLEST:
+            if reset is OffsetReset.SMALLEST:
                 return {p: consumer.earliest_offset(p) for p in range(count)}
             return {p: consumer.latest_offset(p) for p in range(count)}
     except CuveeError as exc:

@@ -101,7 +101,9 @@ def test_grown_topic_gets_a_consuming_segment_for_the_new_partition(
     [new] = [s for s in ideal.segments if LLCSegmentName.parse(s).partition == 2]
     assert set(ideal.segments[new].values()) == {CONS} and len(ideal.segments[new]) == 2
     record = side_store.segment(T, new).record
-    assert (record.status, record.sequence, record.start_offset) == (SegmentStatus.IN_PROGRESS, 0, 7)  # largest
+    # the table says largest, but a new partition starts at its earliest offset: the 7 rows produced before the
+    # pass noticed it are the table's too (Pinot's #7741)
+    assert (record.status, record.sequence, record.start_offset) == (SegmentStatus.IN_PROGRESS, 0, 0)
 
     before = _versions(side_store)
     assert leader.repair.run_once() == []
