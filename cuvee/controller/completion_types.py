@@ -33,7 +33,8 @@ DONE_STATES = frozenset({FsmState.COMMITTED, FsmState.ABORTED})
 class CompletionConfig:
     """Timing of the protocol, in ms. The FSM has no timer: these bound waits that servers' messages clock.
 
-    ``hold_ms``: how often servers re-send segmentConsumed while told HOLD. The FSM waits ``pick_winner_ms``
+    ``hold_ms``: the period the FSM's waits derive from (servers re-send segmentConsumed while told HOLD at their
+    own ``consumer.hold_retry_seconds``, which should be shorter). The FSM waits ``pick_winner_ms``
     (hold + 10%) from its first message for all replicas to report, then gives the picked committer another hold
     period (``notify_winner_ms``) to come back for its COMMIT. ``commit_timeout_ms``: the build lease a committer
     gets beyond that. ``max_commit_ms``: no lease, extensions included, reaches past this from the FSM's start.

@@ -30,7 +30,8 @@ def _positive(owner: str, **values: float) -> None:
 class CompletionTiming:
     """The segment completion protocol's timing (DESIGN.md section 4), in seconds.
 
-    ``hold_seconds``: how often servers re-send segmentConsumed while told HOLD (the FSM's waits derive from it).
+    ``hold_seconds``: the FSM's waits for replicas to report and for a chosen committer to come back (servers
+    re-send segmentConsumed while told HOLD at their own ``consumer.hold_retry_seconds``, which should be less).
     ``commit_lease_seconds``: the build lease a committer gets. ``max_commit_seconds``: no lease reaches past this.
     ``max_segment_completion_seconds``: a commit whose step 1 is older than this when step 3 is due is abandoned
     to the repair task (the seed's MAX_SEGMENT_COMPLETION_TIME), so a slow controller and the repair never both
