@@ -360,7 +360,7 @@ class ClusterView:
                 log.warning("table %s: segmentPartitionConfig is not usable: %s", name, exc)
                 spec = None
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
-                          hidden, config.time_column, step, config.segments.push_frequency, end_times, override,
+                          hidden, config.time_column, step, config.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {})

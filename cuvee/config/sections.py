@@ -54,14 +54,6 @@ class SegmentsConfig:
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
-    def push_type(self) -> str:
-        return self.segment_push_type or "APPEND"
-
-    @property
-    def push_frequency(self) -> str:
-        return self.segment_push_frequency or "DAILY"
-
-    @property
     def retention_ms(self) -> int | None:
         """How long segments are kept, or None to keep them for ever."""
         if self.retention_time_unit is None or self.retention_time_value is None:
@@ -372,13 +364,17 @@ class TransformConfig:
 
 @dataclass(frozen=True)
 class IngestionConfig:
-    """``ingestionConfig``: per-row transforms and a filter that drops rows (true means drop, as in Pinot), and
+    """``ingestionConfig``: per-row transforms and a filter that drops rows (true means drop, as in Pinot),
     ``streamIngestionConfig.pauselessConsumptionEnabled`` (Pinot's key): a partition's next segment starts
-    consuming when the committer starts its commit, not when the commit ends (docs/server.md, "Pauseless")."""
+    consuming when the committer starts its commit, not when the commit ends (docs/server.md, "Pauseless"), and
+    ``batchIngestionConfig.segmentIngestionType`` / ``segmentIngestionFrequency``: Pinot's newer spelling of
+    ``segmentsConfig.segmentPushType`` / ``segmentPushFrequency`` (``TableConfig.push_type``)."""
 
     transform_configs: tuple[TransformConfig, ...] = ()
     filter_function: str | None = None
     pauseless_consumption: bool = False
+    batch_ingestion_type: str | None = None
+    batch_ingestion_frequency: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
@@ -399,8 +395,12 @@ class IngestionConfig:
         # is written back as it came.
         stream_obj = JsonObject.of(obj.doc.get("streamIngestionConfig"), obj.at("streamIngestionConfig"), obj.issues)
         pauseless = stream_obj.boolean("pauselessConsumptionEnabled") or False
+        batch_obj = JsonObject.of(obj.doc.get("batchIngestionConfig"), obj.at("batchIngestionConfig"), obj.issues)
         return cls(transform_configs=tuple(transforms), filter_function=filter_function,
-                   pauseless_consumption=pauseless, extra=obj.extras())
+                   pauseless_consumption=pauseless,
+                   batch_ingestion_type=_upper_choice(batch_obj, "segmentIngestionType", ("APPEND", "REFRESH")),
+                   batch_ingestion_frequency=_upper_choice(batch_obj, "segmentIngestionFrequency", ("HOURLY", "DAILY")),
+                   extra=obj.extras())
 
     def to_json(self) -> dict[str, Any]:
         out = copy.deepcopy(self.extra)

@@ -108,6 +108,17 @@ class TableConfig:
         return self.segments.time_column_name
 
     @property
+    def push_type(self) -> str:
+        """APPEND (pushes add data) or REFRESH (a push replaces it): ``segmentsConfig.segmentPushType`` or
+        ``ingestionConfig.batchIngestionConfig.segmentIngestionType`` (from_json refuses the two disagreeing)."""
+        return self.segments.segment_push_type or self.ingestion.batch_ingestion_type or "APPEND"
+
+    @property
+    def push_frequency(self) -> str:
+        """HOURLY or DAILY: ``segmentsConfig.segmentPushFrequency`` or ``…batchIngestionConfig.segmentIngestionFrequency``."""
+        return self.segments.segment_push_frequency or self.ingestion.batch_ingestion_frequency or "DAILY"
+
+    @property
     def replication(self) -> int:
         """Replicas per segment: ``replicasPerPartition`` (REALTIME tables) if set, else ``replication``, else 1."""
         if self.is_realtime and self.segments.replicas_per_partition is not None:
@@ -155,6 +166,13 @@ class TableConfig:
         ingestion_obj = root.child("ingestionConfig")
         ingestion = IngestionConfig.parse(ingestion_obj)
         stream = _parse_stream(index_obj, ingestion_obj, table_type, issues)
+        for legacy, legacy_key, newer, newer_key in (
+                (segments.segment_push_type, "segmentPushType", ingestion.batch_ingestion_type, "segmentIngestionType"),
+                (segments.segment_push_frequency, "segmentPushFrequency", ingestion.batch_ingestion_frequency,
+                 "segmentIngestionFrequency")):
+            if legacy is not None and newer is not None and legacy != newer:
+                issues.append(ConfigIssue(f"$.ingestionConfig.batchIngestionConfig.{newer_key}",
+                                          f"{newer!r} disagrees with segmentsConfig.{legacy_key} {legacy!r}; give one"))
         if upsert is not None and upsert.enabled and table_type is TableType.OFFLINE:
             issues.append(ConfigIssue("$.upsertConfig.mode", "upsert is supported on REALTIME tables only"))
         is_dim = bool(root.boolean("isDimTable"))

@@ -261,7 +261,7 @@ def router(ctl: Controller) -> APIRouter:
             {name: r.commit_time_ms if r is not None else None for name, r in records.items()},
             ctl.clock_ms(), int(ctl.config.new_segment_grace_seconds * 1000))
         ends = [r.time_max if (r := records[name]) is not None else None for name in expected]
-        value = compute_time_boundary(ends, step, offline.segments.push_frequency)
+        value = compute_time_boundary(ends, step, offline.push_frequency)
         if value is None:
             raise NotFound(f"table {table!r} has no served offline segment with an end time yet")
         return {"timeColumn": column, "timeValue": str(value)}

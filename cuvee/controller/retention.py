@@ -124,7 +124,7 @@ class RetentionTask(PeriodicTask):
         lineage = self.store.lineage(table)
         snapshot = RetentionSnapshot(
             table=table, realtime=config.is_realtime,
-            retention_ms=None if not config.is_realtime and config.segments.push_type == "REFRESH"  # as Pinot
+            retention_ms=None if not config.is_realtime and config.push_type == "REFRESH"  # as Pinot
             else config.segments.retention_ms,
             step_ms=millis_per_value(schema, config.time_column) if schema is not None else None,
             records=records, ideal=ideal.record.segments if ideal is not None else {}, lineage=lineage)

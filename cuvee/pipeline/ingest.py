@@ -258,7 +258,7 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *, progress: Callabl
         table = client.table(options.table)
         schema = client.schema(options.table)
         partition_spec(table.indexing.extra, schema)  # a bad partition config fails here, not in every task
-        mode = (options.mode or table.segments.push_type).lower()
+        mode = (options.mode or table.push_type).lower()
         if mode not in ("append", "refresh"):
             raise PipelineError(f"--mode must be append or refresh, got {mode!r}")
         deep_store_uri = options.deep_store or client.deep_store_uri()

@@ -59,7 +59,7 @@ class BuildSpec:
 
 
 def bucket_ms(table: TableConfig) -> int:
-    return HOUR_MS if table.segments.push_frequency == "HOURLY" else DAY_MS
+    return HOUR_MS if table.push_frequency == "HOURLY" else DAY_MS
 
 
 def bucket_and_partition(batch: pa.RecordBatch, table: TableConfig, schema: Schema) -> tuple[pa.Array, pa.Array]:

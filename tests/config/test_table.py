@@ -386,3 +386,19 @@ def test_pauseless_consumption_is_off_by_default_and_read_from_pinots_key() -> N
     assert table.to_json()["ingestionConfig"] == doc["ingestionConfig"]
     assert errors(realtime(ingestionConfig={"streamIngestionConfig": {"pauselessConsumptionEnabled": 1}})) == {
         "$.ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled": "must be true or false"}
+
+
+def test_batch_ingestion_config_is_pinots_newer_spelling_of_push_type_and_frequency() -> None:
+    offline = {"tableName": "events", "tableType": "OFFLINE"}
+    table = TableConfig.from_json({**offline, "ingestionConfig": {"batchIngestionConfig": {
+        "segmentIngestionType": "refresh", "segmentIngestionFrequency": "HOURLY"}}})
+    assert (table.push_type, table.push_frequency) == ("REFRESH", "HOURLY")
+    assert table.to_json()["ingestionConfig"]["batchIngestionConfig"]["segmentIngestionType"] == "refresh"
+    assert (TableConfig.from_json(offline).push_type, TableConfig.from_json(offline).push_frequency) == \
+        ("APPEND", "DAILY")
+    both = {**offline, "segmentsConfig": {"segmentPushType": "APPEND"},
+            "ingestionConfig": {"batchIngestionConfig": {"segmentIngestionType": "REFRESH"}}}
+    assert "disagrees with segmentsConfig.segmentPushType" in \
+        errors(both)["$.ingestionConfig.batchIngestionConfig.segmentIngestionType"]
+    bad = {**offline, "ingestionConfig": {"batchIngestionConfig": {"segmentIngestionFrequency": "WEEKLY"}}}
+    assert "HOURLY, DAILY" in errors(bad)["$.ingestionConfig.batchIngestionConfig.segmentIngestionFrequency"]
