@@ -78,6 +78,7 @@ class TableEntry:
     # OFFLINE halves with a segmentPartitionConfig: the function, and each segment's partitions (from its record)
     partition_spec: PartitionSpec | None = None
     partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
+    timeout_ms: int | None = None  # the table config's query.timeoutMs
 
     @property
     def hold_back(self) -> bool:
@@ -363,7 +364,8 @@ class ClusterView:
                           hidden, config.time_column, step, config.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
-                          partition_spec=spec, partitions=partitions if spec is not None else {})
+                          partition_spec=spec, partitions=partitions if spec is not None else {},
+                          timeout_ms=config.query.timeout_ms)
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
                        ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]],

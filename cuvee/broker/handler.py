@@ -362,7 +362,7 @@ class QueryHandler:
             return await self._multi_stage(number, started, sql, options, principal, measured)
         options.update(plan.options)
         measured[0] = raw_table_name(plan.table)  # Pinot labels broker metrics by raw table name
-        timeout_ms = _timeout_ms(options, cfg.timeout_ms, cfg.timeout_limit_ms)
+        timeout_ms = _timeout_ms(options, self._table_timeout_ms(plan.table), cfg.timeout_limit_ms)
         gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _Asked.of(options),
                                       cfg.max_response_rows)
         if (plan.simple_merge is not None or gathered.whole) and \
@@ -371,6 +371,12 @@ class QueryHandler:
             # PERCENTILE's one partial row may hold a million values: those go to a worker thread)
             return self._answer(number, started, plan, gathered)
         return await asyncio.to_thread(self._answer, number, started, plan, gathered)
+
+    def _table_timeout_ms(self, table: str) -> int:
+        """A query's time limit on ``table`` when it sets none: the table config's ``query.timeoutMs`` (the smaller
+        of a hybrid table's two), else the broker's ``timeout_ms``; never past ``timeout_limit_ms``."""
+        own = [t.entry.timeout_ms for t in self.view.targets(table) if t.entry.timeout_ms is not None]
+        return min(min(own), self.config.timeout_limit_ms) if own else self.config.timeout_ms
 
     async def _gather(self, number: int, plan: QueryPlan, principal: Principal | None, deadline: float,
                       asked: _Asked, max_rows: int) -> _Gathered:

@@ -182,6 +182,24 @@ class TenantConfig:
 
 
 @dataclass(frozen=True)
+class QueryConfig:
+    """``query``: ``timeoutMs``, a query's time limit on this table when the query does not set one (Pinot's order:
+    the query's option, else this, else the broker's ``timeout_ms``); the other keys are Pinot's hints."""
+
+    timeout_ms: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def parse(cls, obj: JsonObject) -> QueryConfig:
+        return cls(timeout_ms=obj.integer("timeoutMs", minimum=1), extra=obj.extras())
+
+    def to_json(self) -> dict[str, Any]:
+        out = copy.deepcopy(self.extra)
+        _put(out, "timeoutMs", self.timeout_ms)
+        return out
+
+
+@dataclass(frozen=True)
 class RoutingConfig:
     """``routing``: how the broker picks segments and replicas (upsert tables want "strictReplicaGroup")."""
 

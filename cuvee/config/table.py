@@ -18,6 +18,7 @@ from cuvee.config.json_reader import JsonObject, child_path
 from cuvee.config.sections import (
     IndexingConfig,
     IngestionConfig,
+    QueryConfig,
     RoutingConfig,
     SegmentsConfig,
     TenantConfig,
@@ -85,6 +86,7 @@ class TableConfig:
     indexing: IndexingConfig = field(default_factory=IndexingConfig)
     tenants: TenantConfig = field(default_factory=TenantConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    query: QueryConfig = field(default_factory=QueryConfig)
     upsert: UpsertConfig | None = None
     ingestion: IngestionConfig = field(default_factory=IngestionConfig)
     stream: StreamConfig | None = None
@@ -161,6 +163,7 @@ class TableConfig:
         indexing = IndexingConfig.parse(index_obj)
         tenants = TenantConfig.parse(root.child("tenants"))
         routing = RoutingConfig.parse(root.child("routing"))
+        query = QueryConfig.parse(root.child("query"))
         upsert_obj = root.child("upsertConfig")
         upsert = UpsertConfig.parse(upsert_obj) if root.has("upsertConfig") else None
         ingestion_obj = root.child("ingestionConfig")
@@ -191,6 +194,7 @@ class TableConfig:
             indexing=indexing,
             tenants=tenants,
             routing=routing,
+            query=query,
             upsert=upsert,
             ingestion=ingestion,
             stream=stream,
@@ -218,6 +222,9 @@ class TableConfig:
         routing = self.routing.to_json()
         if routing:
             out["routing"] = routing
+        query = self.query.to_json()
+        if query:
+            out["query"] = query
         if self.upsert is not None:
             out["upsertConfig"] = self.upsert.to_json()
         if ingestion:

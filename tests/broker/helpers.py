@@ -165,11 +165,12 @@ def register_server(meta: MetadataStore, store: ClusterStore, server: QueryServe
     meta.create(store.paths.live(server.instance_id), b"", ephemeral=True)
 
 
-def write_table(store: ClusterStore, raw_name: str = "events") -> str:
-    """Schema ``raw_name`` (the events columns) and table ``<raw_name>_REALTIME``; returns the table name."""
+def write_table(store: ClusterStore, raw_name: str = "events", **config: Any) -> str:
+    """Schema ``raw_name`` (the events columns) and table ``<raw_name>_REALTIME`` (``config``: more table config
+    keys); returns the table name."""
     table = f"{raw_name}_REALTIME"
     store.metastore.create(store.paths.schema(raw_name), orjson.dumps({**SCHEMA_DOC, "schemaName": raw_name}))
-    store.metastore.create(store.paths.table(table), orjson.dumps({**TABLE_DOC, "tableName": table}))
+    store.metastore.create(store.paths.table(table), orjson.dumps({**TABLE_DOC, "tableName": table, **config}))
     return table
 
 

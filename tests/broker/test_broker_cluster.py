@@ -10,6 +10,7 @@ Layout of ``events`` (servers A and B), built so that a routing mistake changes 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,13 @@ def _slow_table(work: Path, servers: dict[str, QueryServer], store: ClusterStore
     late = BlockingSegment(committed(work / "c", late_name, event_rows(5, 0, 9)), hold_seconds=1.0)
     servers["Server_C"].registry.put("slowish_REALTIME", late)
     write_view(store, {late_name: {"Server_C": ON}}, "slowish_REALTIME")
-    return [blocked, late]
+    # a table whose config sets a query time limit (Pinot's query.timeoutMs) over a stuck segment
+    write_table(store, "slowcfg", query={"timeoutMs": "300"})
+    held = segment_name(0, 0, "slowcfg")
+    stuck_too = BlockingSegment(committed(work / "c", held, event_rows(3, 0, 10)), hold_seconds=60)
+    servers["Server_C"].registry.put("slowcfg_REALTIME", stuck_too)
+    write_view(store, {held: {"Server_C": ON}}, "slowcfg_REALTIME")
+    return [blocked, late, stuck_too]
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +241,15 @@ def test_a_server_that_does_not_answer_in_time_gives_427_and_a_partial_result(cl
     assert response["partialResult"] is True
     assert response["numServersQueried"] == 2 and response["numServersResponded"] == 1
     assert response["resultTable"]["rows"] == [[10]], "the server that answered is still merged"
+
+
+def test_a_table_configs_query_timeout_applies_when_the_query_sets_none(cluster: Cluster) -> None:
+    wait_until(lambda: "slowcfg_REALTIME" in cluster.broker.view.snapshot.tables)
+    started = time.monotonic()
+    response = cluster.query("SELECT COUNT(*) FROM slowcfg")  # the broker's own default is 10 s
+    assert [e["errorCode"] for e in response["exceptions"]] == [427]
+    assert time.monotonic() - started < 5
+    assert response["partialResult"] is True
 
 
 def test_a_server_that_times_out_itself_reports_250(cluster: Cluster) -> None:
