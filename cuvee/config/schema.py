@@ -54,7 +54,11 @@ _DATETIME_TYPES = {
 _INT_RANGES = {DataType.INT: (-(2**31), 2**31 - 1), DataType.LONG: (-(2**63), 2**63 - 1),
                DataType.TIMESTAMP: (-(2**63), 2**63 - 1)}
 # Field-spec keys we interpret; others are kept in ``extra`` and written back.
-_FIELD_KEYS = {"name", "dataType", "singleValueField", "defaultNullValue", "format", "granularity"}
+_FIELD_KEYS = {"name", "dataType", "singleValueField", "defaultNullValue", "format", "granularity", "maxLength",
+               "maxLengthExceedStrategy"}
+# Pinot's maxLength applies to these (STRING in characters, the others in bytes); what happens past it
+_LENGTH_TYPES = ("STRING", "JSON", "BYTES")
+LENGTH_STRATEGIES = ("TRIM_LENGTH", "SUBSTITUTE_DEFAULT_VALUE", "NO_ACTION")
 _SCHEMA_KEYS = {"schemaName", "primaryKeyColumns", "dimensionFieldSpecs", "metricFieldSpecs", "dateTimeFieldSpecs"}
 
 _ARROW_TYPES: dict[DataType, pa.DataType] = {
@@ -115,6 +119,11 @@ class FieldSpec:
     # Date-time columns only: Pinot's format string (e.g. "1:MILLISECONDS:EPOCH") and granularity.
     format: str | None = None
     granularity: str | None = None
+    # STRING, JSON and BYTES: Pinot's maxLength (characters for STRING, bytes otherwise) and what a longer value
+    # becomes at ingestion (``max_length_strategy``: TRIM_LENGTH, SUBSTITUTE_DEFAULT_VALUE or NO_ACTION). Cuvee
+    # applies it only when the schema gives maxLength: Pinot's implicit 512-character cut is not made.
+    max_length: int | None = None
+    max_length_strategy: str | None = None
     # Keys of the field spec we do not interpret (e.g. "maxLength"), written back by to_json.
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
@@ -125,6 +134,22 @@ class FieldSpec:
             return self.default_null_value
         defaults = _METRIC_DEFAULTS if self.role is FieldRole.METRIC else _DIMENSION_DEFAULTS
         return defaults[self.data_type]
+
+    @property
+    def length_limit(self) -> int | None:
+        """The length past which ``length_strategy`` applies: ``maxLength``, or Pinot's default 512 when only a
+        strategy is given; None (no limit) when the schema gives neither."""
+        if self.max_length is not None:
+            return self.max_length
+        return 512 if self.max_length_strategy is not None else None
+
+    @property
+    def length_strategy(self) -> str:
+        """What a value longer than ``max_length`` becomes: the configured strategy, else Pinot's default
+        (TRIM_LENGTH for STRING, NO_ACTION for JSON and BYTES)."""
+        if self.max_length_strategy is not None:
+            return self.max_length_strategy
+        return "TRIM_LENGTH" if self.data_type is DataType.STRING else "NO_ACTION"
 
     @property
     def time_format(self) -> DateTimeFormat | None:
@@ -149,6 +174,10 @@ class FieldSpec:
             out["format"] = self.format
         if self.granularity is not None:
             out["granularity"] = self.granularity
+        if self.max_length is not None:
+            out["maxLength"] = self.max_length
+        if self.max_length_strategy is not None:
+            out["maxLengthExceedStrategy"] = self.max_length_strategy
         return out
 
 
@@ -289,6 +318,7 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
             fmt = "1:MILLISECONDS:EPOCH"
         if not _datetime_ok(fmt, gran, data_type, path, issues):
             return None
+    max_length, strategy = _max_length(spec, data_type, path, issues)
     extra = {k: copy.deepcopy(v) for k, v in spec.items() if k not in _FIELD_KEYS}
     return FieldSpec(
         name=name,
@@ -298,8 +328,40 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
         default_null_value=default,
         format=fmt,
         granularity=gran,
+        max_length=max_length,
+        max_length_strategy=strategy,
         extra=extra,
     )
+
+
+def _max_length(spec: dict[str, Any], data_type: DataType, path: str, issues: list[ConfigIssue]
+                ) -> tuple[int | None, str | None]:
+    """Pinot's ``maxLength`` and ``maxLengthExceedStrategy`` of a field, checked."""
+    raw, strategy = spec.get("maxLength"), spec.get("maxLengthExceedStrategy")
+    if raw is None and strategy is None:
+        return None, None
+    if data_type.value not in _LENGTH_TYPES:
+        issues.append(ConfigIssue(f"{path}.maxLength" if raw is not None else f"{path}.maxLengthExceedStrategy",
+                                  f"applies to {', '.join(_LENGTH_TYPES)} columns, not {data_type.value}"))
+        return None, None
+    length = None
+    if raw is not None:
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            issues.append(ConfigIssue(f"{path}.maxLength", "must be a positive integer"))
+        else:
+            length = raw
+    if strategy is not None:
+        if not isinstance(strategy, str) or strategy.upper() not in (*LENGTH_STRATEGIES, "ERROR"):
+            issues.append(ConfigIssue(f"{path}.maxLengthExceedStrategy",
+                                      f"{strategy!r} is not one of {', '.join(LENGTH_STRATEGIES)}, ERROR"))
+            strategy = None
+        elif strategy.upper() == "ERROR":
+            issues.append(ConfigIssue(f"{path}.maxLengthExceedStrategy", "ERROR (failing the row) is not supported "
+                                      f"yet; use one of {', '.join(LENGTH_STRATEGIES)}"))
+            strategy = None
+        else:
+            strategy = strategy.upper()
+    return length, strategy
 
 
 def _datetime_ok(fmt: Any, gran: Any, data_type: DataType, path: str, issues: list[ConfigIssue]) -> bool:

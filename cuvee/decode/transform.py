@@ -89,17 +89,49 @@ class RowTransformer:
 
 
 def compile_ingestion(schema: Schema, ingestion: IngestionConfig) -> RowTransformer | None:
-    """The table's transformer, or None when it configures no transform and no filter."""
-    if not ingestion.transform_configs and ingestion.filter_function is None:
+    """The table's transformer, or None when it configures no transform, no filter and no length limit."""
+    if not _needs_transformer(schema, ingestion):
         return None
     return RowTransformer(schema, ingestion)
 
 
 def ingestion_issues(schema: Schema, ingestion: IngestionConfig) -> list[ConfigIssue]:
     """Why the transforms or filter cannot run against ``schema`` (empty when they can)."""
-    if not ingestion.transform_configs and ingestion.filter_function is None:
+    if not _needs_transformer(schema, ingestion):
         return []
     return _compile(schema, ingestion)[0]
+
+
+def _needs_transformer(schema: Schema, ingestion: IngestionConfig) -> bool:
+    return bool(ingestion.transform_configs or ingestion.filter_function is not None
+                or any(_length_rule(spec) for spec in schema.fields))
+
+
+def _length_rule(spec: FieldSpec) -> bool:
+    return spec.length_limit is not None and spec.length_strategy != "NO_ACTION"
+
+
+def _limited(spec: FieldSpec, sql: str) -> str:
+    """``sql`` (a value of column ``spec``) with the schema's maxLength applied (Pinot's SanitizationTransformer):
+    STRING in characters, JSON and BYTES in bytes; a longer value trimmed or replaced by the default null value."""
+    n = spec.length_limit
+
+    def limit(v: str) -> str:
+        if spec.data_type is DataType.BYTES:
+            too_long, trimmed = f"octet_length({v}) > {n}", f"{v}[1:{n}]"
+        elif spec.data_type is DataType.JSON:  # the bytes of its UTF-8 text
+            too_long, trimmed = f"octet_length(encode({v})) > {n}", f"decode(encode({v})[1:{n}])"
+        else:
+            too_long, trimmed = f"length({v}) > {n}", f"left({v}, {n})"
+        if spec.length_strategy == "SUBSTITUTE_DEFAULT_VALUE":
+            default = spec.null_value
+            trimmed = f"from_hex('{default.hex()}')" if isinstance(default, bytes) else \
+                "'" + str(default).replace("'", "''") + "'"
+        return f"CASE WHEN {too_long} THEN {trimmed} ELSE {v} END"
+
+    if spec.single_value:
+        return limit(f"({sql})")
+    return f"list_transform({sql}, lambda v: {limit('v')})"
 
 
 def decode_schema(schema: Schema, transformer: RowTransformer | None) -> Schema:
@@ -136,8 +168,12 @@ def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIss
             duck_type = _duck_type(schema.arrow_schema().field(transform.column_name).type)
             issues.extend(_bind(extended, f"CAST(({sql}) AS {duck_type})", path))
             computed[transform.column_name] = f"try(CAST(({sql}) AS {duck_type}))"
-    columns = [f"{computed[name]} AS {_quote(name)}" if name in computed else _quote(name)
-               for name in schema.column_names]
+    columns = []
+    for spec in schema.fields:
+        value = computed.get(spec.name, _quote(spec.name))
+        if _length_rule(spec):
+            value = _limited(spec, value)
+        columns.append(f"{value} AS {_quote(spec.name)}")
     statement = f"SELECT {', '.join(columns)}, {_ROW} FROM {_BATCH}"
     if ingestion.filter_function is not None and sqls[-1] is not None:
         issues.extend(_bind(extended, f"({sqls[-1]})::BOOLEAN", paths[-1]))

@@ -319,3 +319,24 @@ def test_any_valid_schema_round_trips(data: st.DataObject, names: list[str]) -> 
     again = Schema.from_json(parsed.to_json())
     assert again == parsed
     assert [isinstance(f, FieldSpec) for f in again.fields] == [True] * (len(names) + 1)
+
+
+def test_max_length_and_its_strategy_are_read_checked_and_written_back() -> None:
+    doc = {"schemaName": "t", "dimensionFieldSpecs": [
+        {"name": "s", "dataType": "STRING", "maxLength": 10000},
+        {"name": "b", "dataType": "BYTES", "maxLengthExceedStrategy": "trim_length"}]}
+    schema = Schema.from_json(doc)
+    s, b = schema.fields
+    assert (s.length_limit, s.length_strategy) == (10000, "TRIM_LENGTH")
+    assert (b.length_limit, b.length_strategy) == (512, "TRIM_LENGTH")  # a strategy alone: Pinot's 512
+    assert schema.to_json()["dimensionFieldSpecs"][0]["maxLength"] == 10000
+    for spec, path, words in [
+            ({"name": "i", "dataType": "INT", "maxLength": 3}, "maxLength", "applies to STRING, JSON, BYTES"),
+            ({"name": "s", "dataType": "STRING", "maxLength": 0}, "maxLength", "positive integer"),
+            ({"name": "s", "dataType": "STRING", "maxLengthExceedStrategy": "ERROR"}, "maxLengthExceedStrategy",
+             "not supported yet"),
+            ({"name": "s", "dataType": "STRING", "maxLengthExceedStrategy": "CHOP"}, "maxLengthExceedStrategy",
+             "is not one of")]:
+        with pytest.raises(ConfigValidationError) as info:
+            Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [spec]})
+        assert words in issues_of(info.value)[f"$.dimensionFieldSpecs[0].{path}"]

@@ -124,3 +124,28 @@ def test_expressions_that_bind_alone_but_cannot_run_in_the_statement_are_refused
 def test_source_field_names_of_cuvees_own_are_refused() -> None:
     issues = ingestion_issues(SCHEMA, ingestion(filterConfig={"filterFunction": "__cuvee_row > 3"}).ingestion)
     assert any(i.path == "$.ingestionConfig" and "'__cuvee_row' is reserved" in i.message for i in issues), issues
+
+
+LIMITED = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
+    {"name": "s", "dataType": "STRING", "maxLength": 3},
+    {"name": "d", "dataType": "STRING", "maxLength": 3, "maxLengthExceedStrategy": "SUBSTITUTE_DEFAULT_VALUE"},
+    {"name": "m", "dataType": "STRING", "singleValueField": False, "maxLength": 2},
+    {"name": "j", "dataType": "JSON", "maxLength": 4, "maxLengthExceedStrategy": "TRIM_LENGTH"},
+    {"name": "b", "dataType": "BYTES", "maxLength": 2, "maxLengthExceedStrategy": "TRIM_LENGTH"},
+    {"name": "n", "dataType": "JSON", "maxLength": 2},  # JSON's default strategy is NO_ACTION, as in Pinot
+    {"name": "free", "dataType": "STRING"}]})  # no maxLength: kept whole (Pinot would cut it at 512)
+
+
+def test_the_schemas_max_length_applies_at_ingestion_as_pinots_sanitization_does() -> None:
+    transformer = compile_ingestion(LIMITED, ingestion().ingestion)
+    assert transformer is not None  # a length limit alone needs the transform step
+    rows = [{"s": "abcdé", "d": "abcd", "m": ["abc", "d"], "j": '{"a":1}', "b": "010203", "n": "long",
+             "free": "x" * 600},
+            {"s": "ab", "d": "x", "m": [], "j": "{}", "b": "", "n": "x", "free": "y"}]
+    decoded = JsonDecoder(decode_schema(LIMITED, transformer)).decode([orjson.dumps(r) for r in rows], [0, 1])
+    got = transformer.apply(decoded.batch, decoded.offsets).batch.to_pylist()
+    assert got[0] == {"s": "abc", "d": "null", "m": ["ab", "d"], "j": '{"a"', "b": b"\x01\x02", "n": "long",
+                      "free": "x" * 600}
+    assert got[1] == {"s": "ab", "d": "x", "m": [], "j": "{}", "b": b"", "n": "x", "free": "y"}
+    assert compile_ingestion(Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
+        {"name": "n", "dataType": "JSON", "maxLength": 2}]}), ingestion().ingestion) is None  # NO_ACTION only
