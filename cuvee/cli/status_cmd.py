@@ -16,6 +16,7 @@ from rich.table import Table
 from cuvee.auth.client import user_headers
 from cuvee.errors import UserError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.status.config_notes import config_notes
 
 _COLOURS = {"HEALTHY": "green", "LAGGING": "yellow", "PAUSED": "cyan", "UNREACHABLE": "red", "ERROR": "red",
             "STOPPED": "red"}
@@ -94,17 +95,40 @@ def _fetch(http: httpx.Client, url: str, table: str | None) -> list[dict[str, An
     out: list[dict[str, Any]] = []
     for name in names:
         tasks = _tasks(http, url, name)
+        notes = _config_notes(http, url, name)
         try:
-            out.append({**_get(http, f"{url}/tables/{name}/status"), "tasks": tasks})
+            out.append({**_get(http, f"{url}/tables/{name}/status"), "tasks": tasks, "configNotes": notes})
         except UserError as exc:
-            if " answered 404" in str(exc) and (tasks or table is None):
-                if tasks:  # an offline-only table: no partitions, but its maintenance tasks
-                    out.append({"table": name, "tasks": tasks})
+            if " answered 404" in str(exc) and (tasks or notes or table is None):
+                if tasks or notes:  # an offline-only table: no partitions, but its tasks and its configs' notes
+                    out.append({"table": name, "tasks": tasks, "configNotes": notes})
                 continue
             if table is not None:
                 raise
             out.append({"table": name, "problem": str(exc)})
     return out
+
+
+def _config_notes(http: httpx.Client, url: str, name: str) -> list[dict[str, Any]]:
+    """Keys of the table's configs Cuvee accepted without acting on them (``cuvee.status.config_notes``); empty
+    when the configs cannot be had (the status says why elsewhere)."""
+    try:
+        tables = _get(http, f"{url}/tables/{name}")
+        schema = _get(http, f"{url}/tables/{name}/schema")
+    except UserError:
+        return []
+    return config_notes(tables if isinstance(tables, dict) else {}, schema)
+
+
+def _render_notes(name: str, notes: list[dict[str, Any]]) -> Table:
+    shown = Table(title=f"{escape(name)}: config keys accepted without effect", title_justify="left")
+    for column in ("config", "key", "", "why"):
+        shown.add_column(column)
+    for note in notes:
+        refused = note["support"] == "refused"
+        shown.add_row(escape(note["config"]), escape(note["path"]),
+                      "[red]NOT applied[/]" if refused else escape(note["support"]), escape(note["why"]))
+    return shown
 
 
 def _tasks(http: httpx.Client, url: str, name: str) -> dict[str, Any]:
@@ -142,8 +166,11 @@ def _render(statuses: list[dict[str, Any]]) -> Group:
         if "problem" in status:
             parts.append(f"[red]{status['table']}: {status['problem']}[/]")
             continue
-        if "partitions" not in status:  # an offline table with maintenance tasks
-            parts.append(_render_tasks(status["table"], status["tasks"]))
+        if "partitions" not in status:  # an offline table with maintenance tasks or config notes
+            if status.get("tasks"):
+                parts.append(_render_tasks(status["table"], status["tasks"]))
+            if status.get("configNotes"):
+                parts.append(_render_notes(status["table"], status["configNotes"]))
             continue
         if status.get("streamError"):
             parts.append(f"[red]{status['table']}: the stream cannot be read ({status['streamError']}); offsets and "
@@ -178,6 +205,8 @@ def _render(statuses: list[dict[str, Any]]) -> Group:
                 parts.append(f"[red]partition {partition['partition']}[/]: {problem}")
         if status.get("tasks"):
             parts.append(_render_tasks(status["table"], status["tasks"]))
+        if status.get("configNotes"):
+            parts.append(_render_notes(status["table"], status["configNotes"]))
         lost = status["dataLost"]
         if lost["offsetsSkippedByRepair"] or lost["messagesLostByConsumingReplicas"]:
             parts.append(f"[red]data lost to stream retention[/]: {lost['offsetsSkippedByRepair']} offsets skipped by "

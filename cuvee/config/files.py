@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cuvee.config.errors import ConfigValidationError
+from cuvee.config.pinot_keys import review_schema, review_table
 from cuvee.config.schema import Schema
 from cuvee.config.table import TableConfig
 from cuvee.config.validation import validate_table
@@ -33,7 +34,11 @@ def load_schema(path: str | Path) -> Schema:
     """A schema from a Pinot schema JSON file; raises UserError (ConfigValidationError for bad content)."""
     doc = read_json_file(path, "schema")
     try:
-        return Schema.from_json(doc)
+        schema = Schema.from_json(doc)
+        refused = review_schema(doc).issues
+        if refused:
+            raise ConfigValidationError(f"schema {schema.name!r}", refused)
+        return schema
     except ConfigValidationError as e:
         raise ConfigValidationError(f"{e.what} in {str(path)!r}", e.issues) from None
 
@@ -42,7 +47,11 @@ def load_table_config(path: str | Path) -> TableConfig:
     """A table config from a Pinot table config JSON file; raises UserError (ConfigValidationError for bad content)."""
     doc = read_json_file(path, "table config")
     try:
-        return TableConfig.from_json(doc)
+        table = TableConfig.from_json(doc)
+        refused = review_table(doc).issues
+        if refused:
+            raise ConfigValidationError(f"table config {table.name_with_type!r}", refused)
+        return table
     except ConfigValidationError as e:
         raise ConfigValidationError(f"{e.what} in {str(path)!r}", e.issues) from None
 

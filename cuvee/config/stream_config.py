@@ -25,7 +25,9 @@ class StreamKeys:
     LOG_DIR = "stream.log.dir"
     FLUSH_ROWS = "realtime.segment.flush.threshold.rows"
     FLUSH_ROWS_LEGACY = "realtime.segment.flush.threshold.size"
+    FLUSH_ROWS_LLC = "realtime.segment.flush.threshold.size.llc"  # Pinot's older low-level-consumer spelling
     FLUSH_TIME = "realtime.segment.flush.threshold.time"
+    FLUSH_TIME_LLC = "realtime.segment.flush.threshold.time.llc"
     FLUSH_SEGMENT_SIZE = "realtime.segment.flush.threshold.segment.size"
     FLUSH_SEGMENT_SIZE_LEGACY = "realtime.segment.flush.desired.size"
     AUTOTUNE_INITIAL_ROWS = "realtime.segment.flush.autotune.initialRows"
@@ -149,7 +151,8 @@ class StreamConfig:
                 else:
                     offset_reset = choice
 
-        rows_key = _pick_alias(props, StreamKeys.FLUSH_ROWS, StreamKeys.FLUSH_ROWS_LEGACY, at, issues)
+        rows_key = _pick_alias(props, StreamKeys.FLUSH_ROWS, StreamKeys.FLUSH_ROWS_LEGACY, at, issues,
+                               StreamKeys.FLUSH_ROWS_LLC)
         rows = _parse_int(props, rows_key, DEFAULT_FLUSH_THRESHOLD_ROWS, at, issues)
         initial_rows = _parse_int(props, StreamKeys.AUTOTUNE_INITIAL_ROWS, DEFAULT_AUTOTUNE_INITIAL_ROWS, at, issues)
         if initial_rows == 0:
@@ -165,14 +168,15 @@ class StreamConfig:
                 learning = "each"
 
         time_ms = DEFAULT_FLUSH_THRESHOLD_TIME_MS
-        if StreamKeys.FLUSH_TIME in props:
+        time_key = _pick_alias(props, StreamKeys.FLUSH_TIME, StreamKeys.FLUSH_TIME_LLC, at, issues)
+        if time_key in props:
             try:
-                time_ms = parse_duration_ms(props[StreamKeys.FLUSH_TIME])
+                time_ms = parse_duration_ms(props[time_key])
             except ValueError as e:
-                issues.append(ConfigIssue(at(StreamKeys.FLUSH_TIME), str(e)))
+                issues.append(ConfigIssue(at(time_key), str(e)))
             else:
                 if time_ms == 0:
-                    issues.append(ConfigIssue(at(StreamKeys.FLUSH_TIME), "must be longer than zero"))
+                    issues.append(ConfigIssue(at(time_key), "must be longer than zero"))
 
         size_key = _pick_alias(
             props, StreamKeys.FLUSH_SEGMENT_SIZE, StreamKeys.FLUSH_SEGMENT_SIZE_LEGACY, at, issues
@@ -219,11 +223,15 @@ def _required(props: dict[str, str], key: str, at: Any, issues: list[ConfigIssue
     return value
 
 
-def _pick_alias(props: dict[str, str], key: str, legacy: str, at: Any, issues: list[ConfigIssue]) -> str:
-    """The key to read: the current name, else its older alias; both given with different values is an error."""
-    if key in props and legacy in props and props[key].strip() != props[legacy].strip():
-        issues.append(ConfigIssue(at(legacy), f"conflicts with {key!r}; give only one of them"))
-    return key if key in props else legacy
+def _pick_alias(props: dict[str, str], key: str, legacy: str, at: Any, issues: list[ConfigIssue],
+                *older: str) -> str:
+    """The key to read: the current name, else its older aliases in order; two given with different values is an
+    error."""
+    names = [name for name in (key, legacy, *older) if name in props]
+    for other in names[1:]:
+        if props[other].strip() != props[names[0]].strip():
+            issues.append(ConfigIssue(at(other), f"conflicts with {names[0]!r}; give only one of them"))
+    return names[0] if names else legacy
 
 
 def _parse_int(props: dict[str, str], key: str, default: int, at: Any, issues: list[ConfigIssue]) -> int:

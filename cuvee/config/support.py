@@ -50,8 +50,8 @@ def asks(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Key:
-    """A leaf: the key (and anything below it) is ``support``. A refused key is refused only when ``active(value)``
-    (default: it asks for its feature); otherwise it is honoured: off is what Cuvee does."""
+    """A leaf: the key (and anything below it) is ``support``. A refused key or a hint counts only when
+    ``active(value)`` (default: it asks for its feature); otherwise it is honoured: off is what Cuvee does."""
 
     support: Support
     why: str = ""
@@ -75,6 +75,15 @@ class Each:
 
 
 @dataclass(frozen=True)
+class Pick:
+    """A key whose rule depends on its value (``indexTypes: ["TEXT"]`` is refused, ``["INVERTED"]`` a hint);
+    ``why`` says how, for the docs."""
+
+    choose: Callable[[Any], Rule]
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Patterns:
     """A flat map of dotted keys (Pinot's ``streamConfigs``): the first ``fnmatch`` pattern matching a key gives
     its rule; no match is UNKNOWN."""
@@ -82,12 +91,13 @@ class Patterns:
     patterns: tuple[tuple[str, Rule], ...]
 
 
-Rule = Union[Key, Obj, Each, Patterns]
+Rule = Union[Key, Obj, Each, Pick, Patterns]
 
 HONOURED = Key(Support.HONOURED)
 
 
 def hint(why: str) -> Key:
+    """Listed back when its value asks for something (``asks``: not false, empty or null)."""
     return Key(Support.HINT, why)
 
 
@@ -147,8 +157,11 @@ def _pointer(pointer: str, key: str | int) -> str:
 
 
 def _walk(value: Any, rule: Rule, path: str, pointer: str) -> Iterator[Finding]:
+    if isinstance(rule, Pick):
+        yield from _walk(value, rule.choose(value), path, pointer)
+        return
     if isinstance(rule, Key):
-        if rule.support is Support.REFUSED and not rule.active(value):
+        if rule.support in (Support.REFUSED, Support.HINT) and not rule.active(value):
             return
         if rule.support is not Support.HONOURED:
             yield Finding(path, pointer, value, rule.support, rule.why)
@@ -174,18 +187,21 @@ def _walk(value: Any, rule: Rule, path: str, pointer: str) -> Iterator[Finding]:
             yield from _walk(item, sub, where, at)
 
 
-def keys_of(rule: Rule, prefix: str = "") -> Iterator[tuple[str, Key]]:
-    """Every leaf of a catalogue with its dotted path (``[]`` for list items and map values): for the docs and
-    the test that keeps docs/configuration.md listing each of them."""
-    if isinstance(rule, Key):
+def keys_of(rule: Rule, prefix: str = "", *, into_patterns: bool = True) -> Iterator[tuple[str, Key | Pick | Patterns]]:
+    """Every leaf of a catalogue with its dotted path (``[]`` for list items and map values), for the docs; a
+    ``Patterns`` map is one entry of its own unless ``into_patterns``."""
+    if isinstance(rule, (Key, Pick)):
         yield prefix, rule
     elif isinstance(rule, Each):
-        yield from keys_of(rule.item, f"{prefix}[]")
+        yield from keys_of(rule.item, f"{prefix}[]", into_patterns=into_patterns)
     elif isinstance(rule, Patterns):
+        if not into_patterns:
+            yield prefix, rule
+            return
         for pattern, sub in rule.patterns:
-            yield from keys_of(sub, f"{prefix}.{pattern}" if prefix else pattern)
+            yield from keys_of(sub, f"{prefix}.{pattern}" if prefix else pattern, into_patterns=into_patterns)
     else:
         for key, sub in rule.keys.items():
-            yield from keys_of(sub, f"{prefix}.{key}" if prefix else key)
+            yield from keys_of(sub, f"{prefix}.{key}" if prefix else key, into_patterns=into_patterns)
         if rule.others is not None:
-            yield from keys_of(rule.others, f"{prefix}.*" if prefix else "*")
+            yield from keys_of(rule.others, f"{prefix}.*" if prefix else "*", into_patterns=into_patterns)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Body, Request
 
 from cuvee.controller.api_common import readable, require_body
+from cuvee.config.pinot_keys import review_schema
 from cuvee.controller.catalog import Catalog, parse_schema
 
 if TYPE_CHECKING:
@@ -22,9 +23,11 @@ def router(ctl: Controller) -> APIRouter:
     @api.post("/schemas")
     def create_schema(body: Any = Body(None)) -> dict[str, Any]:
         ctl.require_leader()
-        schema = parse_schema(require_body(body))
+        doc = require_body(body)
+        schema = parse_schema(doc)
         catalog().create_schema(schema)
-        return {"status": f"{schema.name} successfully added", "unrecognizedProperties": {}}
+        return {"status": f"{schema.name} successfully added",
+                "unrecognizedProperties": review_schema(doc).unrecognized_properties()}
 
     @api.get("/schemas")
     def list_schemas(request: Request) -> list[str]:
@@ -38,8 +41,10 @@ def router(ctl: Controller) -> APIRouter:
     @api.put("/schemas/{name}")
     def update_schema(name: str, body: Any = Body(None)) -> dict[str, Any]:
         ctl.require_leader()
-        catalog().update_schema(name, parse_schema(require_body(body)))
-        return {"status": f"{name} successfully updated", "unrecognizedProperties": {}}
+        doc = require_body(body)
+        catalog().update_schema(name, parse_schema(doc))
+        return {"status": f"{name} successfully updated",
+                "unrecognizedProperties": review_schema(doc).unrecognized_properties()}
 
     @api.delete("/schemas/{name}")
     def delete_schema(name: str) -> dict[str, Any]:

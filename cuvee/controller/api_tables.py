@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Body, Request
 
 from cuvee.config import raw_table_name
+from cuvee.config.pinot_keys import review_table
 from cuvee.controller.api_common import readable, require_body
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.table_ops import create_table, delete_table, update_table
@@ -28,8 +29,10 @@ def router(ctl: Controller) -> APIRouter:
     @api.post("/tables")
     def post_table(body: Any = Body(None)) -> dict[str, Any]:
         ctl.require_leader()
-        table = create_table(ctl.store, require_body(body), ctl.clock_ms())
-        return {"status": f"Table {table.name_with_type} successfully added", "unrecognizedProperties": {}}
+        doc = require_body(body)
+        table = create_table(ctl.store, doc, ctl.clock_ms())
+        return {"status": f"Table {table.name_with_type} successfully added",
+                "unrecognizedProperties": review_table(doc).unrecognized_properties()}
 
     @api.get("/tables")
     def list_tables(request: Request) -> dict[str, Any]:
@@ -50,8 +53,10 @@ def router(ctl: Controller) -> APIRouter:
     @api.put("/tables/{table}")
     def put_table(table: str, body: Any = Body(None)) -> dict[str, Any]:
         ctl.require_leader()
-        updated = update_table(ctl.store, table, require_body(body))
-        return {"status": f"Table config updated for {updated.name_with_type}", "unrecognizedProperties": {}}
+        doc = require_body(body)
+        updated = update_table(ctl.store, table, doc)
+        return {"status": f"Table config updated for {updated.name_with_type}",
+                "unrecognizedProperties": review_table(doc).unrecognized_properties()}
 
     @api.delete("/tables/{table}")
     def drop_table(table: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import orjson
 from cuvee.cluster.paths import check_name
 from cuvee.cluster.store import ClusterStore
 from cuvee.config.names import creation_issues
+from cuvee.config.pinot_keys import review_schema, review_table
 from cuvee.config import ConfigValidationError, Schema, TableConfig, TableType, raw_table_name, validate_table
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.errors import UserError
@@ -20,10 +21,11 @@ from cuvee.spi.metastore import NodeExistsError, NoNodeError, VersionConflictErr
 
 
 def parse_schema(doc: Any) -> Schema:
-    """A schema sent to be created or updated (its names bounded: ``cuvee.config.names``)."""
+    """A schema sent to be created or updated (its names bounded: ``cuvee.config.names``; a key Cuvee refuses is
+    a 400 naming it: ``cuvee.config.pinot_keys``)."""
     try:
         schema = Schema.from_json(doc)
-        issues = creation_issues(schema=schema)
+        issues = creation_issues(schema=schema) + review_schema(doc).issues
         if issues:
             raise ConfigValidationError(f"schema {schema.name[:128]!r}", issues)
         return schema
@@ -32,10 +34,11 @@ def parse_schema(doc: Any) -> Schema:
 
 
 def parse_table(doc: Any) -> TableConfig:
-    """A table config sent to be created or updated (its name bounded: ``cuvee.config.names``)."""
+    """A table config sent to be created or updated (its name bounded: ``cuvee.config.names``; a key Cuvee refuses
+    is a 400 naming it: ``cuvee.config.pinot_keys``)."""
     try:
         table = TableConfig.from_json(doc)
-        issues = creation_issues(table=table)
+        issues = creation_issues(table=table) + review_table(doc).issues
         if issues:
             raise ConfigValidationError("table config", issues)
         return table

@@ -15,7 +15,11 @@ def test_loads_the_example_files() -> None:
     assert schema.name == "events"
     assert table.name_with_type == "events_REALTIME"
     assert load_schema(str(FIXTURES / "rsvp_schema.json")).primary_key_columns == ("event_id", "member_id")
-    assert load_table_config(FIXTURES / "airline_offline_table.json").table_name == "airlineStats"
+    # Pinot's airline example asks for a star-tree index, which Cuvee does not build: refused by name
+    with pytest.raises(ConfigValidationError) as info:
+        load_table_config(FIXTURES / "airline_offline_table.json")
+    assert [i.path for i in info.value.issues] == ["$.tableIndexConfig.starTreeIndexConfigs"]
+    assert "star-tree indexes are not supported yet" in str(info.value)
 
 
 def test_missing_file_is_a_user_error(tmp_path: Path) -> None:

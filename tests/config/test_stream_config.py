@@ -152,3 +152,14 @@ def test_the_size_learner_learns_per_partition_unless_told_all_or_one() -> None:
     assert StreamConfig.from_json({**LOG, key: "All"}).flush_autotune_learning == "all"
     assert StreamConfig.from_json({**LOG, key: "2"}).flush_autotune_learning == 2
     assert "must be each, all or a partition number" in errors({**LOG, key: "first"})[f"$['{key}']"]
+
+
+def test_pinots_older_llc_spellings_of_the_flush_thresholds_are_read() -> None:
+    base = {"streamType": "log", "stream.log.topic.name": "t", "stream.log.dir": "/tmp/l"}
+    parsed = StreamConfig.from_json({**base, "realtime.segment.flush.threshold.size.llc": "1234",
+                                     "realtime.segment.flush.threshold.time.llc": "30m"})
+    assert (parsed.flush_threshold_rows, parsed.flush_threshold_time_ms) == (1234, 1_800_000)
+    with pytest.raises(ConfigValidationError) as info:
+        StreamConfig.from_json({**base, "realtime.segment.flush.threshold.rows": "10",
+                                "realtime.segment.flush.threshold.size.llc": "20"})
+    assert "conflicts with 'realtime.segment.flush.threshold.rows'" in str(info.value)

@@ -136,3 +136,34 @@ def test_names_past_their_limits_and_host_paths_are_clear_400s_that_reveal_nothi
         answers.append(reply.json()["error"].replace(where, "<dir>").replace(topic, "<topic>"))
     assert len(set(answers)) == 1, answers  # a file, a directory and nothing at all look the same to the caller
     assert "Errno" not in answers[0]
+
+
+def test_refused_keys_are_a_400_naming_them_and_hints_are_listed_back(leader: Controller, side_store: ClusterStore,
+                                                                      log_dir: Path) -> None:
+    url = leader.url
+    register_servers(side_store, 3)
+    bad_schema = {**schema_doc(), "enableColumnBasedNullHandling": True}
+    body = _error(post(url, "/schemas", bad_schema), 400, "enableColumnBasedNullHandling")
+    assert [i["path"] for i in body["issues"]] == ["$.enableColumnBasedNullHandling"]
+    schema = schema_doc()
+    schema["dimensionFieldSpecs"][1]["notNull"] = True
+    created = post(url, "/schemas", schema)
+    assert created.json()["unrecognizedProperties"] == {"/dimensionFieldSpecs/1/notNull": True}
+
+    refused = {**table_doc(log_dir), "dedupConfig": {"dedupEnabled": True}, "tierConfigs": [{"name": "cold"}]}
+    body = _error(post(url, "/tables", refused), 400, "dedup tables are not supported yet")
+    assert [i["path"] for i in body["issues"]] == ["$.dedupConfig.dedupEnabled", "$.tierConfigs"]
+    assert get(url, "/tables").json() == {"tables": []}, "nothing was written"
+
+    hinted = table_doc(log_dir)
+    hinted["tableIndexConfig"]["loadMode"] = "MMAP"
+    hinted["routing"] = {"segmentPrunerTypes": ["partition"]}
+    hinted["dedupConfig"] = {"dedupEnabled": False}
+    created = post(url, "/tables", hinted)
+    assert created.status_code == 200, created.text
+    assert created.json()["unrecognizedProperties"] == {"/tableIndexConfig/loadMode": "MMAP",
+                                                        "/routing/segmentPrunerTypes": ["partition"]}
+    stored = get(url, "/tables/events").json()["REALTIME"]
+    assert stored["tableIndexConfig"]["loadMode"] == "MMAP"  # kept and written back
+    hinted["quota"] = {"maxQueriesPerSecond": "10"}
+    _error(httpx.put(url + "/tables/events", json=hinted), 400, "query rate quotas are not enforced yet")

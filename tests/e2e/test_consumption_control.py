@@ -25,8 +25,9 @@ def cluster(tmp_path: Path) -> Iterator[InProcessCluster]:
         cluster.add_schema(SCHEMA)
         # A threshold far above what the tests produce: segments end only when told to.
         configs = cluster.log_stream_configs(TABLE, **{"realtime.segment.flush.threshold.rows": "1000000"})
+        # loadMode: a Pinot hint Cuvee accepts and lists back (cuvee status shows it)
         cluster.add_table({"tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"replicasPerPartition": "2"},
-                           "tableIndexConfig": {"streamConfigs": configs}})
+                           "tableIndexConfig": {"streamConfigs": configs, "loadMode": "MMAP"}})
         cluster.configs = configs  # type: ignore[attr-defined]
         yield cluster
 
@@ -181,6 +182,8 @@ def test_cuvee_status_prints_each_partition_with_offsets_and_health(cluster: InP
 
     status = wait_until(reported, 30, message="the status never showed every row consumed")
     assert status["table"] == f"{TABLE}_REALTIME" and status["health"] == "HEALTHY"
+    [note] = status["configNotes"]
+    assert (note["config"], note["path"], note["support"]) == ("REALTIME", "/tableIndexConfig/loadMode", "hint")
     for partition in status["partitions"]:
         assert len(partition["consuming"]) == 2 and partition["latestStatus"] == "IN_PROGRESS"
         for replica in partition["consuming"]:
@@ -190,6 +193,7 @@ def test_cuvee_status_prints_each_partition_with_offsets_and_health(cluster: InP
     assert main(["status", "--controller", cluster.controller_url, "--table", TABLE]) == 0
     printed = capsys.readouterr().out
     assert f"{TABLE}_REALTIME: HEALTHY" in printed and "CONSUMING" in printed
+    assert "config keys accepted without effect" in printed and "/tableIndexConfig/loadMode" in printed
 
 
 def test_a_committed_segment_tells_its_story_in_order(cluster: InProcessCluster, capsys: pytest.CaptureFixture[str],
