@@ -101,6 +101,17 @@ def _skip_upsert(options: Mapping[str, str]) -> bool:
     return False
 
 
+def _refuse_null_handling(options: Mapping[str, str]) -> None:
+    """Pinot's ``enableNullHandling`` query option would make ``IS NULL`` match missing values and aggregations skip
+    them; Cuvee stores a missing value as its column's default (Pinot's answer with the option off), so asking for
+    it is refused (150) rather than answered differently."""
+    for key, value in options.items():
+        if key.lower() == "enablenullhandling" and value.strip().lower() != "false":
+            raise QueryError(QueryErrorCode.SQL_PARSING, "enableNullHandling is not supported yet: Cuvee stores a "
+                             "missing value as its column's default null value, as Pinot does with null handling "
+                             "off; leave the option out or set it to false")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Asked:
     """What a query's options tell every server: skipUpsert, and the GROUP BY bounds that override the servers'
@@ -111,6 +122,7 @@ class _Asked:
 
     @staticmethod
     def of(options: Mapping[str, str]) -> _Asked:
+        _refuse_null_handling(options)
         return _Asked(_skip_upsert(options), group_options(options))
 
     @property
