@@ -27,7 +27,7 @@ from typing import Any, Union
 from cuvee.config.errors import ConfigIssue
 from cuvee.config.json_reader import child_path
 
-MAX_LISTED = 200  # findings listed back per config at most (a config of 10,000 unknown keys gets the first ones)
+MAX_LISTED = 200  # findings of each kind kept per config (a config of 10,000 unknown keys gets the first ones)
 
 
 class Support(str, enum.Enum):
@@ -145,7 +145,8 @@ def review(doc: Any, rule: Rule, path: str = "$", pointer: str = "") -> ConfigRe
     listed: list[Finding] = []
     for finding in _walk(doc, rule, path, pointer):
         if finding.support is Support.REFUSED:
-            refused_found.append(finding)
+            if len(refused_found) < MAX_LISTED:
+                refused_found.append(finding)
         elif len(listed) < MAX_LISTED:
             listed.append(finding)
     return ConfigReview(tuple(refused_found), tuple(listed))
