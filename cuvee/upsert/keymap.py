@@ -128,13 +128,12 @@ class _Run:
             out[mine] = self.keys.index if name == "index" else getattr(self, name)
             arrays[name] = out
         index = arrays.pop("index")
-        if other.keys.exact is None:
+        exact = Keys.exact_of([self.keys, other.keys])  # refuses keys of two kinds
+        if exact is None:
             return _Run(self.cmp_dtype, Keys(index), **arrays)
         source = np.empty(len(mine), np.int64)  # where each entry's exact value comes from in (self, other)
         source[at] = len(self) + np.arange(len(other))
         source[mine] = np.arange(len(self))
-        exact = Keys.concat([self.keys, other.keys]).exact
-        assert exact is not None
         return _Run(self.cmp_dtype, Keys(index, exact.take(pa.array(source))), **arrays)
 
     def without(self, drop: np.ndarray) -> _Run:

@@ -62,16 +62,21 @@ class Keys:
     @staticmethod
     def concat(parts: Sequence[Keys]) -> Keys:
         """All of ``parts``, in turn. Empty parts aside, all have ``exact`` of one type or none do."""
-        full = [p for p in parts if len(p)] or list(parts[:1])
+        full = [p for p in parts if len(p)]
         if not full:
-            return Keys(np.zeros(0, np.uint64))
+            return parts[0] if parts else Keys(np.zeros(0, np.uint64))
+        return Keys(np.concatenate([p.index for p in full]), Keys.exact_of(full))
+
+    @staticmethod
+    def exact_of(parts: Sequence[Keys]) -> pa.Array | None:
+        """The ``exact`` values of ``parts`` in turn (None when they have none); keys of two kinds are refused."""
+        full = [p for p in parts if len(p)]
         kinds = {None if p.exact is None else p.exact.type for p in full}
         if len(kinds) > 1:
             raise ValueError(f"keys of different kinds cannot be mixed: {kinds}")
-        index = np.concatenate([p.index for p in full])
-        if full[0].exact is None:
-            return Keys(index)
-        return Keys(index, pa.concat_arrays([p.exact for p in full]))  # type: ignore[misc]
+        if not full or full[0].exact is None:
+            return None
+        return pa.concat_arrays([p.exact for p in full])  # type: ignore[misc]
 
     def same(self, rows: np.ndarray, other: Keys, other_rows: np.ndarray) -> np.ndarray:
         """Whether ``self``'s key at each of ``rows`` equals ``other``'s at ``other_rows``, given that their indexes
