@@ -6,16 +6,15 @@ snapshots; and MD5 / MURMUR3 tables, whose keys are Pinot's 128-bit hashes, 32 b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from cuvee.config import Schema, TableConfig
+from cuvee.config import Schema
 from cuvee.upsert.snapshot import SnapshotStore
 from cuvee.upsert.table import TableUpsert
 from tests.upsert.collisions import colliding_longs
+from tests.upsert.test_table import config, name
 
 SCHEMA = Schema.from_json({
     "schemaName": "t", "primaryKeyColumns": ["a", "b"],
@@ -30,18 +29,6 @@ P, Q = colliding_longs()  # one 64-bit hash, two keys
 R = (5, 6)
 
 Row = tuple[tuple[int, int], int, int, bool]  # (key, ts, n, deleted)
-
-
-def config(**upsert: Any) -> TableConfig:
-    return TableConfig.from_json({
-        "tableName": "t", "tableType": "REALTIME", "segmentsConfig": {"timeColumnName": "ts"},
-        "tableIndexConfig": {"streamConfigs": {"streamType": "log", "stream.log.topic.name": "t",
-                                               "stream.log.dir": "/nonexistent"}},
-        "upsertConfig": {"mode": "FULL", "deleteRecordColumn": "gone", **upsert}})
-
-
-def name(sequence: int) -> str:
-    return f"t__0__{sequence}__20260101T0000Z"
 
 
 def table_of(rows: list[Row]) -> pa.Table:
