@@ -121,19 +121,19 @@ class _Run:
         at = np.searchsorted(self.keys.index, other.keys.index) + np.arange(len(other))
         mine = np.ones(len(self) + len(other), bool)
         mine[at] = False
-        arrays = {}
-        for name in ("index", *_FIELDS):
-            out = np.empty(len(mine), np.uint64 if name == "index" else _DTYPES.get(name, self.cmp_dtype))
-            out[at] = other.keys.index if name == "index" else getattr(other, name)
-            out[mine] = self.keys.index if name == "index" else getattr(self, name)
-            arrays[name] = out
-        index = arrays.pop("index")
+
+        def interleaved(theirs: np.ndarray, ours: np.ndarray) -> np.ndarray:
+            out = np.empty(len(mine), ours.dtype)
+            out[at] = theirs
+            out[mine] = ours
+            return out
+
+        arrays = {name: interleaved(getattr(other, name), getattr(self, name)) for name in _FIELDS}
+        index = interleaved(other.keys.index, self.keys.index)
         exact = Keys.exact_of([self.keys, other.keys])  # refuses keys of two kinds
         if exact is None:
             return _Run(self.cmp_dtype, Keys(index), **arrays)
-        source = np.empty(len(mine), np.int64)  # where each entry's exact value comes from in (self, other)
-        source[at] = len(self) + np.arange(len(other))
-        source[mine] = np.arange(len(self))
+        source = interleaved(len(self) + np.arange(len(other)), np.arange(len(self)))  # where each exact value is
         return _Run(self.cmp_dtype, Keys(index, exact.take(pa.array(source))), **arrays)
 
     def without(self, drop: np.ndarray) -> _Run:
