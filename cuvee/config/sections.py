@@ -241,7 +241,7 @@ class PartialUpsertStrategy(str, enum.Enum):
     MIN = "MIN"
 
 
-HASH_FUNCTIONS = ("NONE", "MD5", "MURMUR3")  # accepted as Pinot spells them; keys are always 64-bit hashes here
+HASH_FUNCTIONS = ("NONE", "MD5", "MURMUR3")  # how upsert keys are kept (cuvee.upsert.hashing); Pinot's UUID is refused
 CONSISTENCY_MODES = ("NONE", "SYNC", "SNAPSHOT")
 
 

@@ -141,7 +141,7 @@ class TableConfig:
         return (upsert.mode, self.comparison_columns, upsert.delete_record_column,
                 tuple(sorted((k, v.value) for k, v in upsert.partial_upsert_strategies.items())),
                 upsert.default_partial_upsert_strategy, upsert.drop_out_of_order_record,
-                upsert.out_of_order_record_column, upsert.metadata_ttl, upsert.deleted_keys_ttl)
+                upsert.out_of_order_record_column, upsert.metadata_ttl, upsert.deleted_keys_ttl, upsert.hash_function)
 
     @property
     def comparison_columns(self) -> tuple[str, ...]:

@@ -64,9 +64,9 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
             raise BadRequest(f"table {table.name_with_type!r}: the stream type and topic cannot change")
     if old is not None and old.upsert_rules != table.upsert_rules:
         raise BadRequest(f"table {table.name_with_type!r}: upsertConfig's mode, comparison columns, delete "
-                         "column, partial strategies, out-of-order handling and TTLs cannot change on an existing "
-                         "table (every replica must decide its keys by the same rules); delete the table and create "
-                         "it again")
+                         "column, partial strategies, out-of-order handling, TTLs and hashFunction cannot change on "
+                         "an existing table (every replica must decide its keys by the same rules); delete the table "
+                         "and create it again")
     _check_not_hybrid_dim(catalog, table)
     catalog.check_against_schema(table)
     catalog.update_table_config(table)

@@ -194,6 +194,13 @@ def _murmur3_128(b: _Bytes, seed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h1, h2
 
 
+def murmur3_128(values: pa.Array | pa.ChunkedArray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """MurmurHash3_x64_128 of each value (no nulls; Guava's ``murmur3_128(seed)``) as its two 64-bit words (h1,
+    h2): Guava's ``asBytes()`` is h1 then h2, each little-endian."""
+    b = _Bytes.of(values)
+    return _murmur3_128(b, np.full(len(b.length), seed, np.int64))
+
+
 def _infinispan_128(b: _Bytes, seed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Infinispan's MurmurHash3 'x64' variant (Pinot's ``murmurHash3X64…``): the mixing constants change after every
     block, and tail bytes are Java's signed bytes, sign-extended before they are shifted into place."""

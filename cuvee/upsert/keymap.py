@@ -15,13 +15,16 @@ Rules (Pinot's upsertConfig):
 - ``expire(metadata_ttl, deleted_keys_ttl)`` stops tracking keys whose comparison value is older than the largest
   one seen minus the TTL (tombstones by their own TTL); their docs keep the validity they have.
 
-Keys are 64-bit hashes (``cuvee.upsert.hashing``) in flat numpy arrays, not Python objects: 8 bytes of key, 4 of
-segment, 4 of doc, 8 of comparison value, 24 bytes per key and no index beside them. The arrays are two runs sorted
-by key, like a small LSM tree: a large main run, and a delta run that takes each batch's new keys (a copy of the
-delta only); when the delta outgrows an eighth of the main run it is merged into it. A batch finds its keys by
-binary search in both runs (``searchsorted``, vectorised). A restart's preloaded segments are set aside sorted and
-merged by one sort when the map is next used. A tombstone is stored as a negative doc (``-1 - doc``),
-so it costs nothing extra. Nothing loops per row in Python.
+Keys (``cuvee.upsert.keys``) live in flat numpy arrays, not Python objects: 8 bytes of 64-bit index, 4 of segment,
+4 of doc, 8 of comparison value, 24 bytes per key and no lookup structure beside them. Where the index is not the
+key itself but a hash, each entry also keeps what tells keys of one index apart (the key's bytes, or the second
+word of a 128-bit hash), and a key is found only where that agrees too: two keys sharing an index are two
+entries, side by side. The arrays are two runs sorted by index, like a small LSM tree: a large main run, and a
+delta run that takes each batch's new keys (a copy of the delta only); when the delta outgrows an eighth of the
+main run it is merged into it. A batch finds its keys by binary search in both runs (``searchsorted``,
+vectorised). A restart's preloaded segments are set aside sorted and merged by one sort when the map is next
+used. A tombstone is stored as a negative doc (``-1 - doc``), so it costs nothing extra. Nothing loops per row
+in Python.
 """
 
 from __future__ import annotations
@@ -29,23 +32,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
-_FIELDS = ("keys", "segs", "docs", "cmps")
-_DTYPES = {"keys": np.uint64, "segs": np.int32, "docs": np.int32}
+from cuvee.upsert.keys import Keys
+
+_FIELDS = ("segs", "docs", "cmps")  # beside the keys
+_DTYPES = {"segs": np.int32, "docs": np.int32}
 INT_SMALLEST = np.iinfo(np.int64).min  # an integer comparison value that loses to every other
 _MIN_MERGE = 65_536  # the delta run is merged into the main run past this many keys, or an eighth of the main run
 
 
 @dataclass(frozen=True)
 class Versions:
-    """Rows of one segment in stream order: each row's key hash, comparison value, doc id, and delete flag."""
+    """Rows of one segment in stream order: each row's key, comparison value, doc id, and delete flag. ``keys`` may
+    be given as plain uint64 indexes (keys that are their own index)."""
 
-    keys: np.ndarray  # uint64
+    keys: Keys
     comparisons: np.ndarray  # the key map's comparison dtype: int64 (exact) or float64
     docs: np.ndarray  # int32
     deletes: np.ndarray | None = None  # bool
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", Keys.of(self.keys))
         n = len(self.keys)
         if len(self.comparisons) != n or len(self.docs) != n or (self.deletes is not None and len(self.deletes) != n):
             raise ValueError("keys, comparisons, docs and deletes must have one entry per row")
@@ -66,13 +74,13 @@ class _Decision:
     """``KeyMap._decide``'s working: the rows grouped by key (``order``, ``starts``), where each key is stored, and
     which rows win."""
 
-    keys: np.ndarray
+    keys: Keys
     cmps: np.ndarray
     docs: np.ndarray
     deletes: np.ndarray
     order: np.ndarray
     starts: np.ndarray
-    group_keys: np.ndarray
+    group_keys: Keys
     group_of: np.ndarray
     existing: np.ndarray
     present: np.ndarray
@@ -86,10 +94,11 @@ class SnapshotConflict(ValueError):
 
 
 class _Run:
-    """Entries sorted by key, one array per field."""
+    """Entries sorted by key index (the entries of one index side by side), their keys and one array per field."""
 
-    def __init__(self, cmp_dtype: type, **arrays: np.ndarray):
+    def __init__(self, cmp_dtype: type, keys: Keys | None = None, **arrays: np.ndarray):
         self.cmp_dtype = cmp_dtype
+        self.keys = keys if keys is not None else Keys(np.zeros(0, np.uint64))
         for name in _FIELDS:
             setattr(self, name, arrays.get(name, np.zeros(0, _DTYPES.get(name, cmp_dtype))))
 
@@ -98,34 +107,38 @@ class _Run:
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in _FIELDS)
+        return self.keys.nbytes + sum(getattr(self, name).nbytes for name in _FIELDS)
 
-    def find(self, keys: np.ndarray) -> np.ndarray:
+    def find(self, keys: Keys) -> np.ndarray:
         """Index of each key, -1 if absent."""
-        if not len(self.keys):
-            return np.full(len(keys), -1, np.int64)
-        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        return np.where(self.keys[pos] == keys, pos, -1)
+        return keys.find_in(self.keys)
 
     def merged(self, other: _Run) -> _Run:
         """Both runs as one (``other``'s keys are not in this one): each of ``other``'s entries goes where binary
         search puts it, shifted by the entries of ``other`` before it; one pass per field, no sort."""
         if not len(other):
             return self
-        at = np.searchsorted(self.keys, other.keys) + np.arange(len(other))
+        at = np.searchsorted(self.keys.index, other.keys.index) + np.arange(len(other))
         mine = np.ones(len(self) + len(other), bool)
         mine[at] = False
-        arrays = {}
-        for name in _FIELDS:
-            out = np.empty(len(mine), _DTYPES.get(name, self.cmp_dtype))
-            out[at] = getattr(other, name)
-            out[mine] = getattr(self, name)
-            arrays[name] = out
-        return _Run(self.cmp_dtype, **arrays)
+
+        def interleaved(theirs: np.ndarray, ours: np.ndarray) -> np.ndarray:
+            out = np.empty(len(mine), ours.dtype)
+            out[at] = theirs
+            out[mine] = ours
+            return out
+
+        arrays = {name: interleaved(getattr(other, name), getattr(self, name)) for name in _FIELDS}
+        index = interleaved(other.keys.index, self.keys.index)
+        exact = Keys.exact_of([self.keys, other.keys])  # refuses keys of two kinds
+        if exact is None:
+            return _Run(self.cmp_dtype, Keys(index), **arrays)
+        source = interleaved(len(self) + np.arange(len(other)), np.arange(len(self)))  # where each exact value is
+        return _Run(self.cmp_dtype, Keys(index, exact.take(pa.array(source))), **arrays)
 
     def without(self, drop: np.ndarray) -> _Run:
         keep = ~drop
-        return _Run(self.cmp_dtype, **{name: getattr(self, name)[keep] for name in _FIELDS})
+        return _Run(self.cmp_dtype, self.keys[keep], **{name: getattr(self, name)[keep] for name in _FIELDS})
 
 
 class KeyMap:
@@ -157,9 +170,9 @@ class KeyMap:
         held = self._main.nbytes + self._delta.nbytes + sum(r.nbytes for r in self._pending)
         return held / max(len(self), 1)
 
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def lookup(self, keys: Keys | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(found, segment, doc, comparison) per key; doc < 0 is a tombstone (no valid doc)."""
-        rows = self._find(np.asarray(keys, np.uint64))
+        rows = self._find(Keys.of(keys))
         found = rows >= 0
         if not len(self):
             zeros = np.zeros(len(rows), np.int32)
@@ -167,9 +180,9 @@ class KeyMap:
         at = np.where(found, rows, 0)
         return found, self._read("segs", at), self._read("docs", at), self._read("cmps", at)
 
-    def keys_of(self, segment: int) -> np.ndarray:
+    def keys_of(self, segment: int) -> Keys:
         """The keys whose version (a valid doc or a tombstone) is in ``segment``."""
-        return self._all("keys")[self._all("segs") == segment]
+        return self._all_keys()[self._all("segs") == segment]
 
     def rank(self, segment: int) -> int | None:
         """``segment``'s order in the stream, None once it is not tracked."""
@@ -240,7 +253,7 @@ class KeyMap:
     def _decide(self, rows: Versions, rank: int, replacing: int | None) -> _Decision:
         """Which rows win against the stored versions and the earlier rows of their key (no change made)."""
         n = len(rows.keys)
-        keys = np.asarray(rows.keys, np.uint64)
+        keys = rows.keys
         cmps = np.asarray(rows.comparisons)
         if cmps.dtype != self._cmp_dtype:
             raise ValueError(f"comparison values are {cmps.dtype}, this key map holds {np.dtype(self._cmp_dtype)}")
@@ -249,10 +262,8 @@ class KeyMap:
         if cmps.dtype == np.float64 and np.isnan(cmps).any():
             raise ValueError("comparison values must not be NaN (null comparison values are the caller's to fill)")
 
-        order = np.argsort(keys, kind="stable")  # groups of one key, stream order kept inside each
-        sorted_keys = keys[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        group_keys = sorted_keys[starts]
+        order, starts = keys.grouped()  # groups of one key, stream order kept inside each
+        group_keys = keys[order[starts]]
         group_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
 
         existing = self._find(group_keys)
@@ -279,14 +290,14 @@ class KeyMap:
         return _Decision(keys, cmps, docs, deletes, order, starts, group_keys, group_of, existing, present, owned,
                          wins, out_of_order)
 
-    def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, *,
+    def preload(self, segment: int, keys: Keys | np.ndarray, comparisons: np.ndarray, docs: np.ndarray, *,
                 rank: int | None = None) -> None:
         """Restart: add a committed segment's valid docs from its snapshot, trusted (no comparisons: the snapshots
         of a partition's segments hold each key valid exactly once). Raises ValueError, changing nothing, when a
         key is tracked already (decided from rows, or preloaded and merged). The segment's keys are set aside as
         they come; the first use of the map after a run of preloads merges them all with one sort (``settle``),
         which refuses a key held twice among the preloads set aside (twice in one snapshot too)."""
-        keys = np.asarray(keys, np.uint64)
+        keys = Keys.of(keys)
         if (len(self._main) and (self._main.find(keys) >= 0).any()) \
                 or (len(self._delta) and (self._delta.find(keys) >= 0).any()):
             raise ValueError(f"preload of segment {segment}: a key is valid twice; snapshots disagree")
@@ -322,18 +333,17 @@ class KeyMap:
         if not self._pending:
             return
         runs, self._pending = [self._main, self._delta, *self._pending], []
-        keys = np.concatenate([r.keys for r in runs])
-        order = np.argsort(keys)  # equal keys are refused just below: their order does not matter
-        keys = keys[order]
-        if (keys[1:] == keys[:-1]).any():
+        keys = Keys.concat([r.keys for r in runs])
+        order, starts = keys.grouped(stable=False)  # equal keys are refused just below: their order does not matter
+        if len(starts) < len(keys):
             raise SnapshotConflict("preloaded snapshots hold a key valid twice; decide the partition from its rows")
-        self._main = _Run(self._cmp_dtype, keys=keys,
-                          **{name: np.concatenate([getattr(r, name) for r in runs])[order] for name in _FIELDS[1:]})
+        self._main = _Run(self._cmp_dtype, keys[order],
+                          **{name: np.concatenate([getattr(r, name) for r in runs])[order] for name in _FIELDS})
         self._delta = _Run(self._cmp_dtype)
 
-    def forget(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def forget(self, keys: Keys | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stop tracking ``keys``; returns the segments and stored docs (tombstones negative) they had."""
-        mask = np.isin(self._all("keys"), np.asarray(keys, np.uint64))
+        mask = self._all_keys().isin(Keys.of(keys))
         segs, docs = self._all("segs")[mask], self._all("docs")[mask]
         self._drop(mask)
         return segs, docs
@@ -399,7 +409,7 @@ class KeyMap:
 
     # ---- storage: rows 0..len(main)-1 are the main run's, the rest the delta run's -----------------------------
 
-    def _find(self, keys: np.ndarray) -> np.ndarray:
+    def _find(self, keys: Keys) -> np.ndarray:
         """Row of each key, -1 if absent."""
         self.settle()  # every read of the runs starts with _find or _all
         rows = self._main.find(keys)
@@ -428,15 +438,17 @@ class KeyMap:
         self.settle()
         return np.concatenate([getattr(self._main, name), getattr(self._delta, name)])
 
-    def _append(self, keys: np.ndarray, segment: int, docs: np.ndarray, cmps: np.ndarray, *,
-                ordered: bool = False) -> None:
-        """Add keys not tracked yet (``ordered``: already sorted)."""
+    def _all_keys(self) -> Keys:
+        self.settle()
+        return Keys.concat([self._main.keys, self._delta.keys])
+
+    def _append(self, keys: Keys, segment: int, docs: np.ndarray, cmps: np.ndarray) -> None:
+        """Add keys not tracked yet."""
         if not len(keys):
             return
-        if not ordered:
-            order = np.argsort(keys)
-            keys, docs, cmps = keys[order], docs[order], cmps[order]
-        new = _Run(self._cmp_dtype, keys=keys, segs=np.full(len(keys), segment, np.int32), docs=docs, cmps=cmps)
+        order = np.argsort(keys.index)
+        keys, docs, cmps = keys[order], docs[order], cmps[order]
+        new = _Run(self._cmp_dtype, keys, segs=np.full(len(keys), segment, np.int32), docs=docs, cmps=cmps)
         self._delta = self._delta.merged(new)
         if len(self._delta) > max(_MIN_MERGE, len(self._main) // 8):
             self._main, self._delta = self._main.merged(self._delta), _Run(self._cmp_dtype)

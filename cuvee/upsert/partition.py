@@ -36,6 +36,7 @@ import pyarrow as pa
 from pyroaring import FrozenBitMap
 
 from cuvee.upsert.keymap import Changes, KeyMap, SnapshotConflict, Versions
+from cuvee.upsert.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class PartitionUpsert:
             valid = self._valid.get(segment, FrozenBitMap())
             tombs = self._keys.tombstones(segment).astype(np.int64)
             live = [s for s, h in self._handles.items() if s != segment and consuming(h)]
-            held = np.unique(np.concatenate([self._keys.keys_of(s) for s in live])) if live else np.zeros(0, np.uint64)
+            held = Keys.concat([self._keys.keys_of(s) for s in live])
             committed = sorted(((self._keys.rank(s) or 0, s, h) for s, h in self._handles.items()
                                 if s not in live), key=lambda x: (x[0], x[1]))
             found = self._keys.lookup(mine.keys)[0] if len(mine.keys) else np.zeros(0, bool)
@@ -121,12 +122,12 @@ class PartitionUpsert:
                   "forgottenDeletes": len(forgotten)}
         return kept.astype(np.int64), counts
 
-    def _fallback(self, segment: int, mine: Versions, held: np.ndarray,
+    def _fallback(self, segment: int, mine: Versions, held: Keys,
                   committed: list[tuple[int, int, Any]]) -> np.ndarray:
         """The docs of ``segment`` that are the committed version of a key of ``held`` (keys a consuming copy holds):
         those of its rows whose key is held and that win their key among the committed copies (a delete row that
         would win counts: it hides the key). Nothing else is read unless one of its keys is held."""
-        pick = np.isin(mine.keys, held) if len(held) and len(mine.keys) else np.zeros(0, bool)
+        pick = mine.keys.isin(held)
         if not pick.any():
             return np.zeros(0, np.int64)
         winners = self._committed_winners(committed).get(segment)
@@ -255,7 +256,7 @@ class PartitionUpsert:
         with self._lock:
             return self._handles.get(segment)
 
-    def preload(self, segment: int, keys: np.ndarray, comparisons: np.ndarray, docs: np.ndarray, handle: Any, *,
+    def preload(self, segment: int, keys: Keys | np.ndarray, comparisons: np.ndarray, docs: np.ndarray, handle: Any, *,
                 deleted: np.ndarray | None = None, rank: int | None = None,
                 publish: Callable[[], None] | None = None) -> None:
         """A committed segment's snapshot (restart), trusted: the keys, comparison values and docs of its valid
@@ -269,7 +270,7 @@ class PartitionUpsert:
         tomb = np.zeros(len(docs), bool) if deleted is None else np.asarray(deleted, bool)
         with self._lock:
             if self._keys.holds_decided_keys:
-                rows = Versions(np.asarray(keys, np.uint64), np.asarray(comparisons, self._keys.comparison_dtype),
+                rows = Versions(Keys.of(keys), np.asarray(comparisons, self._keys.comparison_dtype),
                                 docs, tomb)
                 self.add(segment, rows, handle, rank=rank, publish=publish)
                 return
@@ -307,13 +308,13 @@ class PartitionUpsert:
         with self._lock:
             return not self._handles
 
-    def _held_by(self, segment: int | None) -> np.ndarray | None:
+    def _held_by(self, segment: int | None) -> Keys | None:
         """The keys whose version is in ``segment`` (those that may need re-deciding once it leaves)."""
         if segment is None or self._versions is None:
             return None
         return self._keys.keys_of(segment)
 
-    def _redecide(self, held: np.ndarray, valid: dict[int, FrozenBitMap], handles: dict[int, Any], *,
+    def _redecide(self, held: Keys, valid: dict[int, FrozenBitMap], handles: dict[int, Any], *,
                   exclude: set[int], reset: bool = False) -> None:
         """Keys of ``held`` the map no longer tracks (``reset``: all of them, forgotten first) get their version
         back from the segments of ``handles`` but ``exclude``: each segment's rows of those keys applied again in
@@ -326,10 +327,10 @@ class PartitionUpsert:
             for seg in np.unique(segs[live]):
                 if int(seg) in valid:
                     valid[int(seg)] = valid[int(seg)] - FrozenBitMap(_uint32(docs[live & (segs == seg)]))
-            lost = np.unique(held)
+            lost = held
         else:
             found = self._keys.lookup(held)[0] if len(held) else np.zeros(0, bool)
-            lost = np.unique(held[~found])
+            lost = held[~found]
         if not len(lost):
             return
         ranked = sorted((self._keys.rank(s) or 0, s) for s in handles if s not in exclude)
@@ -339,7 +340,7 @@ class PartitionUpsert:
             except Exception:  # noqa: BLE001 - a released or broken copy: its keys are not re-decided
                 log.exception("re-deciding upsert keys: segment %d cannot be read", seg)
                 continue
-            mine = np.isin(rows.keys, lost)
+            mine = rows.keys.isin(lost)
             if not mine.any():
                 continue
             subset = Versions(rows.keys[mine], rows.comparisons[mine], rows.docs[mine],

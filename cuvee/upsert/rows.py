@@ -1,4 +1,4 @@
-"""A batch of decoded rows as the key map's ``Versions``: key hashes, comparison values, delete flags. Pure.
+"""A batch of decoded rows as the key map's ``Versions``: keys, comparison values, delete flags. Pure.
 
 Comparison values: the first comparison column (``upsertConfig.comparisonColumns``, else the time column) that is
 not null in the row: int64 when every comparison column is an integer or TIMESTAMP (epoch milliseconds; exact over
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.upsert.hashing import key_hashes
+from cuvee.upsert.hashing import KeyHasher
 from cuvee.upsert.keymap import INT_SMALLEST, Versions
 
 
@@ -27,9 +27,9 @@ def comparison_dtype(types: Sequence[pa.DataType]) -> type:
     return np.int64 if exact else np.float64
 
 
-def versions_of(rows: pa.Table | pa.RecordBatch, primary_key: Sequence[str], comparison: Sequence[str],
+def versions_of(rows: pa.Table | pa.RecordBatch, primary_key: KeyHasher, comparison: Sequence[str],
                 delete_column: str | None, first_doc: int) -> Versions:
-    """``rows`` (docs ``first_doc``, ``first_doc + 1``, ...) as key-map input."""
+    """``rows`` (docs ``first_doc``, ``first_doc + 1``, ...) as key-map input, their keys by ``primary_key``."""
     n = rows.num_rows
     columns = []
     for name in comparison:
@@ -55,5 +55,5 @@ def versions_of(rows: pa.Table | pa.RecordBatch, primary_key: Sequence[str], com
     if delete_column is not None:
         flags = rows.column(delete_column)
         deletes = np.asarray(pc.fill_null(flags, False).to_numpy(zero_copy_only=False), bool)
-    return Versions(key_hashes(rows, primary_key), values, np.arange(first_doc, first_doc + n, dtype=np.int32),
+    return Versions(primary_key.keys(rows), values, np.arange(first_doc, first_doc + n, dtype=np.int32),
                     deletes)

@@ -28,6 +28,7 @@ from cuvee.config import Schema, TableConfig
 from cuvee.config.sections import PartialUpsertStrategy, UpsertMode
 from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.upsert.hashing import KeyHasher
 from cuvee.upsert.keymap import Versions
 from cuvee.upsert.partial import merge_rows, occurrence_rounds
 from cuvee.upsert.partition import PartitionUpsert, UpsertView
@@ -54,6 +55,7 @@ class TableUpsert:
         upsert = config.upsert
         self._reads = reads
         self.primary_key = schema.primary_key_columns
+        self._hasher = KeyHasher.of(schema, upsert.hash_function if upsert is not None else "NONE")
         self.comparison = config.comparison_columns
         self.delete_column = upsert.delete_record_column if upsert is not None else None
         types = [schema.column(c).arrow_type() for c in self.comparison]
@@ -69,7 +71,7 @@ class TableUpsert:
                                    if self._out_of_order_column else None)
         self._snapshots = snapshots if upsert is not None and upsert.snapshot_enabled else None
         self._preload_on = self._snapshots is not None and upsert is not None and upsert.preload_enabled
-        self._rules = (tuple(self.primary_key), self._dtype, config.upsert_rules)
+        self._rules = (self._hasher.columns, self._dtype, config.upsert_rules)
         self._lock = threading.Lock()
         self._partitions: dict[int, PartitionUpsert] = {}
         self._ids: dict[str, int] = {}  # segment name -> id of the copy now tracked
@@ -177,7 +179,7 @@ class TableUpsert:
             known = segment in self._ids
         if state is None or not known:
             raise UpsertStateError(f"segment {segment} is not consuming in the upsert state of this server")
-        versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
+        versions = versions_of(rows, self._hasher, self.comparison, self.delete_column, 0)
         if self._partial:
             late, rows = self._merged(state, versions, llc.sequence, rows)
         else:
@@ -210,11 +212,12 @@ class TableUpsert:
             index = np.arange(len(late))
             index[at] = len(late) + np.arange(len(at))
             previous = pa.concat_tables([rows, got]).take(pa.array(index))
-        keys, first, group_of = np.unique(versions.keys, return_index=True, return_inverse=True)  # first row of each
+        key_ids = versions.keys.group_ids()  # equal ids for equal keys
+        keys, first, group_of = np.unique(key_ids, return_index=True, return_inverse=True)  # first row of each
         current, has = previous.take(pa.array(first)), live[first].copy()
         always_new = [*self.primary_key, *self.comparison]
         pieces, order = [], []
-        for picked in occurrence_rounds(versions.keys):
+        for picked in occurrence_rounds(key_ids):
             groups = group_of[picked]
             wins = ~late[picked]
             merged = merge_rows(current.take(pa.array(groups)), has[groups] & wins & ~deletes[picked],
@@ -238,7 +241,7 @@ class TableUpsert:
             state = self._partitions.get(llc.partition)
         if sid is None or state is None:
             raise UpsertStateError(f"segment {segment} is not consuming in the upsert state of this server")
-        versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, first_doc)
+        versions = versions_of(rows, self._hasher, self.comparison, self.delete_column, first_doc)
         state.add(sid, versions, token, rank=llc.sequence, publish=publish)
 
     def serve(self, segment: str, token: Any, rows: pa.Table, publish: Callable[[], None]) -> None:
@@ -255,7 +258,7 @@ class TableUpsert:
         preloaded = snapshot is not None and snapshot.crc == crc and self._preload(
             state, sid, llc.sequence, token, rows, snapshot, publish)
         if not preloaded:
-            versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)  # may raise
+            versions = versions_of(rows, self._hasher, self.comparison, self.delete_column, 0)  # may raise
             replaced = state.handle(replacing) if replacing is not None else None
             shorter = replaced is not None and rows.num_rows < _readable_docs(replaced)
             state.add(sid, versions, token, rank=llc.sequence, replacing=replacing, publish=publish,
@@ -320,7 +323,7 @@ class TableUpsert:
             log.warning("snapshot of %s names doc %d of %d: decided from its rows", _name_of(token), docs[-1],
                         rows.num_rows)
             return False
-        picked = versions_of(rows.take(pa.array(docs)), self.primary_key, self.comparison, None, 0)
+        picked = versions_of(rows.take(pa.array(docs)), self._hasher, self.comparison, None, 0)
         try:
             state.preload(sid, picked.keys, picked.comparisons, docs, token,
                           deleted=np.isin(docs, snapshot.tombstones) if len(snapshot.tombstones) else None,
@@ -361,7 +364,7 @@ class TableUpsert:
         if token is None:
             return None
         rows = token.to_arrow(self.columns)
-        versions = versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
+        versions = versions_of(rows, self._hasher, self.comparison, self.delete_column, 0)
         found = state.kept_docs(sid, token, versions,  # read here, outside the partition's lock
                                 lambda handle: hasattr(handle, "snapshot"))  # as _versions_of_copy tells them
         if found is None:
@@ -397,7 +400,7 @@ class TableUpsert:
             rows = token.snapshot(past_cap=True).select(self.columns)
         else:
             rows = token.to_arrow(self.columns)
-        return versions_of(rows, self.primary_key, self.comparison, self.delete_column, 0)
+        return versions_of(rows, self._hasher, self.comparison, self.delete_column, 0)
 
     def views(self, segments: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """Segment name → (token, valid docs) for the partitions of ``segments``, each partition's from one view."""

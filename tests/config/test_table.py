@@ -308,6 +308,15 @@ def test_upsert_keys_of_pinot_are_read_and_checked() -> None:
                           "$.upsertConfig.enableSnapshot", "$.upsertConfig.preload"}
 
 
+def test_hash_function_is_an_upsert_rule() -> None:
+    """Replicas must key their maps alike: a changed hashFunction is refused like the other rules; snapshots are not."""
+    def rules(**upsert: object) -> tuple[object, ...]:
+        return TableConfig.from_json(realtime(upsertConfig={"mode": "FULL", **upsert})).upsert_rules
+
+    assert rules(hashFunction="MD5") != rules() != rules(hashFunction="MURMUR3")
+    assert rules(hashFunction="NONE") == rules() == rules(snapshot="DISABLE")
+
+
 def test_upsert_mode_is_required_and_none_disables() -> None:
     assert "required" in errors(realtime(upsertConfig={}))["$.upsertConfig.mode"]
     table = TableConfig.from_json(realtime(upsertConfig={"mode": "none"}))

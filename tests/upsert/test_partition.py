@@ -6,9 +6,11 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from cuvee.upsert.keymap import Versions
+from cuvee.upsert.keys import Keys
 from cuvee.upsert.partition import PartitionUpsert
 
 
@@ -216,3 +218,36 @@ def test_a_preload_whose_publish_fails_is_taken_back_and_leaves_the_others_whole
     assert state.stats()[0] == 2 and valid_rows(state) == {1: (1.0, 0), 2: (1.0, 0)}
     add(state, 1, newer, rank=1)  # the caller decides segment 1 from its rows
     assert valid_rows(state) == {1: (2.0, 1), 2: (1.0, 0)}
+
+
+class Colliding(Rows):
+    """Rows whose keys all share one 64-bit index: only their bytes tell them apart."""
+
+    def versions(self) -> Versions:
+        plain = super().versions()
+        keys = Keys(np.zeros(len(self.rows), np.uint64),
+                    pa.array([f"key-{k}".encode() for k, _, _ in self.rows], pa.large_binary()))
+        return Versions(keys, plain.comparisons, plain.docs, plain.deletes)
+
+
+def colliding(rows: list[tuple[int, float, bool]], rank: int) -> Colliding:
+    handle = Colliding(rows)
+    handle.rank = rank  # type: ignore[attr-defined]
+    return handle
+
+
+def test_keys_sharing_an_index_are_decided_again_each_on_its_own() -> None:
+    """The shorter-copy and released-copy cases above, every key with one index."""
+    state = PartitionUpsert(versions=Colliding.versions)
+    before = colliding([(1, 8, False), (2, 8, True), (5, 8, False)], 0)
+    add(state, 0, before, 0)
+    consuming = colliding([(1, 3, False), (2, 4, False), (1, 10, False), (2, 10, False)], 1)
+    add(state, 1, consuming, 1)
+    assert valid_rows(state) == {1: (10, 1), 2: (10, 1), 5: (8, 0)}
+    committed = colliding([(1, 3, False), (2, 4, False)], 1)
+    state.add(2, committed.versions(), committed, rank=1, replacing=1, shorter=True)
+    assert valid_rows(state) == {1: (8, 0), 5: (8, 0)}
+    newer = colliding([(5, 20, False), (3, 20, False)], 2)
+    add(state, 3, newer, 2)
+    state.remove(3, redecide=True)
+    assert valid_rows(state) == {1: (8, 0), 5: (8, 0)}  # 5 back at its version; 3 only ever lived there

@@ -12,6 +12,7 @@ import pytest
 
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
+from tests.upsert.collisions import colliding_longs
 
 TABLE = "balances"
 SCHEMA = {
@@ -254,3 +255,43 @@ def test_the_worked_example_of_docs_upsert_md(cluster: InProcessCluster) -> None
     produce_file("updates.jsonl")
     wait_until(lambda: answer(cluster, sql) == [["abc-12", 200], ["abc-13", 102]], 30)
     wait_until(lambda: answer(cluster, "SELECT COUNT(*) FROM accounts", skipUpsert="true") == [[6]], 30)
+
+
+PAIRS_SCHEMA = {
+    "schemaName": "pairs",
+    "dimensionFieldSpecs": [{"name": "a", "dataType": "LONG"}, {"name": "b", "dataType": "LONG"}],
+    "metricFieldSpecs": [{"name": "n", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+    "primaryKeyColumns": ["a", "b"],
+}
+
+
+def test_keys_sharing_a_64_bit_hash_and_md5_keys_through_the_broker(cluster: InProcessCluster) -> None:
+    """hashFunction NONE: two (LONG, LONG) keys with one 64-bit hash are two keys across a commit; MD5: keys are
+    Pinot's 128-bit hashes. Each server's key map shows what a key costs; hashFunction cannot change."""
+    (a1, b1), (a2, b2) = colliding_longs()
+    pairs = upsert_table(cluster, PAIRS_SCHEMA, flush_rows=3)
+    cluster.produce(pairs, [{"a": a1, "b": b1, "n": 1, "ts": 1}, {"a": a2, "b": b2, "n": 2, "ts": 1},
+                            {"a": a1, "b": b1, "n": 3, "ts": 2}, {"a": 7, "b": 8, "n": 4, "ts": 1},
+                            {"a": a2, "b": b2, "n": 5, "ts": 0}], key_field="a")  # late for its own key
+    sql = "SELECT a, b, n FROM pairs ORDER BY a"
+    expected = [[a1, b1, 3], [a2, b2, 2], [7, 8, 4]]
+    wait_until(lambda: answer(cluster, sql) == expected, 30, message=lambda: f"pairs: {answer(cluster, sql)}")
+    wait_until(lambda: len(cluster.committed_segments("pairs_REALTIME")) == 1, 30)
+    assert answer(cluster, sql) == expected
+
+    md5_schema = {**PAIRS_SCHEMA, "schemaName": "hashed"}
+    hashed = upsert_table(cluster, md5_schema, flush_rows=3, hashFunction="MD5")
+    cluster.produce(hashed, [{"a": a1, "b": b1, "n": 1, "ts": 1}, {"a": a2, "b": b2, "n": 2, "ts": 1},
+                             {"a": a1, "b": b1, "n": 3, "ts": 2}], key_field="a")
+    wait_until(lambda: answer(cluster, "SELECT a, n FROM hashed ORDER BY a") == [[a1, 3], [a2, 2]], 30)
+
+    for table, per_key in (("pairs_REALTIME", 24 + 16), ("hashed_REALTIME", 32)):
+        for server in cluster.servers:
+            stats = cluster.http.get(f"{server.url}/tables/{table}/upsert").json()
+            assert stats["partitions"]["0"]["bytesPerKey"] == per_key, (table, stats)
+    config = cluster.http.get(f"{cluster.controller_url}/tables/hashed").json()["REALTIME"]
+    config["upsertConfig"]["hashFunction"] = "MURMUR3"
+    refused = cluster.http.put(f"{cluster.controller_url}/tables/hashed", json=config)
+    assert refused.status_code == 400 and "hashFunction cannot change" in refused.json()["error"]
