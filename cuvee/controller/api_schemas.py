@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Body, Request
 
 from cuvee.controller.api_common import readable, require_body
+from cuvee.controller.api_reload import reload_tables
 from cuvee.controller.catalog import Catalog, parse_schema
 
 if TYPE_CHECKING:
@@ -36,10 +37,19 @@ def router(ctl: Controller) -> APIRouter:
         return catalog().schema(name).to_json()
 
     @api.put("/schemas/{name}")
-    def update_schema(name: str, body: Any = Body(None)) -> dict[str, Any]:
+    def update_schema(name: str, body: Any = Body(None), reload: bool = False,
+                      force: bool = False) -> dict[str, Any]:
+        """Pinot's update: only backward-compatible changes (``cuvee.evolution.compatibility``) unless ``force``;
+        ``reload``: then reload the tables using it (``POST /segments/{t}/reload``), so existing segments serve
+        the added columns."""
         ctl.require_leader()
-        catalog().update_schema(name, parse_schema(require_body(body)))
-        return {"status": f"{name} successfully updated", "unrecognizedProperties": {}}
+        diff = catalog().update_schema(name, parse_schema(require_body(body)), force=force)
+        answer: dict[str, Any] = {"status": f"{name} successfully updated", "unrecognizedProperties": {},
+                                  "addedColumns": list(diff.added)}
+        if reload:
+            answer["reloadJobs"] = {table: job for t in catalog().tables_of(name)
+                                    for table, job in reload_tables(ctl, t.name_with_type, None).items()}
+        return answer
 
     @api.delete("/schemas/{name}")
     def delete_schema(name: str) -> dict[str, Any]:

@@ -7,12 +7,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from cuvee.cluster.errors import RecordNotFoundError
-from cuvee.cluster.records import IdealState, RecordFormatError, SegmentState
+from cuvee.cluster.records import IdealState, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.errors import NotFound
-from cuvee.controller.server_client import ServerClient, instance_url
+from cuvee.controller.server_client import ServerClient, server_urls
 from cuvee.controller.table_setup import latest_offsets, resume_partitions
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 
@@ -33,16 +32,6 @@ def _ideal(store: ClusterStore, table: str) -> IdealState:
     return found.record
 
 
-def _urls(store: ClusterStore, instances: set[str]) -> dict[str, str | None]:
-    urls: dict[str, str | None] = {}
-    for inst in sorted(instances):
-        try:
-            urls[inst] = instance_url(store.instance(inst))
-        except (RecordNotFoundError, RecordFormatError):
-            urls[inst] = None  # reported as unreachable
-    return urls
-
-
 # what a server reports of a consuming segment beyond Pinot's keys (cuvee status uses them)
 _DETAILS = ("rowsConsumed", "rowsPerSecond", "memoryBytes", "memoryByColumn", "badRecords", "messagesLost",
             "rowsFiltered", "error", "uploadError")
@@ -55,7 +44,7 @@ def consuming_segments_info(store: ClusterStore, client: ServerClient, table: Ta
     assert table.stream is not None
     consuming = consuming_replicas(_ideal(store, name))
     servers = {inst for insts in consuming.values() for inst in insts}
-    replies = client.consuming_info(_urls(store, servers), name)
+    replies = client.consuming_info(server_urls(store, servers), name)
     reported: dict[tuple[str, str], dict[str, Any]] = {}
     failing: dict[str, str] = {}
     for reply in replies:
@@ -139,7 +128,7 @@ def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig) 
     for seg, instances in consuming.items():
         for inst in instances:
             per_server.setdefault(inst, []).append(seg)
-    urls = _urls(store, set(per_server))
+    urls = server_urls(store, set(per_server))
     replies = client.force_commit({i: (urls[i], segs) for i, segs in per_server.items()}, name)
     return {
         "segments": sorted(consuming),

@@ -96,7 +96,7 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 
 def delete_table_state(store: ClusterStore, table: str) -> None:
     """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view, the
-    last rebalance's record and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
+    last rebalance's record, the reload and force-commit jobs and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
     RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a recreated offline
     half would get only rows after it, and the time boundary would hide the rest."""
     paths = store.paths
@@ -106,6 +106,7 @@ def delete_table_state(store: ClusterStore, table: str) -> None:
     store.delete(paths.external_view(table))
     store.delete(paths.rebalance(table))
     store.delete(paths.tasks(table))
+    store.delete(paths.jobs(table))
     if table.endswith(TableType.OFFLINE.suffix):
         store.delete(paths.task(raw_table_name(table) + TableType.REALTIME.suffix, REALTIME_TO_OFFLINE))
 
