@@ -13,6 +13,8 @@ import re
 import uuid
 from typing import Any
 
+import orjson
+
 from cuvee.cluster.records import ControllerJobs
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller.errors import BadRequest, NotFound
@@ -50,3 +52,8 @@ def find_job(store: ClusterStore, job_id: str, job_type: str) -> dict[str, Any]:
         if job is not None and job.get("jobType") == job_type:
             return job
     raise NotFound(f"Failed to find controller job id: {job_id}")
+
+
+def pinot_metadata(job: dict[str, Any]) -> dict[str, str]:
+    """A job as Pinot answers its metadata: a map of strings (lists and objects as JSON text)."""
+    return {key: value if isinstance(value, str) else orjson.dumps(value).decode() for key, value in job.items()}

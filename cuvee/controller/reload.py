@@ -19,12 +19,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
-
 from cuvee.cluster.records import SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller.errors import NotFound
-from cuvee.controller.jobs import RELOAD, new_job_id, record_job
+from cuvee.controller.jobs import RELOAD, new_job_id, pinot_metadata, record_job
 from cuvee.controller.server_client import ServerClient, server_urls
 
 log = logging.getLogger(__name__)
@@ -81,9 +79,4 @@ def reload_status(job: dict[str, Any], now_ms: int) -> dict[str, Any]:
     elapsed = max(0, now_ms - int(job.get("submissionTimeMs") or now_ms)) / 60_000
     return {"timeElapsedInMinutes": elapsed, "estimatedTimeRemainingInMinutes": 0.0 if failed == 0 else -1.0,
             "totalSegmentCount": total, "successCount": done, "totalServersQueried": len(servers),
-            "totalServerCallsFailed": failed, "metadata": {k: _text(v) for k, v in job.items()}}
-
-
-def _text(value: Any) -> str:
-    """Pinot's job metadata is a map of strings."""
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+            "totalServerCallsFailed": failed, "metadata": pinot_metadata(job)}
