@@ -843,7 +843,7 @@ def _union(tables: list[pa.Table]) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass
     mixed: set[str] = set()
-    for name in tables[0].column_names:
+    for name in dict.fromkeys(n for t in tables for n in t.column_names):  # a column the first lacks too
         kinds = {str(t.schema.field(name).type) for t in tables if name in t.column_names}
         if len(kinds) > 1:
             mixed.add(name)
