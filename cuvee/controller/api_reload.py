@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from fastapi import APIRouter
 
-from cuvee.cluster.paths import check_name
 from cuvee.config import TableType, raw_table_name
+from cuvee.controller.api_common import segment_param, table_type_param
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadRequest, NotFound
 from cuvee.controller.jobs import RELOAD, find_job
 from cuvee.controller.reload import reload_status, reload_table
-from cuvee.errors import UserError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 
 if TYPE_CHECKING:
@@ -25,11 +24,12 @@ def router(ctl: Controller) -> APIRouter:
     api = APIRouter()
 
     @api.post("/segments/{table}/reload")
-    def reload_all(table: str, type: str | None = None, forceDownload: bool = False) -> dict[str, Any]:  # noqa: A002,N803
+    def reload_all(table: str, type: str | None = None,  # noqa: A002 - Pinot's names
+                   forceDownload: bool = False) -> dict[str, Any]:  # noqa: N803
         """Every segment of the table (of one half with ``type``) served under the table's current schema."""
         ctl.require_leader()
         _no_force_download(forceDownload)
-        details = reload_tables(ctl, table, _table_type(type))
+        details = reload_tables(ctl, table, table_type_param(type))
         return {"status": "Segment reload details: " + orjson.dumps(
             {t: {k: v for k, v in d.items() if k != "servers"} for t, d in details.items()}).decode(),
             "reloadJobs": details}
@@ -39,11 +39,8 @@ def router(ctl: Controller) -> APIRouter:
                    forceDownload: bool = False) -> dict[str, Any]:  # noqa: N803
         ctl.require_leader()
         _no_force_download(forceDownload)
-        try:
-            check_name("segment", segment)
-        except UserError as exc:
-            raise BadRequest(str(exc)) from None
-        full = _table_of_segment(Catalog(ctl.store), table, segment, _table_type(type))
+        segment_param(segment)
+        full = _table_of_segment(Catalog(ctl.store), table, segment, table_type_param(type))
         job = reload_table(ctl.store, ctl.servers, full, ctl.clock_ms(), segment)
         return {"status": f"Submitted reload job id: {job['reloadJobId']}, sent {job['numMessagesSent']} reload "
                           f"messages. Job meta ZK storage status: {job['reloadJobMetaZKStorageStatus']}",
@@ -64,15 +61,6 @@ def reload_tables(ctl: Controller, table: str, table_type: TableType | None) -> 
         raise NotFound(f"table {table!r} has no {table_type.value} part" if table_type else
                        f"table {table!r} does not exist")
     return {name: reload_table(ctl.store, ctl.servers, name, ctl.clock_ms()) for name in names}
-
-
-def _table_type(text: str | None) -> TableType | None:
-    if text is None:
-        return None
-    try:
-        return TableType(text.upper())
-    except ValueError:
-        raise BadRequest(f"type must be OFFLINE or REALTIME, got {text[:32]!r}") from None
 
 
 def _no_force_download(force_download: bool) -> None:

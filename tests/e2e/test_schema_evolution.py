@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from cuvee.testing.cluster import InProcessCluster
@@ -48,8 +49,8 @@ def _on_every_replica(cluster: InProcessCluster, sql: str, expected: list[list[A
     return all(_rows(cluster, sql) == expected for _ in range(times))
 
 
-def test_reload_serves_added_columns_on_every_server_and_after_a_restart(cluster: InProcessCluster,
-                                                                          tmp_path: Path) -> None:
+def test_reload_serves_added_columns_on_every_server_and_after_a_restart(
+        cluster: InProcessCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     http, ctl = cluster.http, cluster.controller_url
     configs = cluster.realtime_table(SCHEMA, partitions=2, replicas=2, flush_rows=40)
     cluster.produce(configs, ({"id": i, "v": 1} for i in range(130)), key_field="id")
@@ -127,3 +128,10 @@ def test_reload_serves_added_columns_on_every_server_and_after_a_restart(cluster
     columns = {c["name"]: c for c in served["servedColumns"]}
     assert columns["color"]["source"] == "default" and columns["color"]["defaultNullValue"] == "none"
     assert columns["id"]["source"] == "segment" and served["crc"] == cluster.segment_metadata(TABLE, old)["crc"]
+    # cuvee segment inspect --server shows the same
+    from cuvee.cli.main import main
+
+    assert main(["segment", "inspect", old, "--server", restarted.url, "--table", f"{TABLE}_REALTIME"]) == 0
+    printed = orjson.loads(capsys.readouterr().out)
+    assert {c["name"]: c["source"] for c in printed["servedColumns"]} == {"id": "segment", "color": "default",
+                                                                          "v": "segment", "w": "default"}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -88,7 +87,8 @@ def test_an_added_column_answers_its_default_in_the_schemas_type(segment: Commit
 
 
 def test_string_defaults_are_dictionary_encoded_and_share_one_buffer() -> None:
-    spec = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [{"name": "c", "dataType": "STRING"}]}).column("c")
+    doc = {"schemaName": "t", "dimensionFieldSpecs": [{"name": "c", "dataType": "STRING"}]}
+    spec = Schema.from_json(doc).column("c")
     small, large = default_column(spec, 10), default_column(spec, 5000)
     assert pa.types.is_dictionary(small.type) and small.dictionary.to_pylist() == ["null"]
     again = default_column(spec, 4000)

@@ -5,7 +5,6 @@ the table is served under the new schema, a query naming the column is told to r
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
