@@ -21,7 +21,7 @@ Pure: a schema in, Arrow tables in and out.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,16 +195,25 @@ class _Constants:
 _CONSTANTS = _Constants()
 
 
-def default_column(spec: FieldSpec, rows: int) -> pa.Array:
+def with_defaults(table: pa.Table, fields: Sequence[FieldSpec]) -> pa.Table:
+    """``table``'s columns ``fields``, in that order, each a column the table lacks as its default null value, plain
+    (for readers of decoded rows: the Spark data source, maintenance jobs rebuilding segments)."""
+    arrays = [table.column(f.name) if f.name in table.schema.names else default_column(f, table.num_rows, encoded=False)
+              for f in fields]
+    return pa.Table.from_arrays(arrays, names=[f.name for f in fields])
+
+
+def default_column(spec: FieldSpec, rows: int, *, encoded: bool = True) -> pa.Array:
     """``rows`` copies of ``spec``'s default null value, in the schema's type (a multi-value column: one list of
-    that one value per row, as Pinot fills a multi-value default); string-like single values dictionary-encoded."""
+    that one value per row, as Pinot fills a multi-value default); string-like single values dictionary-encoded
+    unless not ``encoded``."""
     base = spec.data_type.arrow_type()
     value = spec.null_value
     values = _CONSTANTS.get((str(base), repr(value)), rows, lambda n: _repeat(base, value, n))
     if not spec.single_value:
         offsets = _CONSTANTS.get(("offsets", ""), rows + 1, lambda n: pa.array(np.arange(n, dtype=np.int32)))
         return pa.ListArray.from_arrays(offsets, values)
-    if spec.data_type in _DICTIONARY_TYPES:
+    if spec.data_type in _DICTIONARY_TYPES and encoded:
         ids = _CONSTANTS.get(("ids", ""), rows, lambda n: pa.array(np.zeros(n, dtype=np.int32)))
         return pa.DictionaryArray.from_arrays(ids, pa.array([value], base))
     return values
