@@ -161,16 +161,18 @@ def _resume_from(store: ClusterStore, table: TableConfig, consume_from: ConsumeF
     offsets = stream_offsets(table.stream, partitions, earliest=consume_from is ConsumeFrom.SMALLEST)
     created = []
     for next_name, done in resume_partitions(store, table, now_ms, start_offsets=offsets):
-        start, end = offsets[done.partition], done.end_offset
-        moved = (end or 0) - start if consume_from is ConsumeFrom.SMALLEST else start - (end or 0)
-        what = "offsetsReRead" if consume_from is ConsumeFrom.SMALLEST else "offsetsSkipped"
+        start, end = offsets[done.partition], done.end_offset or 0
+        # smallest re-reads end - start offsets; when retention removed everything up to past the end, the
+        # offsets in between are gone, not re-read: said as lost (largest: always past the end, skipped)
+        counts = ({"offsetsSkipped": start - end} if consume_from is ConsumeFrom.LARGEST else
+                  {"offsetsReRead": end - start} if start <= end else {"offsetsLost": start - end})
+        (what, moved), = counts.items()
         log.warning("%s partition %d: %s consumes from the stream's %s offset %d, not from %d where %s ended: "
-                    "%d offset(s) %s, as asked (resumeConsumption?consumeFrom=%s)", name, done.partition, next_name,
-                    consume_from.value, start, end, done.segment_name, max(moved, 0),
-                    "re-read" if consume_from is ConsumeFrom.SMALLEST else "skipped", consume_from.value)
+                    "%s %d (resumeConsumption?consumeFrom=%s)", name, done.partition, next_name,
+                    consume_from.value, start, end, done.segment_name, what, moved, consume_from.value)
         if story is not None:
             story.record(name, next_name, "consumeFrom", consumeFrom=consume_from.value, startOffset=start,
-                         previousSegment=done.segment_name, previousEndOffset=end, **{what: max(moved, 0)})
+                         previousSegment=done.segment_name, previousEndOffset=end, **counts)
         created.append(next_name)
     return created
 

@@ -37,12 +37,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuvee.config import raw_table_name
+from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import keep_groups, sandboxed_cursor, user_message
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
-from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.deadlines import DEADLINES
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
@@ -652,13 +652,18 @@ def _columns_read(union: pa.Table, request: ServerQueryRequest, sql: str | None 
     or as a bare word in any case (DuckDB's unquoted names ignore case); words inside strings only keep a column
     too many, never drop one."""
     names = tuple(union.schema.names)  # not Table.column_names: that builds every column's object (~80 µs for 79)
+    needed = _named(names, request, sql)
+    return union if len(needed) == len(names) else union.select(list(needed))
+
+
+def _named(names: Sequence[str], request: ServerQueryRequest, sql: str | None = None) -> tuple[str, ...]:
+    """The columns of ``names`` the request's SQL (or ``sql``) can read, by ``_columns_read``'s rule (also the
+    columns of a table's served schema a query reads: ``_views``)."""
     texts = (request.sql if sql is None else sql, request.docs_scanned_sql or "")
     time_column = request.time_filter.column if request.time_filter is not None else None
     if len(texts[0]) + len(texts[1]) <= _REMEMBERED_SQL_BYTES:
-        needed = _remembered_needed(names, texts, time_column)
-    else:
-        needed = _needed(names, texts, time_column)
-    return union if len(needed) == len(names) else union.select(list(needed))
+        return _remembered_needed(tuple(names), texts, time_column)
+    return _needed(tuple(names), texts, time_column)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -767,15 +772,6 @@ def _not_served(exc: duckdb.Error, table: str) -> str | None:
     return (f"column {column!r} is not served by this server: if it was added to the schema of {raw} lately, "
             f"reload the table (POST /segments/{raw}/reload) to serve it, and its default value in the segments "
             "built before it")
-
-
-def _named(names: Sequence[str], request: ServerQueryRequest) -> tuple[str, ...]:
-    """The columns of ``names`` the request's SQL can read (``_columns_read``'s rule)."""
-    texts = (request.sql, request.docs_scanned_sql or "")
-    time_column = request.time_filter.column if request.time_filter is not None else None
-    if len(texts[0]) + len(texts[1]) <= _REMEMBERED_SQL_BYTES:
-        return _remembered_needed(tuple(names), texts, time_column)
-    return _needed(tuple(names), texts, time_column)
 
 
 def _conformed(table: pa.Table, served: ServedSchema | None, wanted: set[str] | None) -> pa.Table:
