@@ -1,5 +1,5 @@
 """Schema evolution on an in-process cluster of two servers: columns added to the schemas of a REALTIME and an
-OFFLINE table are not served until a reload (a query naming one says so, never a Python or DuckDB text); after
+OFFLINE table (``PUT /schemas/{name}``, the OFFLINE one with ``reload=true``) are not served until a reload (a query naming one says so, never a Python or DuckDB text); after
 ``POST /segments/{t}/reload`` every old segment (REALTIME committed and consuming, OFFLINE) on every server answers
 the columns' default null values, the consuming segments started under the old schema are committed so their
 successors ingest the new values, and a restarted server serves the same without another reload."""
@@ -69,7 +69,11 @@ def test_reload_serves_added_columns_on_every_server_and_after_a_restart(
     assert http.put(f"{ctl}/schemas/{TABLE}", json=evolved).json()["addedColumns"] == ["color", "w"]
     sales = copy.deepcopy(SALES_SCHEMA)
     sales["dimensionFieldSpecs"].append({"name": "channel", "dataType": "STRING", "defaultNullValue": "web"})
-    assert http.put(f"{ctl}/schemas/sales", json=sales).status_code == 200
+    updated = http.put(f"{ctl}/schemas/sales", json=sales, params={"reload": "true"})  # update and reload at once
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["reloadJobs"]["sales_OFFLINE"]["numMessagesSent"] == "2"
+    assert wait_until(lambda: _on_every_replica(cluster, "SELECT channel, COUNT(*) FROM sales GROUP BY channel",
+                                                [["web", 60]]), 30)
 
     # before the reload: the broker knows the column, the servers do not serve it yet, and say so
     def refused() -> dict[str, Any] | None:
@@ -94,14 +98,17 @@ def test_reload_serves_added_columns_on_every_server_and_after_a_restart(
     assert status["totalServersQueried"] == 2 and status["totalServerCallsFailed"] == 0
     assert status["successCount"] == status["totalSegmentCount"] > 0
     assert status["metadata"]["jobType"] == "RELOAD_SEGMENT"
+    one = http.post(f"{ctl}/segments/{TABLE}/{sorted(consuming)[0]}/reload")  # LLC name: the REALTIME half
+    assert one.status_code == 200 and one.json()["status"].startswith("Submitted reload job id: "), one.text
+    assert http.post(f"{ctl}/segments/{TABLE}/nope/reload").status_code == 404
+    assert http.get(f"{ctl}/segments/segmentReloadStatus/0000").status_code == 404
 
     # every old segment on every server answers the defaults; the consuming ones too (committed meanwhile)
     grouped = f"SELECT color, COUNT(*), SUM(w) FROM {TABLE} GROUP BY color ORDER BY color"
     assert wait_until(lambda: _on_every_replica(cluster, grouped, [["none", 130, 0.0]]), 30,
                       message=lambda: str(cluster.query(grouped)))
-    assert http.post(f"{ctl}/segments/sales/reload?type=OFFLINE").status_code == 200
-    assert wait_until(lambda: _on_every_replica(cluster, "SELECT channel, COUNT(*) FROM sales GROUP BY channel",
-                                                [["web", 60]]), 30)
+    assert http.post(f"{ctl}/segments/sales/reload?type=REALTIME").status_code == 404  # no such half
+    assert http.post(f"{ctl}/segments/sales/reload?forceDownload=true").status_code == 400
 
     # the consuming segments' successors consume under the new schema: new rows bring their own values
     wait_until(lambda: consuming <= set(cluster.committed_segments(TABLE)), 30, message="not committed")
