@@ -145,7 +145,9 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("POST", "/v2/segments", Need.TABLE, P.UPDATE, "?tableName"),
         _rule("POST", "/segments", Need.TABLE, P.UPDATE, "?tableName"),
     ),
-    Role.SERVER: (_HEALTH, _rule("GET", "/metrics", Need.AUTHENTICATED)),  # else internal: clients ask brokers
+    Role.SERVER: (_HEALTH, _rule("GET", "/metrics", Need.AUTHENTICATED),  # else internal: clients ask brokers
+                  # what a server serves of a segment (cuvee segment inspect --server): metadata, no rows
+                  _rule("GET", "/tables/{table}/segments/{segment}/metadata", Need.TABLE, P.READ, "{table}")),
     Role.BROKER: (
         _HEALTH,
         _rule("POST", "/query/sql", Need.AUTHENTICATED),  # READ on the query's table: checked once it is planned

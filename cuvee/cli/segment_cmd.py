@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import numpy as np
 import orjson
@@ -44,7 +45,11 @@ def register(groups: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_build)
 
     inspect = commands.add_parser("inspect", help="print a segment's metadata and column stats as JSON")
-    inspect.add_argument("path", help="a segment directory or a segment archive (.tar.zst, or .tar.gz)")
+    inspect.add_argument("path", help="a segment directory or a segment archive (.tar.zst, or .tar.gz); with "
+                                      "--server, a segment name")
+    inspect.add_argument("--server", help="ask this server (URL) what it serves of the segment: its metadata and "
+                                          "each column as served (from the segment, or its default value)")
+    inspect.add_argument("--table", help="with --server: the segment's table, with its type (events_REALTIME)")
     inspect.set_defaults(func=cmd_inspect)
 
     pack = commands.add_parser("pack", help="write a segment directory as one deterministic .tar.zst")
@@ -109,6 +114,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from cuvee.segment.archive import unpack
     from cuvee.segment.immutable import ImmutableSegment
 
+    if args.server is not None:
+        return _inspect_served(args.server, args.table, args.path)
+    if args.table is not None:
+        raise UserError("--table goes with --server (a segment directory or archive names its own table)")
     path = Path(args.path)
     if not path.exists():
         raise UserError(f"no segment at {str(path)!r}")
@@ -134,6 +143,31 @@ def cmd_unpack(args: argparse.Namespace) -> int:
     from cuvee.segment.archive import unpack
 
     print(unpack(args.path, args.out))
+    return 0
+
+
+def _inspect_served(server: str, table: str | None, segment: str) -> int:
+    """What ``server`` serves of ``segment`` (``GET {server}/tables/{table}/segments/{segment}/metadata``)."""
+    import httpx
+
+    from cuvee.auth.client import user_headers
+    from cuvee.protocol.completion_http import SERVER_SEGMENT_METADATA
+
+    if not table:
+        raise UserError("--server needs --table, the segment's table with its type (e.g. events_REALTIME)")
+    url = server.rstrip("/") + SERVER_SEGMENT_METADATA.format(table=quote(table, safe=""),
+                                                              segment=quote(segment, safe=""))
+    try:
+        reply = httpx.get(url, headers=user_headers(), timeout=30)
+    except httpx.HTTPError as exc:
+        raise UserError(f"cannot reach server {server!r}: {type(exc).__name__}") from None
+    if reply.status_code >= 400:
+        try:
+            reason = reply.json().get("error", reply.text)
+        except ValueError:
+            reason = reply.text
+        raise UserError(f"server {server!r} answered {reply.status_code}: {str(reason)[:300]}")
+    sys.stdout.write(orjson.dumps(reply.json(), option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 
 

@@ -118,6 +118,14 @@ class ClusterPaths:
         """One segment's story: what every role did to it, in time order, bounded."""
         return f"{self.stories(table)}/{check_name('segment', segment)}"
 
+    def jobs(self, table: str) -> str:
+        """The table's recent controller jobs (reloads, force commits), ``ControllerJobs``."""
+        return f"{self.root}/jobs/{check_name('table', table)}"
+
+    @property
+    def all_jobs(self) -> str:
+        return f"{self.root}/jobs"
+
     def time_boundary(self, raw_table: str) -> str:
         """A hybrid table's explicit time boundary (``POST /tables/{t}/timeBoundary``), keyed by the raw name."""
         return f"{self.root}/timeboundary/{check_name('table', raw_table)}"

@@ -19,6 +19,7 @@ from cuvee.cluster._json import Fields, RecordFormatError, decode, encode
 from cuvee.segment.partitioning import SegmentPartitions
 
 __all__ = [
+    "ControllerJobs",
     "CurrentState",
     "ExternalView",
     "IdealState",
@@ -540,3 +541,32 @@ class SegmentStory(Record):
         if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
             raise RecordFormatError(f"{cls.KIND}: 'events' must be a list of objects")
         return cls(table=f.string("table"), segment=f.string("segment"), events=tuple(events))
+
+
+@dataclass(frozen=True)
+class ControllerJobs(Record):
+    """A table's recent controller jobs (Pinot's ``CONTROLLER_JOBS``: reloads and force commits), newest last,
+    each a JSON object with Pinot's keys (``jobId``, ``jobType``, ``tableName``, ``submissionTimeMs``, ...).
+    Bounded: the oldest go first."""
+
+    KIND = "controller jobs"
+
+    table: str
+    jobs: tuple[dict[str, Any], ...] = ()
+
+    def added(self, job: dict[str, Any], limit: int) -> ControllerJobs:
+        return ControllerJobs(self.table, (*self.jobs, job)[-limit:])
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return next((j for j in self.jobs if j.get("jobId") == job_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "jobs": list(self.jobs)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ControllerJobs:
+        f = Fields(cls.KIND, doc)
+        jobs = doc.get("jobs", []) if isinstance(doc, dict) else []
+        if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+            raise RecordFormatError(f"{cls.KIND}: 'jobs' must be a list of objects")
+        return cls(table=f.string("table"), jobs=tuple(jobs))

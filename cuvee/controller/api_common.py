@@ -13,6 +13,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cuvee.auth.layer import principal_of
 from cuvee.auth.policy import Permission
 from cuvee.cluster.errors import ClusterStateError
+from cuvee.cluster.paths import check_name
+from cuvee.config import TableType
 from cuvee.controller.errors import ApiError, BadRequest
 from cuvee.errors import UserError
 from cuvee.spi.metastore import MetadataStoreError
@@ -31,6 +33,24 @@ def readable(request: Request, names: list[str]) -> list[str]:
     if principal is None or principal.internal:
         return names
     return [name for name in names if principal.may(Permission.READ, name)]
+
+
+def table_type_param(value: str | None, default: TableType | None = None) -> TableType | None:
+    """Pinot's ``type`` query parameter (OFFLINE or REALTIME, any case); ``default`` when not given."""
+    if value is None:
+        return default
+    try:
+        return TableType(value.upper())
+    except ValueError:
+        raise BadRequest(f"type must be OFFLINE or REALTIME, got {value[:32]!r}") from None
+
+
+def segment_param(name: str) -> str:
+    """A segment name from a path (400 when it could not be one)."""
+    try:
+        return check_name("segment", name)
+    except UserError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def require_body(body: Any) -> Any:

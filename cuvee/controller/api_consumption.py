@@ -1,4 +1,5 @@
-"""Consumption control of realtime tables: consumingSegmentsInfo, pause/resume, forceCommit."""
+"""Consumption control of realtime tables: consumingSegmentsInfo, pause/resume (``consumeFrom``), forceCommit
+(``partitions``, ``segments``) and its job status."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 
 from cuvee.controller.catalog import Catalog
-from cuvee.controller.consumption import consuming_segments_info, force_commit, pause_status, set_paused
+from cuvee.controller.consumption import (
+    consuming_segments_info,
+    force_commit,
+    force_commit_status,
+    pause_status,
+    set_paused,
+)
+from cuvee.controller.consumption_params import ConsumeFrom
+from cuvee.controller.jobs import FORCE_COMMIT, find_job
 from cuvee.status.table_status import table_status
 
 if TYPE_CHECKING:
@@ -28,9 +37,10 @@ def router(ctl: Controller) -> APIRouter:
         return set_paused(ctl.store, Catalog(ctl.store).realtime(table), True, ctl.clock_ms)
 
     @api.post("/tables/{table}/resumeConsumption")
-    def resume(table: str) -> dict[str, Any]:
+    def resume(table: str, consumeFrom: str | None = None) -> dict[str, Any]:  # noqa: N803 - Pinot's name
         ctl.require_leader()
-        return set_paused(ctl.store, Catalog(ctl.store).realtime(table), False, ctl.clock_ms)
+        start = ConsumeFrom.parse(consumeFrom)
+        return set_paused(ctl.store, Catalog(ctl.store).realtime(table), False, ctl.clock_ms, start, ctl.story)
 
     @api.get("/tables/{table}/status")
     def table_status_route(table: str) -> dict[str, Any]:
@@ -45,8 +55,13 @@ def router(ctl: Controller) -> APIRouter:
         return pause_status(ctl.store, Catalog(ctl.store).realtime(table))
 
     @api.post("/tables/{table}/forceCommit")
-    def force(table: str) -> dict[str, Any]:
+    def force(table: str, partitions: str | None = None, segments: str | None = None) -> dict[str, Any]:
         ctl.require_leader()
-        return force_commit(ctl.store, ctl.servers, Catalog(ctl.store).realtime(table))
+        return force_commit(ctl.store, ctl.servers, Catalog(ctl.store).realtime(table), ctl.clock_ms(),
+                            partitions=partitions, segments=segments)
+
+    @api.get("/tables/forceCommitStatus/{job_id}")
+    def force_status(job_id: str) -> dict[str, Any]:
+        return force_commit_status(ctl.store, find_job(ctl.store, job_id, FORCE_COMMIT))
 
     return api

@@ -10,16 +10,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Body, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from cuvee.cluster.paths import check_name
 from cuvee.cluster.records import SegmentState, TimeBoundaryOverride
 from cuvee.cluster.time_boundary import compute_time_boundary, expected_offline_segments, millis_per_value
 from cuvee.config import TableConfig, TableType, raw_table_name
 from cuvee.controller import lineage_ops
+from cuvee.controller.api_common import segment_param, table_type_param
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import ApiError, BadRequest, NotFound
 from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.segment_push import parse_push, register_segments, store_uploaded_archive
-from cuvee.errors import UserError
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
 
@@ -31,20 +30,8 @@ class PayloadTooLarge(ApiError):
     status = 413
 
 
-def _table_type(value: str | None, default: TableType | None = TableType.OFFLINE) -> TableType | None:
-    if value is None:
-        return default
-    try:
-        return TableType(value.upper())
-    except ValueError:
-        raise BadRequest(f"type must be OFFLINE or REALTIME, got {value!r}") from None
-
-
-def _segment(name: str) -> str:
-    try:
-        return check_name("segment", name)
-    except UserError as exc:
-        raise BadRequest(str(exc)) from None
+def _table_type(value: str | None) -> TableType | None:
+    return table_type_param(value, TableType.OFFLINE)
 
 
 def router(ctl: Controller) -> APIRouter:
@@ -153,7 +140,7 @@ def router(ctl: Controller) -> APIRouter:
     @api.delete("/segments/{table}/{segment}")
     def delete_one(table: str, segment: str, type: str | None = None) -> dict[str, Any]:  # noqa: A002
         ctl.require_leader()
-        _segment(segment)
+        segment_param(segment)
         for table_type in ([_table_type(type)] if type else [TableType.OFFLINE, TableType.REALTIME]):
             assert table_type is not None
             full = raw_table_name(table) + table_type.suffix

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Request
 
 from cuvee.controller.api_common import readable, require_body
 from cuvee.config.pinot_keys import review_schema
+from cuvee.controller.api_reload import reload_tables
 from cuvee.controller.catalog import Catalog, parse_schema
 
 if TYPE_CHECKING:
@@ -39,12 +40,21 @@ def router(ctl: Controller) -> APIRouter:
         return catalog().schema(name).to_json()
 
     @api.put("/schemas/{name}")
-    def update_schema(name: str, body: Any = Body(None)) -> dict[str, Any]:
+    def update_schema(name: str, body: Any = Body(None), reload: bool = False,
+                      force: bool = False) -> dict[str, Any]:
+        """Pinot's update: only backward-compatible changes (``cuvee.evolution.compatibility``) unless ``force``;
+        ``reload``: then reload the tables using it (``POST /segments/{t}/reload``), so existing segments serve
+        the added columns."""
         ctl.require_leader()
         doc = require_body(body)
-        catalog().update_schema(name, parse_schema(doc))
-        return {"status": f"{name} successfully updated",
-                "unrecognizedProperties": review_schema(doc).unrecognized_properties()}
+        diff = catalog().update_schema(name, parse_schema(doc), force=force)
+        answer: dict[str, Any] = {"status": f"{name} successfully updated",
+                                  "unrecognizedProperties": review_schema(doc).unrecognized_properties(),
+                                  "addedColumns": list(diff.added)}
+        if reload:
+            answer["reloadJobs"] = {table: job for t in catalog().tables_of(name)
+                                    for table, job in reload_tables(ctl, t.name_with_type, None).items()}
+        return answer
 
     @api.delete("/schemas/{name}")
     def delete_schema(name: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from cuvee.controller import (
     api_completion,
     api_consumption,
     api_offline,
+    api_reload,
     api_schemas,
     api_segments,
     api_tables,
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 def build_app(ctl: Controller) -> FastAPI:
     app = FastAPI(title="Cuvee controller")
     install_error_handlers(app)
-    for module in (api_offline, api_segments, api_schemas, api_tables, api_consumption, api_completion, repair,
-                   retention, rebalance, api_tasks, api_compaction):
+    for module in (api_offline, api_reload, api_segments, api_schemas, api_tables, api_consumption, api_completion,
+                   repair, retention, rebalance, api_tasks, api_compaction):
         app.include_router(module.router(ctl))
     app.include_router(metrics_router(  # series of tables that no longer exist go
         ctl.metrics.registry, lambda: ctl.metrics.keep_tables(set(Catalog(ctl.store).table_names()))))

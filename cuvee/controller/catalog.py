@@ -6,6 +6,7 @@ controllers racing on one config cannot lose a write silently.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -17,7 +18,10 @@ from cuvee.config.pinot_keys import review_schema, review_table
 from cuvee.config import ConfigValidationError, Schema, TableConfig, TableType, raw_table_name, validate_table
 from cuvee.controller.errors import BadRequest, Conflict, NotFound
 from cuvee.errors import UserError
+from cuvee.evolution.compatibility import SchemaDiff, diff_schemas
 from cuvee.spi.metastore import NodeExistsError, NoNodeError, VersionConflictError
+
+log = logging.getLogger(__name__)
 
 
 def parse_schema(doc: Any) -> Schema:
@@ -86,22 +90,35 @@ class Catalog:
         except NodeExistsError:
             raise Conflict(f"schema {schema.name!r} already exists; use PUT /schemas/{schema.name} to update it") from None
 
-    def update_schema(self, name: str, schema: Schema) -> None:
+    def update_schema(self, name: str, schema: Schema, *, force: bool = False) -> SchemaDiff:
+        """Replace schema ``name`` by ``schema`` when the tables using it still validate and old segments can
+        follow the change (``cuvee.evolution.compatibility``; ``force``: write a backward-incompatible update
+        anyway, as Pinot's ``force``, logged). Returns what changed; an unchanged schema is not written."""
         if schema.name != name:
             raise BadRequest(f"schemaName {schema.name!r} in the body does not match {name!r} in the path")
         path = self.paths.schema(_checked("schema", name))
         node = self.meta.exists(path)
         if node is None:
             raise NotFound(f"schema {name!r} does not exist")
+        diff = diff_schemas(Schema.from_json(orjson.loads(node.data)), schema)
         issues = []
         for table in self.tables_of(name):
             try:
                 validate_table(table, schema)
             except ConfigValidationError as exc:
                 issues.extend(exc.issues)
+        if not diff.compatible and not force:
+            raise BadRequest.invalid(ConfigValidationError(
+                f"update of schema {name!r}: it is backward incompatible (only adding columns is allowed; "
+                "force=true writes it anyway)", [*diff.incompatible, *issues]))
         if issues:
             raise BadRequest.invalid(ConfigValidationError(f"schema {name!r}: tables using it would break", issues))
-        self._cas(path, _encode(schema.to_json()), node.version, f"schema {name!r}")
+        if not diff.compatible:
+            log.warning("schema %s: backward-incompatible update written because force=true: %s", name,
+                        "; ".join(str(issue) for issue in diff.incompatible))
+        if orjson.loads(node.data) != schema.to_json():
+            self._cas(path, _encode(schema.to_json()), node.version, f"schema {name!r}")
+        return diff
 
     def delete_schema(self, name: str) -> None:
         users = [t.name_with_type for t in self.tables_of(name)]

@@ -1,20 +1,27 @@
-"""Consumption operations on a realtime table: status of its consuming segments (with lag), pause/resume, and
-force commit. The REST layer calls these; they raise ``cuvee.controller.errors`` for the user's mistakes."""
+"""Consumption operations on a realtime table: status of its consuming segments (with lag), pause/resume (with
+Pinot's ``consumeFrom``), and force commit (of all, or some partitions or segments). The REST layer calls these;
+they raise ``cuvee.controller.errors`` for the user's mistakes (parameters: ``consumption_params``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from cuvee.cluster.errors import RecordNotFoundError
-from cuvee.cluster.records import IdealState, RecordFormatError, SegmentState
+from cuvee.cluster.records import IdealState, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
-from cuvee.controller.errors import NotFound
-from cuvee.controller.server_client import ServerClient, instance_url
-from cuvee.controller.table_setup import latest_offsets, resume_partitions
+from cuvee.controller.consumption_params import ConsumeFrom, commit_targets
+from cuvee.controller.errors import Conflict, NotFound
+from cuvee.controller.jobs import FORCE_COMMIT, new_job_id, pinot_metadata, record_job
+from cuvee.controller.server_client import ServerClient, server_urls
+from cuvee.controller.table_setup import latest_offsets, latest_segments, resume_partitions, stream_offsets
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.story import StoryWriter
+
+log = logging.getLogger(__name__)
 
 
 def consuming_replicas(ideal: IdealState) -> dict[str, list[str]]:
@@ -33,16 +40,6 @@ def _ideal(store: ClusterStore, table: str) -> IdealState:
     return found.record
 
 
-def _urls(store: ClusterStore, instances: set[str]) -> dict[str, str | None]:
-    urls: dict[str, str | None] = {}
-    for inst in sorted(instances):
-        try:
-            urls[inst] = instance_url(store.instance(inst))
-        except (RecordNotFoundError, RecordFormatError):
-            urls[inst] = None  # reported as unreachable
-    return urls
-
-
 # what a server reports of a consuming segment beyond Pinot's keys (cuvee status uses them)
 _DETAILS = ("rowsConsumed", "rowsPerSecond", "memoryBytes", "memoryByColumn", "badRecords", "messagesLost",
             "rowsFiltered", "error", "uploadError")
@@ -55,7 +52,7 @@ def consuming_segments_info(store: ClusterStore, client: ServerClient, table: Ta
     assert table.stream is not None
     consuming = consuming_replicas(_ideal(store, name))
     servers = {inst for insts in consuming.values() for inst in insts}
-    replies = client.consuming_info(_urls(store, servers), name)
+    replies = client.consuming_info(server_urls(store, servers), name)
     reported: dict[tuple[str, str], dict[str, Any]] = {}
     failing: dict[str, str] = {}
     for reply in replies:
@@ -111,37 +108,119 @@ def consuming_segments_info(store: ClusterStore, client: ServerClient, table: Ta
     }
 
 
-def set_paused(store: ClusterStore, table: TableConfig, paused: bool, now_ms: Callable[[], int]) -> dict[str, Any]:
+def set_paused(store: ClusterStore, table: TableConfig, paused: bool, now_ms: Callable[[], int],
+               consume_from: ConsumeFrom | None = None, story: StoryWriter | None = None) -> dict[str, Any]:
     """Set the ideal state's ``paused`` flag (servers stop fetching; commits make no next segment). Resuming
-    also gives partitions committed while paused their next consuming segment."""
+    also gives partitions committed while paused their next consuming segment: from where the last one ended, or,
+    with ``consume_from``, from the stream's earliest or latest offset (``_resume_from``)."""
     name = table.name_with_type
     _ideal(store, name)
+    created: list[str] = []
+    if consume_from is not None:
+        created = _resume_from(store, table, consume_from, now_ms(), story)
     store.update_ideal_state(name, lambda ideal: dataclasses.replace(ideal, paused=paused))
-    created = [] if paused else resume_partitions(store, table, now_ms())
+    if not paused:
+        created += [next_name for next_name, _ in resume_partitions(store, table, now_ms())]
     ideal = _ideal(store, name)
     return {
         "paused": ideal.paused,
         "consumingSegments": sorted(consuming_replicas(ideal)),
         "createdSegments": created,
+        # Pinot's PauseStatusDetails
+        "pauseFlag": ideal.paused,
+        "reasonCode": "ADMINISTRATIVE",
+        "comment": "Table is paused." if ideal.paused else "Table is unpaused.",
+        "timestamp": _iso(now_ms()),
     }
+
+
+def _resume_from(store: ClusterStore, table: TableConfig, consume_from: ConsumeFrom, now_ms: int,
+                 story: StoryWriter | None) -> list[str]:
+    """Pinot's ``resumeConsumption?consumeFrom``: each partition's next consuming segment starts at the stream's
+    earliest (``smallest``: offsets re-read) or latest (``largest``: offsets skipped) offset. Only for a paused
+    table whose partitions have all committed (a consuming segment is paused, not ended: its offsets would decide
+    where the next one starts), else 409 and nothing changes. The new segments are placed while the table is
+    still paused (no commit or repair places a successor meanwhile: both skip a paused table); the caller then
+    resumes. What was skipped or re-read is the caller's explicit choice: logged, and told in each new segment's
+    story (``consumeFrom``)."""
+    name = table.name_with_type
+    raw = table.table_name
+    ideal = _ideal(store, name)
+    if not ideal.paused:
+        raise Conflict(f"consumeFrom applies when resuming a paused table, and {name} is not paused: pause it "
+                       f"(POST /tables/{raw}/pauseConsumption), commit its consuming segments (POST "
+                       f"/tables/{raw}/forceCommit), then resume with consumeFrom")
+    consuming = consuming_replicas(ideal)
+    if consuming:
+        raise Conflict(f"consumeFrom starts each partition's next consuming segment at the stream's "
+                       f"{consume_from.value} offset, but {len(consuming)} segment(s) still consume: "
+                       f"{', '.join(sorted(consuming)[:10])}; commit them (POST /tables/{raw}/forceCommit) and "
+                       f"resume once GET /tables/{raw}/pauseStatus lists no consuming segment")
+    assert table.stream is not None
+    partitions = set(latest_segments(ideal))
+    offsets = stream_offsets(table.stream, partitions, earliest=consume_from is ConsumeFrom.SMALLEST)
+    created = []
+    for next_name, done in resume_partitions(store, table, now_ms, start_offsets=offsets):
+        start, end = offsets[done.partition], done.end_offset or 0
+        # smallest re-reads end - start offsets; when retention removed everything up to past the end, the
+        # offsets in between are gone, not re-read: said as lost (largest: always past the end, skipped)
+        counts = ({"offsetsSkipped": start - end} if consume_from is ConsumeFrom.LARGEST else
+                  {"offsetsReRead": end - start} if start <= end else {"offsetsLost": start - end})
+        (what, moved), = counts.items()
+        log.warning("%s partition %d: %s consumes from the stream's %s offset %d, not from %d where %s ended: "
+                    "%s %d (resumeConsumption?consumeFrom=%s)", name, done.partition, next_name,
+                    consume_from.value, start, end, done.segment_name, what, moved, consume_from.value)
+        if story is not None:
+            story.record(name, next_name, "consumeFrom", consumeFrom=consume_from.value, startOffset=start,
+                         previousSegment=done.segment_name, previousEndOffset=end, **counts)
+        created.append(next_name)
+    return created
+
+
+def _iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def pause_status(store: ClusterStore, table: TableConfig) -> dict[str, Any]:
     ideal = _ideal(store, table.name_with_type)
-    return {"paused": ideal.paused, "consumingSegments": sorted(consuming_replicas(ideal))}
+    consuming = sorted(consuming_replicas(ideal))
+    return {"paused": ideal.paused, "consumingSegments": consuming, "pauseFlag": ideal.paused,
+            "comment": "Table is paused." if ideal.paused else "Table is unpaused."}
 
 
-def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig) -> dict[str, Any]:
-    """Ask every server hosting a consuming segment of ``table`` to end those segments (reason forceCommit)."""
+def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig, now_ms: int, *,
+                 partitions: str | None = None, segments: str | None = None) -> dict[str, Any]:
+    """Ask the servers hosting the table's consuming segments (all, or those ``partitions`` or ``segments`` name:
+    ``consumption_params.commit_targets``) to end them (reason forceCommit); recorded as a job for
+    ``GET /tables/forceCommitStatus/{jobId}``."""
     name = table.name_with_type
-    consuming = consuming_replicas(_ideal(store, name))
+    ideal = _ideal(store, name)
+    consuming = consuming_replicas(ideal)
+    targets = commit_targets(consuming, latest_segments(ideal), by_partition=partitions, by_segment=segments)
     per_server: dict[str, list[str]] = {}
-    for seg, instances in consuming.items():
-        for inst in instances:
+    for seg in targets:
+        for inst in consuming[seg]:
             per_server.setdefault(inst, []).append(seg)
-    urls = _urls(store, set(per_server))
+    urls = server_urls(store, set(per_server))
     replies = client.force_commit({i: (urls[i], segs) for i, segs in per_server.items()}, name)
+    job_id = new_job_id()
+    stored = record_job(store, name, {"jobId": job_id, "jobType": FORCE_COMMIT, "tableName": name,
+                                      "submissionTimeMs": now_ms, "segmentsForceCommitted": targets})
     return {
-        "segments": sorted(consuming),
+        "forceCommitStatus": "SUCCESS",  # Pinot's answer: the commits are asked for, they end asynchronously
+        "jobMetaZKWriteStatus": "SUCCESS" if stored else "FAILED",
+        "forceCommitJobId": job_id,
+        "segments": targets,
         "servers": {r.instance: ("OK" if r.error is None else r.error) for r in replies},
     }
+
+
+def force_commit_status(store: ClusterStore, job: dict[str, Any]) -> dict[str, Any]:
+    """Pinot's answer: the job's record, and which of its segments are not committed yet (no ONLINE replica)."""
+    table = str(job.get("tableName"))
+    found = store.ideal_state(table)
+    placed = found.record.segments if found is not None else {}
+    asked = [str(s) for s in job.get("segmentsForceCommitted") or []]
+    pending = sorted(s for s in asked if SegmentState.ONLINE not in placed.get(s, {}).values())
+    return {**pinot_metadata(job), "segmentsYetToBeCommitted": pending,
+            "numberOfSegmentsYetToBeCommitted": len(pending)}

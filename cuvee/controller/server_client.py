@@ -1,4 +1,4 @@
-"""The controller's calls to servers: consuming-segment status and force commit (paths in completion_http).
+"""The controller's calls to servers: consuming-segment status, force commit and reload (paths in completion_http).
 
 Calls to several servers run in parallel with one timeout each; a server that fails or answers garbage is
 reported per server (never raised), so one dead server cannot hide the others' answers.
@@ -14,8 +14,15 @@ from typing import Any
 
 import httpx
 
-from cuvee.cluster.records import InstanceInfo
-from cuvee.protocol.completion_http import HTTP_PORT_NAME, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
+from cuvee.cluster.errors import RecordNotFoundError
+from cuvee.cluster.records import InstanceInfo, RecordFormatError
+from cuvee.cluster.store import ClusterStore
+from cuvee.protocol.completion_http import (
+    HTTP_PORT_NAME,
+    SERVER_CONSUMING_SEGMENTS_INFO,
+    SERVER_FORCE_COMMIT,
+    SERVER_RELOAD,
+)
 
 
 def instance_url(info: InstanceInfo) -> str | None:
@@ -47,6 +54,12 @@ class ServerClient:
         """POST each server the consuming segments of ``table`` it should end with reason forceCommit."""
         path = SERVER_FORCE_COMMIT.format(table=table)
         return self._each({inst: (url, _post(path, {"segments": segs})) for inst, (url, segs) in servers.items()})
+
+    def reload(self, servers: dict[str, tuple[str | None, list[str]]], table: str, job_id: str) -> list[ServerReply]:
+        """POST each server a reload of ``table``: the segments listed, or (an empty list) all it holds."""
+        path = SERVER_RELOAD.format(table=table)
+        return self._each({inst: (url, _post(path, {"segments": segs, "jobId": job_id}))
+                           for inst, (url, segs) in servers.items()})
 
     def _each(self, calls: dict[str, tuple[str | None, Call]]) -> list[ServerReply]:
         if not calls:
@@ -80,6 +93,17 @@ def _one(client: httpx.Client, instance: str, url: str | None, call: Call) -> Se
         return ServerReply(instance, body=response.json())
     except ValueError:
         return ServerReply(instance, error=f"not JSON: {response.text[:200]}")
+
+
+def server_urls(store: ClusterStore, instances: set[str]) -> dict[str, str | None]:
+    """Each instance's URL; None for one with no readable registration (its call is then reported failed)."""
+    urls: dict[str, str | None] = {}
+    for inst in sorted(instances):
+        try:
+            urls[inst] = instance_url(store.instance(inst))
+        except (RecordNotFoundError, RecordFormatError):
+            urls[inst] = None
+    return urls
 
 
 def urls_of(instances: Iterable[InstanceInfo]) -> dict[str, str | None]:

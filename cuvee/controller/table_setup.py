@@ -9,6 +9,7 @@ checked before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 
@@ -55,8 +56,15 @@ def read_start_offsets(stream: StreamConfig, reset: OffsetReset | None = None) -
 
 def latest_offsets(stream: StreamConfig, partitions: set[int]) -> dict[int, int]:
     """Partition -> latest offset in the stream (for lag reports); a stream failure is a 502."""
+    return stream_offsets(stream, partitions, earliest=False)
+
+
+def stream_offsets(stream: StreamConfig, partitions: set[int], *, earliest: bool) -> dict[int, int]:
+    """Partition -> the stream's earliest (or latest) offset now; a stream failure is a 502."""
     try:
         with open_consumer(stream.properties) as consumer:
+            if earliest:
+                return {p: consumer.earliest_offset(p) for p in sorted(partitions)}
             return {p: consumer.latest_offset(p) for p in sorted(partitions)}
     except CuveeError as exc:
         raise BadGateway(f"cannot read stream topic {stream.topic_name!r}: {exc}") from None
@@ -99,7 +107,7 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 
 def delete_table_state(store: ClusterStore, table: str) -> None:
     """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view, the
-    last rebalance's record and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
+    last rebalance's record, the reload and force-commit jobs and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
     RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a recreated offline
     half would get only rows after it, and the time boundary would hide the rest."""
     paths = store.paths
@@ -109,6 +117,7 @@ def delete_table_state(store: ClusterStore, table: str) -> None:
     store.delete(paths.external_view(table))
     store.delete(paths.rebalance(table))
     store.delete(paths.tasks(table))
+    store.delete(paths.jobs(table))
     if table.endswith(TableType.OFFLINE.suffix):
         store.delete(paths.task(raw_table_name(table) + TableType.REALTIME.suffix, REALTIME_TO_OFFLINE))
 
@@ -133,13 +142,16 @@ def latest_segments(ideal: IdealState) -> dict[int, LLCSegmentName]:
     return latest
 
 
-def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int) -> list[str]:
+def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
+                      start_offsets: Mapping[int, int] | None = None) -> list[tuple[str, SegmentRecord]]:
     """After a resume: give every partition whose latest segment was committed while paused (so no next segment
-    was made) a new consuming segment from its end offset, on the same instances. Returns the new names."""
+    was made) a new consuming segment on the same instances, from its end offset, or from ``start_offsets`` (a
+    resume's ``consumeFrom``) where it names the partition. Returns each new name with the committed segment it
+    follows."""
     stream = table.stream
     assert stream is not None
     name = table.name_with_type
-    created: list[str] = []
+    created: list[tuple[str, SegmentRecord]] = []
     found = store.ideal_state(name)
     if found is None:
         return created
@@ -154,9 +166,12 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int) -> l
         assert current is not None
         next_name = next_segment_name(done.record, store.segment_names(name), now_ms)
         rows = next_row_threshold(stream, current.record, done.record)
-        store.create_segment(name, next_segment_record(done.record, next_name, rows, now_ms))
+        record = next_segment_record(done.record, next_name, rows, now_ms)
+        if start_offsets is not None and llc.partition in start_offsets:
+            record = dataclasses.replace(record, start_offset=start_offsets[llc.partition])
+        store.create_segment(name, record)
         store.update_ideal_state(name, complete_in_ideal_state(llc.name, next_name))
-        created.append(next_name)
+        created.append((next_name, done.record))
         log.info("resumed %s: partition %d consumes %s from offset %s", name, llc.partition, next_name,
-                 done.record.end_offset)
+                 record.start_offset)
     return created

@@ -4,7 +4,8 @@ A committed segment is read from its archive: the deep store first, a peer serve
 deep store fails or the segment has no download URI (deep-store bypass). The archive is unpacked into a private
 temporary directory (the archive's own CRC is checked), its CRC must equal the one planned (else the segment was
 replaced since the read was planned, and the task fails rather than mix versions), and its columns are mapped, not
-copied. A consuming segment is read through a server that holds it: the server query protocol with
+copied; a column added to the schema after the segment was built is read as its default null value, as servers
+serve it (``cuvee.evolution.serving``). A consuming segment is read through a server that holds it: the server query protocol with
 ``SELECT <columns> FROM cuvee_segments``, the half's time filter sent structured.
 """
 
@@ -24,6 +25,7 @@ from cuvee.auth.client import cluster_headers
 from cuvee.config.schema import FieldSpec
 from cuvee.deepstore import open_deepstore
 from cuvee.errors import CuveeError
+from cuvee.evolution.serving import with_defaults
 from cuvee.pipeline.controller_client import PipelineError
 from cuvee.pipeline.convert import to_spark
 from cuvee.pipeline.predicates import Predicate, apply
@@ -56,8 +58,9 @@ def read_segment(source: SegmentSource, fields: Sequence[FieldSpec], *, deep_sto
     with tempfile.TemporaryDirectory(prefix="cuvee-read-", dir=work_dir) as tmp:
         segment = _fetch(source, Path(tmp), deep_store_uri, timeout_seconds)
         # the files stay mapped after the directory is removed (POSIX), so the rows outlive ``tmp``
-        names = list(dict.fromkeys([f.name for f in fields] + _filter_columns(source.time_filter)))
-        return _time_filtered(segment.to_arrow(names), source.time_filter).select([f.name for f in fields])
+        stored = set(segment.column_names)  # a column added to the schema since: its default (as servers serve it)
+        names = list(dict.fromkeys([f.name for f in fields if f.name in stored] + _filter_columns(source.time_filter)))
+        return with_defaults(_time_filtered(segment.to_arrow(names), source.time_filter), fields)
 
 
 def _filter_columns(time_filter: TimeFilter | None) -> list[str]:

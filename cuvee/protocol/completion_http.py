@@ -29,6 +29,11 @@ SERVER_CONSUMING_SEGMENTS_INFO = "/tables/{table}/consumingSegmentsInfo"
 """GET -> ``{"segments": [{"segmentName", "consumerState", "currentOffset", "partition", "lastConsumedTimestampMs"}]}``"""
 SERVER_FORCE_COMMIT = "/tables/{table}/forceCommit"
 """POST ``{"segments": [names]}``: end those consuming segments with reason forceCommit and run the protocol."""
+SERVER_RELOAD = "/tables/{table}/reload"
+"""POST ``{"segments": [names] (none: all), "jobId"}``: serve the table under its current schema (see
+``cuvee.server.reload_routes``) -> ``{"instanceId", "schemaVersion", "segments", "notHeld", "forceCommitted"}``."""
+SERVER_SEGMENT_METADATA = "/tables/{table}/segments/{segment}/metadata"
+"""GET -> a segment's metadata and its columns as served (``servedColumns``)."""
 
 # The port name under which servers register their HTTP port in InstanceInfo.ports.
 HTTP_PORT_NAME = "http"

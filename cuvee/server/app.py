@@ -1,4 +1,5 @@
-"""The server's HTTP API: health, peer download of committed segments, consumer status, force commit, bad records.
+"""The server's HTTP API: health, peer download of committed segments, consumer status, force commit, bad records,
+reload and segment metadata (``reload_routes``).
 
 Query routes (``query_routes.query_router``) are mounted through ``extra_routers``. Errors are JSON
 ``{"code": <HTTP status>, "error": "<message>"}``.
@@ -21,6 +22,7 @@ from cuvee.node.fast_routes import FastRoutesApp
 from cuvee.protocol.completion_http import SEGMENT_DOWNLOAD_PATH, SERVER_CONSUMING_SEGMENTS_INFO, SERVER_FORCE_COMMIT
 from cuvee.server.compaction_routes import compaction_router
 from cuvee.server.queryable import CommittedSegment
+from cuvee.server.reload_routes import reload_router
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,7 @@ def build_server_app(server: Server, extra_routers: Sequence[APIRouter] = ()) ->
     app.include_router(metrics_router(  # series of tables that no longer exist go
         server.metrics.registry, lambda: server.metrics.keep_tables(set(server.store.children(server.store.paths.tables)))))
     app.include_router(compaction_router(server))  # upsert compaction asks replicas for valid docs
+    app.include_router(reload_router(server))  # a table reloaded under its current schema; a segment as served
     for router in extra_routers:
         app.include_router(router)
     return app

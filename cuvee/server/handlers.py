@@ -28,6 +28,7 @@ from cuvee.server.memory import RELEASER
 from cuvee.server.plain_copies import PLAIN_COPIES, PlainCopies
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
+from cuvee.server.served_schemas import ServedSchemas
 from cuvee.server.tables import TableNotFoundError
 from cuvee.server.transitions import Transition
 from cuvee.story import StoryWriter
@@ -105,7 +106,9 @@ class SegmentTransitions:
         gate_poll_seconds: float = 0.25,
         story: StoryWriter | None = None,
         plain_copies: PlainCopies = PLAIN_COPIES,
+        schemas: ServedSchemas | None = None,
     ):
+        self._schemas = schemas  # what each table is served under: read when its first segment arrives
         self._story = story  # transitions to CONSUMING and ONLINE, and failures, go into the segment's story
         self._plain_copies = plain_copies  # committed segments' plain copies, under the server's budget
         self._store = store
@@ -249,6 +252,8 @@ class SegmentTransitions:
         if paused:
             consuming.set_paused(True)
         self._cap_from_successor(table, consuming)
+        if self._schemas is not None:
+            self._schemas.ensure(table)
 
         def publish() -> None:
             self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
@@ -383,6 +388,8 @@ class SegmentTransitions:
         created again under the name starts afresh while the old segments are dropped."""
         if self._upserts is not None:
             self._upserts.retire(table)
+        if self._schemas is not None:
+            self._schemas.forget(table)
 
     def segment_deleted(self, table: str, segment: str) -> None:
         """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""
@@ -423,6 +430,8 @@ class SegmentTransitions:
         with self._lock:
             self._unreleased[key] = self._unreleased.get(key, 0) + 1
             self._drop_pending.discard(key)
+        if self._schemas is not None:
+            self._schemas.ensure(table)
 
         def publish() -> None:
             self._registry.put(table, CommittedSegment(segment, self._plain_copies),

@@ -36,6 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cuvee.config import raw_table_name
+from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import keep_groups, sandboxed_cursor, user_message
@@ -46,6 +48,7 @@ from cuvee.server.deadlines import DEADLINES
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
+from cuvee.server.served_schemas import ServedSchemas
 from cuvee.server.tables import TableNotFoundError
 from cuvee.upsert.reads import VALID_COLUMN, ValidRows, scan_tables
 from cuvee.upsert.table import TableUpsert, UpsertTables
@@ -125,10 +128,12 @@ class QueryExecutor:
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), upserts: UpsertTables | None = None,
                  num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
                  min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
-                 natives: NativeCopies | None = None):
+                 natives: NativeCopies | None = None, schemas: ServedSchemas | None = None):
         """``num_groups_limit`` and ``min_server_group_trim_size``: the defaults of the query options of those
-        names (Pinot's server settings); ``natives``: committed segments' DuckDB copies (none: Arrow only)."""
+        names (Pinot's server settings); ``natives``: committed segments' DuckDB copies (none: Arrow only);
+        ``schemas``: the schema each table is served under (none: segments read as stored)."""
         self.registry = registry
+        self._schemas = schemas
         self._natives = natives if natives is not None and natives.enabled else None
         self._clock = clock
         self._wall_ms = wall_ms
@@ -183,8 +188,9 @@ class QueryExecutor:
                 if acquired.missing:
                     dims.missing[lookup.table] = list(acquired.missing)
                     continue
+                served = self._served(lookup.table)
                 try:
-                    tables = [query_table(segment) for segment in acquired.segments]
+                    tables = [_conformed(query_table(segment), served, None) for segment in acquired.segments]
                 except Exception:  # a broken segment costs this query an error, never the server's answer
                     log.exception("dimension table %s cannot be read for a query", lookup.table)
                     dims.broken.append(lookup.table)
@@ -196,6 +202,9 @@ class QueryExecutor:
                 else:
                     dims.missing[lookup.table] = ["(none listed, and no schema to type it)"]
             yield dims
+
+    def _served(self, table: str) -> ServedSchema | None:
+        return self._schemas.get(table) if self._schemas is not None else None
 
     def _upsert(self, table: str) -> TableUpsert | None:
         if self._upserts is None or not table.endswith("_REALTIME"):
@@ -311,6 +320,8 @@ class QueryExecutor:
         only types the union); an upsert table's reads cache whole rows."""
         parts: list[ValidRows] = []
         used: list[QueryableSegment] = []
+        served = self._served(request.table)
+        wanted = None if served is None else set(_named(served.names, request))
         for segment in segments:
             try:
                 if valid is not None and isinstance(segment, ConsumingView):
@@ -333,6 +344,11 @@ class QueryExecutor:
                     part = ValidRows(read if copied else segment.with_plain(read), False)
                 else:
                     part = ValidRows(table, False)
+                if served is not None:  # the table's schema as served: columns added since, as their defaults
+                    part = ValidRows(served.conform(part.table, wanted), part.masked)
+            except ColumnTypeMismatch as exc:
+                errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION), f"segment {segment.name}: {exc}"))
+                continue
             except Exception as exc:  # a broken segment must not take the whole server answer down
                 log.exception("segment %s cannot be read for a query", segment.name)
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION),
@@ -362,7 +378,13 @@ class QueryExecutor:
         projected = [_columns_read(table, request) for table in tables]
         with self._native_read(request, projected, segments, upsert) as native:
             if native is None:
-                union = _union(_alike(projected, segments, request))
+                try:
+                    union = _union(_alike(projected, segments, request))
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # kept apart by _conformed: never expected
+                    log.warning("the segments of %s could not be joined for a query: %s", request.table, exc)
+                    raise _Failed(QueryErrorCode.QUERY_EXECUTION,
+                                  "the segments hold a column in different types; reload the table (POST "
+                                  f"/segments/{raw_table_name(request.table)[:128]}/reload)") from None
                 upsert = union.schema.get_field_index(VALID_COLUMN) >= 0
                 late = request.top_sql is not None and union.num_rows >= LATE_ROWS
                 con = sandboxed_cursor(union.num_rows)
@@ -396,6 +418,8 @@ class QueryExecutor:
         names = projected[0].schema.names
         if VALID_COLUMN in names or any(t.schema.names != names for t in projected[1:]):
             return nullcontext(None)
+        if not all(_stored_as_read(segment, table) for segment, table in zip(segments, projected)):
+            return nullcontext(None)  # a column served as its default (added since the segment was built), or cast
         tokens = []
         for segment in segments:
             if isinstance(segment, CommittedSegment):
@@ -444,7 +468,7 @@ class QueryExecutor:
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.FatalException) and lost is not None:
                 lost()
-            raise _Failed(QueryErrorCode.QUERY_EXECUTION, _reason(exc),
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION, _not_served(exc, request.table) or _reason(exc),
                           data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
         except RuntimeError:  # a DuckDB copy's database closed under the query: the server is stopping
             log.exception("a query on %s failed in DuckDB", request.table)
@@ -628,13 +652,18 @@ def _columns_read(union: pa.Table, request: ServerQueryRequest, sql: str | None 
     or as a bare word in any case (DuckDB's unquoted names ignore case); words inside strings only keep a column
     too many, never drop one."""
     names = tuple(union.schema.names)  # not Table.column_names: that builds every column's object (~80 µs for 79)
+    needed = _named(names, request, sql)
+    return union if len(needed) == len(names) else union.select(list(needed))
+
+
+def _named(names: Sequence[str], request: ServerQueryRequest, sql: str | None = None) -> tuple[str, ...]:
+    """The columns of ``names`` the request's SQL (or ``sql``) can read, by ``_columns_read``'s rule (also the
+    columns of a table's served schema a query reads: ``_views``)."""
     texts = (request.sql if sql is None else sql, request.docs_scanned_sql or "")
     time_column = request.time_filter.column if request.time_filter is not None else None
     if len(texts[0]) + len(texts[1]) <= _REMEMBERED_SQL_BYTES:
-        needed = _remembered_needed(names, texts, time_column)
-    else:
-        needed = _needed(names, texts, time_column)
-    return union if len(needed) == len(names) else union.select(list(needed))
+        return _remembered_needed(tuple(names), texts, time_column)
+    return _needed(tuple(names), texts, time_column)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -729,6 +758,42 @@ def _reason(exc: duckdb.Error) -> str:
     return user_message(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:500]
 
 
+_NOT_FOUND = re.compile(r'Referenced column "((?:[^"]|"")*)" not found')
+
+
+def _not_served(exc: duckdb.Error, table: str) -> str | None:
+    """A column the broker let through (its schema has it) that this server's segments do not serve: a column
+    added to the schema since the table was last reloaded here. Said so, with the way out."""
+    found = _NOT_FOUND.search(str(exc))
+    if found is None:
+        return None
+    column = found.group(1).replace('""', '"')[:128]
+    raw = raw_table_name(table)[:128]
+    return (f"column {column!r} is not served by this server: if it was added to the schema of {raw} lately, "
+            f"reload the table (POST /segments/{raw}/reload) to serve it, and its default value in the segments "
+            "built before it")
+
+
+def _conformed(table: pa.Table, served: ServedSchema | None, wanted: set[str] | None) -> pa.Table:
+    return table if served is None else served.conform(table, wanted)
+
+
+def _stored_as_read(segment: QueryableSegment, read: pa.Table) -> bool:
+    """A committed segment's view reads each column as the segment stores it (none served as a default or cast),
+    so its DuckDB copy, which holds the stored columns, answers the same."""
+    if not isinstance(segment, CommittedSegment):
+        return True
+    stored = segment.query_table().schema
+    for field in read.schema:
+        index = stored.get_field_index(field.name)
+        if field.name != VALID_COLUMN and (index < 0 or stored.field(index).type != field.type):
+            if index >= 0 and pa.types.is_dictionary(stored.field(index).type) and \
+                    stored.field(index).type.value_type == field.type:
+                continue  # its plain copy (CommittedSegment.with_plain)
+            return False
+    return True
+
+
 def _alike(tables: list[pa.Table], segments: Sequence[QueryableSegment], request: ServerQueryRequest) -> list[pa.Table]:
     """``tables`` with each column in one form across committed segments: where some segments give a plain copy
     of a dictionary column and others its encoded form (the plain copies' budget holds only some), the copies are
@@ -774,7 +839,7 @@ def _union(tables: list[pa.Table]) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass
     mixed: set[str] = set()
-    for name in tables[0].column_names:
+    for name in dict.fromkeys(n for t in tables for n in t.column_names):  # a column the first lacks too
         kinds = {str(t.schema.field(name).type) for t in tables if name in t.column_names}
         if len(kinds) > 1:
             mixed.add(name)

@@ -44,6 +44,7 @@ from cuvee.server.native_copies import NATIVE_COPIES_DIR, NativeCopies
 from cuvee.server.plain_copies import PlainCopies
 from cuvee.server.local import UPSERT_SNAPSHOTS, LocalSegments
 from cuvee.server.registry import SegmentRegistry
+from cuvee.server.served_schemas import ServedSchemas
 from cuvee.server.tables import TableCatalog
 from cuvee.server.transitions import ErrorBackoff
 from cuvee.spi.deepstore import DeepStore
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 
 def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: ServerConfig,
-                     natives: NativeCopies) -> list[APIRouter]:
+                     natives: NativeCopies, schemas: ServedSchemas) -> list[APIRouter]:
     """The query routes (written by the broker side); absent modules simply mean no query endpoint yet."""
     try:
         from cuvee.server.query_routes import query_router
@@ -62,7 +63,8 @@ def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: S
         log.warning("cuvee.server.query_routes is not available: this server answers no queries")
         return []
     executor = QueryExecutor(registry, upserts=upserts, num_groups_limit=config.num_groups_limit,
-                             min_server_group_trim_size=config.min_server_group_trim_size, natives=natives)
+                             min_server_group_trim_size=config.min_server_group_trim_size, natives=natives,
+                             schemas=schemas)
     return [query_router(registry, executor=executor, upserts=upserts)]
 
 
@@ -82,6 +84,8 @@ class Server:
         # committed segments' DuckDB copies for large scans (cuvee.server.native_copies; off at 0 bytes)
         self.natives = NativeCopies(config.native_copy_bytes, config.native_copy_min_idle_seconds,
                                     config.native_copy_min_rows, directory=Path(config.data_dir) / NATIVE_COPIES_DIR)
+        # the schema each table's segments are served under (cuvee.server.served_schemas)
+        self.schemas = ServedSchemas(lambda table: self.catalog.get(table))
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds
@@ -118,7 +122,7 @@ class Server:
         assert self.metastore is not None and self.deep_store is not None
         self.store = ClusterStore(self.metastore, cfg.cluster)
         routers = (self._extra_routers if self._extra_routers is not None
-                   else _default_routers(self.registry, self.upserts, cfg, self.natives))
+                   else _default_routers(self.registry, self.upserts, cfg, self.natives, self.schemas))
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
                                  role=Role.SERVER, tls=cfg.tls, store=self.store)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
@@ -137,7 +141,7 @@ class Server:
                                               plain_copies=self.plain_copies,
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming,
-                                              upserts=self.upserts, story=self.story)
+                                              upserts=self.upserts, story=self.story, schemas=self.schemas)
         go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id,
                 own_sessions=self._sessions, create=False)  # the id is free, before its record and states change
         self._register_instance()

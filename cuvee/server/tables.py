@@ -23,6 +23,7 @@ class TableNotFoundError(CuveeError):
 class TableContext:
     config: TableConfig
     schema: Schema
+    schema_version: int = -1  # the schema node's version in the metadata store
 
 
 class TableCatalog:
@@ -37,17 +38,17 @@ class TableCatalog:
 
     def _load(self, table_with_type: str) -> TableContext:
         paths = self._store.paths
-        config = TableConfig.from_json(self._read(paths.table(table_with_type), f"table config {table_with_type}"))
+        config = TableConfig.from_json(self._read(paths.table(table_with_type), f"table config {table_with_type}")[0])
         schema_name = config.segments.extra.get("schemaName") or raw_table_name(table_with_type)
-        schema = Schema.from_json(self._read(paths.schema(str(schema_name)), f"schema {schema_name}"))
-        return TableContext(config, schema)
+        doc, version = self._read(paths.schema(str(schema_name)), f"schema {schema_name}")
+        return TableContext(config, Schema.from_json(doc), version)
 
-    def _read(self, path: str, what: str) -> object:
+    def _read(self, path: str, what: str) -> tuple[object, int]:
         try:
-            data = self._store.metastore.get(path).data
+            node = self._store.metastore.get(path)
         except NoNodeError:
             raise TableNotFoundError(f"{what} is not in the metadata store ({path})") from None
         try:
-            return orjson.loads(data)
+            return orjson.loads(node.data), node.version
         except orjson.JSONDecodeError as exc:
             raise TableNotFoundError(f"{what} at {path} is not JSON: {exc}") from None

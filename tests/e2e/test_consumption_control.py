@@ -232,3 +232,103 @@ def test_a_committed_segment_tells_its_story_in_order(cluster: InProcessCluster,
     assert main(["status", "--controller", cluster.controller_url, "--segment", segment]) == 0
     printed = capsys.readouterr().out
     assert f"story of {segment}" in printed and "segmentCommitStart" in printed and "committed" in printed
+
+
+def _paused_and_committed(cluster: InProcessCluster) -> list[str]:
+    """Pause, commit every consuming segment, and wait until no partition consumes; returns the committed ones."""
+    ctl = cluster.controller_url
+    assert cluster.http.post(f"{ctl}/tables/{TABLE}/pauseConsumption").json()["pauseFlag"] is True
+    committed = cluster.http.post(f"{ctl}/tables/{TABLE}/forceCommit").json()["segments"]
+    wait_until(lambda: not cluster.http.get(f"{ctl}/tables/{TABLE}/pauseStatus").json()["consumingSegments"], 30,
+               message="the consuming segments never committed")
+    return committed
+
+
+def _ends(cluster: InProcessCluster, segments: list[str]) -> dict[int, int]:
+    return {int(s.split("__")[1]): cluster.segment_metadata(TABLE, s)["endOffset"] for s in segments}
+
+
+def test_resume_from_largest_skips_the_rows_produced_while_paused(cluster: InProcessCluster) -> None:
+    _produce(cluster, 0, 100)
+    wait_until(lambda: _count(cluster) == 100, 30)
+    committed = _paused_and_committed(cluster)
+    _produce(cluster, 100, 150)  # produced while paused: skipped
+    resumed = cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/resumeConsumption",
+                                params={"consumeFrom": "LARGEST"})
+    assert resumed.status_code == 200, resumed.text
+    body = resumed.json()
+    assert body["pauseFlag"] is False and body["paused"] is False and len(body["createdSegments"]) == 2
+    ends = _ends(cluster, committed)
+    for segment in body["createdSegments"]:  # each starts at the stream's end, past the rows produced meanwhile
+        meta = cluster.segment_metadata(TABLE, segment)
+        assert meta["startOffset"] > ends[int(segment.split("__")[1])]
+    assert sum(cluster.segment_metadata(TABLE, s)["startOffset"] - ends[int(s.split("__")[1])]
+               for s in body["createdSegments"]) == 50
+    _produce(cluster, 150, 180)
+    wait_until(lambda: _count(cluster) == 130, 30)
+    assert cluster.scalar(f"SELECT COUNT(*) FROM {TABLE} WHERE id BETWEEN 100 AND 149") == 0
+    assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == 130
+    segment = body["createdSegments"][0]
+
+    def told() -> dict | None:
+        events = cluster.http.get(f"{cluster.controller_url}/segments/{TABLE}/{segment}/story").json()["events"]
+        return next((e for e in events if e["kind"] == "consumeFrom"), None)
+
+    event = wait_until(told, 10, message="the story never told the skip")
+    assert event["consumeFrom"] == "largest" and event["offsetsSkipped"] == event["startOffset"] - event[
+        "previousEndOffset"] > 0
+
+
+def test_resume_from_smallest_reads_the_stream_again_from_its_start(cluster: InProcessCluster) -> None:
+    _produce(cluster, 0, 100)
+    wait_until(lambda: _count(cluster) == 100, 30)
+    _paused_and_committed(cluster)
+    _produce(cluster, 100, 120)
+    resumed = cluster.http.post(f"{cluster.controller_url}/tables/{TABLE}/resumeConsumption?consumeFrom=smallest")
+    assert resumed.status_code == 200, resumed.text
+    for segment in resumed.json()["createdSegments"]:
+        assert cluster.segment_metadata(TABLE, segment)["startOffset"] == 0
+    # the 100 committed rows, and all 120 of the stream once more: re-read, as asked
+    wait_until(lambda: _count(cluster) == 220, 30, message=lambda: f"count {_count(cluster)}")
+    assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == 120
+
+
+def test_consume_from_is_refused_where_it_cannot_apply(cluster: InProcessCluster) -> None:
+    ctl = cluster.controller_url
+    _produce(cluster, 0, 20)
+    wait_until(lambda: _count(cluster) == 20, 30)
+    bad = cluster.http.post(f"{ctl}/tables/{TABLE}/resumeConsumption?consumeFrom=oldest")
+    assert bad.status_code == 400 and "consumeFrom param 'oldest' is not valid" in bad.json()["error"]
+    not_paused = cluster.http.post(f"{ctl}/tables/{TABLE}/resumeConsumption?consumeFrom=largest")
+    assert not_paused.status_code == 409 and "not paused" in not_paused.json()["error"]
+    assert cluster.http.post(f"{ctl}/tables/{TABLE}/pauseConsumption").status_code == 200
+    consuming = cluster.http.post(f"{ctl}/tables/{TABLE}/resumeConsumption?consumeFrom=largest")
+    assert consuming.status_code == 409 and "still consume" in consuming.json()["error"]
+    assert cluster.http.get(f"{ctl}/tables/{TABLE}/pauseStatus").json()["paused"] is True  # nothing changed
+
+
+def test_force_commit_of_one_partition_commits_only_that_partition(cluster: InProcessCluster) -> None:
+    ctl = cluster.controller_url
+    _produce(cluster, 0, 200)
+    wait_until(lambda: _count(cluster) == 200, 30)
+    before = {s.split("__")[1]: s for s, r in cluster.ideal_state(f"{TABLE}_REALTIME").items()
+              if "CONSUMING" in r.values()}
+    for params, fragment in [({"partitions": "0,5"}, "no partition(s) 5"), ({"partitions": "x"}, "not a partition"),
+                             ({"segments": "nope"}, "not consuming: nope"),
+                             ({"partitions": "0", "segments": before["0"]}, "not both")]:
+        refused = cluster.http.post(f"{ctl}/tables/{TABLE}/forceCommit", params=params)
+        assert refused.status_code == 400 and fragment in refused.json()["error"], refused.text
+    answer = cluster.http.post(f"{ctl}/tables/{TABLE}/forceCommit", params={"partitions": "1"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["forceCommitStatus"] == "SUCCESS" and body["segments"] == [before["1"]]
+    wait_until(lambda: cluster.committed_segments(TABLE) == [before["1"]], 30, message="partition 1 never committed")
+    ideal = cluster.ideal_state(f"{TABLE}_REALTIME")
+    assert set(ideal[before["0"]].values()) == {"CONSUMING"}  # partition 0 still consumes the same segment
+    status = cluster.http.get(f"{ctl}/tables/forceCommitStatus/{body['forceCommitJobId']}").json()
+    assert status["numberOfSegmentsYetToBeCommitted"] == 0 and status["jobType"] == "FORCE_COMMIT"
+    by_segment = cluster.http.post(f"{ctl}/tables/{TABLE}/forceCommit", params={"segments": before["0"]}).json()
+    assert by_segment["segments"] == [before["0"]]
+    wait_until(lambda: before["0"] in cluster.committed_segments(TABLE), 30)
+    assert _count(cluster) == 200
+    cluster.check_invariants(f"{TABLE}_REALTIME", replicas=2)

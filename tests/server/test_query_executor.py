@@ -297,7 +297,7 @@ def test_a_query_failing_on_the_rows_names_the_segment_that_holds_them(loaded) -
     assert error.error_code == int(QueryErrorCode.QUERY_EXECUTION)
     assert error.message == (f"the query failed on segment {names[1]}: Could not convert string 'abc' to INT32")
     result, stats = QueryExecutor(registry).execute(request("SELECT nope FROM cuvee_segments", names))
-    assert "segment" not in stats.exceptions[0].message and "nope" in stats.exceptions[0].message
+    assert "on segment" not in stats.exceptions[0].message and "'nope' is not served" in stats.exceptions[0].message
     assert registry.ref_count(TABLE, names[1]) == 0
 
 

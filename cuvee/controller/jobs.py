@@ -1,0 +1,59 @@
+"""Controller jobs (Pinot's ``CONTROLLER_JOBS``): a record of each reload and force commit, for their status
+endpoints (``GET /segments/segmentReloadStatus/{jobId}``, ``GET /tables/forceCommitStatus/{jobId}``).
+
+Kept per table (``ClusterPaths.jobs``, deleted with the table), the newest ``MAX_JOBS`` of them, with Pinot's
+keys (``jobId``, ``jobType``, ``tableName``, ``submissionTimeMs``). Writing one is best effort, as in Pinot: the
+job ran whether or not its record could be written, and the answer says which (``...ZKStorageStatus``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from typing import Any
+
+import orjson
+
+from cuvee.cluster.records import ControllerJobs
+from cuvee.cluster.store import ClusterStore
+from cuvee.controller.errors import BadRequest, NotFound
+
+log = logging.getLogger(__name__)
+
+MAX_JOBS = 100
+RELOAD = "RELOAD_SEGMENT"
+FORCE_COMMIT = "FORCE_COMMIT"
+_JOB_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
+
+
+def new_job_id() -> str:
+    return str(uuid.uuid4())
+
+
+def record_job(store: ClusterStore, table: str, job: dict[str, Any]) -> bool:
+    """Add ``job`` to the table's jobs; False (logged) when the metadata store would not take it."""
+    try:
+        store.update(ControllerJobs, store.paths.jobs(table), lambda jobs: jobs.added(job, MAX_JOBS),
+                     initial=ControllerJobs(table))
+        return True
+    except Exception:  # noqa: BLE001 - the job ran; only its record is missing
+        log.exception("could not record %s job %s of %s", job.get("jobType"), job.get("jobId"), table)
+        return False
+
+
+def find_job(store: ClusterStore, job_id: str, job_type: str) -> dict[str, Any]:
+    """The job of that id and type, from whichever table's jobs hold it (404 when none does)."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise BadRequest(f"job id {job_id[:64]!r} is not a job id")
+    for table in store.children(store.paths.all_jobs):
+        found = store.find(ControllerJobs, store.paths.jobs(table))
+        job = found.record.job(job_id) if found is not None else None
+        if job is not None and job.get("jobType") == job_type:
+            return job
+    raise NotFound(f"Failed to find controller job id: {job_id}")
+
+
+def pinot_metadata(job: dict[str, Any]) -> dict[str, str]:
+    """A job as Pinot answers its metadata: a map of strings (lists and objects as JSON text)."""
+    return {key: value if isinstance(value, str) else orjson.dumps(value).decode() for key, value in job.items()}
