@@ -392,8 +392,8 @@ def _csv(given: Mapping[str, str], issue: Report) -> CsvOptions | None:
         values[attribute] = _flag(given, prop, values.get(attribute, getattr(CsvOptions, attribute)), issue)
     if "nullStringValue" in given:
         values["null_string"] = given["nullStringValue"]
-    delimiter = values.get("delimiter", ",")
-    if values.get("quote_character") == delimiter or values.get("escape_character") == delimiter:
+    delimiter = values.get("delimiter", CsvOptions.delimiter)
+    if delimiter in (values.get("quote_character", CsvOptions.quote_character), values.get("escape_character")):
         issue("delimiter", "must differ from the quote and escape characters")
     raw_header = given.get("header")
     if raw_header is not None:
