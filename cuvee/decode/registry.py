@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -57,8 +58,10 @@ class RegistryAvroDecoder(ParsingDecoder):
         self._options = options
         self._shown_url = _without_credentials(options.url)
         self._client = client if client is not None else _client(options, timeout_seconds)
-        # schema id -> fastavro schema, or the reason messages written with it are bad
-        self._schemas: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        # schema id -> fastavro schema, shared by the decoders of this registry in the process (ids never change)
+        self._schemas = _shared_cache(options)
+        # schema id -> why messages written with it are bad (this decoder's: the registry may learn the id later)
+        self._refused: dict[int, str] = {}
 
     def parse(self, raw: bytes) -> Mapping[str, Any]:
         if len(raw) < HEADER_BYTES or raw[0] != MAGIC_BYTE:
@@ -73,12 +76,16 @@ class RegistryAvroDecoder(ParsingDecoder):
     def _schema(self, schema_id: int) -> Any:
         cached = self._schemas.get(schema_id)
         if cached is not None:
-            self._schemas.move_to_end(schema_id)
             return cached
+        refused = self._refused.get(schema_id)
+        if refused is not None:
+            return refused
         found = self._fetch(schema_id)
-        self._schemas[schema_id] = found
-        while len(self._schemas) > self._options.cache_capacity:
-            self._schemas.popitem(last=False)
+        if isinstance(found, str):
+            if len(self._refused) < self._options.cache_capacity:
+                self._refused[schema_id] = found
+        else:
+            self._schemas.put(schema_id, found)
         return found
 
     def _fetch(self, schema_id: int) -> Any:
@@ -105,6 +112,44 @@ class RegistryAvroDecoder(ParsingDecoder):
             return reader_schema(registered.schema_str, self._options.logical_types)
         except Exception as error:  # noqa: BLE001 - a registered schema fastavro cannot read
             return f"schema id {schema_id} is not an Avro schema Cuvee can read ({type(error).__name__})"
+
+
+class _SchemaCache:
+    """Parsed schemas by id, least recently used out first; thread-safe (consumers of several segments)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._schemas: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, schema_id: int) -> Any:
+        with self._lock:
+            found = self._schemas.get(schema_id)
+            if found is not None:
+                self._schemas.move_to_end(schema_id)
+            return found
+
+    def put(self, schema_id: int, schema: Any) -> None:
+        with self._lock:
+            self._schemas[schema_id] = schema
+            while len(self._schemas) > self.capacity:
+                self._schemas.popitem(last=False)
+
+
+_CACHES: dict[tuple[str, bool], _SchemaCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def _shared_cache(options: RegistryOptions) -> _SchemaCache:
+    """The cache of this registry (URL) and logical-type setting in this process: a server's consuming segments
+    of one table (and of tables on the same registry) ask the registry for a schema id once between them."""
+    key = (options.url, options.logical_types)
+    with _CACHES_LOCK:
+        cache = _CACHES.get(key)
+        if cache is None:
+            cache = _CACHES[key] = _SchemaCache(options.cache_capacity)
+        cache.capacity = max(cache.capacity, options.cache_capacity)
+        return cache
 
 
 def _client(options: RegistryOptions, timeout_seconds: float) -> Any:

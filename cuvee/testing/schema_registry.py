@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import itertools
 import json
 import re
 import threading
@@ -18,6 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# Ids are unique across the servers of a process, as ids of different registries would be for a decoder's cache
+# (keyed by URL): a port reused by a later test's registry never meets an earlier registry's schema under its id.
+_IDS = itertools.count(1)
 
 
 class SchemaRegistryServer:
@@ -45,7 +49,7 @@ class SchemaRegistryServer:
             entry = {"schema": schema, "schemaType": schema_type}
             schema_id = next((i for i, known in self._schemas.items() if known == entry), None)
             if schema_id is None:
-                schema_id = len(self._schemas) + 1
+                schema_id = next(_IDS)
                 self._schemas[schema_id] = entry
             versions = self._subjects.setdefault(subject, [])
             if schema_id not in versions:

@@ -136,3 +136,22 @@ def test_names_past_their_limits_and_host_paths_are_clear_400s_that_reveal_nothi
         answers.append(reply.json()["error"].replace(where, "<dir>").replace(topic, "<topic>"))
     assert len(set(answers)) == 1, answers  # a file, a directory and nothing at all look the same to the caller
     assert "Errno" not in answers[0]
+
+
+def test_a_decoder_that_cannot_be_built_is_a_400_naming_the_key(leader: Controller, log_dir: Path) -> None:
+    """Before decoders were chosen by class name the table was created, and every message became a bad row."""
+    url = leader.url
+    post(url, "/schemas", schema_doc())
+    unknown = table_doc(log_dir, **{"stream.log.decoder.class.name": "com.example.ThriftDecoder"})
+    body = _error(post(url, "/tables", unknown), 400, "not a decoder Cuvee runs")
+    assert [i["path"] for i in body["issues"]] == ["$.tableIndexConfig.streamConfigs['stream.log.decoder.class.name']"]
+    avro = table_doc(log_dir, **{
+        "stream.log.decoder.class.name": "org.apache.pinot.plugin.inputformat.avro.SimpleAvroMessageDecoder",
+        "stream.log.decoder.prop.schema": '{"type": "record", "name": "E", "fields": [{"name": "a"}]}'})
+    body = _error(post(url, "/tables", avro), 400, "not a valid Avro schema")
+    assert [i["path"] for i in body["issues"]] == ["$.tableIndexConfig.streamConfigs['stream.log.decoder.prop.schema']"]
+    registry = table_doc(log_dir, **{
+        "stream.log.decoder.class.name":
+            "org.apache.pinot.plugin.inputformat.avro.confluent.KafkaConfluentSchemaRegistryAvroMessageDecoder"})
+    _error(post(url, "/tables", registry), 400, "schema.registry.rest.url")
+    assert get(url, "/tables").json() == {"tables": []}

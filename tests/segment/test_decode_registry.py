@@ -133,3 +133,12 @@ def test_client_settings_the_registry_client_refuses_fail_the_setup(tmp_path: An
     with pytest.raises(DecoderSetupError, match="schema registry client cannot be made"):
         decoder_of(config("https://registry:8081", **{"schema.registry.ssl.truststore.location": str(missing),
                                                       "schema.registry.ssl.truststore.type": "PEM"}))
+
+
+def test_decoders_of_one_registry_share_its_schemas(registry: SchemaRegistryServer) -> None:
+    """A server's consuming segments (one decoder each) ask the registry for an id once between them."""
+    schema_id = registry.register("events-value", orjson.dumps(V1).decode())
+    message = framed(schema_id, avro_bytes(V1, {"i": 1, "s": "x", "ts": TS}))
+    for _ in range(3):
+        assert decoder_of(config(registry.url)).decode([message], [0]).num_good == 1
+    assert registry.requests[f"GET /schemas/ids/{schema_id}"] == 1
