@@ -314,38 +314,37 @@ def _registry_auth(given: Mapping[str, str], url: str, settings: dict[str, str],
 
 def _registry_ssl(given: Mapping[str, str], settings: dict[str, str], issue: Report) -> None:
     """Java-style SSL keys of the registry client, for Python's ssl module: PEM files only."""
-    def key(name: str) -> str:
-        return _REGISTRY_SSL + name
-
-    trust, trust_type = given.get(key("truststore.location")), given.get(key("truststore.type"))
-    if given.get(key("truststore.password")) is not None:
-        issue(key("truststore.password"), "a PEM trust store takes no password; remove it")
+    for name, what in (("truststore", "trust store takes no password"),
+                       ("keystore", "key store takes no store password (the key's is key.password)")):
+        if given.get(f"{_REGISTRY_SSL}{name}.password") is not None:
+            issue(f"{_REGISTRY_SSL}{name}.password", f"a PEM {what}; remove it")
+    trust = _pem_file(given, "truststore", TRUSTSTORE_CONVERSION, issue)
     if trust is not None:
-        kind = (trust_type or "JKS").strip().upper()
-        if kind != "PEM":
-            issue(key("truststore.type") if trust_type else key("truststore.location"),
-                  f"a {kind} trust store cannot be read by Python's ssl module: {TRUSTSTORE_CONVERSION}")
-        else:
-            settings["ssl.ca.location"] = trust
-    elif trust_type is not None:
-        issue(key("truststore.type"), f"has no effect without {key('truststore.location')}")
-    store, store_type = given.get(key("keystore.location")), given.get(key("keystore.type"))
-    if given.get(key("keystore.password")) is not None:
-        issue(key("keystore.password"), f"a PEM key store takes no store password (the key's is "
-                                        f"{key('key.password')}); remove it")
+        settings["ssl.ca.location"] = trust
+    store = _pem_file(given, "keystore", PEM_KEYSTORE_CONVERSION, issue)
+    key_password = given.get(f"{_REGISTRY_SSL}key.password")
     if store is not None:
-        kind = (store_type or "JKS").strip().upper()
-        if kind != "PEM":
-            issue(key("keystore.type") if store_type else key("keystore.location"),
-                  f"a {kind} key store cannot be read by Python's ssl module: {PEM_KEYSTORE_CONVERSION}")
-        else:
-            settings["ssl.certificate.location"] = settings["ssl.key.location"] = store
-            if given.get(key("key.password")) is not None:
-                settings["ssl.key.password"] = given[key("key.password")]
-    else:
-        for name in ("keystore.type", "key.password"):
-            if given.get(key(name)) is not None:
-                issue(key(name), f"has no effect without {key('keystore.location')}")
+        settings["ssl.certificate.location"] = settings["ssl.key.location"] = store
+        if key_password is not None:
+            settings["ssl.key.password"] = key_password
+    elif key_password is not None and f"{_REGISTRY_SSL}keystore.location" not in given:
+        issue(f"{_REGISTRY_SSL}key.password", f"has no effect without {_REGISTRY_SSL}keystore.location")
+
+
+def _pem_file(given: Mapping[str, str], store: str, conversion: str, issue: Report) -> str | None:
+    """``schema.registry.ssl.<store>.location`` when its type is PEM (Python's ssl module reads nothing else)."""
+    location_key, type_key = f"{_REGISTRY_SSL}{store}.location", f"{_REGISTRY_SSL}{store}.type"
+    location, raw_type = given.get(location_key), given.get(type_key)
+    if location is None:
+        if raw_type is not None:
+            issue(type_key, f"has no effect without {location_key}")
+        return None
+    kind = (raw_type or "JKS").strip().upper()
+    if kind != "PEM":
+        issue(type_key if raw_type else location_key,
+              f"a {kind} {store.replace('store', ' store')} cannot be read by Python's ssl module: {conversion}")
+        return None
+    return location
 
 
 def _protobuf(given: Mapping[str, str], issue: Report) -> ProtobufOptions | None:

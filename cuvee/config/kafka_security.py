@@ -291,26 +291,33 @@ def parse_jaas_config(text: str) -> tuple[str, dict[str, str]] | str:
     return module, options
 
 
-def _store_type(sources: _Sources, key: str) -> str | None:
-    raw = sources.get(key)
-    return None if raw is None else raw.strip().upper()
+def _ssl_store(sources: _Sources, keys: tuple[str, ...], type_key: str, protocol: str,
+               issues: list[SettingIssue]) -> tuple[list[str], str | None] | None:
+    """The store keys given and the store's type (upper case, None if not given); None when there is nothing to
+    translate (no key given, or issues reported: keys without an SSL protocol, an unknown type)."""
+    given = [key for key in keys if sources.get(key) is not None]
+    if not given:
+        return None
+    if protocol not in _SSL_PROTOCOLS:
+        issues.extend(SettingIssue(sources.at(key), f"has no effect unless {PROTOCOL} is SSL or SASL_SSL")
+                      for key in given)
+        return None
+    raw = sources.get(type_key)
+    store_type = None if raw is None else raw.strip().upper()
+    if store_type is not None and store_type not in _STORE_TYPES:
+        issues.append(SettingIssue(sources.at(type_key), f"must be one of {', '.join(_STORE_TYPES)}"))
+        return None
+    return given, store_type
 
 
 def _truststore(sources: _Sources, settings: dict[str, str], protocol: str, issues: list[SettingIssue]) -> None:
     keys = (TRUSTSTORE_LOCATION, TRUSTSTORE_TYPE, TRUSTSTORE_PASSWORD, TRUSTSTORE_CERTIFICATES)
-    given = [key for key in keys if sources.get(key) is not None]
-    if not given:
+    store = _ssl_store(sources, keys, TRUSTSTORE_TYPE, protocol, issues)
+    if store is None:
         return
-    if protocol not in _SSL_PROTOCOLS:
-        issues.extend(SettingIssue(sources.at(key), f"has no effect unless {PROTOCOL} is SSL or SASL_SSL")
-                      for key in given)
-        return
-    store_type = _store_type(sources, TRUSTSTORE_TYPE)
+    given, store_type = store
     location, inline = sources.get(TRUSTSTORE_LOCATION), sources.get(TRUSTSTORE_CERTIFICATES)
     where = sources.at(TRUSTSTORE_TYPE if store_type is not None else TRUSTSTORE_LOCATION)
-    if store_type is not None and store_type not in _STORE_TYPES:
-        issues.append(SettingIssue(sources.at(TRUSTSTORE_TYPE), f"must be one of {', '.join(_STORE_TYPES)}"))
-        return
     if location is not None and inline is not None:
         issues.append(SettingIssue(sources.at(TRUSTSTORE_CERTIFICATES), f"give {TRUSTSTORE_LOCATION} or this, not "
                                                                         "both"))
@@ -339,20 +346,13 @@ def _truststore(sources: _Sources, settings: dict[str, str], protocol: str, issu
 
 def _keystore(sources: _Sources, settings: dict[str, str], protocol: str, issues: list[SettingIssue]) -> None:
     keys = (KEYSTORE_LOCATION, KEYSTORE_TYPE, KEYSTORE_PASSWORD, KEY_PASSWORD, KEYSTORE_KEY, KEYSTORE_CHAIN)
-    given = [key for key in keys if sources.get(key) is not None]
-    if not given:
+    store = _ssl_store(sources, keys, KEYSTORE_TYPE, protocol, issues)
+    if store is None:
         return
-    if protocol not in _SSL_PROTOCOLS:
-        issues.extend(SettingIssue(sources.at(key), f"has no effect unless {PROTOCOL} is SSL or SASL_SSL")
-                      for key in given)
-        return
-    store_type = _store_type(sources, KEYSTORE_TYPE)
+    given, store_type = store
     location = sources.get(KEYSTORE_LOCATION)
     key, chain = sources.get(KEYSTORE_KEY), sources.get(KEYSTORE_CHAIN)
     store_password, key_password = sources.get(KEYSTORE_PASSWORD), sources.get(KEY_PASSWORD)
-    if store_type is not None and store_type not in _STORE_TYPES:
-        issues.append(SettingIssue(sources.at(KEYSTORE_TYPE), f"must be one of {', '.join(_STORE_TYPES)}"))
-        return
     if key is not None or chain is not None:
         if location is not None:
             issues.append(SettingIssue(sources.at(KEYSTORE_KEY if key is not None else KEYSTORE_CHAIN),
