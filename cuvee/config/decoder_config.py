@@ -251,7 +251,50 @@ def avro_schema_problem(text: str) -> str | None:
         return f"not a valid Avro schema: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
     if not isinstance(parsed, dict) or parsed.get("type") != "record":
         return "must be an Avro record schema (each message is one row)"
-    return None
+    return unbounded_avro_array(doc)
+
+
+def unbounded_avro_array(schema: Any) -> str | None:
+    """Why an Avro schema is refused for its arrays, None if it is not: an array whose items take no bytes (null,
+    a record without fields, fixed of size 0) lets a message of a few bytes claim billions of items, which a reader
+    would build one by one."""
+    named: dict[str, Any] = {}
+
+    def zero_width(node: Any, seen: frozenset[str]) -> bool:
+        if isinstance(node, str):
+            if node == "null":
+                return True
+            target = named.get(node)
+            return target is not None and node not in seen and zero_width(target, seen | {node})
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if kind in ("record", "error"):
+                fields = node.get("fields") or []
+                return all(isinstance(f, dict) and zero_width(f.get("type"), seen) for f in fields)
+            if kind == "fixed":
+                return node.get("size") == 0
+            if isinstance(kind, (str, dict)) and kind not in ("enum", "array", "map"):
+                return zero_width(kind, seen)
+        return False  # unions, enums, arrays and maps write at least one byte
+
+    def walk(node: Any) -> str | None:
+        if isinstance(node, list):
+            return next((problem for item in node if (problem := walk(item))), None)
+        if not isinstance(node, dict):
+            return None
+        if node.get("type") in ("record", "error", "enum", "fixed") and isinstance(node.get("name"), str):
+            named[node["name"]] = node
+            if isinstance(node.get("namespace"), str):
+                named[f"{node['namespace']}.{node['name']}"] = node
+        if node.get("type") == "array" and zero_width(node.get("items"), frozenset()):
+            return "an array whose items take no bytes (null, an empty record, fixed of size 0) is not supported"
+        for key in ("type", "items", "values", "fields"):
+            problem = walk(node.get(key))
+            if problem:
+                return problem
+        return None
+
+    return walk(schema)
 
 
 def _registry(given: Mapping[str, str], issue: Report) -> RegistryOptions | None:

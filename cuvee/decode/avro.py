@@ -27,7 +27,7 @@ from typing import Any
 import fastavro
 import orjson
 
-from cuvee.config.decoder_config import AvroOptions
+from cuvee.config.decoder_config import AvroOptions, unbounded_avro_array
 from cuvee.config.schema import Schema
 from cuvee.decode.bad_records import BadRecordLog
 from cuvee.decode.rows import MessageError, ParsingDecoder
@@ -38,8 +38,12 @@ _MILLI = datetime.timedelta(milliseconds=1)
 
 def reader_schema(schema: str | Mapping[str, Any], logical_types: bool) -> Any:
     """fastavro's parsed form of a writer schema (JSON text or document); without logical types the
-    ``logicalType`` annotations are dropped, so values stay as written."""
+    ``logicalType`` annotations are dropped, so values stay as written. ValueError for a schema refused by
+    ``unbounded_avro_array``."""
     doc = orjson.loads(schema) if isinstance(schema, str) else schema
+    problem = unbounded_avro_array(doc)
+    if problem is not None:
+        raise ValueError(problem)
     return fastavro.parse_schema(doc if logical_types else _without_logical_types(doc))
 
 

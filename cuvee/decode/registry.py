@@ -110,8 +110,9 @@ class RegistryAvroDecoder(ParsingDecoder):
             return f"schema id {schema_id} refers to other schemas (references are not supported)"
         try:
             return reader_schema(registered.schema_str, self._options.logical_types)
-        except Exception as error:  # noqa: BLE001 - a registered schema fastavro cannot read
-            return f"schema id {schema_id} is not an Avro schema Cuvee can read ({type(error).__name__})"
+        except Exception as error:  # noqa: BLE001 - a registered schema fastavro cannot read, or one refused
+            return f"schema id {schema_id} is not an Avro schema Cuvee can read ({type(error).__name__}: " \
+                   f"{str(error).splitlines()[0][:200] if str(error) else ''})"
 
 
 class _SchemaCache:

@@ -136,3 +136,14 @@ def test_decoder_keys_of_the_embedded_log(tmp_path: Any) -> None:
                "stream.log.decoder.class.name": PINOT_CSV, "stream.log.decoder.prop.header": "a,b"}
     assert StreamConfig.from_json(configs).decoder.kind is DecoderKind.CSV
     assert stream_type(configs) == "log"  # not an unknown stream.log.* key
+
+
+@pytest.mark.parametrize("items", ['"null"', '{"type": "record", "name": "Empty", "fields": []}',
+                                   '{"type": "fixed", "name": "Z", "size": 0}'])
+def test_arrays_of_items_that_take_no_bytes_are_refused(items: str) -> None:
+    """A few bytes could claim billions of such items: fastavro builds 10^8 nulls in ~10 s and ~1 GB."""
+    schema = '{"type": "record", "name": "E", "fields": [{"name": "a", "type": {"type": "array", "items": %s}}]}' % items
+    found = issues(**{CLASS: PINOT_AVRO, PROP + "schema": schema})
+    assert "items take no bytes" in found[at(PROP + "schema")]
+    fine = '{"type": "record", "name": "E", "fields": [{"name": "a", "type": {"type": "array", "items": "boolean"}}]}'
+    assert parse(**{CLASS: PINOT_AVRO, PROP + "schema": fine}).decoder.kind is DecoderKind.AVRO

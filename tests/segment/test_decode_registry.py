@@ -142,3 +142,13 @@ def test_decoders_of_one_registry_share_its_schemas(registry: SchemaRegistryServ
     for _ in range(3):
         assert decoder_of(config(registry.url)).decode([message], [0]).num_good == 1
     assert registry.requests[f"GET /schemas/ids/{schema_id}"] == 1
+
+
+def test_a_registered_schema_with_unbounded_arrays_makes_its_messages_bad(registry: SchemaRegistryServer) -> None:
+    schema = {"type": "record", "name": "E", "fields": [{"name": "a", "type": {"type": "array", "items": "null"}}]}
+    schema_id = registry.register("events-value", orjson.dumps(schema).decode())
+    huge_count = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f"  # zigzag varint of 2^62
+    result = decoder_of(config(registry.url)).decode([framed(schema_id, huge_count + b"\x00")], [4])
+    assert [(b.offset, b.reason) for b in result.bad] == [
+        (4, f"schema id {schema_id} is not an Avro schema Cuvee can read (ValueError: an array whose items take no "
+            "bytes (null, an empty record, fixed of size 0) is not supported)")]
