@@ -11,9 +11,11 @@ Pinot's class names are mapped to Cuvee's decoders:
 | ``...inputformat.protobuf.ProtoBufMessageDecoder`` | Protobuf from a descriptor set file | ``descriptorFile``, ``protoClassName`` |
 | ``...inputformat.csv.CSVMessageDecoder`` | CSV, one record a message | ``fileFormat``, ``delimiter``, ``header``, ``skipHeader``, ``multiValueDelimiter``, ``nullStringValue``, ``commentMarker``, ``escapeCharacter``, ``quoteCharacter``, ``ignoreEmptyLines``, ``ignoreSurroundingSpaces`` |
 
-Any other class, an unknown prop, or a required prop missing or unusable (an inline Avro schema that does not
-parse, a registry URL that is not http(s), a Java key store) is a ConfigIssue naming the key: the table is refused
-(400) rather than created with a decoder that turns every message into a bad row. A descriptor file is read where
+Every decoder also takes ``format`` (Pinot's examples set it, its decoders never read it), which must then name the
+decoder's format (JSON, AVRO, PROTOBUF, CSV). Any other class, an unknown prop, or a required prop missing or
+unusable (an inline Avro schema that does not parse, a registry URL that is not http(s), a Java key store) is a
+ConfigIssue naming the key: the table is refused (400) rather than created with a decoder that turns every
+message into a bad row. A descriptor file is read where
 the consumer runs (servers), so only its path's form is checked here. Secrets (registry credentials) are kept out
 of reprs and never put into messages.
 """
@@ -151,6 +153,10 @@ _CSV_FLAGS = {"skipHeader": "skip_header", "ignoreEmptyLines": "ignore_empty_lin
               "ignoreSurroundingSpaces": "ignore_surrounding_spaces"}
 _CSV_WRITER_ONLY = ("quoteMode", "recordSeparator")
 
+# ``format``: Pinot's decoders never read it, yet Pinot's own examples set it ("JSON"); checked against the decoder
+_FORMAT = "format"
+_FORMATS = {DecoderKind.JSON: {"JSON"}, DecoderKind.AVRO: {"AVRO"}, DecoderKind.AVRO_REGISTRY: {"AVRO"},
+            DecoderKind.PROTOBUF: {"PROTOBUF", "PROTO"}, DecoderKind.CSV: {"CSV"}}
 _LOGICAL_TYPES = "enableLogicalTypes"
 _REGISTRY_URL = "schema.registry.rest.url"
 _REGISTRY_SSL = "schema.registry.ssl."
@@ -182,6 +188,9 @@ def parse_decoder(props: Mapping[str, str], stream_type: str, at: Callable[[str]
             reason = f"not a decoder Cuvee runs (supported: {supported})"
         issues.append(ConfigIssue(at(class_key), f"{class_name!r}: {reason}"))
         return None
+    declared = given.pop(_FORMAT, None)
+    if declared is not None and declared.strip().upper() not in _FORMATS[kind]:
+        issue(_FORMAT, f"{declared!r} does not match the decoder, which reads {sorted(_FORMATS[kind])[0]}")
     options: AvroOptions | RegistryOptions | ProtobufOptions | CsvOptions | None = None
     if kind is DecoderKind.JSON:
         for name in sorted(given):

@@ -147,3 +147,11 @@ def test_arrays_of_items_that_take_no_bytes_are_refused(items: str) -> None:
     assert "items take no bytes" in found[at(PROP + "schema")]
     fine = '{"type": "record", "name": "E", "fields": [{"name": "a", "type": {"type": "array", "items": "boolean"}}]}'
     assert parse(**{CLASS: PINOT_AVRO, PROP + "schema": fine}).decoder.kind is DecoderKind.AVRO
+
+
+def test_the_format_prop_of_pinots_examples_must_match_the_decoder() -> None:
+    assert parse(**{CLASS: PINOT_JSON, PROP + "format": "JSON"}).decoder.kind is DecoderKind.JSON
+    assert parse(**{CLASS: PINOT_AVRO, PROP + "schema": AVRO_SCHEMA, PROP + "format": "avro"}).decoder.kind \
+        is DecoderKind.AVRO
+    found = issues(**{CLASS: PINOT_JSON, PROP + "format": "AVRO"})
+    assert found == {at(PROP + "format"): "'AVRO' does not match the decoder, which reads JSON"}
