@@ -6,7 +6,9 @@ security keys at the top level of ``streamConfigs`` (``security.protocol``, ``sa
 and shapes some of them differently, so ``kafka_client_properties`` reads them (at the top level, or as
 ``stream.kafka.consumer.prop.<key>``) and returns librdkafka's settings:
 
-- ``security.protocol``: the same four values; ``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+- ``security.protocol``: the same four values; ``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and
+  OAUTHBEARER only as librdkafka's own setup, under ``stream.kafka.consumer.prop.*``: Kafka's JAAS login modules for
+  them are not translated).
 - ``sasl.jaas.config`` (``PlainLoginModule`` or ``ScramLoginModule`` with ``username`` and ``password``) becomes
   ``sasl.username`` / ``sasl.password``; the login module must match the mechanism.
 - PEM stores: ``ssl.truststore.location`` of type PEM becomes ``ssl.ca.location``, ``ssl.truststore.certificates``
