@@ -1,7 +1,10 @@
 """The ``streamConfigs`` map of a realtime table: which stream to consume and when to end a consuming segment.
 
 Key names are Pinot's, so a Pinot table config works unchanged. The raw map stays available as ``properties``
-because stream implementations read their own keys from it (e.g. ``stream.kafka.consumer.prop.*``).
+because stream implementations read their own keys from it (e.g. ``stream.kafka.consumer.prop.*``). The decoder
+keys (``cuvee.config.decoder_config``) and Pinot's Kafka security keys (``cuvee.config.kafka_security``) are
+checked here, so a table whose messages cannot be decoded or whose broker cannot be reached as configured is
+refused when it is created.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from cuvee.config.decoder_config import JSON_DECODER, DecoderSpec, parse_decoder
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 from cuvee.config.json_reader import child_path
+from cuvee.config.kafka_security import kafka_client_properties
 from cuvee.config.units import parse_duration_ms, parse_size_bytes
 
 
@@ -41,6 +46,15 @@ class StreamKeys:
     @staticmethod
     def consumer_prop_prefix(stream_type: str) -> str:
         return f"stream.{stream_type}.consumer.prop."
+
+    @staticmethod
+    def decoder_class(stream_type: str) -> str:
+        """``stream.<type>.decoder.class.name``: Pinot's decoder class (``cuvee.decode.spec`` maps it)."""
+        return f"stream.{stream_type}.decoder.class.name"
+
+    @staticmethod
+    def decoder_prop_prefix(stream_type: str) -> str:
+        return f"stream.{stream_type}.decoder.prop."
 
 
 # Pinot's defaults (StreamConfig.java).
@@ -88,6 +102,8 @@ class StreamConfig:
     flush_autotune_initial_rows: int
     # Who teaches the size learner: "each" partition its own R, "all" one R, or a partition number (the seed's way).
     flush_autotune_learning: str | int = "each"
+    # What turns the messages into rows (``stream.<type>.decoder.*``; JSON when not given).
+    decoder: DecoderSpec = JSON_DECODER
     properties: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
@@ -140,6 +156,12 @@ class StreamConfig:
             topic = _required(props, StreamKeys.LOG_TOPIC, at, issues)
             log_dir = _required(props, StreamKeys.LOG_DIR, at, issues)
 
+        decoder = None
+        if stream_type is not None:
+            decoder = parse_decoder(props, stream_type.value, at, issues)
+        if stream_type is StreamType.KAFKA:  # Pinot's security keys must translate to librdkafka's
+            issues.extend(ConfigIssue(at(issue.key), issue.message) for issue in kafka_client_properties(props)[1])
+
         offset_reset = OffsetReset.LARGEST
         if stream_type is not None:
             reset_key = StreamKeys.offset_reset(stream_type.value)
@@ -191,7 +213,7 @@ class StreamConfig:
                 if size == 0:
                     issues.append(ConfigIssue(at(size_key), "must be larger than zero"))
 
-        if len(issues) > before or stream_type is None or topic is None:
+        if len(issues) > before or stream_type is None or topic is None or decoder is None:
             return None
         return cls(
             stream_type=stream_type,
@@ -204,6 +226,7 @@ class StreamConfig:
             flush_threshold_segment_size_bytes=size,
             flush_autotune_initial_rows=initial_rows,
             flush_autotune_learning=learning,
+            decoder=decoder,
             properties=props,
         )
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from cuvee.errors import CuveeError
+
 # How much of a bad message we keep: enough to recognise it, not enough to blow up memory or a log file.
 RAW_PREFIX_BYTES = 200
 
@@ -45,9 +47,21 @@ class DecodeResult:
         return self.batch.num_rows
 
 
+class DecoderUnavailable(CuveeError):
+    """The decoder cannot decode these messages now: an outside service it needs (a schema registry) did not
+    answer. Nothing was decoded; the consumer keeps its offset and tries the same messages again later, so an
+    outage delays rows and never drops them."""
+
+
+class DecoderSetupError(CuveeError):
+    """A decoder cannot be built where the consumer runs (e.g. its descriptor file is missing or unreadable); the
+    consuming segment goes to ERROR with this message."""
+
+
 class Decoder(abc.ABC):
     """Turns a batch of raw stream messages into columns of a schema."""
 
     @abc.abstractmethod
     def decode(self, values: Sequence[bytes], offsets: Sequence[int]) -> DecodeResult:
-        """Decode ``values`` (message payloads) whose stream offsets are ``offsets``; never raises on bad input."""
+        """Decode ``values`` (message payloads) whose stream offsets are ``offsets``; never raises on bad input
+        (DecoderUnavailable when a service it needs is down: then none of them was decoded)."""

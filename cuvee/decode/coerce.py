@@ -13,10 +13,16 @@ else comes here. Rules:
 - JSON: strings as they are (as Pinot stores them); anything else as its JSON text.
 - BYTES: hex strings.
 - multi-value columns: a scalar becomes a one-element list; null elements are dropped.
+
+Binary formats (Avro, Protobuf) also hand over ``bytes``: a BYTES column takes them as they are, a STRING or JSON
+column as hex (Pinot's BYTES-to-STRING conversion); inside JSON text (a nested record) they are base64, as
+Pinot's JSON writer puts them. Decimals inside JSON text are numbers.
 """
 
 from __future__ import annotations
 
+import base64
+import decimal
 import functools
 import io
 import math
@@ -138,13 +144,29 @@ def _to_timestamp(value: Any) -> int:
     return _to_whole(value, "TIMESTAMP", *_TIMESTAMP_RANGE)
 
 
+def _json_default(value: Any) -> Any:
+    """What orjson cannot write by itself, as Pinot's JSON writer (Jackson) writes it."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    raise TypeError(type(value).__name__)
+
+
 def _to_text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    try:
+        return orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError as error:
+        raise CoercionError(f"cannot be written as JSON text ({error})") from None
 
 
 def _to_bytes(value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
     if isinstance(value, str) and _HEX_TEXT.fullmatch(value):
         return bytes.fromhex(value)
     raise CoercionError(f"{_describe(value)} is not a hex string (BYTES)")

@@ -3,7 +3,8 @@
 Fast path: the batch is joined into newline-delimited JSON and read by ``pyarrow.json.read_json`` with the
 schema's types, so well-typed batches never touch Python per message. It fails as a whole on any message that
 is malformed or needs coercion; the batch is then cut into chunks and retried, and only the chunks that still
-fail go message by message through orjson and the rules of ``cuvee.decode.coerce``. A poison message therefore
+fail go message by message through orjson and ``cuvee.decode.rows`` (the rules of ``cuvee.decode.coerce``, as
+every other format). A poison message therefore
 costs a slow path for its chunk, not for its batch, and never loses the good messages around it.
 
 TIMESTAMP columns are read as epoch millis (numbers) or as ISO-8601 strings; the decoder remembers which of the
@@ -14,8 +15,9 @@ two the stream used last and tries that first. Known leniency of the fast path: 
 from __future__ import annotations
 
 import io
-from itertools import repeat
 from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 import orjson
@@ -26,7 +28,7 @@ from cuvee.config.schema import DataType, FieldSpec, Schema
 from cuvee.decode.arrow_ops import drop_null_list_elements, hex_to_binary
 from cuvee.decode.bad_records import BadRecordLog
 from cuvee.decode.base import BadRecord, DecodeResult, Decoder
-from cuvee.decode.coerce import CoercionError, column_coercer
+from cuvee.decode.rows import MessageError, RowBuilder
 
 _JSON_KIND = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
@@ -60,7 +62,7 @@ class JsonDecoder(Decoder):
         self._schema = schema
         self._fields = schema.fields
         self._target = schema.arrow_schema()
-        self._coercers = [column_coercer(spec) for spec in self._fields]
+        self._rows = RowBuilder(schema)
         self._bad_log = bad_record_log
         self._source = source
         self._retry_chunks = max(1, retry_chunks)
@@ -193,43 +195,17 @@ class JsonDecoder(Decoder):
     def decode_each(
         self, messages: list[bytes], offsets: np.ndarray
     ) -> tuple[pa.RecordBatch, np.ndarray, list[BadRecord]]:
-        """The slow path: parse and coerce message by message; returns the batch, kept positions, bad records."""
-        names = [spec.name for spec in self._fields]
-        columns: list[list[object]] = [[] for _ in self._fields]
-        kept: list[int] = []
-        bad: list[BadRecord] = []
-        for position, raw in enumerate(messages):
-            if raw is not None and not isinstance(raw, bytes):
-                raw = raw.encode() if isinstance(raw, str) else bytes(raw)
-            row, reason = self._decode_one(raw, names)
-            if row is None:
-                bad.append(BadRecord.of(int(offsets[position]), reason, raw or b""))
-                continue
-            for column, value in zip(columns, row):
-                column.append(value)
-            kept.append(position)
-        arrays = [pa.array(values, type=field.type) for values, field in zip(columns, self._target)]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self._target)
-        return batch, np.asarray(kept, dtype=np.int64), bad
+        """The slow path: parse message by message and coerce (``cuvee.decode.rows``); returns the batch, the kept
+        positions and the bad records."""
+        return self._rows.build(messages, offsets, _parse_object)
 
-    def _decode_one(self, raw: bytes | None, names: list[str]) -> tuple[list[object] | None, str]:
-        if not raw or raw.isspace():
-            return None, "empty message"
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            return None, f"malformed JSON: {error}"
-        if not isinstance(doc, dict):
-            kind = "null" if doc is None else _JSON_KIND.get(type(doc), type(doc).__name__)
-            return None, f"not a JSON object (got {kind})"
-        row: list[object] = []
-        for name, coerce in zip(names, self._coercers):
-            value = doc.get(name)
-            if value is None:
-                row.append(None)
-                continue
-            try:
-                row.append(coerce(value))
-            except CoercionError as error:
-                return None, f"column {name!r}: {error}"
-        return row, ""
+
+def _parse_object(raw: bytes) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise MessageError(f"malformed JSON: {error}") from None
+    if not isinstance(doc, dict):
+        kind = "null" if doc is None else _JSON_KIND.get(type(doc), type(doc).__name__)
+        raise MessageError(f"not a JSON object (got {kind})")
+    return doc

@@ -1,9 +1,11 @@
 """Stream implementations, opened from a table's Pinot-style ``streamConfigs`` map.
 
 ``streamType`` picks the implementation: ``log`` (the default, Cuvee's embedded log: ``stream.log.topic.name``,
-``stream.log.dir``) or ``kafka`` (``stream.kafka.topic.name``, ``stream.kafka.broker.list``, and any
-``stream.kafka.consumer.prop.<librdkafka setting>``). Keys of other families (``realtime.segment.*``, decoders...)
-are left to their owners; an unknown ``stream.log.*`` key is reported, since it can only be a typo.
+``stream.log.dir``) or ``kafka`` (``stream.kafka.topic.name``, ``stream.kafka.broker.list``, any
+``stream.kafka.consumer.prop.<librdkafka setting>``, and Pinot's Kafka security keys, translated for librdkafka by
+``cuvee.config.kafka_security``; consumers, producers and admin clients get the same security settings). Keys of
+other families (``realtime.segment.*``, decoders...) are left to their owners; an unknown ``stream.log.*`` key is
+reported, since it can only be a typo.
 
 Optional embedded-log keys: ``stream.log.segment.bytes``, ``stream.log.retention.bytes`` (per partition) and
 ``stream.log.retention.ms`` (settings of topics created through ``open_admin``), ``stream.log.retention.check.interval.ms``
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from cuvee.config.kafka_security import kafka_client_properties
 from cuvee.config.stream_config import StreamKeys
 from cuvee.errors import UserError
 from cuvee.spi.stream import StreamAdmin, StreamConsumer, StreamProducer
@@ -37,6 +40,8 @@ KAFKA_CONSUMER_PROP_PREFIX = StreamKeys.consumer_prop_prefix("kafka")
 
 _LOG_KEYS = {LOG_TOPIC, LOG_DIR, LOG_SEGMENT_BYTES, LOG_RETENTION_BYTES, LOG_RETENTION_MS, LOG_RETENTION_CHECK_MS,
              LOG_POLL_INTERVAL_MS, LOG_FSYNC}
+# stream.log.* keys read elsewhere: consumer props (the controller) and the decoder's (cuvee.decode).
+_LOG_OTHER_FAMILIES = (LOG_CONSUMER_PROP_PREFIX, StreamKeys.decoder_class("log"), StreamKeys.decoder_prop_prefix("log"))
 STREAM_TYPES = ("log", "kafka")
 
 
@@ -47,7 +52,7 @@ def stream_type(stream_configs: Mapping[str, str]) -> str:
     if kind == "log":
         unknown = sorted(
             key for key in stream_configs
-            if key.startswith("stream.log.") and key not in _LOG_KEYS and not key.startswith(LOG_CONSUMER_PROP_PREFIX)
+            if key.startswith("stream.log.") and key not in _LOG_KEYS and not key.startswith(_LOG_OTHER_FAMILIES)
         )
         if unknown:
             raise UserError(f"streamConfigs: unknown key {unknown[0]!r} for the embedded log "
@@ -73,9 +78,13 @@ def _optional_int(stream_configs: Mapping[str, str], key: str) -> int | None:
 
 
 def kafka_consumer_properties(stream_configs: Mapping[str, str]) -> dict[str, str]:
-    """``stream.kafka.consumer.prop.X`` -> ``X``."""
-    prefix = KAFKA_CONSUMER_PROP_PREFIX
-    return {key[len(prefix):]: str(value) for key, value in stream_configs.items() if key.startswith(prefix)}
+    """librdkafka's settings: ``stream.kafka.consumer.prop.X`` -> ``X``, with Pinot's Kafka security keys (top level
+    or consumer.prop) translated by ``cuvee.config.kafka_security``; a key that cannot be honoured is a UserError
+    naming it (never its value)."""
+    settings, issues = kafka_client_properties(stream_configs)
+    if issues:
+        raise UserError("streamConfigs: " + "; ".join(f"{issue.key!r}: {issue.message}" for issue in issues))
+    return settings
 
 
 def log_topic_settings(stream_configs: Mapping[str, str]) -> TopicSettings:

@@ -70,12 +70,50 @@ def _kafka_error(exc: KafkaException) -> KafkaError | None:
     return error if isinstance(error, KafkaError) else None
 
 
-def _list_topic_partitions(admin: AdminClient | Consumer | Producer, topic: str, timeout_s: float) -> int | None:
+class _ConnectionErrors:
+    """librdkafka's error callback. Why a connection failed (SASL authentication, a TLS handshake, a refused
+    connection) reaches only this callback; the call that then times out says "transport failure". Kept so a
+    StreamError can tell the operator the cause."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        self.last = error.str()
+
+    def explain(self) -> str:
+        return f" (the last connection error: {self.last})" if self.last else ""
+
+
+_SECRET_KEYS = ("password", ".pem", "user.info")
+
+
+def _open_client(kind: type[Any], settings: dict[str, Any]) -> tuple[Any, _ConnectionErrors]:
+    """A librdkafka client with an error callback; settings it refuses are a StreamError whose text never holds a
+    secret setting's value."""
+    errors = _ConnectionErrors()
+    try:
+        return kind({**settings, "error_cb": errors}), errors
+    except KafkaException as exc:
+        text = str(exc)
+        for key, value in settings.items():
+            if any(part in key for part in _SECRET_KEYS) and isinstance(value, str) and value:
+                text = text.replace(value, "***")
+        raise StreamError(f"the Kafka client settings were refused: {text}") from None
+
+
+def _list_topic_partitions(
+    admin: AdminClient | Consumer | Producer, topic: str, timeout_s: float, errors: _ConnectionErrors
+) -> int | None:
     """Partition count of ``topic``, or None if it does not exist (lists all topics: see the module docs)."""
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise StreamError(f"cannot read Kafka metadata: {exc}") from exc
+        try:
+            admin.poll(0)  # librdkafka calls the error callback from poll: let it report why
+        except KafkaException:
+            pass
+        raise StreamError(f"cannot read Kafka metadata: {exc}{errors.explain()}") from exc
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
         return None
@@ -113,15 +151,19 @@ class KafkaConsumer(StreamConsumer):
         self._settings.update(_FORCED_CONSUMER_SETTINGS)
         self.topic = topic
         self.timeout_s = timeout_s
-        self._metadata = Consumer(self._settings)
+        self._metadata, self._errors = _open_client(Consumer, self._settings)
         self._clients: dict[int, _PartitionClient] = {}
-        self._partitions = _list_topic_partitions(self._metadata, topic, timeout_s)
+        try:
+            self._partitions = _list_topic_partitions(self._metadata, topic, timeout_s, self._errors)
+        except StreamError:
+            self._metadata.close()
+            raise
         if self._partitions is None:
             self._metadata.close()
             raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {bootstrap_servers}")
 
     def partition_count(self) -> int:
-        count = _list_topic_partitions(self._metadata, self.topic, self.timeout_s)
+        count = _list_topic_partitions(self._metadata, self.topic, self.timeout_s, self._errors)
         if count is None:
             raise TopicNotFoundError(f"Kafka topic {self.topic!r} does not exist")
         self._partitions = count
@@ -154,7 +196,7 @@ class KafkaConsumer(StreamConsumer):
             if offset < earliest:
                 raise OffsetOutOfRangeError(self.topic, partition, offset, earliest)
             if client is None:
-                client = self._clients[partition] = _PartitionClient(Consumer(self._settings))
+                client = self._clients[partition] = _PartitionClient(_open_client(Consumer, self._settings)[0])
             client.consumer.assign([TopicPartition(self.topic, partition, offset)])
             client.position = offset
         first = client.consumer.poll(max(0.0, deadline - time.monotonic()))
@@ -222,9 +264,9 @@ class KafkaProducer(StreamProducer):
         settings["partitioner"] = "murmur2_random"
         self.topic = topic
         self.timeout_s = timeout_s
-        self._producer = Producer(settings)
+        self._producer, connection_errors = _open_client(Producer, settings)
         self._errors: list[str] = []
-        if _list_topic_partitions(self._producer, topic, timeout_s) is None:
+        if _list_topic_partitions(self._producer, topic, timeout_s, connection_errors) is None:
             raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {bootstrap_servers}")
 
     def _on_delivery(self, error: KafkaError | None, _message: Message) -> None:
@@ -274,12 +316,13 @@ class KafkaAdmin(StreamAdmin):
         replication_factor: int = -1,
         timeout_s: float = 30.0,
     ):
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": log, **(properties or {})})
+        self._admin, self._connection_errors = _open_client(
+            AdminClient, {"bootstrap.servers": bootstrap_servers, "logger": log, **(properties or {})})
         self.replication_factor = replication_factor
         self.timeout_s = timeout_s
 
     def _partition_count(self, topic: str) -> int | None:
-        return _list_topic_partitions(self._admin, topic, self.timeout_s)
+        return _list_topic_partitions(self._admin, topic, self.timeout_s, self._connection_errors)
 
     def _wait(self, futures: Mapping[str, Any], action: str) -> None:
         for name, future in futures.items():

@@ -3,6 +3,11 @@
 Tansu keeps everything in memory (``memory://``), starts in well under a second and needs no JVM, which makes the
 Kafka conformance tests cheap. It is not Kafka: its reported high watermark is wrong (it looks like the last batch's
 base offset), and it cannot add partitions to a topic. Tests must not build exact checks on either.
+
+Security (tansu 0.6.0): ``--authentication`` makes it require SASL SCRAM, but its in-memory (and S3) storage keeps
+no SCRAM credentials (``tansu user create`` answers success, then every login fails as unknown-user), so only
+failing logins can be tested; TLS does not come up (``--cert`` and ``--key`` refuse each other, and a listener
+given only a certificate still speaks plaintext).
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ def _free_port() -> int:
 class TansuBroker:
     """``with TansuBroker() as broker: ... broker.bootstrap_servers ...``: a fresh in-memory broker per use."""
 
-    def __init__(self, start_timeout_s: float = 20.0, stop_timeout_s: float = 5.0):
+    def __init__(self, start_timeout_s: float = 20.0, stop_timeout_s: float = 5.0, *, authentication: bool = False):
+        """``authentication``: the broker requires SASL SCRAM (which no login can pass: see the module docs)."""
         self.binary = find_tansu_binary()
+        self.authentication = authentication
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.port = 0
@@ -81,7 +88,7 @@ class TansuBroker:
         self._log_file = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log")
         self._process = subprocess.Popen(
             [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
+             "--storage-engine", "memory://tansu/", *(["--authentication"] if self.authentication else [])],
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent(),
             stdout=self._log_file,
@@ -93,6 +100,9 @@ class TansuBroker:
         from confluent_kafka.admin import AdminClient
 
         assert self._process is not None
+        if self.authentication:  # no client can log in: serving means accepting connections
+            self._wait_until_listening()
+            return
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         deadline = time.monotonic() + self.start_timeout_s
         while True:
@@ -107,6 +117,20 @@ class TansuBroker:
                         f"tansu did not answer a metadata request within {self.start_timeout_s}s "
                         f"({exc}): {self.log_tail()}"
                     ) from exc
+
+    def _wait_until_listening(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if self._process.poll() is not None:
+                raise TansuError(f"tansu exited with code {self._process.returncode}: {self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise TansuError(f"tansu did not listen within {self.start_timeout_s}s: {self.log_tail()}") from exc
+                time.sleep(0.05)
 
     def log_tail(self, max_bytes: int = 2000) -> str:
         if self._log_file is None:

@@ -167,3 +167,22 @@ def test_refused_keys_are_a_400_naming_them_and_hints_are_listed_back(leader: Co
     assert stored["tableIndexConfig"]["loadMode"] == "MMAP"  # kept and written back
     hinted["quota"] = {"maxQueriesPerSecond": "10"}
     _error(httpx.put(url + "/tables/events", json=hinted), 400, "query rate quotas are not enforced yet")
+
+
+def test_a_decoder_that_cannot_be_built_is_a_400_naming_the_key(leader: Controller, log_dir: Path) -> None:
+    """Before decoders were chosen by class name the table was created, and every message became a bad row."""
+    url = leader.url
+    post(url, "/schemas", schema_doc())
+    unknown = table_doc(log_dir, **{"stream.log.decoder.class.name": "com.example.ThriftDecoder"})
+    body = _error(post(url, "/tables", unknown), 400, "not a decoder Cuvee runs")
+    assert [i["path"] for i in body["issues"]] == ["$.tableIndexConfig.streamConfigs['stream.log.decoder.class.name']"]
+    avro = table_doc(log_dir, **{
+        "stream.log.decoder.class.name": "org.apache.pinot.plugin.inputformat.avro.SimpleAvroMessageDecoder",
+        "stream.log.decoder.prop.schema": '{"type": "record", "name": "E", "fields": [{"name": "a"}]}'})
+    body = _error(post(url, "/tables", avro), 400, "not a valid Avro schema")
+    assert [i["path"] for i in body["issues"]] == ["$.tableIndexConfig.streamConfigs['stream.log.decoder.prop.schema']"]
+    registry = table_doc(log_dir, **{
+        "stream.log.decoder.class.name":
+            "org.apache.pinot.plugin.inputformat.avro.confluent.KafkaConfluentSchemaRegistryAvroMessageDecoder"})
+    _error(post(url, "/tables", registry), 400, "schema.registry.rest.url")
+    assert get(url, "/tables").json() == {"tables": []}

@@ -29,6 +29,11 @@ class ConsumerConfig:
     lag_check_seconds: float = 10.0
     # Most recent bad records kept per segment for inspection (the count is always exact).
     bad_records_kept: int = 100
+    # A decoder that cannot decode now (its schema registry is down) is retried with a backoff doubling from
+    # stream_error_backoff_seconds up to this, for as long as it takes: rows wait, they are never dropped.
+    decoder_retry_max_seconds: float = 30.0
+    # One request to a schema registry (Avro through Confluent's registry) waits at most this long.
+    schema_registry_timeout_seconds: float = 10.0
 
     # ---- completion protocol ----
     hold_retry_seconds: float = 1.0  # re-send segmentConsumed this long after HOLD / FAILED
@@ -56,7 +61,7 @@ class ConsumerConfig:
                     "extend_build_seconds",
                     "lease_check_seconds", "default_lease_seconds", "download_retry_initial_seconds",
                     "download_retry_max_seconds", "catch_up_timeout_seconds", "stream_error_backoff_seconds",
-                    "lag_check_seconds")
+                    "lag_check_seconds", "decoder_retry_max_seconds", "schema_registry_timeout_seconds")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -8,6 +8,10 @@ segment, which will see them again). Data lost to retention (OffsetOutOfRangeErr
 count travels with segmentConsumed: this copy is incomplete, and the controller commits a complete replica's copy
 when there is one (otherwise it would pick this one for its larger end offset, and lose for good the rows the
 complete replicas hold).
+
+A decoder that cannot decode at all for now (``DecoderUnavailable``: its schema registry does not answer) leaves
+the offset where it is; the same messages are fetched again after a backoff until it can, so an outage of the
+registry delays rows and never turns them into bad records.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cuvee.decode import BadRecordLog, Decoder
+from cuvee.decode import BadRecordLog, Decoder, DecoderUnavailable
 from cuvee.decode.base import BadRecord
 from cuvee.decode.transform import RowTransformer
 from cuvee.metrics.server import IngestionMeter
@@ -118,6 +122,9 @@ class PartitionConsumer:
         self.last_message_ms: int | None = None
         self.caught_up_ms: int | None = None  # clock time of the last fetch that found nothing newer
         self.stream_errors = 0
+        # Why the decoder cannot decode now (None while it can), and how many tries in a row have failed
+        self.decoder_unavailable: str | None = None
+        self.decoder_retries = 0
         # The stream's latest offset as last seen (a fetch that found nothing newer, or a look every
         # ``lag_check_seconds`` while behind): the offset lag this replica reports (None: not known yet).
         self.upstream_offset: int | None = None
@@ -229,7 +236,12 @@ class PartitionConsumer:
             self.offset = max(self.offset, next_offset)
             self.caught_up_ms = int(self.clock() * 1000)
             return
-        result = self.decoder.decode(batch.values, batch.offsets)
+        try:
+            result = self.decoder.decode(batch.values, batch.offsets)
+        except DecoderUnavailable as exc:
+            self._decoder_unavailable(exc)
+            return
+        self.decoder_unavailable, self.decoder_retries = None, 0
         good, offsets = result.batch, result.offsets
         dropped = offsets[:0]
         if self.transformer is not None:
@@ -303,6 +315,17 @@ class PartitionConsumer:
         self.offset = max(self.offset, exc.earliest)
         if self.rows == 0:
             self.effective_start = self.offset
+
+    def _decoder_unavailable(self, exc: DecoderUnavailable) -> None:
+        """Nothing of the batch was decoded: the offset stays, and the same messages are fetched again after a
+        backoff, for as long as it takes (a schema registry outage delays rows, it never drops them)."""
+        self.decoder_retries += 1
+        self.decoder_unavailable = str(exc)
+        delay = min(self.config.stream_error_backoff_seconds * 2 ** min(self.decoder_retries - 1, 30),
+                    self.config.decoder_retry_max_seconds)
+        log.warning("%s: cannot decode the messages at offset %d (attempt %d, retrying in %.2fs): %s", self.name,
+                    self.offset, self.decoder_retries, delay, exc)
+        self.interrupted.wait(delay)
 
     def _stream_error(self, exc: StreamError) -> None:
         self.stream_errors += 1

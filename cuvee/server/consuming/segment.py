@@ -27,7 +27,8 @@ import pyarrow as pa
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.config import Schema, TableConfig
 from cuvee.errors import CuveeError
-from cuvee.decode import BadRecordLog, JsonDecoder
+from cuvee.decode import BadRecordLog
+from cuvee.decode.factory import build_decoder
 from cuvee.decode.transform import compile_ingestion, decode_schema
 from cuvee.protocol.completion import Request, StopReason
 from cuvee.protocol.segment_name import LLCSegmentName
@@ -146,11 +147,13 @@ class ConsumingSegment:
         self._force = threading.Event()
         self._paused = threading.Event()
         stream_props = dict(table.stream.properties)
-        transformer = compile_ingestion(schema, table.ingestion)  # TransformConfigError: the transition fails
+        # TransformConfigError, DecoderSetupError (e.g. an unreadable descriptor file): the transition fails (ERROR)
+        transformer = compile_ingestion(schema, table.ingestion)
         self._consumer = PartitionConsumer(
             open_stream=lambda: open_consumer(stream_props), partition=self.partition,
             start_offset=record.start_offset,
-            decoder=JsonDecoder(decode_schema(schema, transformer), source=self.name),
+            decoder=build_decoder(table.stream.decoder, decode_schema(schema, transformer), source=self.name,
+                                  registry_timeout_seconds=config.schema_registry_timeout_seconds),
             segment=self._mutable, bad_records=self.bad_records, config=config, clock=clock,
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
@@ -296,6 +299,9 @@ class ConsumingSegment:
             "badRecords": self.bad_records.total,
             "recentBadRecords": [{"offset": b.offset, "reason": b.reason, "rawPrefix": b.raw_prefix} for b in recent],
             "messagesLost": self._consumer.messages_lost,
+            # why the decoder cannot decode now (a schema registry outage: consumption waits), else None
+            "decoderUnavailable": self._consumer.decoder_unavailable,
+            "decoderRetries": self._consumer.decoder_retries,
             "rowsFiltered": self._consumer.rows_filtered,
             "memoryBytes": self._memory_bytes(),
             "memoryByColumn": self._memory_by_column(),
