@@ -49,6 +49,7 @@ KEY_PASSWORD = "ssl.key.password"
 KEYSTORE_KEY = "ssl.keystore.key"
 KEYSTORE_CHAIN = "ssl.keystore.certificate.chain"
 ENDPOINT_IDENTIFICATION = "ssl.endpoint.identification.algorithm"
+ISOLATION_LEVEL = "stream.kafka.isolation.level"  # Pinot's own key for the consumer's isolation level
 
 # The Kafka (Java) client keys Cuvee translates, wherever they are given.
 TRANSLATED_KEYS = (PROTOCOL, MECHANISM, JAAS, TRUSTSTORE_LOCATION, TRUSTSTORE_TYPE, TRUSTSTORE_PASSWORD,
@@ -164,7 +165,24 @@ def kafka_client_properties(stream_configs: Mapping[str, str]) -> tuple[dict[str
                                                                             "check)"))
         else:
             settings[ENDPOINT_IDENTIFICATION] = choice
+    _isolation(stream_configs, settings, issues)
     return settings, issues
+
+
+def _isolation(stream_configs: Mapping[str, str], settings: dict[str, str], issues: list[SettingIssue]) -> None:
+    """Pinot's ``stream.kafka.isolation.level`` is librdkafka's ``isolation.level`` (whose default,
+    read_committed, leaves out aborted transactions' messages; the Java client's default is read_uncommitted)."""
+    value = stream_configs.get(ISOLATION_LEVEL)
+    if value is None:
+        return
+    level = str(value).strip().lower()
+    if level not in ("read_committed", "read_uncommitted"):
+        issues.append(SettingIssue(ISOLATION_LEVEL, "must be read_committed or read_uncommitted"))
+    elif settings.get("isolation.level", level) != level:
+        issues.append(SettingIssue(ISOLATION_LEVEL, f"conflicts with {CONSUMER_PROP_PREFIX}isolation.level; give "
+                                                    "only one of them"))
+    else:
+        settings["isolation.level"] = level
 
 
 def _java_keystore(stream_configs: Mapping[str, str]) -> bool:

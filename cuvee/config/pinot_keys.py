@@ -104,6 +104,8 @@ def _consumer_type(value: Any) -> Rule:
 
 
 _KAFKA_CLIENT = "a Kafka client setting of Pinot's Java client"
+_SECURITY = Key(Support.HONOURED, "Kafka's security keys, at the top level as Pinot's docs give them: translated to "
+                "librdkafka's (see Kafka security), or refused by name when they cannot be")
 STREAM: Rule = Patterns((
     ("streamType", HONOURED),
     ("stream.log.consumer.prop.auto.offset.reset", HONOURED),
@@ -112,13 +114,17 @@ STREAM: Rule = Patterns((
     ("stream.*.topic.name", HONOURED),
     ("stream.kafka.broker.list", HONOURED),
     ("stream.*.consumer.prop.auto.offset.reset", HONOURED),
-    ("stream.kafka.consumer.prop.*", HONOURED),  # librdkafka's settings: an unknown one fails table creation
+    ("stream.kafka.consumer.prop.*", Key(Support.HONOURED, "librdkafka's settings, passed as they are (Kafka's "
+                                         "security keys translated); one librdkafka does not know fails table "
+                                         "creation")),
     ("stream.*.consumer.type", Pick(_consumer_type, "refused when highlevel (Pinot's removed high-level consumer); "
                                                     "lowlevel is a hint: Cuvee's consumers are always low-level")),
     ("stream.*.consumer.factory.class.name", hint("Cuvee reads Kafka with librdkafka (confluent-kafka), whatever "
                                                   "Pinot consumer factory is named")),
-    ("stream.*.decoder.class.name", HONOURED),  # a decoder Cuvee does not have is refused (cuvee.decode)
-    ("stream.*.decoder.prop.*", HONOURED),
+    ("stream.*.decoder.class.name", Key(Support.HONOURED, "JSON, Avro (inline schema or a schema registry), "
+                                        "Protobuf and CSV (see Decoders); another class is refused by name")),
+    ("stream.*.decoder.prop.*", Key(Support.HONOURED, "each decoder's properties (see Decoders); an unknown one is "
+                                    "refused")),
     ("stream.*.connection.timeout.millis", hint(_OPS)),
     ("stream.*.fetch.timeout.millis", hint(_OPS)),
     ("stream.*.idle.timeout.millis", hint(_OPS)),
@@ -127,13 +133,15 @@ STREAM: Rule = Patterns((
     ("stream.*.partition.offset.factory.class.name", hint(_OPS)),
     ("stream.*.metadata.populate", refused("stream metadata columns (__key, __header$…, __metadata$…) are not "
                                            "filled yet")),
-    ("stream.kafka.isolation.level", HONOURED),
+    ("stream.kafka.isolation.level", Key(Support.HONOURED, "librdkafka's isolation.level; without it Cuvee reads "
+                                        "read_committed (librdkafka's default), where Pinot's Java client reads "
+                                        "read_uncommitted")),
     ("stream.kafka.partition.ids", refused("consuming a subset of a topic's partitions is not supported yet: every "
                                            "partition would be consumed")),
     ("stream.kafka.buffer.size", hint(_KAFKA_CLIENT)), ("stream.kafka.socket.timeout", hint(_KAFKA_CLIENT)),
     ("stream.kafka.fetcher.size", hint(_KAFKA_CLIENT)), ("stream.kafka.fetcher.minBytes", hint(_KAFKA_CLIENT)),
-    ("stream.kafka.ssl.*", refused("base64 certificates in the stream config are not supported: give PEM files "
-                                   "(ssl.truststore.location / ssl.keystore.location, docs/configuration.md)")),
+    ("stream.kafka.ssl.*", refused("Pinot's base64 certificates are not supported: give PEM files "
+                                   "(ssl.truststore.location / ssl.keystore.location, see Kafka security)")),
     ("topic.consumption.rate.limit", hint("consumption is not throttled: Cuvee reads as fast as it can")),
     ("partition.consumption.rate.limit", hint("consumption is not throttled: Cuvee reads as fast as it can")),
     ("stopOnDecodeError", refused("a message that does not decode is counted as a bad row and consumption goes "
@@ -159,8 +167,7 @@ STREAM: Rule = Patterns((
     ("realtime.segment.offsetAutoReset.enable", refused("skipping a lagging partition to its latest offset is not "
                                                         "supported yet")),
     ("realtime.segment.offsetAutoReset.*", hint("without effect while offsetAutoReset.enable is false")),
-    ("security.protocol", HONOURED), ("sasl.mechanism", HONOURED), ("sasl.jaas.config", HONOURED),
-    ("ssl.truststore.*", HONOURED), ("ssl.keystore.*", HONOURED), ("ssl.key.password", HONOURED),
+    ("security.*", _SECURITY), ("sasl.*", _SECURITY), ("ssl.*", _SECURITY),
     ("key.serializer", hint("Cuvee reads messages as bytes; the decoder (stream.<type>.decoder.class.name) reads "
                             "them")),
     ("value.serializer", hint("Cuvee reads messages as bytes; the decoder (stream.<type>.decoder.class.name) reads "

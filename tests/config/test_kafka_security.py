@@ -176,3 +176,16 @@ def test_stream_config_reports_every_security_issue_with_its_path() -> None:
     paths = {issue.path for issue in caught.value.issues}
     assert paths == {"$.tableIndexConfig.streamConfigs['ssl.truststore.location']",
                      "$.tableIndexConfig.streamConfigs['ssl.cipher.suites']"}
+
+
+def test_pinots_isolation_level_key_sets_librdkafkas() -> None:
+    assert translate(**{"stream.kafka.isolation.level": "READ_UNCOMMITTED"}) == \
+        ({"isolation.level": "read_uncommitted"}, [])
+    assert translate(**{"stream.kafka.isolation.level": "read_committed",
+                        "stream.kafka.consumer.prop.isolation.level": "read_committed"})[1] == []
+    assert translate(**{"stream.kafka.isolation.level": "read_committed",
+                        "stream.kafka.consumer.prop.isolation.level": "read_uncommitted"})[1] == [
+        ("stream.kafka.isolation.level", "conflicts with stream.kafka.consumer.prop.isolation.level; give only one "
+                                         "of them")]
+    assert translate(**{"stream.kafka.isolation.level": "dirty"})[1] == [
+        ("stream.kafka.isolation.level", "must be read_committed or read_uncommitted")]
