@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.aggregate_call import MergeSpec, fill
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
 from cuvee.query.group_trim import GroupTrim, plan_trim
 from cuvee.query.lookup import SERVER_RELATION, Lookup, lookup_fact_columns
@@ -460,23 +461,41 @@ class _Merger:
         return f"__p{self.partials.index(sql)}"
 
     def final_column(self, call: AggregateCall) -> exp.Expression:
+        if call.spec is not None:
+            return self._spec_column(call.spec)
         templates = _MV_PARTIALS[call.kind] if call.multi_value else _PARTIALS[call.kind]
         refs = {f"p{i}": self.partial(t, call) for i, t in enumerate(templates)}
         pct = "" if call.percentile is None else repr(call.percentile)
         aggregate, scalar = _FINALS[call.kind]
         aggregate = aggregate.format(**refs)
-        if aggregate not in self.aggregates:
-            self.aggregates.append(aggregate)
-            self.wholes.append(self._whole(call, templates))
-        step = (self.aggregates.index(aggregate), scalar.replace("{pct}", pct))
-        if step not in self.finals:
-            self.finals.append(step)
-        index = self.finals.index(step)
+        index = self._final(aggregate, self._whole(call, templates), scalar.replace("{pct}", pct))
         if call.kind in _SIMPLE_MERGES:
             self.simple[index] = (_SIMPLE_MERGES[call.kind], tuple(refs[f"p{i}"] for i in range(len(refs))))
         partial = _ON_PARTIALS.get(call.kind) if scalar == "{a}" else None
         self.on_partials[f"__f{index}"] = partial.format(**refs) if partial is not None else None
         return exp.column(f"__f{index}")
+
+    def _spec_column(self, spec: MergeSpec) -> exp.Expression:
+        """An aggregation that carries its own steps (``MergeSpec``: Pinot's LASTWITHTIME, MODE, FUNNEL_COUNT...)."""
+        refs = {}
+        for i, sql in enumerate(spec.partials):
+            if sql not in self.partials:
+                self.partials.append(sql)
+            refs[f"p{i}"] = f"__p{self.partials.index(sql)}"
+        index = self._final(fill(spec.final, refs), spec.whole, spec.scalar)
+        self.on_partials[f"__f{index}"] = fill(spec.on_partial, refs) if spec.on_partial is not None else None
+        return exp.column(f"__f{index}")
+
+    def _final(self, aggregate: str, whole: str, scalar: str) -> int:
+        """The index of the final column that is ``scalar`` over ``aggregate`` (added once: the same call twice in a
+        query is merged once)."""
+        if aggregate not in self.aggregates:
+            self.aggregates.append(aggregate)
+            self.wholes.append(whole)
+        step = (self.aggregates.index(aggregate), scalar)
+        if step not in self.finals:
+            self.finals.append(step)
+        return self.finals.index(step)
 
     @staticmethod
     def _whole(call: AggregateCall, templates: tuple[str, ...]) -> str:
@@ -564,7 +583,7 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     aggregates = [f"{aggregate} AS __a{i}" for i, aggregate in enumerate(merger.aggregates)]
     inner = f"SELECT {', '.join(group_cols + aggregates) or 'count(*) AS __rows'} FROM {PARTIALS_RELATION}"
     inner += f" GROUP BY {', '.join(group_cols)}" if group_cols else ""
-    scalars = [f"{scalar.format(a=f'__a{a}')} AS __f{i}" for i, (a, scalar) in enumerate(merger.finals)]
+    scalars = [f"{fill(scalar, {'a': f'__a{a}'})} AS __f{i}" for i, (a, scalar) in enumerate(merger.finals)]
     middle = f"SELECT {', '.join(group_cols + scalars) or '1 AS __one'} FROM ({inner}) AS __aggregated"
     select_list = ", ".join(f"{o.sql(dialect=DIALECT)} AS {_quote(n)}" for o, n in zip(outputs, names))
     tail = f" WHERE {having_sql}" if having_sql else ""  # HAVING, ORDER BY, LIMIT: the same after either step
