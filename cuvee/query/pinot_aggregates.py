@@ -199,7 +199,8 @@ def _bin_of(value: str, edges: list[float], equal: bool) -> str:
         lower, upper, last = edges[0], edges[-1], len(edges) - 2
         steps = " ".join(f"WHEN {value} < {double(edge)} THEN {i}" for i, edge in enumerate(edges[1:-1]))
         inside = f"CASE {steps} ELSE {last} END" if steps else "0"
-    return (f"CASE WHEN isnan({value}) OR {value} < {double(lower)} OR {value} > {double(upper)} THEN NULL "
+    return (f"CASE WHEN {value} IS NULL OR isnan({value}) OR {value} < {double(lower)} OR {value} > {double(upper)} "
+            "THEN NULL "
             f"WHEN {value} = {double(upper)} THEN {last} ELSE {inside} END")
 
 
