@@ -1,6 +1,6 @@
 """Pinot's windowed funnels: the algorithm on hand-worked event sequences (Pinot's rules and quirks), the planner's
 arguments and errors, and the executed functions however the rows are split (the merge, the one-step answer and
-the algorithm over each group's events agree)."""
+the algorithm over each group's events agree). Bad arguments: ``test_pinot_aggregates.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cuvee.query import QueryError, QueryErrorCode, plan_sql
+from cuvee.query import plan_sql
 from cuvee.query.funnel_window import KEEP_ALL, STRICT_DEDUPLICATION, STRICT_INCREASE, STRICT_ORDER, Funnel
 from tests.query.helpers import SCHEMA, distributed, event_tables, one_step, partitions, resolve
 
@@ -117,28 +117,6 @@ def test_no_rows_give_pinots_empty_answers() -> None:
     assert list(distributed(sql, empty).to_pylist()[0].values()) == [0, [0, 0], 0, []]
     assert [str(f.type) for f in distributed(sql, empty).schema] == ["int32", "list<l: int32>", "int32",
                                                                      "list<l: double>"]
-
-
-@pytest.mark.parametrize(("sql", "words"), [
-    ("SELECT FUNNELMAXSTEP(ts, 10, 2, v = 1) FROM events", "at least 5 arguments"),
-    ("SELECT FUNNELMAXSTEP(ts, 10, 2) FROM events", "takes (timestampExpression"),
-    ("SELECT FUNNELMAXSTEP(ts, 0, 1, v = 1) FROM events", "window size must be > 0"),
-    ("SELECT FUNNELMAXSTEP(ts, 10, 0, v = 1) FROM events", "number of steps"),
-    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 'STRICTEST') FROM events", "unknown mode"),
-    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 'MAXSTEPDURATION=-4') FROM events", "MAXSTEPDURATION"),
-    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 'COLOR=red') FROM events", "unknown argument"),
-    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 7) FROM events", "string literal"),
-    ("SELECT FUNNELMAXSTEP(ts, city, 1, v = 1) FROM events", "number literal"),
-    ("SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1) FROM events", "DURATIONFUNCTIONS"),
-    ("SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1, 'DURATIONFUNCTIONS=SUM') FROM events", "SUM"),
-    ("SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1, 'DURATIONFUNCTIONS=PERCENTILE101') FROM events",
-     "PERCENTILE101"),
-])
-def test_bad_arguments_are_refused_with_pinots_150(sql: str, words: str) -> None:
-    with pytest.raises(QueryError) as caught:
-        plan_sql(sql, resolve)
-    assert caught.value.code == QueryErrorCode.SQL_PARSING
-    assert words in caught.value.message
 
 
 def test_a_timestamp_is_read_as_epoch_millis_and_a_long_time_as_it_is() -> None:

@@ -174,6 +174,19 @@ def test_result_columns_are_named_and_typed_as_pinot_names_and_types_them(call: 
     ("SELECT FUNNEL_COUNT(STEPS(v > 0), CORRELATE_BY(id), v) FROM events", "invalid FUNNEL_COUNT option"),
     ("SELECT FUNNEL_COUNT(STEPS(v > 0), CORRELATE_BY(id), SETTINGS('nominalEntries=x')) FROM events",
      "must be an integer"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 2, v = 1) FROM events", "at least 5 arguments"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 2) FROM events", "takes (timestampExpression"),
+    ("SELECT FUNNELMAXSTEP(ts, 0, 1, v = 1) FROM events", "window size must be > 0"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 0, v = 1) FROM events", "number of steps"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 'STRICTEST') FROM events", "unknown mode"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 'MAXSTEPDURATION=-4') FROM events", "MAXSTEPDURATION"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 'COLOR=red') FROM events", "unknown argument"),
+    ("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1, 7) FROM events", "string literal"),
+    ("SELECT FUNNELMAXSTEP(ts, city, 1, v = 1) FROM events", "number literal"),
+    ("SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1) FROM events", "DURATIONFUNCTIONS"),
+    ("SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1, 'DURATIONFUNCTIONS=SUM') FROM events", "SUM"),
+    ("SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1, 'DURATIONFUNCTIONS=PERCENTILE101') FROM events",
+     "PERCENTILE101"),
 ])
 def test_bad_arguments_are_refused_with_pinots_150(sql: str, words: str) -> None:
     with pytest.raises(QueryError) as caught:
