@@ -84,6 +84,13 @@ def _sql_error(message: str) -> QueryError:
     return QueryError(QueryErrorCode.SQL_PARSING, message)
 
 
+def _unsupported(upper: str) -> QueryError:
+    if upper == "GAPFILL":  # the gapfill route (cuvee.query.gapfill) takes it out of the queries it answers
+        return _sql_error("GAPFILL is answered only as a select item in Pinot's gapfill query shapes, and not under "
+                          "EXPLAIN PLAN FOR")
+    return _sql_error(f"function {upper} is not supported")
+
+
 def _single_arg(node: exp.Expression, name: str) -> exp.Expression:
     args = _call_args(node)
     if len(args) != 1:
@@ -137,7 +144,7 @@ def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
     if isinstance(node, exp.Anonymous):
         upper = node.name.upper()
         if upper in _UNSUPPORTED_FUNCTIONS:
-            raise _sql_error(f"function {upper} is not supported")
+            raise _unsupported(upper)
         pinot = classify_pinot_aggregate(node) or classify_funnel(node)  # calls that carry their own MergeSpec
         if pinot is not None:
             return pinot
@@ -299,7 +306,7 @@ def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
     if upper == "JSON_MATCH":  # Pinot's filter on its JSON index, evaluated over the JSON text
         return translate_json_match(args)
     if upper in _UNSUPPORTED_FUNCTIONS:
-        raise _sql_error(f"function {upper} is not supported")
+        raise _unsupported(upper)
     if upper == "LOOKUP":  # its arguments are translated; the call itself by cuvee.query.lookup, with the tables
         return sub
     time_argument = TIME_ARGUMENTS.get(normalised(upper))
