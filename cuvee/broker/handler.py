@@ -361,7 +361,7 @@ class QueryHandler:
         options = parse_query_options(query_options)
         budget_ms = _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms, cfg.timeout_limit_ms)
         if (explained := explained_query(sql)) is not None:
-            return await self._explain(number, started, explained, budget_ms)
+            return await self._explain(number, started, explained, budget_ms, principal)
         if mentions_gapfill(sql) and (gapfill := await self._bounded(budget_ms, plan_gapfill, sql)) is not None:
             return await self._gapfill(number, started, gapfill, options, principal)
         try:
@@ -380,14 +380,17 @@ class QueryHandler:
             return self._answer(number, started, plan, gathered)
         return await asyncio.to_thread(self._answer, number, started, plan, gathered)
 
-    async def _explain(self, number: int, started: float, sql: str, budget_ms: int) -> dict[str, Any]:
+    async def _explain(self, number: int, started: float, sql: str, budget_ms: int,
+                       principal: Principal | None) -> dict[str, Any]:
         """``EXPLAIN PLAN FOR``: the plan of a single-stage query and where it would run now, in the shape of
-        Pinot's answer (``cuvee.query.explain``); nothing runs on the servers."""
+        Pinot's answer (``cuvee.query.explain``); nothing runs on the servers. Needs READ on the tables, as the
+        query would."""
         try:
             plan = await self._plan(sql, budget_ms)
         except MultiStageRequired as exc:
             raise QueryError(QueryErrorCode.SQL_PARSING, f"EXPLAIN PLAN FOR describes single-stage queries; "
                                                          f"{exc.construct} run on the multi-stage engine") from None
+        _check_read(principal, (plan.table, *(lookup.table for lookup in plan.lookups)))
         servers = frozenset(self.view.snapshot.servers)
         routed = [(t.entry.name, t.entry.route(servers, number)) for t in self.view.targets(plan.table)]
         halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
@@ -400,6 +403,10 @@ class QueryHandler:
         """A GAPFILL query (``cuvee.query.gapfill``): its source query answered as a multi-stage leaf, then the
         gapfill and any aggregation over the gapfilled rows at the broker."""
         options.update(query.options)
+        if query.gapfill.limit > self.config.max_response_rows:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION, f"GAPFILL's LIMIT asks for {query.gapfill.limit} rows; "
+                                                              f"this broker returns at most "
+                                                              f"{self.config.max_response_rows}")
         timeout_ms = _timeout_ms(options, self.config.timeout_ms, self.config.timeout_limit_ms)
         run = _StageRun(started + timeout_ms / 1000, _Asked.of(options), principal)
         answers = await self._leaves(number, run, [(query.source_sql, "GAPFILL's source")])

@@ -31,7 +31,7 @@ import datetime as dt
 import decimal
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -435,8 +435,3 @@ def finish(query: GapfillQuery, answer: pa.Table) -> tuple[pa.Table, tuple[str, 
     plan = plan_sql(query.post_sql, lambda name: info if name.lower() == GAPFILLED_RELATION else None)
     partial = run_server_step(plan, [filled], schema)
     return merge_partials(plan, [partial], schema), plan.column_names
-
-
-def with_limit(query: GapfillQuery, limit: int) -> GapfillQuery:
-    """``query`` keeping at most ``limit`` gapfilled rows (a bound the broker sets)."""
-    return replace(query, gapfill=replace(query.gapfill, limit=min(limit, query.gapfill.limit)))

@@ -120,3 +120,29 @@ def test_explain_plan_for_describes_what_servers_run_and_what_the_broker_merges(
 def test_no_matching_rows_give_pinots_empty_answers(cluster: Cluster, sql: str) -> None:  # noqa: F811
     response = cluster.query(sql)
     assert response["resultTable"]["rows"] == [[[0.0, 0.0], None]]
+
+
+def test_explain_and_gapfill_need_read_on_the_table_and_bound_their_rows(cluster: Cluster) -> None:  # noqa: F811
+    import asyncio
+
+    from cuvee.auth.policy import Principal
+
+    handler = cluster.broker.handler
+    cluster.query("SELECT COUNT(*) FROM events")  # the broker's loop and pool exist
+    assert handler._loop is not None
+
+    def ask(sql: str, principal: Principal) -> dict[str, Any]:  # on the broker's own loop, where its pool lives
+        return asyncio.run_coroutine_threadsafe(handler.handle(sql, None, principal), handler._loop).result(30)
+
+    gapfill = ("SELECT GAPFILL(bucket, '1:MILLISECONDS:EPOCH', '0', '600000', '5:MINUTES', TIMESERIESON(city)), city "
+               "FROM (SELECT DATETIMECONVERT(ts, '1:MILLISECONDS:EPOCH', '1:MILLISECONDS:EPOCH', '5:MINUTES') AS "
+               "bucket, city, COUNT(*) FROM events GROUP BY 1, 2 LIMIT 100) LIMIT 10")
+    stranger = Principal("stranger", tables=frozenset({"slow"}))
+    for sql in ("EXPLAIN PLAN FOR SELECT COUNT(*) FROM events", gapfill):
+        denied = ask(sql, stranger)
+        assert [e["errorCode"] for e in denied["exceptions"]] == [180], denied["exceptions"]
+        assert "resultTable" not in denied
+        assert ask(sql, Principal("reader", tables=frozenset({"events"})))["exceptions"] == []
+    too_many = cluster.query(gapfill.replace("LIMIT 10", "LIMIT 9000"))
+    assert [e["errorCode"] for e in too_many["exceptions"]] == [700]
+    assert "at most 5000" in too_many["exceptions"][0]["message"]
