@@ -309,7 +309,7 @@ def _aggregates_in(expr: exp.Expression) -> list[tuple[exp.Expression, Aggregate
         call = classify_aggregate(node)
         if call is None:
             continue
-        if call.arg is not None and any(classify_aggregate(n) for n in call.arg.walk()):
+        if any(classify_aggregate(n) for n in node.walk() if n is not node):  # in any argument
             raise sql_error(f"nested aggregations are not supported: {node.sql(dialect=DIALECT)}")
         found.append((node, call))
     return found

@@ -169,6 +169,8 @@ def test_result_columns_are_named_and_typed_as_pinot_names_and_types_them(call: 
     ("SELECT ARRAY_AGG(v, 'INT', 7) FROM events", "true or false"),
     ("SELECT ARRAY_AGG(v, 'MAP') FROM events", "unsupported data type"),
     ("SELECT EXPR_MIN(v) FROM events", "at least one measuring"),
+    ("SELECT LASTWITHTIME(v, MAX(ts), 'INT') FROM events", "nested aggregations"),
+    ("SELECT FUNNEL_COUNT(STEPS(SUM(v) > 0), CORRELATE_BY(id)) FROM events", "nested aggregations"),
     ("SELECT FUNNEL_COUNT(STEPS(v > 0)) FROM events", "CORRELATE_BY"),
     ("SELECT FUNNEL_COUNT(STEPS(v > 0), CORRELATE_BY(id), SETTINGS('fast')) FROM events", "invalid FUNNEL_COUNT"),
     ("SELECT FUNNEL_COUNT(STEPS(v > 0), CORRELATE_BY(id), v) FROM events", "invalid FUNNEL_COUNT option"),
