@@ -12,6 +12,11 @@ Aggregations become mergeable partials (``_PARTIALS``) and a final step (``_FINA
 - PERCENTILE / PERCENTILEEST / PERCENTILETDIGEST(x, p) and PERCENTILE90(x) forms -> the list of values, merged and
   sorted; the answer is Pinot's exact rule: sorted[floor(n * p / 100)], the last value for p = 100.
 
+Pinot's aggregations with several arguments and typed answers (LASTWITHTIME, MODE, HISTOGRAM, FUNNEL_COUNT...:
+``cuvee.query.pinot_aggregates``, ``cuvee.query.funnel``) carry their steps with them (``MergeSpec``): partials,
+final aggregate, scalar step and one-step aggregate written for the call's arguments; the merger places them as it
+places these.
+
 Result types follow Pinot: COUNT is LONG, SUM/AVG/PERCENTILE DOUBLE, DISTINCTCOUNT INT, DISTINCTCOUNTHLL LONG;
 MIN/MAX keep the column's type (Pinot answers DOUBLE) so that they also work on strings and timestamps. NULLs are
 ignored by every aggregation and an empty input gives NULL (Pinot's null-handling mode), COUNT gives 0.
@@ -36,8 +41,8 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.aggregate_call import MergeSpec, fill
+from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
 from cuvee.query.group_trim import GroupTrim, plan_trim
 from cuvee.query.lookup import SERVER_RELATION, Lookup, lookup_fact_columns
@@ -455,7 +460,10 @@ class _Merger:
 
     def partial(self, template: str, call: AggregateCall) -> str:
         arg = "*" if call.arg is None else call.arg.sql(dialect=DIALECT)
-        sql = template.format(x=arg)
+        return self._partial_column(template.format(x=arg))
+
+    def _partial_column(self, sql: str) -> str:
+        """The partial column computing ``sql`` (added once: two aggregations of one partial share it)."""
         if sql not in self.partials:
             self.partials.append(sql)
         return f"__p{self.partials.index(sql)}"
@@ -477,11 +485,7 @@ class _Merger:
 
     def _spec_column(self, spec: MergeSpec) -> exp.Expression:
         """An aggregation that carries its own steps (``MergeSpec``: Pinot's LASTWITHTIME, MODE, FUNNEL_COUNT...)."""
-        refs = {}
-        for i, sql in enumerate(spec.partials):
-            if sql not in self.partials:
-                self.partials.append(sql)
-            refs[f"p{i}"] = f"__p{self.partials.index(sql)}"
+        refs = {f"p{i}": self._partial_column(sql) for i, sql in enumerate(spec.partials)}
         index = self._final(fill(spec.final, refs), spec.whole, spec.scalar)
         self.on_partials[f"__f{index}"] = fill(spec.on_partial, refs) if spec.on_partial is not None else None
         return exp.column(f"__f{index}")
