@@ -237,6 +237,8 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     order = list(select.args["order"].expressions) if select.args.get("order") else []
     group = _group_expressions(select, items, by_alias)
     has_aggregates = any(_aggregates_in(e) for e in [*items, *(o.this for o in order)]) or having is not None
+    _single_value_arguments([*items, *(o.this for o in order), *([having.this] if having else [])],
+                            parsed.table.multi_value_columns)
     source = SERVER_RELATION
     selection_order: tuple[tuple[str, bool, bool], ...] | None = None
     top_sql: str | None = None
@@ -318,6 +320,19 @@ def _aggregates_in(expr: exp.Expression) -> list[tuple[exp.Expression, Aggregate
             raise sql_error(f"nested aggregations are not supported: {node.sql(dialect=DIALECT)}")
         found.append((node, call))
     return found
+
+
+def _single_value_arguments(expressions: list[exp.Expression], multi_value: frozenset[str]) -> None:
+    """Pinot has no multi-value forms of the aggregations that carry their own steps (LASTWITHTIME, MODE,
+    ARRAY_AGG...): a multi-value column in their arguments is 150, where DuckDB would read a list as text."""
+    if not multi_value:
+        return
+    for expression in expressions:
+        for node, call in _aggregates_in(expression):
+            used = sorted({c.name for c in node.find_all(exp.Column)} & multi_value) if call.spec else []
+            if used:
+                raise sql_error(f"{call.name.upper()} takes single-value arguments; {', '.join(used)} is "
+                                "multi-value")
 
 
 def _resolve_reference(expr: exp.Expression, items: list[exp.Expression], by_alias: dict[str, exp.Expression],

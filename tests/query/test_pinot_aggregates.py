@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cuvee.query import QueryError, QueryErrorCode, check_plan, plan_sql
+from cuvee.query import QueryError, QueryErrorCode, TableInfo, check_plan, plan_sql
 from cuvee.query.response import pinot_type
 from tests.query.helpers import SCHEMA, distributed, event_tables, one_step, partitions, resolve
 
@@ -212,3 +212,13 @@ def test_having_and_order_by_read_the_new_aggregations() -> None:
            "HAVING MODE(v) > 1 ORDER BY LASTWITHTIME(d, id, 'DOUBLE') DESC LIMIT 5")
     assert distributed(sql, [table.slice(0, 3), table.slice(3)]).to_pylist() == [
         {"city": "c", "m": 3.0, "last": 6.0}, {"city": "b", "m": 2.0, "last": 4.0}]
+
+
+@pytest.mark.parametrize("call", ["MODE(vals)", "LASTWITHTIME(vals, id, 'INT')", "ARRAY_AGG(tags, 'STRING')",
+                                  "EXPR_MAX(id, vals)", "FUNNEL_COUNT(STEPS(id > 0), CORRELATE_BY(tags))"])
+def test_a_multi_value_argument_is_refused(call: str) -> None:
+    """Pinot has no ...MV forms of these; DuckDB would read a list as text (ARRAY_AGG) or compare lists."""
+    mv = TableInfo("t", ("id", "tags", "vals"), multi_value_columns=frozenset({"tags", "vals"}))
+    with pytest.raises(QueryError) as caught:
+        plan_sql(f"SELECT {call} FROM t", lambda name: mv)
+    assert caught.value.code == QueryErrorCode.SQL_PARSING and "multi-value" in caught.value.message
