@@ -64,7 +64,11 @@ from cuvee.query import (
     plan_sql,
 )
 from cuvee.query.execute import sandboxed_cursor
+from cuvee.query.explain import COLUMN_NAMES as EXPLAIN_COLUMNS
+from cuvee.query.explain import HalfRouting, explain_table, explained_query
 from cuvee.query.functions import DIALECT
+from cuvee.query.gapfill import GapfillQuery, mentions_gapfill, plan_gapfill
+from cuvee.query.gapfill import finish as finish_gapfill
 from cuvee.query.lookup import SERVER_RELATION
 from cuvee.query.group_trim import GroupOptions, group_options
 from cuvee.query.parse import MultiStageRequired, TableInfo, split_query
@@ -368,6 +372,10 @@ class QueryHandler:
             raise QueryError(QueryErrorCode.SQL_PARSING, "queryOptions must be a string like \"k=v;k2=v2\"")
         options = parse_query_options(query_options)
         budget_ms = _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms, cfg.timeout_limit_ms)
+        if (explained := explained_query(sql)) is not None:
+            return await self._explain(number, started, explained, budget_ms, principal)
+        if mentions_gapfill(sql) and (gapfill := await self._bounded(budget_ms, plan_gapfill, sql)) is not None:
+            return await self._gapfill(number, started, gapfill, options, principal)
         try:
             plan = await self._plan(sql, budget_ms)
         except MultiStageRequired:
@@ -389,6 +397,41 @@ class QueryHandler:
         of a hybrid table's two), else the broker's ``timeout_ms``; never past ``timeout_limit_ms``."""
         own = [t.entry.timeout_ms for t in self.view.targets(table) if t.entry.timeout_ms is not None]
         return min(min(own), self.config.timeout_limit_ms) if own else self.config.timeout_ms
+
+    async def _explain(self, number: int, started: float, sql: str, budget_ms: int,
+                       principal: Principal | None) -> dict[str, Any]:
+        """``EXPLAIN PLAN FOR``: the plan of a single-stage query and where it would run now, in the shape of
+        Pinot's answer (``cuvee.query.explain``); nothing runs on the servers. Needs READ on the tables, as the
+        query would."""
+        try:
+            plan = await self._plan(sql, budget_ms)
+        except MultiStageRequired as exc:
+            raise QueryError(QueryErrorCode.SQL_PARSING, f"EXPLAIN PLAN FOR describes single-stage queries; "
+                                                         f"{exc.construct} run on the multi-stage engine") from None
+        _check_read(principal, (plan.table, *(lookup.table for lookup in plan.lookups)))
+        servers = frozenset(self.view.snapshot.servers)
+        routed = [(t.entry.name, t.entry.route(servers, number)) for t in self.view.targets(plan.table)]
+        halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
+        whole = plan.whole_sql is not None and len(routed) == 1 and len(routed[0][1].servers) == 1
+        return broker_response(request_id=str(number), time_used_ms=self._elapsed_ms(started),
+                               table=explain_table(plan, halves, whole), column_names=EXPLAIN_COLUMNS)
+
+    async def _gapfill(self, number: int, started: float, query: GapfillQuery, options: dict[str, str],
+                       principal: Principal | None) -> dict[str, Any]:
+        """A GAPFILL query (``cuvee.query.gapfill``): its source query answered as a multi-stage leaf, then the
+        gapfill and any aggregation over the gapfilled rows at the broker."""
+        options.update(query.options)
+        if query.gapfill.limit > self.config.max_response_rows:
+            raise QueryError(QueryErrorCode.QUERY_VALIDATION, f"GAPFILL's LIMIT asks for {query.gapfill.limit} rows; "
+                                                              f"this broker returns at most "
+                                                              f"{self.config.max_response_rows}")
+        timeout_ms = _timeout_ms(options, self.config.timeout_ms, self.config.timeout_limit_ms)
+        run = _StageRun(started + timeout_ms / 1000, _Asked.of(options), principal)
+        answers = await self._leaves(number, run, [(query.source_sql, "GAPFILL's source")])
+        if answers is None:
+            return self._stage_response(number, started, None, None, run)
+        answer, names = await asyncio.to_thread(finish_gapfill, query, answers[0])
+        return await asyncio.to_thread(self._stage_response, number, started, answer, names, run)
 
     async def _gather(self, number: int, plan: QueryPlan, principal: Principal | None, deadline: float,
                       asked: _Asked, max_rows: int) -> _Gathered:

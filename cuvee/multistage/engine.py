@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import duckdb
 import pyarrow as pa
 
-from cuvee.query import hash_functions
+from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.execute import user_message
 
@@ -32,7 +32,7 @@ def _database(memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:
         if database is None:
             database = duckdb.connect(config={"enable_external_access": False, "memory_limit": f"{memory_mb}MB",
                                               "threads": threads, "temp_directory": ""})
-            hash_functions.register(database)  # as the servers' databases do: the same functions in every stage
+            duckdb_functions.register(database)  # as the servers' databases do: the same functions in every stage
             database.execute("SET lock_configuration = true")
             _databases[(memory_mb, threads)] = database
         return database

@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.query import hash_functions
+from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.group_trim import (
     DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
@@ -64,7 +64,7 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
             if limit is not None:
                 config["memory_limit"] = limit
             database = duckdb.connect(config=config)
-            hash_functions.register(database)  # Pinot's hashes DuckDB lacks, as vectorised Python functions
+            duckdb_functions.register(database)  # Pinot's hashes and funnels, as Python functions
             database.execute("SET lock_configuration = true")
             _databases[small] = database
         return database.cursor()

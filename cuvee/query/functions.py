@@ -7,67 +7,42 @@ final step (see ``rewrite.py``). Pinot names that DuckDB lacks (``DISTINCTCOUNT`
 
 from __future__ import annotations
 
-import enum
 import re
-from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
+from cuvee.query.aggregate_call import DIALECT, AggKind, AggregateCall
 from cuvee.query.datetime_functions import TimeTypes, strftime_pattern, translate_datetime
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.funnel import classify_funnel
 from cuvee.query.json_match import translate_json_match
+from cuvee.query.pinot_aggregates import TIME_ARGUMENTS, classify_pinot_aggregate, normalised
 from cuvee.query.prescan import is_number_list
 from cuvee.query.scalar_functions import translate_node, translate_other
-
-DIALECT = "duckdb"  # what the servers run, and how translated trees are written
 
 # Pinot names sqlglot would read as its own functions with other argument lists, dropping or reinterpreting
 # arguments (DATETRUNC's 3rd to 5th, JSON_EXTRACT_SCALAR's type and default, STRPOS's instance, SUBSTR's end, the
 # time-rounding ROUND(value, toNearest), CONCAT's trailing separator, LOG as ln): read as plain calls and
 # translated here with Pinot's meaning.
+# Pinot's aggregations MODE(x, 'MAX') and ARRAY_AGG(x, 'INT', true) too (sqlglot reads MODE's second argument as
+# a flag and refuses ARRAY_AGG's third).
 _PINOT_NAMES = ("DATE_TRUNC", "DATETRUNC", "JSON_EXTRACT_SCALAR", "STRPOS", "SUBSTR", "SPLIT", "TRUNCATE", "LOG",
-                "ROUND", "CONCAT")
+                "ROUND", "CONCAT", "MODE", "ARRAY_AGG", "ARRAYAGG")
 
 
 class PinotDuckDB(DuckDB):
-    """DuckDB's dialect reading Pinot's function names as plain calls (see ``_PINOT_NAMES``)."""
+    """DuckDB's dialect reading Pinot's function names as plain calls (see ``_PINOT_NAMES``), and SETTINGS as a
+    name (FUNNEL_COUNT's ``SETTINGS('set')``; sqlglot keeps the word for ClickHouse's clause)."""
+
+    class Tokenizer(DuckDB.Tokenizer):
+        KEYWORDS = {word: token for word, token in DuckDB.Tokenizer.KEYWORDS.items() if word != "SETTINGS"}
 
     class Parser(DuckDB.Parser):
         FUNCTIONS = {name: builder for name, builder in DuckDB.Parser.FUNCTIONS.items() if name not in _PINOT_NAMES}
 
 
 READ_DIALECT = PinotDuckDB  # how queries and ingestion expressions are read
-
-
-class AggKind(enum.Enum):
-    """How an aggregation is split into partial and final steps."""
-
-    COUNT = "count"
-    SUM = "sum"
-    MIN = "min"
-    MAX = "max"
-    AVG = "avg"
-    MIN_MAX_RANGE = "minmaxrange"
-    DISTINCT_COUNT = "distinctcount"
-    DISTINCT_COUNT_HLL = "distinctcounthll"
-    DISTINCT_SUM = "distinctsum"
-    DISTINCT_AVG = "distinctavg"
-    PERCENTILE = "percentile"
-
-
-@dataclass(frozen=True)
-class AggregateCall:
-    """One aggregation in a query: its kind, its argument (None for ``COUNT(*)``) and its percentile, if any.
-
-    ``name`` is Pinot's lower-case function name, used for the result column name (``count(*)``, ``sum(x)``).
-    """
-
-    kind: AggKind
-    name: str
-    arg: exp.Expression | None
-    percentile: float | None = None
-    multi_value: bool = False  # a ...MV aggregation: over every value of a multi-value column, not per row
 
 
 # Pinot aggregation names (upper case) served by one kind. The sketch-based distinct counts are answered exactly:
@@ -107,6 +82,13 @@ _INTROSPECTION = (exp.CurrentDatabase, exp.CurrentCatalog, exp.CurrentSchema, ex
 
 def _sql_error(message: str) -> QueryError:
     return QueryError(QueryErrorCode.SQL_PARSING, message)
+
+
+def _unsupported(upper: str) -> QueryError:
+    if upper == "GAPFILL":  # the gapfill route (cuvee.query.gapfill) takes it out of the queries it answers
+        return _sql_error("GAPFILL is answered only as a select item in Pinot's gapfill query shapes, and not under "
+                          "EXPLAIN PLAN FOR")
+    return _sql_error(f"function {upper} is not supported")
 
 
 def _single_arg(node: exp.Expression, name: str) -> exp.Expression:
@@ -162,7 +144,10 @@ def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
     if isinstance(node, exp.Anonymous):
         upper = node.name.upper()
         if upper in _UNSUPPORTED_FUNCTIONS:
-            raise _sql_error(f"function {upper} is not supported")
+            raise _unsupported(upper)
+        pinot = classify_pinot_aggregate(node) or classify_funnel(node)  # calls that carry their own MergeSpec
+        if pinot is not None:
+            return pinot
         if upper.endswith("MV") and len(upper) > 2:
             return _multi_value_call(node, upper)
         kind = _ANONYMOUS_AGGREGATES.get(upper)
@@ -219,7 +204,9 @@ def pinot_column_name(expr: exp.Expression) -> str:
         return plain.sql(dialect=DIALECT)
     if call.arg is None:
         return f"{call.name}(*)"
-    if isinstance(plain, exp.Anonymous):
+    if call.spec is not None:  # Pinot's name for the function (LAST_WITH_TIME is lastwithtime), the arguments
+        label, args = call.name, list(plain.expressions)  # as written
+    elif isinstance(plain, exp.Anonymous):
         label, args = plain.name.lower(), list(plain.expressions)
     else:
         label, args = call.name, [call.arg]
@@ -319,8 +306,13 @@ def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
     if upper == "JSON_MATCH":  # Pinot's filter on its JSON index, evaluated over the JSON text
         return translate_json_match(args)
     if upper in _UNSUPPORTED_FUNCTIONS:
-        raise _sql_error(f"function {upper} is not supported")
+        raise _unsupported(upper)
     if upper == "LOOKUP":  # its arguments are translated; the call itself by cuvee.query.lookup, with the tables
+        return sub
+    time_argument = TIME_ARGUMENTS.get(normalised(upper))
+    if time_argument is not None and len(args) > time_argument:  # an aggregation reading a time as Pinot does
+        args[time_argument] = types.millis(args[time_argument])
+        sub.set("expressions", args)
         return sub
     if upper in _OPERATORS:
         if len(args) != 2:

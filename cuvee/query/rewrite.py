@@ -12,6 +12,11 @@ Aggregations become mergeable partials (``_PARTIALS``) and a final step (``_FINA
 - PERCENTILE / PERCENTILEEST / PERCENTILETDIGEST(x, p) and PERCENTILE90(x) forms -> the list of values, merged and
   sorted; the answer is Pinot's exact rule: sorted[floor(n * p / 100)], the last value for p = 100.
 
+Pinot's aggregations with several arguments and typed answers (LASTWITHTIME, MODE, HISTOGRAM, FUNNEL_COUNT...:
+``cuvee.query.pinot_aggregates``, ``cuvee.query.funnel``) carry their steps with them (``MergeSpec``): partials,
+final aggregate, scalar step and one-step aggregate written for the call's arguments; the merger places them as it
+places these.
+
 Result types follow Pinot: COUNT is LONG, SUM/AVG/PERCENTILE DOUBLE, DISTINCTCOUNT INT, DISTINCTCOUNTHLL LONG;
 MIN/MAX keep the column's type (Pinot answers DOUBLE) so that they also work on strings and timestamps. NULLs are
 ignored by every aggregation and an empty input gives NULL (Pinot's null-handling mode), COUNT gives 0.
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from cuvee.query.aggregate_call import MergeSpec, fill
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
 from cuvee.query.group_trim import GroupTrim, plan_trim
@@ -231,6 +237,8 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
     order = list(select.args["order"].expressions) if select.args.get("order") else []
     group = _group_expressions(select, items, by_alias)
     has_aggregates = any(_aggregates_in(e) for e in [*items, *(o.this for o in order)]) or having is not None
+    _single_value_arguments([*items, *(o.this for o in order), *([having.this] if having else [])],
+                            parsed.table.multi_value_columns)
     source = SERVER_RELATION
     selection_order: tuple[tuple[str, bool, bool], ...] | None = None
     top_sql: str | None = None
@@ -308,10 +316,23 @@ def _aggregates_in(expr: exp.Expression) -> list[tuple[exp.Expression, Aggregate
         call = classify_aggregate(node)
         if call is None:
             continue
-        if call.arg is not None and any(classify_aggregate(n) for n in call.arg.walk()):
+        if any(classify_aggregate(n) for n in node.walk() if n is not node):  # in any argument
             raise sql_error(f"nested aggregations are not supported: {node.sql(dialect=DIALECT)}")
         found.append((node, call))
     return found
+
+
+def _single_value_arguments(expressions: list[exp.Expression], multi_value: frozenset[str]) -> None:
+    """Pinot has no multi-value forms of the aggregations that carry their own steps (LASTWITHTIME, MODE,
+    ARRAY_AGG...): a multi-value column in their arguments is 150, where DuckDB would read a list as text."""
+    if not multi_value:
+        return
+    for expression in expressions:
+        for node, call in _aggregates_in(expression):
+            used = sorted({c.name for c in node.find_all(exp.Column)} & multi_value) if call.spec else []
+            if used:
+                raise sql_error(f"{call.name.upper()} takes single-value arguments; {', '.join(used)} is "
+                                "multi-value")
 
 
 def _resolve_reference(expr: exp.Expression, items: list[exp.Expression], by_alias: dict[str, exp.Expression],
@@ -454,29 +475,46 @@ class _Merger:
 
     def partial(self, template: str, call: AggregateCall) -> str:
         arg = "*" if call.arg is None else call.arg.sql(dialect=DIALECT)
-        sql = template.format(x=arg)
+        return self._partial_column(template.format(x=arg))
+
+    def _partial_column(self, sql: str) -> str:
+        """The partial column computing ``sql`` (added once: two aggregations of one partial share it)."""
         if sql not in self.partials:
             self.partials.append(sql)
         return f"__p{self.partials.index(sql)}"
 
     def final_column(self, call: AggregateCall) -> exp.Expression:
+        if call.spec is not None:
+            return self._spec_column(call.spec)
         templates = _MV_PARTIALS[call.kind] if call.multi_value else _PARTIALS[call.kind]
         refs = {f"p{i}": self.partial(t, call) for i, t in enumerate(templates)}
         pct = "" if call.percentile is None else repr(call.percentile)
         aggregate, scalar = _FINALS[call.kind]
         aggregate = aggregate.format(**refs)
-        if aggregate not in self.aggregates:
-            self.aggregates.append(aggregate)
-            self.wholes.append(self._whole(call, templates))
-        step = (self.aggregates.index(aggregate), scalar.replace("{pct}", pct))
-        if step not in self.finals:
-            self.finals.append(step)
-        index = self.finals.index(step)
+        index = self._final(aggregate, self._whole(call, templates), scalar.replace("{pct}", pct))
         if call.kind in _SIMPLE_MERGES:
             self.simple[index] = (_SIMPLE_MERGES[call.kind], tuple(refs[f"p{i}"] for i in range(len(refs))))
         partial = _ON_PARTIALS.get(call.kind) if scalar == "{a}" else None
         self.on_partials[f"__f{index}"] = partial.format(**refs) if partial is not None else None
         return exp.column(f"__f{index}")
+
+    def _spec_column(self, spec: MergeSpec) -> exp.Expression:
+        """An aggregation that carries its own steps (``MergeSpec``: Pinot's LASTWITHTIME, MODE, FUNNEL_COUNT...)."""
+        refs = {f"p{i}": self._partial_column(sql) for i, sql in enumerate(spec.partials)}
+        index = self._final(fill(spec.final, refs), spec.whole, spec.scalar)
+        self.on_partials[f"__f{index}"] = fill(spec.on_partial, refs) if spec.on_partial is not None else None
+        return exp.column(f"__f{index}")
+
+    def _final(self, aggregate: str, whole: str, scalar: str) -> int:
+        """The index of the final column that is ``scalar`` over ``aggregate`` (added once: the same call twice in a
+        query is merged once)."""
+        if aggregate not in self.aggregates:
+            self.aggregates.append(aggregate)
+            self.wholes.append(whole)
+        step = (self.aggregates.index(aggregate), scalar)
+        if step not in self.finals:
+            self.finals.append(step)
+        return self.finals.index(step)
 
     @staticmethod
     def _whole(call: AggregateCall, templates: tuple[str, ...]) -> str:
@@ -564,7 +602,7 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     aggregates = [f"{aggregate} AS __a{i}" for i, aggregate in enumerate(merger.aggregates)]
     inner = f"SELECT {', '.join(group_cols + aggregates) or 'count(*) AS __rows'} FROM {PARTIALS_RELATION}"
     inner += f" GROUP BY {', '.join(group_cols)}" if group_cols else ""
-    scalars = [f"{scalar.format(a=f'__a{a}')} AS __f{i}" for i, (a, scalar) in enumerate(merger.finals)]
+    scalars = [f"{fill(scalar, {'a': f'__a{a}'})} AS __f{i}" for i, (a, scalar) in enumerate(merger.finals)]
     middle = f"SELECT {', '.join(group_cols + scalars) or '1 AS __one'} FROM ({inner}) AS __aggregated"
     select_list = ", ".join(f"{o.sql(dialect=DIALECT)} AS {_quote(n)}" for o, n in zip(outputs, names))
     tail = f" WHERE {having_sql}" if having_sql else ""  # HAVING, ORDER BY, LIMIT: the same after either step

@@ -59,7 +59,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from cuvee.query import hash_functions
+from cuvee.query import duckdb_functions
 from cuvee.query.execute import SMALL_INPUT_ROWS, memory_limit
 
 log = logging.getLogger(__name__)
@@ -667,7 +667,7 @@ def _new_database(path: Path) -> duckdb.DuckDBPyConnection:
         config["memory_limit"] = limit
     database = duckdb.connect(str(path), config=config)
     try:
-        hash_functions.register(database)
+        duckdb_functions.register(database)
         database.execute("SET lock_configuration = true")
     except BaseException:
         database.close()

@@ -88,6 +88,19 @@ ORDERED = [
      "SELECT id, v + 1, d * 2, v * 1000 FROM events ORDER BY id DESC LIMIT 5"),
 ]
 
+# Pinot's aggregations that carry their own merge steps (each checked against a model in test_pinot_aggregates.py):
+# here, with WHERE, HAVING and ORDER BY on them, the one-step answer must equal the merge
+PINOT_AGGREGATIONS = [
+    "SELECT city, LASTWITHTIME(v, ts, 'INT') AS l, FIRSTWITHTIME(d, ts, 'DOUBLE'), MODE(v, 'AVG') FROM events "
+    "WHERE d IS NOT NULL GROUP BY city HAVING MODE(v) > -20 ORDER BY l DESC NULLS LAST, city LIMIT 100",
+    "SELECT city, HISTOGRAM(v, -20, 20, 4), EXPR_MAX(id, v, d), EXPR_MIN(city, d) FROM events GROUP BY city "
+    "ORDER BY EXPR_MAX(id, v, d), city LIMIT 100",
+    "SELECT MODE(d, 'MAX'), HISTOGRAM(d, ARRAY[-100, 0, 100]), FUNNEL_COUNT(STEPS(v > 0, d > 0), CORRELATE_BY(city)) "
+    "FROM events WHERE v IS NOT NULL",
+    "SELECT city, FUNNELMAXSTEP(ts, 3600000, 2, v > 0, v > 5), FUNNELCOMPLETECOUNT(ts, 3600000, 2, v > 0, v > 5) "
+    "FROM events GROUP BY city ORDER BY 1 LIMIT 100",
+]
+
 
 @pytest.mark.parametrize(("sql", "ref_sql"), UNORDERED)
 @SETTINGS
@@ -109,7 +122,8 @@ def test_ordered_queries_match_duckdb(sql: str, ref_sql: str | None, data: st.Da
     assert rows(distributed(sql, parts)) == rows(reference(ref_sql or sql, table))
 
 
-@pytest.mark.parametrize(("sql", "ordered"), [(sql, False) for sql, _ in UNORDERED] + [(sql, True) for sql, _ in ORDERED])
+@pytest.mark.parametrize(("sql", "ordered"), [(sql, False) for sql, _ in UNORDERED] + [(sql, True) for sql, _ in ORDERED]
+                         + [(sql, "ORDER BY" in sql) for sql in PINOT_AGGREGATIONS])
 @SETTINGS
 @given(data=st.data())
 def test_one_server_answers_an_aggregation_whole_as_the_merge_does(sql: str, ordered: bool,

@@ -31,6 +31,8 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import expressions as exp
 
+from cuvee.query.functions import READ_DIALECT
+
 PINOT_DEFAULT_LIMIT = 10
 
 # Where DuckDB needs another spelling of the same question: ClickBench's EventTime is a STRING date-time column in
@@ -84,7 +86,7 @@ class Shape:
 
 
 def shape_of(pinot_sql: str, oracle: str) -> Shape:
-    tree = sqlglot.parse_one(pinot_sql, read="duckdb")
+    tree = sqlglot.parse_one(pinot_sql, read=READ_DIALECT)  # Pinot's text as Cuvee reads it (SETTINGS(...), ...)
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
     limit = _number(tree.args.get("limit"))
     offset = _number(tree.args.get("offset")) or 0

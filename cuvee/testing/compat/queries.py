@@ -1,4 +1,5 @@
-"""The external query sets, as shipped in ``sets/`` (verbatim copies; see ``sets/README.md``)."""
+"""The query sets, as shipped in ``sets/``: the external ones (verbatim copies; see ``sets/README.md``) and Cuvee's
+own set of Pinot's aggregations, GAPFILL included, each with a DuckDB oracle written by hand."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 CLICKBENCH = "clickbench"
 PINOT = "pinot"
+CUVEE = "cuvee"
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class CompatQuery:
     sql: str
     oracle_sql: str
     table: str
+    sorted_lists: bool = False  # list cells compare sorted (their order is not defined, as ARRAY_AGG's)
 
     @property
     def id(self) -> str:
@@ -54,5 +57,17 @@ def pinot_queries() -> list[CompatQuery]:
     return found
 
 
+def cuvee_queries() -> list[CompatQuery]:
+    """Cuvee's own set (``cuvee_pinot_aggregations.jsonl``) over both sets' tables."""
+    found = []
+    lines = [line for line in _text("cuvee_pinot_aggregations.jsonl").splitlines()
+             if line.strip() and not line.startswith("#")]
+    for i, line in enumerate(lines, start=1):
+        doc = json.loads(line)
+        table = "hits" if " FROM hits" in doc["sql"] else "mytable"
+        found.append(CompatQuery(CUVEE, i, doc["sql"], doc["oracle"], table, bool(doc.get("sortedLists"))))
+    return found
+
+
 def all_queries() -> list[CompatQuery]:
-    return clickbench_queries() + pinot_queries()
+    return clickbench_queries() + pinot_queries() + cuvee_queries()

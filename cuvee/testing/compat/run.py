@@ -83,6 +83,8 @@ def judge_all(http: httpx.Client, broker: str, oracle: Any, queries: Iterable[Co
     for query in queries:
         text = oracle_sql(query.id, query.oracle_sql)
         answer = ask(http, broker, query.sql)
+        if query.sorted_lists and answer.rows is not None:
+            answer.rows = [[sorted(v) if isinstance(v, list) else v for v in row] for row in answer.rows]
         columns = answer.columns if answer.rows is not None else None
         try:
             shape = shape_of(query.sql, text)

@@ -1,0 +1,18 @@
+"""The Python functions every Cuvee DuckDB database registers: Pinot's hashes DuckDB lacks
+(``cuvee.query.hash_functions``) and the windowed funnels' algorithms (``cuvee.query.funnel_window``).
+
+One entry point so that the query executors (``cuvee.query.execute``), the servers' native copies and the
+multi-stage engine offer the same functions in every step a query runs.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from cuvee.query import funnel_window, hash_functions
+
+
+def register(database: duckdb.DuckDBPyConnection) -> None:
+    """Make every function callable in ``database`` (before its configuration is locked); its cursors see them."""
+    hash_functions.register(database)
+    funnel_window.register(database)

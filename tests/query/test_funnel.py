@@ -1,0 +1,130 @@
+"""Pinot's windowed funnels: the algorithm on hand-worked event sequences (Pinot's rules and quirks), the planner's
+arguments and errors, and the executed functions however the rows are split (the merge, the one-step answer and
+the algorithm over each group's events agree). Bad arguments: ``test_pinot_aggregates.py``."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cuvee.query import plan_sql
+from cuvee.query.funnel_window import KEEP_ALL, STRICT_DEDUPLICATION, STRICT_INCREASE, STRICT_ORDER, Funnel
+from tests.query.helpers import SCHEMA, distributed, event_tables, one_step, partitions, resolve
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize(("funnel", "events", "expected"), [
+    (Funnel(10, 3), [(0, 0), (1, 1), (2, 2)], 3),
+    (Funnel(10, 3), [(2, 2), (1, 1), (0, 0)], 3),  # read in time order, whatever the order they come in
+    (Funnel(10, 3), [(0, 0), (5, 1), (20, 2)], 2),  # the last step is past the window
+    (Funnel(10, 3), [(0, 1), (1, 2)], 0),  # no first step
+    (Funnel(10, 3, frozenset({STRICT_ORDER})), [(0, 0), (1, 1), (2, 0), (3, 2)], 2),
+    (Funnel(10, 3), [(0, 0), (1, 1), (2, 0), (3, 2)], 3),
+    (Funnel(10, 2, frozenset({STRICT_DEDUPLICATION})), [(0, 0), (1, 0), (2, 1)], 1),  # Pinot does not look at
+    (Funnel(10, 2), [(0, 0), (1, 0), (2, 1)], 2),  # the window left once every event is taken
+    (Funnel(10, 2, frozenset({STRICT_INCREASE})), [(0, 0), (0, 1)], 1),
+    (Funnel(10, 2), [(0, 0), (0, 1)], 2),
+    (Funnel(10, 2, frozenset({STRICT_ORDER, KEEP_ALL})), [(0, 0), (1, -1), (2, 1)], 1),
+    (Funnel(10, 2, frozenset({STRICT_ORDER})), [(0, 0), (2, 1)], 2),
+    (Funnel(100, 3, max_step_duration=10), [(0, 0), (5, 1), (20, 2)], 2),
+    (Funnel(100, 3), [(0, 0), (5, 1), (20, 2)], 3),
+    (Funnel(10, 2), [], 0),
+])
+def test_max_step_follows_pinots_windows(funnel: Funnel, events: list[tuple[int, int]], expected: int) -> None:
+    assert funnel.max_step(events) == expected
+    assert funnel.match_step(events) == [1] * expected + [0] * (funnel.steps - expected)
+
+
+@pytest.mark.parametrize(("funnel", "events", "expected"), [
+    (Funnel(100, 2), [(0, 0), (1, 1), (2, 0), (3, 1)], 2),
+    (Funnel(100, 2), [(0, 0), (1, 1), (2, 1)], 1),
+    (Funnel(100, 2, frozenset({STRICT_ORDER})), [(0, 0), (1, 0), (2, 1)], 1),  # the repeat restarts from itself
+    (Funnel(5, 2), [(0, 0), (10, 1)], 0),
+    (Funnel(10, 2), [], 0),
+])
+def test_complete_count_counts_each_completion_afresh(funnel: Funnel, events: list[tuple[int, int]],
+                                                      expected: int) -> None:
+    assert funnel.complete_count(events) == expected
+
+
+def test_step_duration_stats_over_completed_windows() -> None:
+    funnel = Funnel(100, 2, duration_functions=("AVG", "MEDIAN", "MIN", "MAX", "PERCENTILE0", "COUNT"))
+    events = [(0, 0), (10, 1), (200, 0), (230, 1)]  # two completions: 10 ms, then 30 ms
+    assert funnel.step_duration_stats(events) == [20.0, 30.0, 10.0, 30.0, 10.0, 1.0,
+                                                  0.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # the last step has no duration
+    # a funnel never completed: nothing, unless COUNT is asked (then the steps reached)
+    assert Funnel(100, 2, duration_functions=("AVG",)).step_duration_stats([(0, 0)]) == []
+    assert Funnel(100, 2, duration_functions=("AVG", "COUNT")).step_duration_stats([(0, 0)]) == [0.0, 1.0, 0.0, 0.0]
+    assert Funnel(100, 2, duration_functions=("COUNT",)).step_duration_stats([]) == []
+
+
+def test_a_funnels_settings_travel_as_json() -> None:
+    funnel = Funnel(60_000, 3, frozenset({STRICT_ORDER, KEEP_ALL}), 500, ("AVG", "PERCENTILE95"))
+    assert Funnel.from_json(funnel.to_json()) == funnel
+
+
+def _events(rows: list[dict], steps: list[int], keep_all: bool = False) -> list[tuple[int, int]]:
+    """A group's events as Pinot collects them: each row's first matching step (v == steps[i])."""
+    out = []
+    for row in rows:
+        if row["v"] in steps:
+            out.append((int(row["ts"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000), steps.index(row["v"])))
+        elif keep_all:
+            out.append((int(row["ts"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000), -1))
+    return out
+
+
+CALLS = [
+    ("FUNNELMAXSTEP(ts, 3600000, 3, v = 1, v = 2, v = 3)", lambda ev: Funnel(3_600_000, 3).max_step(ev), False),
+    ("FUNNEL_MATCH_STEP(ts, 1800000, 2, v = 0, v = 1, 'STRICT_ORDER')",
+     lambda ev: Funnel(1_800_000, 2, frozenset({STRICT_ORDER})).match_step(ev), False),
+    ("funnelCompleteCount(ts, 7200000, 2, v = 1, v = -1, 'MODE=STRICT_INCREASE,KEEP_ALL')",
+     lambda ev: Funnel(7_200_000, 2, frozenset({STRICT_INCREASE, KEEP_ALL})).complete_count(ev), True),
+    ("FUNNELSTEPDURATIONSTATS(ts, 7200000, 2, v = 1, v = 2, 'DURATIONFUNCTIONS=AVG,MEDIAN,COUNT')",
+     lambda ev: Funnel(7_200_000, 2, duration_functions=("AVG", "MEDIAN", "COUNT")).step_duration_stats(ev), False),
+]
+_STEPS = {0: [1, 2, 3], 1: [0, 1], 2: [1, -1], 3: [1, 2]}
+
+
+@pytest.mark.parametrize("index", range(len(CALLS)), ids=[c for c, _, _ in CALLS])
+@SETTINGS
+@given(data=st.data())
+def test_window_funnels_give_one_answer_however_rows_are_split(index: int, data: st.DataObject) -> None:
+    call, model, keep_all = CALLS[index]
+    table = data.draw(event_tables())
+    parts = data.draw(partitions(table))
+    sql = f"SELECT city, {call} FROM events GROUP BY city LIMIT 100"
+    answer = distributed(sql, parts)
+    got = dict(zip(answer.column(0).to_pylist(), answer.column(1).to_pylist()))
+    rows = table.to_pylist()
+    assert got == {city: model(_events([r for r in rows if r["city"] == city], _STEPS[index], keep_all))
+                   for city in {r["city"] for r in rows}}
+    whole, _ = one_step(plan_sql(sql, resolve), table)
+    assert whole.schema == answer.schema
+    assert dict(zip(whole.column(0).to_pylist(), whole.column(1).to_pylist())) == got
+
+
+def test_no_rows_give_pinots_empty_answers() -> None:
+    empty = [SCHEMA.empty_table()]
+    sql = ("SELECT FUNNELMAXSTEP(ts, 10, 2, v = 1, v = 2), FUNNELMATCHSTEP(ts, 10, 2, v = 1, v = 2), "
+           "FUNNELCOMPLETECOUNT(ts, 10, 2, v = 1, v = 2), "
+           "FUNNELSTEPDURATIONSTATS(ts, 10, 2, v = 1, v = 2, 'DURATIONFUNCTIONS=COUNT') FROM events")
+    assert list(distributed(sql, empty).to_pylist()[0].values()) == [0, [0, 0], 0, []]
+    assert [str(f.type) for f in distributed(sql, empty).schema] == ["int32", "list<l: int32>", "int32",
+                                                                     "list<l: double>"]
+
+
+def test_a_timestamp_is_read_as_epoch_millis_and_a_long_time_as_it_is() -> None:
+    """Durations are millis whether the time is a TIMESTAMP column or a LONG of millis."""
+    base = dt.datetime(2026, 1, 1)
+    rows = pa.table({"id": [1, 2], "city": ["a", "a"], "v": pa.array([1, 2], pa.int32()), "d": [0.0, 0.0],
+                     "ts": pa.array([base, base + dt.timedelta(seconds=3)], pa.timestamp("ms"))}, schema=SCHEMA)
+    by_ts = "FUNNELSTEPDURATIONSTATS(ts, 60000, 2, v = 1, v = 2, 'DURATIONFUNCTIONS=AVG')"
+    by_id = "FUNNELSTEPDURATIONSTATS(id * 1000, 60000, 2, v = 1, v = 2, 'DURATIONFUNCTIONS=AVG')"
+    answer = distributed(f"SELECT {by_ts}, {by_id} FROM events", [rows]).to_pylist()[0]
+    assert list(answer.values()) == [[3000.0, 0.0], [1000.0, 0.0]]
