@@ -37,7 +37,7 @@ def test_adding_columns_and_changing_defaults_granularity_and_extra_keys_is_comp
         doc["metricFieldSpecs"][0]["defaultNullValue"] = 7
         doc["metricFieldSpecs"].append({"name": "w", "dataType": "DOUBLE"})
         doc["dateTimeFieldSpecs"][0]["granularity"] = "1:SECONDS"
-        doc["dimensionFieldSpecs"][0]["maxLength"] = 64
+        doc["dimensionFieldSpecs"][1]["maxLength"] = 64  # a STRING column
 
     diff = diff_schemas(Schema.from_json(BASE), _changed(edit))
     assert diff.compatible and diff.added == ("color", "w")
