@@ -23,7 +23,7 @@ def child_path(path: str, key: str | int) -> str:
         return f"{path}[{key}]"
     if _PLAIN_KEY.fullmatch(key):
         return f"{path}.{key}"
-    return f"{path}['{key}']"
+    return "{}['{}']".format(path, key.replace("\\", "\\\\").replace("'", "\\'"))
 
 
 class JsonObject:

@@ -56,7 +56,7 @@ _INT_RANGES = {DataType.INT: (-(2**31), 2**31 - 1), DataType.LONG: (-(2**63), 2*
 # Field-spec keys we interpret; others are kept in ``extra`` and written back.
 _FIELD_KEYS = {"name", "dataType", "singleValueField", "defaultNullValue", "format", "granularity", "maxLength",
                "maxLengthExceedStrategy"}
-# Pinot's maxLength applies to these (STRING in characters, the others in bytes); what happens past it
+# Pinot's maxLength applies to these (STRING and JSON in characters, BYTES in bytes); what happens past it
 _LENGTH_TYPES = ("STRING", "JSON", "BYTES")
 LENGTH_STRATEGIES = ("TRIM_LENGTH", "SUBSTITUTE_DEFAULT_VALUE", "NO_ACTION")
 _SCHEMA_KEYS = {"schemaName", "primaryKeyColumns", "dimensionFieldSpecs", "metricFieldSpecs", "dateTimeFieldSpecs"}
@@ -119,7 +119,7 @@ class FieldSpec:
     # Date-time columns only: Pinot's format string (e.g. "1:MILLISECONDS:EPOCH") and granularity.
     format: str | None = None
     granularity: str | None = None
-    # STRING, JSON and BYTES: Pinot's maxLength (characters for STRING, bytes otherwise) and what a longer value
+    # STRING, JSON and BYTES: Pinot's maxLength (characters for STRING and JSON, bytes for BYTES) and what a longer value
     # becomes at ingestion (``max_length_strategy``: TRIM_LENGTH, SUBSTITUTE_DEFAULT_VALUE or NO_ACTION). Cuvee
     # applies it only when the schema gives maxLength: Pinot's implicit 512-character cut is not made.
     max_length: int | None = None

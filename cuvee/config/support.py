@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Union
 
 from cuvee.config.errors import ConfigIssue
 from cuvee.config.json_reader import child_path
 
 MAX_LISTED = 200  # findings of each kind kept per config (a config of 10,000 unknown keys gets the first ones)
+MAX_DEPTH = 32  # JSON nesting a config may have (Pinot's own go 6 deep): deeper values cannot be stored or shown
 
 
 class Support(str, enum.Enum):
@@ -90,6 +93,18 @@ class Patterns:
 
     patterns: tuple[tuple[str, Rule], ...]
 
+    @cached_property
+    def _compiled(self) -> tuple[re.Pattern[str], tuple[Rule, ...]]:
+        """All patterns as one regex of named alternatives, tried in order (a map of 100,000 keys is reviewed in
+        one pass, not 100,000 times every pattern)."""
+        alternatives = "|".join(f"(?P<p{i}>{fnmatch.translate(p)[4:-3]})" for i, (p, _) in enumerate(self.patterns))
+        return re.compile(f"(?s:{alternatives})\\Z"), tuple(rule for _, rule in self.patterns)
+
+    def rule_for(self, key: str) -> Rule | None:
+        regex, rules = self._compiled
+        found = regex.match(key)
+        return None if found is None or found.lastgroup is None else rules[int(found.lastgroup[1:])]
+
 
 Rule = Union[Key, Obj, Each, Pick, Patterns]
 
@@ -114,6 +129,7 @@ class Finding:
     value: Any
     support: Support
     why: str
+    unsupported: bool = True  # a refusal for something Cuvee does not do yet (not a malformed config)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.pointer, "support": self.support.value, "why": self.why}
@@ -128,8 +144,8 @@ class ConfigReview:
 
     @property
     def issues(self) -> list[ConfigIssue]:
-        return [ConfigIssue(f.path, f"{f.why} (refused until Cuvee supports it; remove the key)")
-                for f in self.refused]
+        return [ConfigIssue(f.path, f"{f.why} (refused until Cuvee supports it; remove the key)" if f.unsupported
+                            else f.why) for f in self.refused]
 
     def unrecognized_properties(self) -> dict[str, Any]:
         """Pinot's ``unrecognizedProperties``: JSON pointer -> value of each listed key."""
@@ -143,6 +159,9 @@ def review(doc: Any, rule: Rule, path: str = "$", pointer: str = "") -> ConfigRe
     """Walk ``doc`` along ``rule``; every refused key that asks for its feature, every hint and unknown key."""
     refused_found: list[Finding] = []
     listed: list[Finding] = []
+    too_deep = _too_deep(doc, path, pointer)
+    if too_deep is not None:
+        refused_found.append(too_deep)
     for finding in _walk(doc, rule, path, pointer):
         if finding.support is Support.REFUSED:
             if len(refused_found) < MAX_LISTED:
@@ -150,6 +169,20 @@ def review(doc: Any, rule: Rule, path: str = "$", pointer: str = "") -> ConfigRe
         elif len(listed) < MAX_LISTED:
             listed.append(finding)
     return ConfigReview(tuple(refused_found), tuple(listed))
+
+
+def _too_deep(doc: Any, path: str, pointer: str) -> Finding | None:
+    """The first value nested more than MAX_DEPTH levels deep, found without recursion."""
+    stack: list[tuple[Any, int, str, str]] = [(doc, 0, path, pointer)]
+    while stack:
+        value, depth, where, at = stack.pop()
+        if depth > MAX_DEPTH:
+            return Finding(where, at, None, Support.REFUSED, f"nested more than {MAX_DEPTH} levels deep", False)
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1, child_path(where, key), _pointer(at, key)))
+    return None
 
 
 def _pointer(pointer: str, key: str | int) -> str:
@@ -178,7 +211,7 @@ def _walk(value: Any, rule: Rule, path: str, pointer: str) -> Iterator[Finding]:
         key = str(key)
         sub: Rule | None
         if isinstance(rule, Patterns):
-            sub = next((r for pattern, r in rule.patterns if fnmatch.fnmatchcase(key, pattern)), None)
+            sub = rule.rule_for(key)
         else:
             sub = rule.keys.get(key, rule.others)
         where, at = child_path(path, key), _pointer(pointer, key)

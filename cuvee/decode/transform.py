@@ -113,15 +113,14 @@ def _length_rule(spec: FieldSpec) -> bool:
 
 def _limited(spec: FieldSpec, sql: str) -> str:
     """``sql`` (a value of column ``spec``) with the schema's maxLength applied (Pinot's SanitizationTransformer):
-    STRING in characters, JSON and BYTES in bytes; a longer value trimmed or replaced by the default null value."""
+    STRING and JSON in characters (code points: Pinot counts UTF-16 units, so a character outside the BMP counts
+    twice there), BYTES in bytes; a longer value trimmed or replaced by the default null value."""
     n = spec.length_limit
 
     def limit(v: str) -> str:
         if spec.data_type is DataType.BYTES:
             too_long, trimmed = f"octet_length({v}) > {n}", f"{v}[1:{n}]"
-        elif spec.data_type is DataType.JSON:  # the bytes of its UTF-8 text
-            too_long, trimmed = f"octet_length(encode({v})) > {n}", f"decode(encode({v})[1:{n}])"
-        else:
+        else:  # STRING and JSON: characters, as Pinot's sanitization counts a Java String (never a cut mid-character)
             too_long, trimmed = f"length({v}) > {n}", f"left({v}, {n})"
         if spec.length_strategy == "SUBSTITUTE_DEFAULT_VALUE":
             default = spec.null_value

@@ -161,3 +161,24 @@ def test_the_stored_pinot_examples_review_cleanly() -> None:
         doc = orjson.loads((FIXTURES / name).read_bytes())
         found = review_table(copy.deepcopy(doc))
         assert found.refused == () and all(f.support is Support.HINT for f in found.listed), name
+
+
+def test_a_config_nested_too_deep_is_refused_without_recursion() -> None:
+    doc = table(metadata={"customConfigs": {}})
+    value = doc["metadata"]["customConfigs"]
+    for _ in range(5000):  # deeper than Python's recursion limit: the check must not recurse
+        value["a"] = {}
+        value = value["a"]
+    [issue] = review_table(doc).issues
+    assert issue.path.startswith("$.metadata.customConfigs.a.a") and issue.message == "nested more than 32 levels deep"
+
+
+def test_continue_on_error_false_is_refused_true_is_what_cuvee_does() -> None:
+    assert refused_paths(table(ingestionConfig={"continueOnError": True})) == []
+    assert refused_paths(table(ingestionConfig={"continueOnError": "false"})) == ["$.ingestionConfig.continueOnError"]
+
+
+def test_paths_of_keys_with_quotes_stay_unambiguous() -> None:
+    from cuvee.config.json_reader import child_path
+
+    assert child_path("$", "it's.x") == "$['it\\'s.x']" and child_path("$", "a\\b.c") == "$['a\\\\b.c']"
