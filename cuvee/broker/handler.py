@@ -95,39 +95,30 @@ def _timeout_ms(options: Mapping[str, str], default: int, maximum: int) -> int:
     return default
 
 
-def _skip_upsert(options: Mapping[str, str]) -> bool:
-    """Pinot's ``skipUpsert`` query option: an upsert table's every row (all versions of each key)."""
+def _flag_option(options: Mapping[str, str], name: str) -> bool:
+    """A true/false query option (any case), false when not given; anything else is 150."""
     for key, value in options.items():
-        if key.lower() == "skipupsert":
-            if value.lower() not in ("true", "false"):
-                raise QueryError(QueryErrorCode.SQL_PARSING, f"skipUpsert must be true or false, got {value[:40]!r}")
-            return value.lower() == "true"
+        if key.lower() == name.lower():
+            if value.strip().lower() not in ("true", "false"):
+                raise QueryError(QueryErrorCode.SQL_PARSING, f"{name} must be true or false, got {value[:40]!r}")
+            return value.strip().lower() == "true"
     return False
-
-
-def _refuse_null_handling(options: Mapping[str, str]) -> None:
-    """Pinot's ``enableNullHandling`` query option would make ``IS NULL`` match missing values and aggregations skip
-    them; Cuvee stores a missing value as its column's default (Pinot's answer with the option off), so asking for
-    it is refused (150) rather than answered differently."""
-    for key, value in options.items():
-        if key.lower() == "enablenullhandling" and value.strip().lower() != "false":
-            raise QueryError(QueryErrorCode.SQL_PARSING, "enableNullHandling is not supported yet: Cuvee stores a "
-                             "missing value as its column's default null value, as Pinot does with null handling "
-                             "off; leave the option out or set it to false")
 
 
 @dataclasses.dataclass(frozen=True)
 class _Asked:
-    """What a query's options tell every server: skipUpsert, and the GROUP BY bounds that override the servers'
+    """What a query's options tell every server: skipUpsert, enableNullHandling (a missing value reads as NULL,
+    not as its column's default: ``cuvee.query.null_defaults``), and the GROUP BY bounds that override the servers'
     defaults (numGroupsLimit, minServerGroupTrimSize)."""
 
     skip_upsert: bool = False
     groups: GroupOptions = GroupOptions()
+    null_handling: bool = False
 
     @staticmethod
     def of(options: Mapping[str, str]) -> _Asked:
-        _refuse_null_handling(options)
-        return _Asked(_skip_upsert(options), group_options(options))
+        return _Asked(_flag_option(options, "skipUpsert"), group_options(options),
+                      _flag_option(options, "enableNullHandling"))
 
     @property
     def bounds_groups(self) -> bool:
@@ -195,10 +186,12 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
         counted = plan.docs_column is not None
         return ServerQueryRequest(request_id, target.entry.name, plan.whole_sql, segments, remaining_ms,
                                   plan.count_sql if counted else plan.docs_scanned_sql, None, target.time_filter,
-                                  asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None)
+                                  asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None,
+                                  null_handling=asked.null_handling)
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
-                              _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan))
+                              _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan),
+                              null_handling=asked.null_handling)
 
 
 def _selection_limit(plan: QueryPlan) -> int | None:
@@ -596,7 +589,7 @@ class QueryHandler:
         calls = [ServerCall(instance, servers[instance], ServerQueryRequest(
                     str(number), join.left, join.sql, left, remaining_ms, lookups=(DimLookup(
                         OTHER_RELATION, join.right, right, None if right else placement.right.arrow_schema),),
-                    colocation=placement.colocation(instance)))
+                    colocation=placement.colocation(instance), null_handling=run.asked.null_handling))
                  for instance, (left, right) in sorted(placement.servers.items())]
         replies = await scatter(self._http(), calls, max(run.deadline - self._clock(), 0.0) + cfg.server_grace_seconds,
                                 max_bytes=cfg.max_server_response_bytes)

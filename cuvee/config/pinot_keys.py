@@ -39,8 +39,9 @@ _OPS = "an operations setting of Pinot's own machinery, which Cuvee does differe
 _META = "kept for you and your tools; it changes nothing in Cuvee"
 _TEXT = "text indexes (TEXT_MATCH) are not supported yet"
 _TIERS = "tiered storage (tierConfigs) is not supported yet"
-_NULLS = ("null handling is not supported yet: Cuvee stores a missing value as the column's default null value, "
-          "as Pinot does with null handling off")
+_NULLS = ("Cuvee keeps every column's nulls (a mask beside the stored default), whatever this says: a query answers "
+          "a missing value as its column's default null value, or as NULL with the query option "
+          "enableNullHandling=true (docs/query.md, Null handling)")
 _STAR_TREE = "star-tree indexes are not supported yet"
 
 
@@ -71,7 +72,7 @@ _INDEXES: dict[str, Rule] = {
                       lambda v: not (isinstance(v, dict) and asks(v.get("disabled")))),
     "map": refused("MAP columns are not supported yet"),
     "open_struct": refused("OPEN_STRUCT columns are not supported yet"),
-    "null": refused(_NULLS, lambda v: not (isinstance(v, dict) and asks(v.get("disabled")))),
+    "null": Key(Support.HONOURED, _NULLS),
     "timestamp": refused("timestamp indexes (the derived $column$GRANULARITY columns) are not supported yet"),
 }
 _REFUSED_INDEX_TYPES = {"TEXT": _TEXT, "VECTOR": "vector indexes (VECTOR_SIMILARITY) are not supported yet",
@@ -240,7 +241,7 @@ _INDEXING = Obj({
     "enableDefaultStarTree": refused(_STAR_TREE),
     "aggregateMetrics": refused("ingestion-time rollup (aggregateMetrics) is not supported yet: every row would be "
                                 "stored"),
-    "nullHandlingEnabled": refused(_NULLS),
+    "nullHandlingEnabled": Key(Support.HONOURED, _NULLS),
     "tierOverwrites": refused(_TIERS),
     "multiColumnTextIndexConfig": refused(_TEXT),
 })
@@ -393,7 +394,8 @@ _FIELD = Obj({
     "format": HONOURED, "granularity": HONOURED, "maxLength": HONOURED, "maxLengthExceedStrategy": HONOURED,
     "fieldType": hint("the list a field is in says what it is"),
     "defaultNullValueString": hint("Pinot writes it; Cuvee reads defaultNullValue"),
-    "notNull": hint("every column behaves as notNull in Cuvee: a missing value is stored as the default null value"),
+    "notNull": Key(Support.HONOURED, "with enableColumnBasedNullHandling, a notNull column answers its default null "
+                   "value even to enableNullHandling=true queries, as in Pinot"),
     "allowTrailingZeros": hint("BIG_DECIMAL columns are not supported (their dataType is refused)"),
     "transformFunction": refused("field-level transforms are not supported; use the table's "
                                  "ingestionConfig.transformConfigs"),
@@ -408,7 +410,8 @@ SCHEMA: Rule = Obj({
     "dimensionFieldSpecs": Each(_FIELD), "metricFieldSpecs": Each(_FIELD), "dateTimeFieldSpecs": Each(_FIELD),
     "timeFieldSpec": _FIELD,
     "complexFieldSpecs": refused("complex columns (MAP, STRUCT, LIST) are not supported yet"),
-    "enableColumnBasedNullHandling": refused(_NULLS),
+    "enableColumnBasedNullHandling": Key(Support.HONOURED, _NULLS + "; its notNull columns answer their default "
+                                         "null value to every query"),
     "options": hint("not a key of Pinot's released schema"),
 })
 

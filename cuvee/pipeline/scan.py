@@ -131,7 +131,8 @@ def _query_server(source: SegmentSource, fields: Sequence[FieldSpec], timeout_se
     columns = ", ".join('"' + f.name.replace('"', '""') + '"' for f in fields)
     request = ServerQueryRequest(request_id=f"spark-{uuid.uuid4().hex[:12]}", table=source.table,
                                  sql=f"SELECT {columns} FROM {SERVER_RELATION}", segments=(source.segment,),
-                                 timeout_ms=max(1, int(timeout_seconds * 1000)), time_filter=source.time_filter)
+                                 timeout_ms=max(1, int(timeout_seconds * 1000)), time_filter=source.time_filter,
+                                 null_handling=True)  # a consuming segment's rows as committed ones read: NULLs
     errors: list[str] = []
     for peer in source.peers:
         try:

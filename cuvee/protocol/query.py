@@ -277,6 +277,9 @@ class ServerQueryRequest:
     # a selection's LIMIT plus OFFSET (``sql`` answers at most this many rows): an answer with fewer rows holds
     # every row passing WHERE, so numDocsScanned is their count and ``docs_scanned_sql`` is not run
     selection_limit: int | None = None
+    # queryOptions enableNullHandling=true: a missing value reads as NULL; else as its column's default null value
+    # (Pinot's answer without null handling: cuvee.query.null_defaults)
+    null_handling: bool = False
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -298,7 +301,8 @@ class ServerQueryRequest:
                 **({"colocation": self.colocation.to_dict()} if self.colocation is not None else {}),
                 **({"topSql": self.top_sql} if self.top_sql is not None else {}),
                 **({"docsTotalColumn": self.docs_total_column} if self.docs_total_column is not None else {}),
-                **({"selectionLimit": self.selection_limit} if self.selection_limit is not None else {})}
+                **({"selectionLimit": self.selection_limit} if self.selection_limit is not None else {}),
+                **({"nullHandling": True} if self.null_handling else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -307,10 +311,13 @@ class ServerQueryRequest:
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
                           "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql",
-                          "docsTotalColumn", "selectionLimit"}, what)
+                          "docsTotalColumn", "selectionLimit", "nullHandling"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
+        null_handling = doc.get("nullHandling", False)
+        if not isinstance(null_handling, bool):
+            raise QueryWireError(f"{what}: nullHandling must be a boolean")
         docs_sql = _optional_string(doc, "docsScannedSql", what)
         docs_column = _optional_string(doc, "docsColumn", what)
         raw_filter = doc.get("timeFilter")
@@ -331,7 +338,7 @@ class ServerQueryRequest:
                    docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
                    groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what),
                    docs_total_column=_optional_string(doc, "docsTotalColumn", what),
-                   selection_limit=_optional_int(doc, "selectionLimit", what, 0))
+                   selection_limit=_optional_int(doc, "selectionLimit", what, 0), null_handling=null_handling)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

@@ -18,8 +18,10 @@ final aggregate, scalar step and one-step aggregate written for the call's argum
 places these.
 
 Result types follow Pinot: COUNT is LONG, SUM/AVG/PERCENTILE DOUBLE, DISTINCTCOUNT INT, DISTINCTCOUNTHLL LONG;
-MIN/MAX keep the column's type (Pinot answers DOUBLE) so that they also work on strings and timestamps. NULLs are
-ignored by every aggregation and an empty input gives NULL (Pinot's null-handling mode), COUNT gives 0.
+MIN/MAX keep the column's type (Pinot answers DOUBLE) so that they also work on strings and timestamps. A missing
+value reaches the servers' SQL as its column's default null value unless the query enables null handling
+(``cuvee.query.null_defaults``); a NULL that remains is ignored by every aggregation and an empty input gives NULL,
+COUNT gives 0.
 
 The final SQL has two levels: an inner query merges partials per group into ``__f<k>`` columns, and an outer
 query evaluates the user's select expressions, HAVING (as WHERE), ORDER BY and LIMIT/OFFSET over them. Selection

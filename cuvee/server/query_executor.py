@@ -41,6 +41,7 @@ from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import keep_groups, sandboxed_cursor, user_message
+from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
@@ -376,6 +377,7 @@ class QueryExecutor:
         """``upsert``: the rows are an upsert table's valid docs (never read from DuckDB copies, which hold every
         version of every key)."""
         projected = [_columns_read(table, request) for table in tables]
+        filled = self._filled(request, projected)
         with self._native_read(request, projected, segments, upsert) as native:
             if native is None:
                 try:
@@ -391,19 +393,32 @@ class QueryExecutor:
 
                 def bind() -> str:  # read late: the scan binds only what WHERE, ORDER BY and the docs count read
                     early = _with_positions(_columns_read(union, request, request.top_sql)) if late else union
-                    _bind(con, early, request.time_filter, upsert=upsert)
+                    _bind(con, early, request.time_filter, upsert=upsert, filled=filled)
                     return ""
 
                 try:
                     return self._run_on(con, request, deadline, total_docs, dims, bind,
-                                        (lambda: _late_rows(con, request, union, upsert, dims)) if late else None)
+                                        (lambda: _late_rows(con, request, union, upsert, dims, filled)) if late
+                                        else None)
                 finally:
                     con.close()
             assert self._natives is not None
             natives = self._natives
             return self._run_on(native.cursor, request, deadline, total_docs, dims,
                                 lambda: _bind_native(native, projected, segments, natives, request.time_filter,
-                                                     request), lost=native.lose)
+                                                     request, filled), lost=native.lose)
+
+    def _filled(self, request: ServerQueryRequest, projected: list[pa.Table]) -> dict[str, str]:
+        """The columns whose NULLs read as their default null value (``cuvee.query.null_defaults``): those holding
+        a null, unless the query asked for Pinot's null handling (``enableNullHandling``)."""
+        served = self._served(request.table)
+        if served is None or not projected:
+            return {}
+        if request.null_handling:  # only a column-based schema's notNull columns keep no nulls (Pinot's rule)
+            if not column_based(served.schema.extra):
+                return {}
+            return filled_columns(projected[0].schema.names, served.spec, projected, not_null_only=True)
+        return filled_columns(projected[0].schema.names, served.spec, projected)
 
     def _native_read(self, request: ServerQueryRequest, projected: list[pa.Table],
                      segments: Sequence[QueryableSegment],
@@ -529,7 +544,7 @@ def _take_rows(union: pa.Table, positions: np.ndarray) -> pa.Table:
 
 
 def _late_rows(con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, union: pa.Table, upsert: bool,
-               dims: Mapping[str, pa.Table] | None) -> pa.Table:
+               dims: Mapping[str, pa.Table] | None, filled: Mapping[str, str]) -> pa.Table:
     """A selection's answer read late: ``top_sql`` on ``con`` (bound over ``union`` with positions) picks the rows
     by WHERE and ORDER BY, reading only their columns; ``sql`` then runs over those rows alone, so the SELECT
     list's other columns are read for LIMIT rows instead of every row that passed WHERE. The same answer:
@@ -539,7 +554,7 @@ def _late_rows(con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, unio
     picked = _take_rows(union, positions)
     step = sandboxed_cursor(picked.num_rows)
     try:
-        _bind(step, picked, request.time_filter, upsert=upsert)
+        _bind(step, picked, request.time_filter, upsert=upsert, filled=filled)
         for relation, rows in (dims or {}).items():
             step.register(relation, rows)
         return step.sql(request.sql).to_arrow_table()
@@ -548,29 +563,34 @@ def _late_rows(con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, unio
 
 
 def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilter | None, *,
-          upsert: bool = False) -> None:
+          upsert: bool = False, filled: Mapping[str, str] | None = None) -> None:
     """``cuvee_segments`` on this cursor: the union, or only the rows the time filter keeps (a hybrid table's half)
     and the valid docs (an upsert table, by its ``VALID_COLUMN``, which the view does not show), as a TEMP view
     (private to this cursor, lazy: no row is copied, the scan filters). The predicate is built here from the
     structured filter (a quoted identifier, an operator from a fixed set, an integer), never from request text.
     TIMESTAMP columns compare as epoch milliseconds, the unit of the boundary; rows whose time is NULL belong to
     neither half."""
-    if time_filter is None and not upsert:
+    if time_filter is None and not upsert and not filled:
         con.register(SERVER_RELATION, union)
         return
     con.register(_UNFILTERED, union)
-    shown = f'* EXCLUDE ("{VALID_COLUMN}")' if upsert else "*"
+    if filled:  # a missing value reads as its default null value (cuvee.query.null_defaults)
+        shown = projection([n for n in union.schema.names if n != VALID_COLUMN], filled)
+    else:
+        shown = f'* EXCLUDE ("{VALID_COLUMN}")' if upsert else "*"
     keep = [f'"{VALID_COLUMN}"'] if upsert else []
     if time_filter is not None:
-        keep.append(_time_predicate(union, time_filter))
-    con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT {shown} FROM {_UNFILTERED} WHERE {' AND '.join(keep)}")
+        keep.append(_time_predicate(union, time_filter))  # over the stored values: a NULL time is in neither half
+    where = f" WHERE {' AND '.join(keep)}" if keep else ""
+    con.execute(f"CREATE TEMP VIEW {SERVER_RELATION} AS SELECT {shown} FROM {_UNFILTERED}{where}")
 
 
 _REST = "cuvee_rest"
 
 
 def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequence[QueryableSegment],
-                 natives: NativeCopies, time_filter: TimeFilter | None, request: ServerQueryRequest) -> str:
+                 natives: NativeCopies, time_filter: TimeFilter | None, request: ServerQueryRequest,
+                 filled: Mapping[str, str] | None = None) -> str:
     """``cuvee_segments`` on the table database's cursor as ``_bind`` makes it: the rows of the held copies (by
     their segment ids) and the Arrow views of the other segments (not copied yet), in one ``UNION ALL`` of the
     columns read (every view has the same: ``_native_read``). Returned as a ``WITH`` clause to put before each
@@ -595,6 +615,8 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
     source = " UNION ALL ".join(selects)
     if time_filter is not None:
         source = f"SELECT * FROM ({source}) WHERE {_time_predicate(projected[0], time_filter)}"
+    if filled:  # a missing value reads as its default null value (cuvee.query.null_defaults)
+        source = f"SELECT {projection(names, filled)} FROM ({source})"
     if all(text.lstrip()[:6].upper() == "SELECT" for text in (request.sql, request.docs_scanned_sql or "SELECT")):
         return f"WITH {SERVER_RELATION} AS NOT MATERIALIZED ({source})\n"
     # anything else (a WITH, a comment or a parenthesis first) binds the view: a clause before it could not parse

@@ -222,17 +222,6 @@ def test_query_options_with_empty_entries_and_bad_values(cluster: Cluster) -> No
     assert [e["errorCode"] for e in bad["exceptions"]] == [150]
 
 
-def test_null_handling_asked_for_is_refused_not_answered_differently(cluster: Cluster) -> None:
-    for sql, options in (("SELECT COUNT(*) FROM events", "enableNullHandling=true"),
-                         ("SET enableNullHandling = true; SELECT COUNT(*) FROM events", None),
-                         ("SELECT COUNT(*) FROM (SELECT id FROM events) OPTION(enableNullHandling=true)", None)):
-        answer = cluster.query(sql, options)
-        assert [e["errorCode"] for e in answer["exceptions"]] == [150], sql
-        assert "enableNullHandling is not supported yet" in answer["exceptions"][0]["message"]
-    off = cluster.query("SELECT COUNT(*) FROM events", "enableNullHandling=false")
-    assert off["exceptions"] == [] and off["resultTable"]["rows"] == [[cluster.rows.num_rows]]
-
-
 def test_oversize_sql_and_bodies_are_refused_clearly(cluster: Cluster) -> None:
     long_sql = "SELECT COUNT(*) FROM events WHERE " + " OR ".join(f"id = {i}" for i in range(3000))
     response = cluster.query(long_sql)

@@ -134,9 +134,11 @@ def test_a_lookup_over_a_group_by_key_is_selected_beside_aggregations(cluster: I
            "ORDER BY 3 DESC")
     answer = cluster.query(sql)
     assert answer["resultTable"]["dataSchema"]["columnDataTypes"] == ["STRING", "STRING", "DOUBLE"]
+    # a game without a team groups as the column's default null value, 'null' (Pinot's answer without null
+    # handling); LOOKUP finds no team for it
     assert _rows(cluster, sql) == _oracle(
-        "SELECT g.teamID, t.teamName, SUM(runs)::DOUBLE FROM games g LEFT JOIN teams t ON t.teamID = g.teamID "
-        "GROUP BY g.teamID, t.teamName ORDER BY 3 DESC LIMIT 10")
+        "SELECT coalesce(g.teamID, 'null'), t.teamName, SUM(runs)::DOUBLE FROM games g LEFT JOIN teams t "
+        "ON t.teamID = g.teamID GROUP BY 1, t.teamName ORDER BY 3 DESC LIMIT 10")
 
 
 def test_a_lookup_in_a_multi_stage_querys_leaf_runs_on_the_servers(cluster: InProcessCluster) -> None:

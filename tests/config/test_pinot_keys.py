@@ -49,8 +49,6 @@ def refused_paths(doc: dict[str, Any]) -> list[str]:
      "$.tableIndexConfig.starTreeIndexConfigs"),
     ({"tableIndexConfig": {"streamConfigs": STREAM_MAP, "enableDefaultStarTree": True}},
      "$.tableIndexConfig.enableDefaultStarTree"),
-    ({"tableIndexConfig": {"streamConfigs": STREAM_MAP, "nullHandlingEnabled": "true"}},
-     "$.tableIndexConfig.nullHandlingEnabled"),
     ({"tableIndexConfig": {"streamConfigs": STREAM_MAP, "aggregateMetrics": True}},
      "$.tableIndexConfig.aggregateMetrics"),
     ({"tableIndexConfig": {"streamConfigs": STREAM_MAP, "jsonIndexConfigs": {"doc": {"excludeArray": True}}}},
@@ -130,13 +128,11 @@ def test_the_listing_is_bounded() -> None:
 def test_schema_keys() -> None:
     doc = {"schemaName": "s", "enableColumnBasedNullHandling": True,
            "dimensionFieldSpecs": [{"name": "a", "dataType": "STRING", "maxLength": 10, "notNull": True,
-                                    "virtualColumnProvider": "x.Y"}],
+                                    "virtualColumnProvider": "x.Y", "sampleValue": "abc"}],
            "complexFieldSpecs": [{"name": "m", "dataType": "MAP"}]}
     found = review_schema(doc)
-    assert [i.path for i in found.issues] == ["$.enableColumnBasedNullHandling",
-                                              "$.dimensionFieldSpecs[0].virtualColumnProvider", "$.complexFieldSpecs"]
-    assert found.unrecognized_properties() == {"/dimensionFieldSpecs/0/notNull": True}
-    assert review_schema({"schemaName": "s", "enableColumnBasedNullHandling": False}).issues == []
+    assert [i.path for i in found.issues] == ["$.dimensionFieldSpecs[0].virtualColumnProvider", "$.complexFieldSpecs"]
+    assert found.unrecognized_properties() == {"/dimensionFieldSpecs/0/sampleValue": "abc"}
 
 
 def test_docs_list_every_catalogued_key_with_what_cuvee_does() -> None:

@@ -142,13 +142,13 @@ def test_refused_keys_are_a_400_naming_them_and_hints_are_listed_back(leader: Co
                                                                       log_dir: Path) -> None:
     url = leader.url
     register_servers(side_store, 3)
-    bad_schema = {**schema_doc(), "enableColumnBasedNullHandling": True}
-    body = _error(post(url, "/schemas", bad_schema), 400, "enableColumnBasedNullHandling")
-    assert [i["path"] for i in body["issues"]] == ["$.enableColumnBasedNullHandling"]
+    bad_schema = {**schema_doc(), "complexFieldSpecs": [{"name": "m", "dataType": "MAP"}]}
+    body = _error(post(url, "/schemas", bad_schema), 400, "complex columns (MAP, STRUCT, LIST) are not supported yet")
+    assert [i["path"] for i in body["issues"]] == ["$.complexFieldSpecs"]
     schema = schema_doc()
-    schema["dimensionFieldSpecs"][1]["notNull"] = True
+    schema["dimensionFieldSpecs"][1]["sampleValue"] = "FR"
     created = post(url, "/schemas", schema)
-    assert created.json()["unrecognizedProperties"] == {"/dimensionFieldSpecs/1/notNull": True}
+    assert created.json()["unrecognizedProperties"] == {"/dimensionFieldSpecs/1/sampleValue": "FR"}
 
     refused = {**table_doc(log_dir), "dedupConfig": {"dedupEnabled": True}, "tierConfigs": [{"name": "cold"}]}
     body = _error(post(url, "/tables", refused), 400, "dedup tables are not supported yet")
