@@ -30,6 +30,7 @@ import orjson
 import pyarrow as pa
 
 from cuvee.broker.hybrid import QueryTarget, query_targets
+from cuvee.broker.partition_replicas import PartitionReplicas
 from cuvee.broker.routing import RoutingTable, route
 from cuvee.cluster.records import ExternalView, IdealState, InstanceInfo, RecordFormatError, SegmentState
 from cuvee.cluster.store import ClusterStore
@@ -79,6 +80,8 @@ class TableEntry:
     partition_spec: PartitionSpec | None = None
     partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
     timeout_ms: int | None = None  # the table config's query.timeoutMs
+    # upsert: the replica each partition was last read from, carried from entry to entry (``route``)
+    replicas: PartitionReplicas = field(default_factory=PartitionReplicas, compare=False, repr=False)
 
     @property
     def hold_back(self) -> bool:
@@ -89,9 +92,12 @@ class TableEntry:
 
     def route(self, available: Set[str], request_number: int = 0) -> RoutingTable:
         """This table's routing for one query (``cuvee.broker.routing.route`` with the table's own rule), over the
-        segments lineage lets queries read."""
+        segments lineage lets queries read. An upsert table's partitions stay on the replicas they were last
+        routed to while those serve them (``replicas``): a query never reads a partition from a replica behind
+        the one the previous query read."""
         routing = route(self.visible, available, request_number, hold_back=self.hold_back, strict=self.strict,
-                        upsert=self.upsert)
+                        upsert=self.upsert, sticky=self.replicas.get() if self.upsert else None)
+        self.replicas.remember(routing.replicas)
         if not self.absent:
             return routing
         return dataclasses.replace(routing, unavailable=tuple(sorted({*routing.unavailable, *self.absent})))
@@ -365,7 +371,8 @@ class ClusterView:
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {},
-                          timeout_ms=config.query.timeout_ms)
+                          timeout_ms=config.query.timeout_ms,
+                          replicas=old.replicas if old is not None else PartitionReplicas())
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
                        ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]],

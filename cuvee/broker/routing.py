@@ -32,6 +32,16 @@ request ``r`` goes to candidate ``(r + i) % n``, which spreads each query's segm
 alternates between queries. A consuming segment is always read from the same replica (a stable hash of its name),
 because replicas consume at different speeds: alternating would make fresh rows appear and vanish between
 queries. Only *available* instances count (live, and registered with an address).
+
+An upsert table's partition stays on the replica it was last read from (``sticky``: the caller's memory of
+``RoutingTable.replicas``) while that replica serves every segment routed for the partition; only then is it
+chosen afresh (the replica serving most of them, ties by a stable hash of the partition, never by request). Its
+server reads the partition whole, consuming segments included, and replicas are at different points of the
+stream: a replica reports a new consuming segment CONSUMING before it has read a row of it (it first waits until
+the previous segment is served committed there). A choice made afresh from every external view moved a partition
+as replicas reported their transitions, from the replica that had read a key's only version to one that had not:
+the key vanished from the next query. Moving only when the replica stops serving a segment moves a partition to
+a replica further along the partition's segments, or away from one that failed.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ class RoutingTable:
     consuming: frozenset[str] = frozenset()  # routed segments read from a CONSUMING replica
     unavailable: tuple[str, ...] = ()  # a partition's first segment ONLINE nowhere, if no CONSUMING replica either
     held_back: tuple[str, ...] = ()  # later segments ONLINE nowhere (pauseless: only those not CONSUMING either)
+    replicas: Mapping[str, str] = field(default_factory=dict)  # upsert: partition group -> the replica reading it
 
     @property
     def num_segments(self) -> int:
@@ -81,14 +92,15 @@ def _partition_key(segment: str) -> tuple[str, int, int]:
 
 
 def route(view: Assignment, available: Set[str], request_number: int = 0, *, hold_back: bool = True,
-          strict: bool = False, upsert: bool = False) -> RoutingTable:
+          strict: bool = False, upsert: bool = False, sticky: Mapping[str, str] | None = None) -> RoutingTable:
     """Route one query over the external view ``view`` ({segment: {instance: state}}). ``hold_back=False`` for
     pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first. ``strict``
     (upsert tables, ``instanceSelectorType: strictReplicaGroup``): all routed segments of a stream partition are
     read from one replica, because each replica decides alone which doc of a key is valid and only one replica's
     decisions are consistent with each other (``_one_replica_per_partition``). ``upsert``: the chosen replica
     reads its own copy of a segment mid-commit, even one still CONSUMING there (its server reads the partition
-    whole, consistently); a strict table without upsert reads only the copies routing chose."""
+    whole, consistently); a strict table without upsert reads only the copies routing chose. ``sticky`` (upsert):
+    the replica each partition group was last read from (``RoutingTable.replicas`` of earlier queries)."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for segment in view:
         group, sequence, _ = _partition_key(segment)
@@ -118,8 +130,10 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
             else:
                 unavailable.append(segment)
             blocked = True
+    replicas: dict[str, str] = {}
     if strict:
-        choices, split = _one_replica_per_partition(choices, view, available, request_number, upsert)
+        choices, split, replicas = _one_replica_per_partition(choices, view, available, request_number, upsert,
+                                                              sticky or {})
         unavailable += split
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
@@ -134,25 +148,30 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
         consuming=frozenset(c.segment for c in choices if c.consuming),
         unavailable=tuple(sorted(unavailable)),
         held_back=tuple(sorted(held_back)),
+        replicas=replicas,
     )
 
 
-def _one_replica_per_partition(choices: list[_Choice], view: Assignment, available: Set[str],
-                               request_number: int, upsert: bool) -> tuple[list[_Choice], list[str]]:
+def _one_replica_per_partition(choices: list[_Choice], view: Assignment, available: Set[str], request_number: int,
+                               upsert: bool, sticky: Mapping[str, str]
+                               ) -> tuple[list[_Choice], list[str], dict[str, str]]:
     """Each partition's choices narrowed to one instance: one that serves all of them, else the one serving most,
     the segments it does not serve then unavailable (mixing replicas could show two versions of a key, or none).
     For an upsert table a segment mid-commit (ONLINE on one replica, still CONSUMING on another) is read from
     whichever the partition's replica is (ONLINE or CONSUMING there): that server's own copy is consistent with its
     other segments; otherwise only the candidates routing chose count (an ONLINE segment is never read from a
-    lagging consuming copy: committed rows are never missed). A
-    partition with a consuming segment is read from the same replica every query (a stable hash, as route() does
-    for consuming segments: successive queries never see a key's value go back); a partition of committed
-    segments only rotates between queries. Returns (choices, unavailable segments)."""
+    lagging consuming copy: committed rows are never missed). A strict partition with a consuming segment is read
+    from the same replica every query (a stable hash, as route() does for consuming segments); one of committed
+    segments only rotates between queries. An upsert partition stays on its ``sticky`` replica while that one
+    serves all of it, and is otherwise chosen by the same stable hash, never rotated: its server also reads
+    consuming segments the external view does not list yet. Returns (choices, unavailable segments, the replica
+    of each upsert partition)."""
     groups: dict[str, list[_Choice]] = {}
     for choice in choices:
         groups.setdefault(_partition_key(choice.segment)[0], []).append(choice)
     out: list[_Choice] = []
     unavailable: list[str] = []
+    replicas: dict[str, str] = {}
     for group, members in groups.items():
         if upsert:
             serving = {m.segment: {i: s for i, s in view[m.segment].items()
@@ -161,19 +180,23 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
         else:
             state_of = {True: SegmentState.CONSUMING, False: SegmentState.ONLINE}
             serving = {m.segment: {i: state_of[m.consuming] for i in m.candidates} for m in members}
-        counts = Counter(instance for replicas in serving.values() for instance in replicas)
-        most = max(counts.values())
-        ordered = sorted(instance for instance, count in counts.items() if count == most)
-        spread = zlib.crc32(group.encode())
-        turn = spread if any(m.consuming for m in members) else request_number + spread
-        instance = ordered[turn % len(ordered)]
+        instance = sticky.get(group) if upsert else None
+        if instance is None or any(instance not in replicas_of for replicas_of in serving.values()):
+            counts = Counter(i for replicas_of in serving.values() for i in replicas_of)
+            most = max(counts.values())
+            ordered = sorted(i for i, count in counts.items() if count == most)
+            spread = zlib.crc32(group.encode())
+            turn = spread if upsert or any(m.consuming for m in members) else request_number + spread
+            instance = ordered[turn % len(ordered)]
+        if upsert:
+            replicas[group] = instance
         for m in members:
             state = serving[m.segment].get(instance)
             if state is None:
                 unavailable.append(m.segment)
             else:
                 out.append(_Choice(m.segment, (instance,), state is SegmentState.CONSUMING))
-    return out, unavailable
+    return out, unavailable, replicas
 
 
 def _capped(candidates: tuple[str, ...], successor: Mapping[str, SegmentState],

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from cuvee.protocol.segment_name import LLCSegmentName
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
 from tests.upsert.collisions import colliding_longs
+from tests.upsert.replica_hooks import held, preferred
 
 TABLE = "balances"
 SCHEMA = {
@@ -116,6 +118,54 @@ def test_counts_stay_exact_while_segments_commit(cluster: InProcessCluster) -> N
     assert len(cluster.committed_segments(TABLE)) >= 4
     distinct = answer(cluster, f"SELECT COUNT(DISTINCT user) FROM {TABLE} WHERE user LIKE 'u%'")[0][0]
     assert distinct == len(users)
+
+
+LAGGING_SCHEMA = {
+    "schemaName": "lagging",
+    "dimensionFieldSpecs": [{"name": "k", "dataType": "STRING"}],
+    "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+    "primaryKeyColumns": ["k"],
+}
+
+
+def test_a_key_never_vanishes_when_a_lagging_replica_lists_its_consuming_segment(cluster: InProcessCluster) -> None:
+    """The race behind a rare failure of the test above under load, made deterministic. A replica lists its next
+    consuming segment CONSUMING before it reads a row of it (its upsert gate waits for the previous segment to be
+    served committed there). Routing then chose afresh between the replicas serving the most segments, a set that
+    had just grown, and its hash could move the partition from the replica that showed every key to the lagging
+    one: the keys whose only version was in that segment vanished until it caught up. Here the replica the hash
+    prefers is held, first before it starts segment 1 (only the other one lists it), then at its gate."""
+    flush = 4  # one partition: each segment ends after 4 rows
+    configs = upsert_table(cluster, LAGGING_SCHEMA, flush_rows=flush)
+    table = "lagging_REALTIME"
+    lagging = preferred(cluster, "lagging")
+    ahead = next(server for server in cluster.servers if server is not lagging)
+    rows = [{"k": f"k{i}", "v": i, "ts": 1} for i in range(flush + 3)]  # segment 0 commits; 3 keys in segment 1
+
+    def count() -> int:
+        return int(answer(cluster, "SELECT COUNT(*) FROM lagging")[0][0])
+
+    def listing_segment_1() -> set[str]:
+        entry = cluster.broker.view.snapshot.tables.get(table)
+        return set() if entry is None else {instance for name, replicas in entry.view.segments.items()
+                                            if LLCSegmentName.parse(name).sequence == 1 for instance in replicas}
+
+    with held(lagging.transitions, table, sequence=1) as (start, gate):
+        cluster.produce(configs, rows, key_field="k")
+        wait_until(lambda: listing_segment_1() == {ahead.instance_id}, 30, message="segment 1 never listed")
+        # read from the replica ahead, the only one serving all of the partition
+        wait_until(lambda: count() == len(rows), 30, message="the replica ahead never showed every key")
+        start.set()
+        wait_until(lambda: listing_segment_1() == {ahead.instance_id, lagging.instance_id}, 30,
+                   message="the lagging replica never listed segment 1")
+        seen = [count() for _ in range(5)]
+        assert seen == [len(rows)] * 5, f"keys vanished once the lagging replica listed segment 1: {seen}"
+        gate.set()
+        wait_until(lambda: sum(c.num_docs for c in lagging.transitions.consuming(table)) == len(rows) - flush, 30,
+                   message="the lagging replica never read segment 1")
+        assert count() == len(rows)
 
 
 def test_skip_upsert_sees_every_version(cluster: InProcessCluster) -> None:
