@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from cuvee.config.avro_limits import AvroSchemaRefused
 from cuvee.config.decoder_config import RegistryOptions
 from cuvee.config.schema import Schema
 from cuvee.decode.avro import read_record, reader_schema
@@ -110,6 +111,8 @@ class RegistryAvroDecoder(ParsingDecoder):
             return f"schema id {schema_id} refers to other schemas (references are not supported)"
         try:
             return reader_schema(registered.schema_str, self._options.logical_types)
+        except AvroSchemaRefused as refused:
+            return f"schema id {schema_id} is refused: {refused}"
         except Exception as error:  # noqa: BLE001 - a registered schema fastavro cannot read, or one refused
             return f"schema id {schema_id} is not an Avro schema Cuvee can read ({type(error).__name__}: " \
                    f"{str(error).splitlines()[0][:200] if str(error) else ''})"

@@ -150,5 +150,21 @@ def test_a_registered_schema_with_unbounded_arrays_makes_its_messages_bad(regist
     huge_count = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f"  # zigzag varint of 2^62
     result = decoder_of(config(registry.url)).decode([framed(schema_id, huge_count + b"\x00")], [4])
     assert [(b.offset, b.reason) for b in result.bad] == [
-        (4, f"schema id {schema_id} is not an Avro schema Cuvee can read (ValueError: an array whose items take no "
-            "bytes (null, an empty record, fixed of size 0) is not supported)")]
+        (4, f"schema id {schema_id} is refused: an array whose items take no bytes (null, an empty record, fixed of "
+            "size 0) is not supported: a few bytes could claim billions of items")]
+
+
+def test_a_registered_schema_naming_its_empty_items_by_full_name_makes_its_messages_bad(
+        registry: SchemaRegistryServer) -> None:
+    """The type's namespace comes from the enclosing record: the check missed it, and a 4-byte message claiming a
+    million items was read (4 s, 190 MB; 2^62 items fit in 11 bytes)."""
+    schema = {"type": "record", "name": "Outer", "namespace": "ns", "fields": [
+        {"name": "e", "type": {"type": "record", "name": "Empty", "fields": []}},
+        {"name": "arr", "type": {"type": "array", "items": "ns.Empty"}}]}
+    schema_id = registry.register("events-value", orjson.dumps(schema).decode())
+    million = b"\x80\x89\x7a"  # zigzag varint of 1,000,000
+    result = decoder_of(config(registry.url)).decode([framed(schema_id, million + b"\x00")], [4])
+    assert result.num_good == 0
+    assert [b.reason for b in result.bad] == [f"schema id {schema_id} is refused: an array whose items take no bytes "
+                                              "(null, an empty record, fixed of size 0) is not supported: a few bytes "
+                                              "could claim billions of items"]
