@@ -73,10 +73,11 @@ def reader_schema(schema: str | Mapping[str, Any], logical_types: bool) -> Reade
     doc = orjson.loads(schema) if isinstance(schema, str) else schema
     named: dict[str, Any] = {}
     parsed = fastavro.parse_schema(doc, named_schemas=named)
-    problem = record_problem(parsed)
-    if problem is not None:
-        raise AvroSchemaRefused(problem)
     shape = avro_shape(parsed, named)
+    kinds, root = shape.kinds, shape.root
+    if kinds[root] != RECORD and not (kinds[root] == UNION and RECORD in (kinds[b] for b in shape.children[root])):
+        # (a union holding a record is read as Pinot reads it: a message of another branch is a bad record)
+        raise AvroSchemaRefused(record_problem(parsed) or "must be an Avro record schema")
     if not logical_types:
         parsed = fastavro.parse_schema(_without_logical_types(doc))
     return ReaderSchema(parsed, shape)

@@ -240,3 +240,12 @@ def test_credentials_in_the_registry_url_are_never_logged(caplog: pytest.LogCapt
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert f"GET {registry.url}/schemas/ids/{schema_id}" in logged  # what the library logs, without credentials
     assert "S3cret" not in logged and "alice" not in logged
+
+
+def test_a_registered_union_of_records_is_read_as_pinot_reads_it(registry: SchemaRegistryServer) -> None:
+    """Java's reader gives the record of the branch a message holds; a message of another branch is bad."""
+    schema_id = registry.register("events-value", orjson.dumps(["null", V1]).decode())
+    record = avro_bytes(V1, {"i": 3, "s": "x", "ts": TS})
+    result = decoder_of(config(registry.url)).decode([framed(schema_id, b"\x02" + record), framed(schema_id, b"\x00")],
+                                                     [0, 1])
+    assert as_rows(result.batch)[0]["i"] == 3 and [b.reason for b in result.bad] == ["not an Avro record"]
