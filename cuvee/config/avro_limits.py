@@ -15,8 +15,8 @@ The limits (docs/configuration.md, "Decoders"):
 
 - ``MAX_AVRO_DEPTH``: values (records, arrays, maps) nested in a message, the record itself being level 1. A
   schema that is not recursive and nests deeper is refused; a message of a recursive schema is walked first
-  (iteratively, by ``cuvee.decode.avro``) and is a bad record when it nests deeper. fastavro survives more than
-  20 times this depth.
+  (iteratively, by ``cuvee.decode.avro``) and is a bad record when it nests deeper. fastavro's reader takes about
+  2 KiB of stack a level: it survived 22 times this depth on an 8 MiB stack, and this depth on 512 KiB.
 - ``MAX_AVRO_ITEM_VALUES``: the values that take no bytes of their own (records, nulls, fixed of size 0) one
   array item, map value or union branch builds before its own bytes are read, for those that can occur many
   times in a message (inside an array, a map or a recursive type).
