@@ -17,6 +17,7 @@ from cuvee.auth.client import user_headers
 from cuvee.errors import UserError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.status.config_notes import config_notes
+from cuvee.status.health import replica_error
 
 _COLOURS = {"HEALTHY": "green", "LAGGING": "yellow", "PAUSED": "cyan", "UNREACHABLE": "red", "ERROR": "red",
             "STOPPED": "red"}
@@ -198,7 +199,7 @@ def _render(statuses: list[dict[str, Any]]) -> Group:
                     f"{delay / 1000:.1f}" if isinstance(delay, int | float) else "",
                     _n(replica.get("rowsPerSecond")), _n(replica.get("rowsConsumed")),
                     f"{memory / 1e6:.1f}" if isinstance(memory, int | float) else "", _n(replica.get("badRecords")),
-                    str(replica.get("error") or replica.get("uploadError") or "")[:60])
+                    escape((replica_error(replica) or "")[:90]))
         parts.append(table)
         for partition in status["partitions"]:
             for problem in partition.get("problems") or []:

@@ -13,7 +13,8 @@ Pinot's class names are mapped to Cuvee's decoders:
 
 Every decoder also takes ``format`` (Pinot's examples set it, its decoders never read it), which must then name the
 decoder's format (JSON, AVRO, PROTOBUF, CSV). Any other class, an unknown prop, or a required prop missing or
-unusable (an inline Avro schema that does not parse, a registry URL that is not http(s), a Java key store) is a
+unusable (an inline Avro schema that does not parse or is beyond ``cuvee.config.avro_limits``, a registry URL
+that is not http(s), a Java key store) is a
 ConfigIssue naming the key: the table is refused (400) rather than created with a decoder that turns every
 message into a bad row. A descriptor file is read where
 the consumer runs (servers), so only its path's form is checked here. Secrets (registry credentials) are kept out
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from cuvee.config.avro_limits import AvroSchemaRefused, avro_shape, record_problem
 from cuvee.config.errors import ConfigIssue
 from cuvee.config.kafka_security import PEM_KEYSTORE_CONVERSION, TRUSTSTORE_CONVERSION
 
@@ -245,65 +247,29 @@ def _avro(given: Mapping[str, str], issue: Report) -> AvroOptions | None:
 
 
 def avro_schema_problem(text: str) -> str | None:
-    """Why ``text`` is not an Avro record schema, None if it is."""
+    """Why ``text`` is not an Avro record schema Cuvee reads, None if it is (the limits of
+    ``cuvee.config.avro_limits`` included)."""
     if len(text.encode()) > MAX_INLINE_SCHEMA_BYTES:
         return f"larger than {MAX_INLINE_SCHEMA_BYTES} bytes"
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return "not JSON (an Avro schema is a JSON document)"
+        return "not JSON (an Avro schema is a JSON document nested at most 1024 levels)"
     import fastavro  # (a decoder's dependency: loaded only for tables that use Avro)
 
+    named: dict[str, Any] = {}
     try:
-        parsed = fastavro.parse_schema(doc)
+        parsed = fastavro.parse_schema(doc, named_schemas=named)
     except Exception as exc:  # noqa: BLE001 - fastavro raises several types for a bad schema
         return f"not a valid Avro schema: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
-    if not isinstance(parsed, dict) or parsed.get("type") != "record":
-        return "must be an Avro record schema (each message is one row)"
-    return unbounded_avro_array(doc)
-
-
-def unbounded_avro_array(schema: Any) -> str | None:
-    """Why an Avro schema is refused for its arrays, None if it is not: an array whose items take no bytes (null,
-    a record without fields, fixed of size 0) lets a message of a few bytes claim billions of items, which a reader
-    would build one by one."""
-    named: dict[str, Any] = {}
-
-    def zero_width(node: Any, seen: frozenset[str]) -> bool:
-        if isinstance(node, str):
-            if node == "null":
-                return True
-            target = named.get(node)
-            return target is not None and node not in seen and zero_width(target, seen | {node})
-        if isinstance(node, dict):
-            kind = node.get("type")
-            if kind in ("record", "error"):
-                fields = node.get("fields") or []
-                return all(isinstance(f, dict) and zero_width(f.get("type"), seen) for f in fields)
-            if kind == "fixed":
-                return node.get("size") == 0
-            if isinstance(kind, (str, dict)) and kind not in ("enum", "array", "map"):
-                return zero_width(kind, seen)
-        return False  # unions, enums, arrays and maps write at least one byte
-
-    def walk(node: Any) -> str | None:
-        if isinstance(node, list):
-            return next((problem for item in node if (problem := walk(item))), None)
-        if not isinstance(node, dict):
-            return None
-        if node.get("type") in ("record", "error", "enum", "fixed") and isinstance(node.get("name"), str):
-            named[node["name"]] = node
-            if isinstance(node.get("namespace"), str):
-                named[f"{node['namespace']}.{node['name']}"] = node
-        if node.get("type") == "array" and zero_width(node.get("items"), frozenset()):
-            return "an array whose items take no bytes (null, an empty record, fixed of size 0) is not supported"
-        for key in ("type", "items", "values", "fields"):
-            problem = walk(node.get(key))
-            if problem:
-                return problem
-        return None
-
-    return walk(schema)
+    problem = record_problem(parsed)
+    if problem is not None:
+        return problem
+    try:
+        avro_shape(parsed, named)
+    except AvroSchemaRefused as refused:
+        return str(refused)
+    return None
 
 
 def _registry(given: Mapping[str, str], issue: Report) -> RegistryOptions | None:

@@ -224,7 +224,9 @@ def _sasl(sources: _Sources, settings: dict[str, str], protocol: str, issues: li
         raw_mechanism = settings.get("sasl.mechanisms")  # librdkafka's own spelling, under consumer.prop
     mechanism = None if raw_mechanism is None else raw_mechanism.strip().upper()
     if mechanism in _LIBRDKAFKA_ONLY_MECHANISMS:
-        if jaas is not None or sources.at(MECHANISM) == MECHANISM:
+        # refused when given the Kafka way: with a JAAS config, or as the top-level key (at() names the key it came
+        # from, and its own name when it was never given)
+        if jaas is not None or (sources.get(MECHANISM) is not None and sources.at(MECHANISM) == MECHANISM):
             issues.append(SettingIssue(sources.at(MECHANISM) if sources.get(MECHANISM) else sources.at(JAAS),
                                        f"{mechanism} is not translated from Kafka's settings: give librdkafka's own "
                                        f"(sasl.kerberos.*, sasl.oauthbearer.*) under {CONSUMER_PROP_PREFIX}*"))

@@ -42,7 +42,7 @@ def _ideal(store: ClusterStore, table: str) -> IdealState:
 
 # what a server reports of a consuming segment beyond Pinot's keys (cuvee status uses them)
 _DETAILS = ("rowsConsumed", "rowsPerSecond", "memoryBytes", "memoryByColumn", "badRecords", "messagesLost",
-            "rowsFiltered", "error", "uploadError")
+            "rowsFiltered", "error", "uploadError", "decoderUnavailable", "decoderRetries")
 
 
 def consuming_segments_info(store: ClusterStore, client: ServerClient, table: TableConfig) -> dict[str, Any]:

@@ -12,7 +12,10 @@ Off, the underlying Avro value is kept (a ``timestamp-micros`` field gives micro
 Differs from Pinot: a timestamp read into a STRING column is its epoch millis, not Java's ``Timestamp`` text.
 
 A message that is not a record of the schema (too short, bytes left over, an invalid union branch...) is a bad
-record with the reason.
+record with the reason. The schema is checked against ``cuvee.config.avro_limits`` first (so no message can build
+more than a bounded multiple of its size), and each message of a recursive schema is walked before it is read
+(``nesting_problem``): nested deeper than MAX_AVRO_DEPTH, it is a bad record, where fastavro's reader would
+overflow the C stack and kill the process.
 """
 
 from __future__ import annotations
@@ -22,46 +25,98 @@ import decimal
 import io
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import fastavro
 import orjson
 
-from cuvee.config.decoder_config import AvroOptions, unbounded_avro_array
+from cuvee.config.avro_limits import (
+    ARRAY,
+    BOOLEAN,
+    BYTES,
+    DOUBLE,
+    FLOAT,
+    MAP,
+    MAX_AVRO_DEPTH,
+    NULL,
+    RECORD,
+    UNION,
+    VARINT,
+    AvroSchemaRefused,
+    AvroShape,
+    avro_shape,
+    record_problem,
+)
+from cuvee.config.decoder_config import AvroOptions
 from cuvee.config.schema import Schema
 from cuvee.decode.bad_records import BadRecordLog
+from cuvee.decode.base import DecoderSetupError
 from cuvee.decode.rows import MessageError, ParsingDecoder
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MILLI = datetime.timedelta(milliseconds=1)
 
 
-def reader_schema(schema: str | Mapping[str, Any], logical_types: bool) -> Any:
-    """fastavro's parsed form of a writer schema (JSON text or document); without logical types the
-    ``logicalType`` annotations are dropped, so values stay as written. ValueError for a schema refused by
-    ``unbounded_avro_array``."""
+@dataclass(frozen=True)
+class ReaderSchema:
+    """A writer schema ready to read messages: fastavro's parsed form and its shape (the limits' checks)."""
+
+    parsed: Any
+    shape: AvroShape
+
+
+def reader_schema(schema: str | Mapping[str, Any], logical_types: bool) -> ReaderSchema:
+    """A writer schema (JSON text or document) ready to read messages; without logical types the ``logicalType``
+    annotations are dropped, so values stay as written. AvroSchemaRefused (a ValueError) for a schema whose
+    messages are not records or could cost more than ``cuvee.config.avro_limits`` allows."""
     doc = orjson.loads(schema) if isinstance(schema, str) else schema
-    problem = unbounded_avro_array(doc)
-    if problem is not None:
-        raise ValueError(problem)
-    return fastavro.parse_schema(doc if logical_types else _without_logical_types(doc))
+    named: dict[str, Any] = {}
+    parsed = fastavro.parse_schema(doc, named_schemas=named)
+    shape = avro_shape(parsed, named)
+    kinds, root = shape.kinds, shape.root
+    if kinds[root] != RECORD and not (kinds[root] == UNION and RECORD in (kinds[b] for b in shape.children[root])):
+        # (a union holding a record is read as Pinot reads it: a message of another branch is a bad record)
+        raise AvroSchemaRefused(record_problem(parsed) or "must be an Avro record schema")
+    if not logical_types:
+        parsed = fastavro.parse_schema(_without_logical_types(doc))
+    return ReaderSchema(parsed, shape)
 
 
-def _without_logical_types(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {key: _without_logical_types(value) for key, value in node.items() if key != "logicalType"}
-    if isinstance(node, list):
-        return [_without_logical_types(item) for item in node]
-    return node
+def _without_logical_types(doc: Any) -> Any:
+    """A copy of a schema document without ``logicalType`` keys (iteratively: a schema may nest as deep as JSON
+    allows)."""
+    holder: list[Any] = [None]
+    work: list[tuple[Any, Any, Any]] = [(doc, holder, 0)]
+    while work:
+        node, parent, key = work.pop()
+        if isinstance(node, dict):
+            copy = parent[key] = {name: None for name in node if name != "logicalType"}
+            work.extend((value, copy, name) for name, value in node.items() if name != "logicalType")
+        elif isinstance(node, list):
+            copy = parent[key] = [None] * len(node)
+            work.extend((value, copy, index) for index, value in enumerate(node))
+        else:
+            parent[key] = node
+    return holder[0]
 
 
-def read_record(payload: bytes | memoryview, schema: Any) -> dict[str, Any]:
-    """One Avro record of ``schema`` that fills ``payload`` exactly; MessageError otherwise."""
+_ENDS = "not an Avro record of the schema: the message ends inside the record"
+
+
+def read_record(payload: bytes | memoryview, schema: ReaderSchema) -> dict[str, Any]:
+    """One Avro record of ``schema`` that fills ``payload`` exactly; MessageError otherwise. A message of a
+    recursive schema is first walked without building anything: nested deeper than MAX_AVRO_DEPTH, it is a bad
+    record (fastavro's reader would overflow the C stack and kill the process)."""
+    if schema.shape.recursive:
+        problem = nesting_problem(payload, schema.shape)
+        if problem is not None:
+            raise MessageError(problem)
     stream = io.BytesIO(payload)
     try:
-        record = fastavro.schemaless_reader(stream, schema, None)
+        record = fastavro.schemaless_reader(stream, schema.parsed, None)
     except EOFError:
-        raise MessageError("not an Avro record of the schema: the message ends inside the record") from None
+        raise MessageError(_ENDS) from None
     except (ValueError, IndexError, UnicodeDecodeError, TypeError, OverflowError, KeyError) as error:
         raise MessageError(f"not an Avro record of the schema ({type(error).__name__}: "
                            f"{str(error).splitlines()[0][:200] if str(error) else ''})") from None
@@ -71,6 +126,90 @@ def read_record(payload: bytes | memoryview, schema: Any) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise MessageError("not an Avro record")
     return {name: _plain(value) for name, value in record.items()}
+
+
+_LEAVE, _KEY = -1, -2
+
+
+def nesting_problem(payload: bytes | memoryview, shape: AvroShape) -> str | None:
+    """Why a message of ``shape`` cannot be read safely (values nested deeper than MAX_AVRO_DEPTH), or why it is
+    not a message of the schema at all; None when fastavro may read it. Walks the message with a stack of its own,
+    building nothing: each node is skipped as Avro's binary encoding lays it out."""
+    data = bytes(payload)
+    kinds, children, sizes = shape.kinds, shape.children, shape.sizes
+    end, position, depth = len(data), 0, 0
+
+    def varint() -> int:
+        nonlocal position
+        shift = result = 0
+        while True:
+            if position >= end:
+                raise EOFError
+            byte = data[position]
+            position += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+            if shift > 63:
+                raise ValueError("a varint longer than 10 bytes")
+
+    todo: list[Any] = [shape.root]
+    try:
+        while todo:
+            item = todo.pop()
+            if item.__class__ is list:  # an array's or map's block: [items' node, items left, is a map]
+                if item[1] == 0:
+                    count = varint()
+                    if count == 0:
+                        continue
+                    if count < 0:
+                        count = -count
+                        varint()  # the block's size in bytes
+                    item[1] = count
+                item[1] -= 1
+                todo.append(item)
+                todo.append(item[0])
+                if item[2]:
+                    todo.append(_KEY)
+                continue
+            if item == _LEAVE:
+                depth -= 1
+                continue
+            kind = NULL if item == _KEY else kinds[item]
+            if item == _KEY or kind == BYTES:
+                length = varint()
+                if length < 0:
+                    raise ValueError(f"a negative length ({length})")
+                position += length
+            elif kind == VARINT:
+                varint()
+            elif kind == RECORD:
+                depth += 1
+                if depth > MAX_AVRO_DEPTH:
+                    return f"values nested more than {MAX_AVRO_DEPTH} levels deep (records, arrays, maps)"
+                todo.append(_LEAVE)
+                todo.extend(reversed(children[item]))
+            elif kind == UNION:
+                branch = varint()
+                if not 0 <= branch < len(children[item]):
+                    raise ValueError(f"union branch {branch} of {len(children[item])}")
+                todo.append(children[item][branch])
+            elif kind in (ARRAY, MAP):
+                depth += 1
+                if depth > MAX_AVRO_DEPTH:
+                    return f"values nested more than {MAX_AVRO_DEPTH} levels deep (records, arrays, maps)"
+                todo.append(_LEAVE)
+                todo.append([children[item][0], 0, kind == MAP])
+            elif kind != NULL:
+                position += {BOOLEAN: 1, FLOAT: 4, DOUBLE: 8}.get(kind) or sizes[item]
+            if position > end:
+                raise EOFError
+    except EOFError:
+        return _ENDS
+    except ValueError as error:
+        return f"not an Avro record of the schema ({error})"
+    return None
 
 
 def _plain(value: Any) -> Any:
@@ -95,7 +234,10 @@ class AvroDecoder(ParsingDecoder):
     def __init__(self, schema: Schema, options: AvroOptions, bad_record_log: BadRecordLog | None = None, *,
                  source: str = ""):
         super().__init__(schema, bad_record_log, source=source)
-        self._avro = reader_schema(options.schema, options.logical_types)
+        try:
+            self._avro = reader_schema(options.schema, options.logical_types)
+        except AvroSchemaRefused as refused:  # a table stored before a limit was added
+            raise DecoderSetupError(f"the table's Avro schema is refused: {refused}") from None
 
     def parse(self, raw: bytes) -> Mapping[str, Any]:
         return read_record(raw, self._avro)

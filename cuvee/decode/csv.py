@@ -10,7 +10,8 @@ hex.
 Differs from Pinot: only multi-value columns are split (Pinot splits any value holding the delimiter, then fails
 on a single-value column); a message with more than one record, or more values than the header names, is a bad
 record (Pinot keeps the first record and ignores the rest); comment lines are recognised by the record's first
-character.
+character. As in Pinot, a field is as long as its message allows (Python's csv module stops at 128 KiB unless
+told otherwise).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from cuvee.config.decoder_config import CsvOptions
 from cuvee.config.schema import Schema
 from cuvee.decode.bad_records import BadRecordLog
 from cuvee.decode.rows import MessageError, ParsingDecoder
+
+
+# Python's csv module refuses a field over 128 KiB (a process-wide limit); commons-csv, which Pinot's decoder uses,
+# has none. A field is never longer than its message, which the stream bounds, so the limit goes (2^31 - 1 is the
+# largest every platform's C long holds).
+csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
 
 
 class _Dialect(csv.Dialect):

@@ -6,7 +6,8 @@ In order of precedence:
 - ``STOPPED``: the partition's latest segment has no replica consuming or serving it (every replica stopped:
   repair re-creates its consuming segment; until then its rows are unavailable), or it is committed and no
   segment consumes after it (repair creates one);
-- ``ERROR``: a replica of the latest segment is in ERROR, or its consumer reports an error; or an earlier segment
+- ``ERROR``: a replica of the latest segment is in ERROR, or its consumer reports an error or waits for its
+  decoder (``replica_error``); or an earlier segment
   has a problem (no replica serves it, or a pauseless commit has not ended in ``STUCK_COMMIT_MS``);
 - ``UNREACHABLE``: no replica of the consuming segment answered;
 - ``LAGGING``: the best replica is more than ``lag_records`` behind the stream, or its newest message is more
@@ -16,8 +17,9 @@ In order of precedence:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,17 @@ def segment_problems(segment: str, ideal: dict[str, str], view: dict[str, str], 
     if status == "COMMITTING" and committing_since_ms is not None and now_ms - committing_since_ms > STUCK_COMMIT_MS:
         problems.append(f"{segment} has been committing for {(now_ms - committing_since_ms) // 1000} s")
     return problems
+
+
+def replica_error(report: Mapping[str, Any]) -> str | None:
+    """What stops a consuming replica, as the status shows it: its error, its upload's, or its decoder waiting
+    (a schema registry that does not answer: the consumer fetches the same messages again until it does)."""
+    if report.get("error") or report.get("uploadError"):
+        return str(report.get("error") or report.get("uploadError"))
+    waiting = report.get("decoderUnavailable")
+    if waiting:
+        return f"decoder waiting ({report.get('decoderRetries') or 0} retries): {waiting}"
+    return None
 
 
 def table_health(partitions: Sequence[str]) -> str:

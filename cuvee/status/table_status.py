@@ -14,7 +14,7 @@ from cuvee.controller.consumption import consuming_segments_info
 from cuvee.controller.errors import BadGateway
 from cuvee.controller.server_client import ServerClient
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.status.health import ReplicaFacts, partition_health, segment_problems, table_health
+from cuvee.status.health import ReplicaFacts, partition_health, replica_error, segment_problems, table_health
 
 RECENT = 3  # committed segments shown per partition
 
@@ -60,7 +60,7 @@ def table_status(store: ClusterStore, servers: ServerClient, table: TableConfig,
                 reachable=report is None or report.get("consumerState") != "NOT_REACHABLE",  # NOT_REPORTED: starting
                 records_lag=report.get("recordsLag") if report else None,
                 delay_ms=now_ms - last if isinstance(last, int) else None,
-                error=(report.get("error") or report.get("uploadError")) if report else None))
+                error=replica_error(report) if report else None))
         problems = []
         for member in ordered[:-1]:  # earlier segments: served? (pauseless: the previous one may still commit)
             record = records.get(member.name)
@@ -116,4 +116,5 @@ def _replica(report: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
             "currentOffset": report.get("currentOffset"), "recordsLag": report.get("recordsLag"),
             "delayMs": now_ms - last if isinstance(last, int) else None,
             **{k: report.get(k) for k in ("rowsPerSecond", "rowsConsumed", "memoryBytes", "memoryByColumn",
-                                          "badRecords", "messagesLost", "error", "uploadError")}}
+                                          "badRecords", "messagesLost", "error", "uploadError",
+                                          "decoderUnavailable", "decoderRetries")}}

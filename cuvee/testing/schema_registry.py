@@ -3,7 +3,8 @@
 ``GET /schemas/ids/{id}`` (what decoders call), ``POST /subjects/{subject}/versions`` (register, as a serializer
 does), ``POST /subjects/{subject}`` (look a schema up), ``GET /subjects``. Errors use the registry's shape
 (``{"error_code": 40403, "message": ...}``). It can require HTTP basic auth, answer every request with an error
-status (``fail_with``), and be stopped and started again on the same port with its schemas kept (an outage).
+status (``fail_with``) or with any status, content type and body (``answer_raw``: a proxy's HTML page, a broken
+registry), and be stopped and started again on the same port with its schemas kept (an outage).
 ``requests`` counts the requests per path, so tests can check that schemas are cached.
 """
 
@@ -32,6 +33,7 @@ class SchemaRegistryServer:
         self.user_info = user_info
         self.port = 0
         self.fail_with: int | None = None  # every request answers this HTTP status while set
+        self.answer_raw: tuple[int, str, bytes] | None = None  # every request answers (status, content type, body)
         self.requests: collections.Counter[str] = collections.Counter()
         self._schemas: dict[int, dict[str, Any]] = {}  # id -> {"schema": ..., "schemaType": ...}
         self._subjects: dict[str, list[int]] = {}
@@ -102,6 +104,14 @@ class SchemaRegistryServer:
         body = request.rfile.read(length) if length else b""
         if self.fail_with is not None:
             self._send(request, self.fail_with, {"error_code": self.fail_with * 100, "message": "failing on purpose"})
+            return
+        if self.answer_raw is not None:
+            status, content_type, data = self.answer_raw
+            request.send_response(status)
+            request.send_header("Content-Type", content_type)
+            request.send_header("Content-Length", str(len(data)))
+            request.end_headers()
+            request.wfile.write(data)
             return
         if self.user_info is not None:
             expected = "Basic " + base64.b64encode(self.user_info.encode()).decode()

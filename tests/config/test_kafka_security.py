@@ -55,6 +55,25 @@ def test_librdkafka_settings_pass_through() -> None:
     assert settings["sasl.username"] == "bob" and settings["ssl.keystore.location"] == "/client.p12"
 
 
+@pytest.mark.parametrize("spelling", ["sasl.mechanisms", "sasl.mechanism"])
+@pytest.mark.parametrize(("mechanism", "own"), [
+    ("OAUTHBEARER", {"sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "c",
+                     "sasl.oauthbearer.client.secret": "s", "sasl.oauthbearer.token.endpoint.url": "https://idp/t"}),
+    ("GSSAPI", {"sasl.kerberos.service.name": "kafka", "sasl.kerberos.keytab": "/etc/k.keytab",
+                "sasl.kerberos.principal": "cuvee@EXAMPLE.COM"}),
+])
+def test_librdkafkas_own_gssapi_and_oauthbearer_setup_is_accepted(spelling: str, mechanism: str,
+                                                                   own: dict[str, str]) -> None:
+    """As the docs say to give them; librdkafka's spelling was refused with an error about sasl.jaas.config,
+    which the config did not hold."""
+    prefix = "stream.kafka.consumer.prop."
+    settings, issues = kafka_client_properties({**BASE, prefix + "security.protocol": "SASL_SSL",
+                                                prefix + spelling: mechanism,
+                                                **{prefix + key: value for key, value in own.items()}})
+    assert issues == []
+    assert settings == {"security.protocol": "SASL_SSL", spelling: mechanism, **own}
+
+
 def test_a_key_given_twice_must_agree() -> None:
     _, issues = translate(**top(security_protocol="SSL"), **{"stream.kafka.consumer.prop.security.protocol": "SASL_SSL"})
     assert issues == [("stream.kafka.consumer.prop.security.protocol",

@@ -39,6 +39,7 @@ class FakeServer:
 
     def __init__(self, offsets: dict[str, int]):
         self.offsets = offsets
+        self.details: dict[str, dict[str, Any]] = {}  # segment -> more of what a server reports of it
         self.force_commits: list[Any] = []
         app = FastAPI()
 
@@ -47,7 +48,7 @@ class FakeServer:
             assert table == T
             return {"segments": [
                 {"segmentName": s, "consumerState": "CONSUMING", "currentOffset": o, "partition": 0,
-                 "lastConsumedTimestampMs": 123}
+                 "lastConsumedTimestampMs": 123, **self.details.get(s, {})}
                 for s, o in self.offsets.items()]}
 
         @app.post("/tables/{table}/forceCommit")
@@ -96,6 +97,40 @@ def test_consuming_info_and_force_commit(leader: Controller, side_store: Cluster
     expected = sorted(s for s, r in ideal.record.segments.items() if "Server_0" in r)
     assert table == T and sorted(body["segments"]) == expected
     assert get(leader.url, "/tables/nope/consumingSegmentsInfo").status_code == 404
+
+
+def test_a_decoder_waiting_for_its_registry_shows_in_consuming_info_and_status(
+        leader: Controller, side_store: ClusterStore, log_dir: Path, fake_servers: list[FakeServer]) -> None:
+    """docs/server.md said consumingSegmentsInfo shows decoderUnavailable and decoderRetries: the controller
+    dropped both, and cuvee status showed a table stalled on its registry as healthy."""
+    from rich.console import Console
+
+    from cuvee.cli.status_cmd import _render
+
+    register_servers(side_store, 3, ports={"Server_0": fake_servers[0].http.port,
+                                           "Server_1": fake_servers[1].http.port})
+    produce(log_dir, {0: 10, 1: 4})
+    post(leader.url, "/schemas", schema_doc())
+    assert post(leader.url, "/tables", table_doc(log_dir, replicas=2)).status_code == 200
+    ideal = side_store.ideal_state(T)
+    assert ideal is not None
+    p0 = next(s for s in ideal.record.segments if s.startswith("events__0__"))
+    waiting = "the schema registry at http://registry:8081 cannot be reached (ConnectError)"
+    fake_servers[0].offsets[p0] = 0
+    fake_servers[0].details[p0] = {"decoderUnavailable": waiting, "decoderRetries": 4}
+
+    rows = {r["serverName"]: r for r in
+            get(leader.url, "/tables/events/consumingSegmentsInfo").json()["_segmentToConsumingInfoMap"][p0]}
+    assert (rows["Server_0"]["decoderUnavailable"], rows["Server_0"]["decoderRetries"]) == (waiting, 4)
+
+    status = get(leader.url, "/tables/events/status").json()
+    partition = next(p for p in status["partitions"] if p["partition"] == 0)
+    replica = next(r for r in partition["consuming"] if r["server"] == "Server_0")
+    assert (replica["decoderUnavailable"], replica["decoderRetries"]) == (waiting, 4)
+    assert partition["health"] == "ERROR" and status["health"] == "ERROR"
+    console = Console(width=400, record=True)
+    console.print(_render([status]))
+    assert f"decoder waiting (4 retries): {waiting}"[:90] in console.export_text()
 
 
 def test_external_view_follows_live_current_states(leader: Controller, side_store: ClusterStore,

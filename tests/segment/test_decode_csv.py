@@ -90,3 +90,11 @@ def _columns(batch: Any) -> list[str]:
 def test_columns_follow_the_schema_not_the_header() -> None:
     result = decoder_of(config(header="zzz,i")).decode([b"ignored,4"], [0])
     assert _columns(result.batch) == SCHEMA.column_names and result.batch.column("i").to_pylist() == [4]
+
+
+def test_a_field_longer_than_pythons_csv_limit_is_read() -> None:
+    """Python's csv module refuses fields over 128 KiB ("field larger than field limit"); Pinot's has no limit."""
+    long_text = "x" * 1_000_000
+    result = decoder_of(config(header=HEADER)).decode([line(1).replace(b",s1,", f',"{long_text}",'.encode())], [0])
+    assert result.bad == []
+    assert as_rows(result.batch)[0]["s"] == long_text

@@ -5,6 +5,7 @@ rows."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,5 +151,101 @@ def test_a_registered_schema_with_unbounded_arrays_makes_its_messages_bad(regist
     huge_count = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f"  # zigzag varint of 2^62
     result = decoder_of(config(registry.url)).decode([framed(schema_id, huge_count + b"\x00")], [4])
     assert [(b.offset, b.reason) for b in result.bad] == [
-        (4, f"schema id {schema_id} is not an Avro schema Cuvee can read (ValueError: an array whose items take no "
-            "bytes (null, an empty record, fixed of size 0) is not supported)")]
+        (4, f"schema id {schema_id} is refused: an array whose items take no bytes (null, an empty record, fixed of "
+            "size 0) is not supported: a few bytes could claim billions of items")]
+
+
+def test_a_registered_schema_naming_its_empty_items_by_full_name_makes_its_messages_bad(
+        registry: SchemaRegistryServer) -> None:
+    """The type's namespace comes from the enclosing record: the check missed it, and a 4-byte message claiming a
+    million items was read (4 s, 190 MB; 2^62 items fit in 11 bytes)."""
+    schema = {"type": "record", "name": "Outer", "namespace": "ns", "fields": [
+        {"name": "e", "type": {"type": "record", "name": "Empty", "fields": []}},
+        {"name": "arr", "type": {"type": "array", "items": "ns.Empty"}}]}
+    schema_id = registry.register("events-value", orjson.dumps(schema).decode())
+    million = b"\x80\x89\x7a"  # zigzag varint of 1,000,000
+    result = decoder_of(config(registry.url)).decode([framed(schema_id, million + b"\x00")], [4])
+    assert result.num_good == 0
+    assert [b.reason for b in result.bad] == [f"schema id {schema_id} is refused: an array whose items take no bytes "
+                                              "(null, an empty record, fixed of size 0) is not supported: a few bytes "
+                                              "could claim billions of items"]
+
+
+def test_only_the_registrys_own_not_found_makes_a_bad_record(registry: SchemaRegistryServer) -> None:
+    """A proxy's HTML 404, a 200 without a schema, a page that is not JSON, a 403: the registry did not say the
+    id does not exist, so the consumer waits; before, the first two were bad records for good (and cached)."""
+    schema_id = registry.register("events-value", orjson.dumps(V1).decode())
+    message = framed(schema_id, avro_bytes(V1, {"i": 1, "s": "x", "ts": TS}))
+    decoder = decoder_of(config(registry.url))
+    json_type = "application/vnd.schemaregistry.v1+json"
+    for answer, fragment in [
+        ((404, "text/html", b"<html><body>404 Not Found (nginx)</body></html>"),
+         "answered HTTP 404 for schema id %d without the registry's 'schema not found' (error code 40403)"),
+        ((200, json_type, b"{}"), "answered schema id %d without a schema"),
+        ((200, "text/html", b"<html>maintenance</html>"), "answered schema id %d with something that is not"),
+        ((403, json_type, b'{"error_code": 40301, "message": "forbidden"}'),
+         "answered HTTP 403 for schema id %d (error code 40301)"),
+    ]:
+        registry.answer_raw = answer
+        with pytest.raises(DecoderUnavailable) as caught:
+            decoder.decode([message], [0])
+        assert fragment % schema_id in str(caught.value)
+    registry.answer_raw = None
+    result = decoder.decode([message], [0])
+    assert result.bad == [] and result.num_good == 1
+
+
+def test_an_id_java_cannot_hold_is_a_bad_record_without_asking(registry: SchemaRegistryServer) -> None:
+    result = decoder_of(config(registry.url)).decode([framed(2**31, b"\x02"), framed(2**32 - 1, b"\x02")], [0, 1])
+    assert [b.reason for b in result.bad] == [
+        "schema id 2147483648 cannot be in a schema registry (ids are below 2^31)",
+        "schema id 4294967295 cannot be in a schema registry (ids are below 2^31)"]
+    assert not registry.requests
+
+
+def test_a_registered_schema_that_is_not_a_record_is_a_bad_record_with_the_reason(
+        registry: SchemaRegistryServer) -> None:
+    """The parsed schema of "string" is the text 'string', which was taken for a reason."""
+    schema_id = registry.register("events-value", '"string"')
+    result = decoder_of(config(registry.url)).decode([framed(schema_id, b"\x02a")], [0])
+    assert [b.reason for b in result.bad] == [
+        f"schema id {schema_id} is refused: must be an Avro record schema (each message is one row), not 'string'"]
+
+
+def test_a_decoder_with_credentials_the_registry_refuses_never_reads_schemas_another_was_given() -> None:
+    """The shared cache was keyed by URL alone: a table with wrong credentials decoded what another had fetched."""
+    with SchemaRegistryServer(user_info="svc:t0p-secret") as registry:
+        schema_id = registry.register("events-value", orjson.dumps(V1).decode())
+        message = framed(schema_id, avro_bytes(V1, {"i": 1, "s": "x", "ts": TS}))
+        auth = {"basic.auth.credentials.source": "USER_INFO"}
+        good = decoder_of(config(registry.url, **auth, **{"basic.auth.user.info": "svc:t0p-secret"}))
+        assert good.decode([message], [0]).num_good == 1
+        wrong = decoder_of(config(registry.url, **auth, **{"basic.auth.user.info": "svc:wr0ng"}))
+        with pytest.raises(DecoderUnavailable, match="answered HTTP 401"):
+            wrong.decode([message], [0])
+        again = decoder_of(config(registry.url, **auth, **{"basic.auth.user.info": "svc:t0p-secret"}))
+        assert again.decode([message], [0]).num_good == 1
+        assert registry.requests[f"GET /schemas/ids/{schema_id}"] == 2  # the good one, the refused one
+
+
+def test_credentials_in_the_registry_url_are_never_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """The client's HTTP library logs each request's URL at INFO: user:password went into the server's log."""
+    caplog.set_level(logging.DEBUG)
+    with SchemaRegistryServer(user_info="alice:S3cret%Pass") as registry:
+        schema_id = registry.register("events-value", orjson.dumps(V1).decode())
+        message = framed(schema_id, avro_bytes(V1, {"i": 1, "s": "x", "ts": TS}))
+        url = registry.url.replace("http://", "http://alice:S3cret%25Pass@")
+        decoder = decoder_of(config(url, **{"basic.auth.credentials.source": "URL"}))
+        assert decoder.decode([message], [0]).num_good == 1
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert f"GET {registry.url}/schemas/ids/{schema_id}" in logged  # what the library logs, without credentials
+    assert "S3cret" not in logged and "alice" not in logged
+
+
+def test_a_registered_union_of_records_is_read_as_pinot_reads_it(registry: SchemaRegistryServer) -> None:
+    """Java's reader gives the record of the branch a message holds; a message of another branch is bad."""
+    schema_id = registry.register("events-value", orjson.dumps(["null", V1]).decode())
+    record = avro_bytes(V1, {"i": 3, "s": "x", "ts": TS})
+    result = decoder_of(config(registry.url)).decode([framed(schema_id, b"\x02" + record), framed(schema_id, b"\x00")],
+                                                     [0, 1])
+    assert as_rows(result.batch)[0]["i"] == 3 and [b.reason for b in result.bad] == ["not an Avro record"]
