@@ -205,7 +205,8 @@ def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig, 
     replies = client.force_commit({i: (urls[i], segs) for i, segs in per_server.items()}, name)
     job_id = new_job_id()
     stored = record_job(store, name, {"jobId": job_id, "jobType": FORCE_COMMIT, "tableName": name,
-                                      "submissionTimeMs": now_ms, "segmentsForceCommitted": targets})
+                                      "submissionTimeMs": now_ms, "numberOfSegmentsForceCommitted": len(targets),
+                                      "segmentsForceCommitted": targets})  # the list cut to the job's bound
     return {
         "forceCommitStatus": "SUCCESS",  # Pinot's answer: the commits are asked for, they end asynchronously
         "jobMetaZKWriteStatus": "SUCCESS" if stored else "FAILED",
@@ -216,11 +217,16 @@ def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig, 
 
 
 def force_commit_status(store: ClusterStore, job: dict[str, Any]) -> dict[str, Any]:
-    """Pinot's answer: the job's record, and which of its segments are not committed yet (no ONLINE replica)."""
+    """Pinot's answer: the job's record, and which of its segments are not committed yet (no ONLINE replica).
+    A job whose list was cut to its record's bound (``jobs.bounded``) checks the segments it lists, and says how
+    many it does not (``numberOfSegmentsNotListed``)."""
     table = str(job.get("tableName"))
     found = store.ideal_state(table)
     placed = found.record.segments if found is not None else {}
     asked = [str(s) for s in job.get("segmentsForceCommitted") or []]
     pending = sorted(s for s in asked if SegmentState.ONLINE not in placed.get(s, {}).values())
+    total = job.get("numberOfSegmentsForceCommitted")
+    unlisted = max(0, total - len(asked)) if isinstance(total, int) else 0
     return {**pinot_metadata(job), "segmentsYetToBeCommitted": pending,
-            "numberOfSegmentsYetToBeCommitted": len(pending)}
+            "numberOfSegmentsYetToBeCommitted": len(pending),
+            **({"numberOfSegmentsNotListed": unlisted} if unlisted else {})}

@@ -59,24 +59,41 @@ def reload_table(store: ClusterStore, client: ServerClient, table: str, now_ms: 
         servers[reply.instance] = {"schemaVersion": body.get("schemaVersion"),
                                    "segments": len(body.get("segments") or []),
                                    "forceCommitted": list(body.get("forceCommitted") or [])}
-    job = {"jobId": job_id, "jobType": RELOAD, "tableName": table, "submissionTimeMs": now_ms,
-           "messageCount": len(per_server), "segmentCount": sum(len(s) for s in per_server.values()),
-           "servers": servers, **({"segmentName": segment} if segment is not None else {})}
-    stored = record_job(store, table, job)
+    stored = record_job(store, table, _job_record(job_id, table, now_ms, per_server, servers, segment))
     log.info("reload %s of %s%s: %d server(s), %d failed", job_id, table, f" segment {segment}" if segment else "",
              len(per_server), sum(1 for s in servers.values() if "error" in s))
     return {"numMessagesSent": str(len(per_server)), "reloadJobId": job_id,
             "reloadJobMetaZKStorageStatus": "SUCCESS" if stored else "FAILED", "servers": servers}
 
 
+def _job_record(job_id: str, table: str, now_ms: int, per_server: dict[str, list[str]], servers: dict[str, Any],
+                segment: str | None) -> dict[str, Any]:
+    """What the job's record keeps: counts, the failed servers' errors and the segments force-committed (lists
+    that ``jobs.bounded`` may cut; the counts stay whole), never a map of every server."""
+    failed = {inst: s["error"] for inst, s in sorted(servers.items()) if "error" in s}
+    committed = sorted({name for s in servers.values() for name in s.get("forceCommitted") or []})
+    return {"jobId": job_id, "jobType": RELOAD, "tableName": table, "submissionTimeMs": now_ms,
+            "messageCount": len(per_server), "segmentCount": sum(len(s) for s in per_server.values()),
+            "serverCount": len(servers), "failedServerCount": len(failed),
+            "successCount": sum(int(s.get("segments") or 0) for s in servers.values() if "error" not in s),
+            "forceCommittedCount": len(committed), "forceCommitted": committed, "failedServers": failed,
+            **({"segmentName": segment} if segment is not None else {})}
+
+
 def reload_status(job: dict[str, Any], now_ms: int) -> dict[str, Any]:
     """Pinot's ``ServerReloadControllerJobStatusResponse`` from a recorded reload job (its servers answered
-    before the job was recorded, so the counts are final)."""
-    servers = job.get("servers") or {}
-    failed = sum(1 for s in servers.values() if isinstance(s, dict) and "error" in s)
-    done = sum(int(s.get("segments") or 0) for s in servers.values() if isinstance(s, dict) and "error" not in s)
+    before the job was recorded, so the counts are final). Jobs recorded before the counts were kept hold a
+    ``servers`` map instead."""
+    if "servers" in job:
+        servers = job.get("servers") or {}
+        failed = sum(1 for s in servers.values() if isinstance(s, dict) and "error" in s)
+        done = sum(int(s.get("segments") or 0) for s in servers.values() if isinstance(s, dict) and "error" not in s)
+        queried = len(servers)
+    else:
+        failed, done, queried = (int(job.get(key) or 0) for key in ("failedServerCount", "successCount",
+                                                                      "serverCount"))
     total = int(job.get("segmentCount") or 0)
     elapsed = max(0, now_ms - int(job.get("submissionTimeMs") or now_ms)) / 60_000
     return {"timeElapsedInMinutes": elapsed, "estimatedTimeRemainingInMinutes": 0.0 if failed == 0 else -1.0,
-            "totalSegmentCount": total, "successCount": done, "totalServersQueried": len(servers),
+            "totalSegmentCount": total, "successCount": done, "totalServersQueried": queried,
             "totalServerCallsFailed": failed, "metadata": pinot_metadata(job)}
