@@ -120,7 +120,7 @@ def set_paused(store: ClusterStore, table: TableConfig, paused: bool, now_ms: Ca
         created = _resume_from(store, table, consume_from, now_ms(), story)
     store.update_ideal_state(name, lambda ideal: dataclasses.replace(ideal, paused=paused))
     if not paused:
-        created += [next_name for next_name, _ in resume_partitions(store, table, now_ms())]
+        created += [next_name for next_name, _, _ in resume_partitions(store, table, now_ms())]
     ideal = _ideal(store, name)
     return {
         "paused": ideal.paused,
@@ -160,7 +160,7 @@ def _resume_from(store: ClusterStore, table: TableConfig, consume_from: ConsumeF
     partitions = set(latest_segments(ideal))
     offsets = stream_offsets(table.stream, partitions, earliest=consume_from is ConsumeFrom.SMALLEST)
     created = []
-    for next_name, done in resume_partitions(store, table, now_ms, start_offsets=offsets):
+    for next_name, done, _ in resume_partitions(store, table, now_ms, start_offsets=offsets):
         start, end = offsets[done.partition], done.end_offset or 0
         # smallest re-reads end - start offsets; when retention removed everything up to past the end, the
         # offsets in between are gone, not re-read: said as lost (largest: always past the end, skipped)

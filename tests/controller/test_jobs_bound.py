@@ -14,13 +14,14 @@ import pytest
 
 from cuvee.cluster.records import ControllerJobs, IdealState, SegmentState
 from cuvee.cluster.store import ClusterStore
-from cuvee.config import TableConfig
+from cuvee.config import Schema, TableConfig
+from cuvee.controller.catalog import Catalog
 from cuvee.controller.consumption import force_commit, force_commit_status
 from cuvee.controller.jobs import FORCE_COMMIT, MAX_JOBS, RELOAD, find_job, record_job
 from cuvee.controller.reload import reload_status, reload_table
 from cuvee.controller.server_client import ServerReply
 from cuvee.metastore import open_metastore
-from tests.controller.test_controller_support import table_doc
+from tests.controller.test_controller_support import schema_doc, table_doc
 
 TABLE = "events_REALTIME"
 SEGMENTS = [f"events__{p}__7__20261129T0300Z" for p in range(10_000)]
@@ -53,6 +54,8 @@ def store(tmp_path: Path) -> Iterator[ClusterStore]:
 
 def test_a_hundred_jobs_of_a_ten_thousand_segment_table_stay_under_512_kb(store: ClusterStore, tmp_path: Path) -> None:
     config = TableConfig.from_json(table_doc(tmp_path))
+    Catalog(store).create_schema(Schema.from_json(schema_doc()))
+    Catalog(store).create_table_config(config)
     servers: Any = _Servers()
     forced = [force_commit(store, servers, config, 1_000 + n) for n in range(2)]
     reloads = [reload_table(store, servers, TABLE, 2_000 + n) for n in range(2)]
