@@ -160,8 +160,10 @@ def _resume_from(store: ClusterStore, table: TableConfig, consume_from: ConsumeF
     partitions = set(latest_segments(ideal))
     offsets = stream_offsets(table.stream, partitions, earliest=consume_from is ConsumeFrom.SMALLEST)
     created = []
-    for next_name, done, _ in resume_partitions(store, table, now_ms, start_offsets=offsets):
-        start, end = offsets[done.partition], done.end_offset or 0
+    for next_name, done, record in resume_partitions(store, table, now_ms, start_offsets=offsets):
+        # told from the stored record (a leftover reused had its start offset set by compare-and-set)
+        start, end = record.start_offset, done.end_offset or 0
+        assert start is not None  # a consuming segment's record always has one
         # smallest re-reads end - start offsets; when retention removed everything up to past the end, the
         # offsets in between are gone, not re-read: said as lost (largest: always past the end, skipped)
         counts = ({"offsetsSkipped": start - end} if consume_from is ConsumeFrom.LARGEST else

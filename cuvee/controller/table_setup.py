@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cuvee.cluster.assignment import (
     TablePlan,
@@ -23,7 +23,7 @@ from cuvee.cluster.assignment import (
     rows_per_segment,
     server_tag,
 )
-from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.errors import AssignmentError, RequirementFailedError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
@@ -154,7 +154,13 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
     """After a resume: give every partition whose latest segment was committed while paused (so no next segment
     was made) a new consuming segment on the same instances, from its end offset, or from ``start_offsets`` (a
     resume's ``consumeFrom``) where it names the partition, built under the schema's version now. Returns each new
-    segment's name, the committed segment it follows and the new segment's record as stored."""
+    segment's name, the committed segment it follows and the new segment's record as stored.
+
+    The next segment's record may exist already without being in the ideal state: a pause landed between steps 2
+    and 3 of a commit, or a controller died in an earlier consumeFrom between the record and the ideal state. It is
+    reused, and with ``start_offsets`` its start offset (and schema version) set to what this resume asks, by
+    compare-and-set: no server consumes it yet (it is in no ideal state, and ``consumeFrom`` runs only while the
+    table is paused with nothing consuming, so no commit or repair places it meanwhile)."""
     stream = table.stream
     assert stream is not None
     name = table.name_with_type
@@ -180,10 +186,27 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
         start = start_offsets.get(llc.partition) if start_offsets is not None else None
         if start is not None:
             record = dataclasses.replace(record, start_offset=start)
-        stored, _ = store.create_segment(name, record)
+        stored, new = store.create_segment(name, record)
+        if not new and start is not None and next_name not in current.record.segments:
+            before = stored.record.start_offset
+            stored = store.update_segment(name, next_name, _restarted(start, version))
+            log.warning("%s partition %d: %s was created earlier (from offset %s) and never placed; it starts at "
+                        "offset %d as this resume asks", name, llc.partition, next_name, before, start)
         store.update_ideal_state(name, complete_in_ideal_state(llc.name, next_name))
         created.append((next_name, done.record, stored.record))
         log.info("resumed %s: partition %d consumes %s from offset %s", name, llc.partition, next_name,
                  stored.record.start_offset)
     return created
 
+
+def _restarted(start: int, version: int) -> Callable[[SegmentRecord], SegmentRecord]:
+    """A leftover next-segment record made to start at ``start`` under schema ``version`` (it must still be
+    IN_PROGRESS: a record that has moved on is not restarted)."""
+
+    def update(record: SegmentRecord) -> SegmentRecord:
+        if record.status is not SegmentStatus.IN_PROGRESS:
+            raise RequirementFailedError(f"segment {record.segment_name} is {record.status.value}; it cannot be "
+                                         f"restarted at offset {start}")
+        return dataclasses.replace(record, start_offset=start, schema_version=version)
+
+    return update
