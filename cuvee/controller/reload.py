@@ -9,7 +9,8 @@ committed and consuming segments, OFFLINE segments alike), and a consuming segme
 force-committed so its successor ingests under the new ones (Pinot reloads a consuming segment the same way).
 
 The served version is the table's, on every server: a server not reached (down, failing, or holding none of the
-table's segments then) serves it once it loads one of the table's segments (``cuvee.server.served_schemas``), so
+table's segments then) serves it once it loads one of the table's segments, or at its follower's next pass over
+the ideal state (``ideal_state_poll_seconds`` at most) while it holds some (``cuvee.server.served_schemas``), so
 replicas never stay on different versions. Reloading one segment records the table's version too and calls every
 server holding any of the table's segments; only that segment is force-committed if it is consuming. The reload
 is done when the call returns (nothing waits on disk), so the job recorded (``cuvee.controller.jobs``) already
@@ -65,9 +66,9 @@ def reload_table(store: ClusterStore, client: ServerClient, table: str, now_ms: 
         body = reply.body if isinstance(reply.body, dict) else {}
         if reply.error is not None:
             servers[reply.instance] = {"error": reply.error[:300]}
-            log.warning("reload %s of %s: server %s failed (it serves schema version %d once it loads a segment of "
-                        "the table, or at the next reload): %s", job_id, table, reply.instance, served.version,
-                        reply.error)
+            log.warning("reload %s of %s: server %s failed (it takes schema version %d at its next pass over the "
+                        "ideal state, or when it loads a segment of the table): %s", job_id, table, reply.instance,
+                        served.version, reply.error)
             continue
         servers[reply.instance] = {"schemaVersion": body.get("schemaVersion"),
                                    "segments": len(body.get("segments") or []),

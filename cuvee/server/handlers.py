@@ -394,6 +394,11 @@ class SegmentTransitions:
         if self._schemas is not None:
             self._schemas.forget(table)
 
+    def follow_served_schema(self, table: str) -> None:
+        """The follower's pass over a table with segments here: serve its recorded served schema version."""
+        if self._schemas is not None:
+            self._schemas.ensure(table)
+
     def segment_deleted(self, table: str, segment: str) -> None:
         """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""
         self._registry.mark_deleted(table, segment)

@@ -2,8 +2,9 @@
 
 The controller records each table's served schema version (``cuvee.cluster.schemas``: at the table's creation and
 at each reload, before it calls the servers). A server reads that record when one of the table's segments is
-loaded here (``ensure``: consuming or committed, at start too) and when a reload reaches it (``refresh``), and
-serves that version, never simply the latest schema. So every server serves the same version: one that held none
+loaded here (``ensure``: consuming or committed, at start too), at each pass of its ideal-state follower over a
+table it holds segments of (``ensure`` again: a reload whose call failed here), and when a reload reaches it
+(``refresh``), and serves that version, never simply the latest schema. So every server serves the same version: one that held none
 of the table's segments during a reload, or was down, or restarted, takes the recorded version with its next
 segment, and a schema update changes what is served only when the operator reloads. A column added to the schema
 and not reloaded yet is not served: a query naming it is answered with an error that says to reload.

@@ -22,6 +22,7 @@ from cuvee.cluster.records import SegmentRecord
 from cuvee.cluster.schemas import SchemaVersions
 from cuvee.config import Schema, TableConfig
 from cuvee.controller.catalog import Catalog
+from cuvee.controller.server_client import ServerReply
 from cuvee.controller.table_setup import plan_table, read_start_offsets, write_plan
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
@@ -260,3 +261,29 @@ def test_a_table_and_records_from_before_versions_keep_working_until_a_reload_re
     assert reloaded.status_code == 200 and reloaded.json()["reloadJobs"][REALTIME]["schemaVersion"] == 0
     assert {s.schemas.get(REALTIME).version for s in cluster.servers} == {0}
     assert SchemaVersions(store).served(REALTIME).version == 0
+
+
+def test_a_server_a_reloads_call_missed_serves_the_recorded_version_within_a_poll(tmp_path: Path) -> None:
+    """A reload's call to one server fails (the job lists it): that server takes the recorded version at its
+    follower's next pass, with no segment loaded meanwhile, so both replicas answer alike."""
+    with InProcessCluster(tmp_path, servers=2) as cluster:
+        http, ctl = cluster.http, cluster.controller_url
+        cluster.add_schema(SALES_SCHEMA)
+        cluster.add_table(offline_table(replication=2))
+        assert metadata_push(http, ctl, cluster.deep_store, tmp_path, "sales_0", rows(range(10), DAY)).status_code == 200
+        wait_until(lambda: all(s.registry.names("sales_OFFLINE") for s in cluster.servers), 30)
+        missed, client = cluster.servers[1], cluster.controller.servers
+        reach = client.reload
+
+        def lossy(calls: dict[str, Any], table: str, job_id: str) -> list[ServerReply]:
+            answered = reach({i: c for i, c in calls.items() if i != missed.instance_id}, table, job_id)
+            return [*answered, ServerReply(missed.instance_id, error="ConnectError: refused (test)")]
+
+        client.reload = lossy  # type: ignore[method-assign]
+        web = copy.deepcopy(SALES_SCHEMA)
+        web["dimensionFieldSpecs"].append({"name": "channel", "dataType": "STRING", "defaultNullValue": "web"})
+        job = http.put(f"{ctl}/schemas/sales", json=web, params={"reload": "true"}).json()["reloadJobs"]["sales_OFFLINE"]
+        assert job["schemaVersion"] == 1 and "error" in job["servers"][missed.instance_id]
+        wait_until(lambda: missed.schemas.get("sales_OFFLINE").version == 1, 10,
+                   message="the server the reload missed never took the recorded version")
+        assert missed.schemas.get("sales_OFFLINE").spec("channel").null_value == "web"
