@@ -49,6 +49,8 @@ class Need(str, enum.Enum):
     AUTHENTICATED = "authenticated"  # any known principal (the broker checks a query's table once planned)
     INTERNAL = "internal"  # the cluster's own roles (or an admin)
     TABLE = "table"  # ``permission`` on the table named by the path, query or body
+    JOB = "job"  # ``permission`` on the table of the controller job the path names: the route reads the job and
+    # checks it (``job_decision``); the layer lets any known principal reach the route
     ADMIN = "admin"
 
 
@@ -75,7 +77,7 @@ def decide(requirement: Requirement, principal: Principal | None, table: str | N
     if principal is None:
         return Decision(False, 401, "authentication required")
     need = requirement.need
-    if need is Need.AUTHENTICATED or principal.admin:
+    if need is Need.AUTHENTICATED or need is Need.JOB or principal.admin:
         return Decision(True)
     if need is Need.INTERNAL:
         return Decision(principal.internal, 403, f"{principal.name} may not call the cluster's internal API")
@@ -92,6 +94,14 @@ def decide(requirement: Requirement, principal: Principal | None, table: str | N
         return Decision(False, 403, f"{principal.name} has no {requirement.permission.value} permission on table "
                                     f"{raw_table_name(name)[:128]!r}")
     return Decision(False, 403, f"{principal.name} is not an admin")
+
+
+def job_decision(principal: Principal | None, table: str, permission: Permission = Permission.READ) -> Decision:
+    """A route under ``Need.JOB``, once it has read the job: ``permission`` on the job's table (``table``, with
+    or without its type). ``principal`` None: auth is off."""
+    if principal is None:
+        return Decision(True)
+    return decide(Requirement(Need.TABLE, permission, table), principal)
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,10 @@ _RULES: Mapping[Role, tuple[_Rule, ...]] = {
         _rule("PUT", "/schemas/{name}", Need.TABLE, P.UPDATE, "{name}"),
         _rule("DELETE", "/schemas/{name}", Need.TABLE, P.DELETE, "{name}"),
         _rule("POST", "/tables", Need.TABLE, P.CREATE, "body:tableName"),
+        # a job's status: READ on the job's table (the route checks it); before the generic rules, which would
+        # read the path's literal word as a table name
+        _rule("GET", "/tables/forceCommitStatus/{jobId}", Need.JOB, P.READ),
+        _rule("GET", "/segments/segmentReloadStatus/{jobId}", Need.JOB, P.READ),
         _rule("GET", "/tables/{table}", Need.TABLE, P.READ, "{table}"),
         _rule("GET", "/tables/{table}/*", Need.TABLE, P.READ, "{table}"),
         _rule("PUT", "/tables/{table}", Need.TABLE, P.UPDATE, "{table}"),

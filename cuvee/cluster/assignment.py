@@ -104,13 +104,15 @@ def plan_consuming_segments(
     flush_rows: int = 0,
     autotuned_rows: int | None = None,
     time_threshold_ms: int | None = None,
+    schema_version: int | None = None,
 ) -> TablePlan:
     """Sequence-0 consuming segments for the partitions of ``start_offsets`` (partition -> start offset) that
     have no segment in ``existing`` yet: table creation, or partitions the stream added later.
 
     ``table`` is the name with type; ``instances`` the eligible ids (see ``eligible_instances``). Row thresholds
     are ``flush_rows`` split by the busiest instance's consuming count in the resulting ideal state, or
-    ``autotuned_rows`` when ``flush_rows`` is 0. ``now_ms`` (epoch ms) names the segments and stamps creation.
+    ``autotuned_rows`` when ``flush_rows`` is 0. ``now_ms`` (epoch ms) names the segments and stamps creation;
+    ``schema_version``: the table's schema version they are built under.
     """
     ideal = existing if existing is not None else IdealState(table)
     if ideal.table != table:
@@ -129,7 +131,8 @@ def plan_consuming_segments(
     rows = rows_per_segment(flush_rows, ideal) if flush_rows > 0 else autotuned_rows
     assert rows is not None
     records = tuple(
-        new_segment_record(name, partition, 0, start_offsets[partition], rows, time_threshold_ms, now_ms)
+        new_segment_record(name, partition, 0, start_offsets[partition], rows, time_threshold_ms, now_ms,
+                           schema_version)
         for partition, name in names
     )
     return TablePlan(ideal, records)
@@ -143,8 +146,10 @@ def new_segment_record(
     row_threshold: int,
     time_threshold_ms: int | None,
     now_ms: int,
+    schema_version: int | None = None,
 ) -> SegmentRecord:
-    """Metadata of a segment about to be consumed (IN_PROGRESS from ``start_offset``)."""
+    """Metadata of a segment about to be consumed (IN_PROGRESS from ``start_offset``, built under
+    ``schema_version`` of the table's schema: ``cuvee.cluster.schemas``)."""
     if row_threshold < 1:
         raise ValueError(f"row threshold must be at least 1, got {row_threshold}")
     return SegmentRecord(
@@ -156,6 +161,7 @@ def new_segment_record(
         start_offset=start_offset,
         row_threshold=row_threshold,
         time_threshold_ms=time_threshold_ms,
+        schema_version=schema_version,
     )
 
 
@@ -245,10 +251,11 @@ def next_segment_name(done: SegmentRecord, existing_names: Iterable[str], now_ms
 
 
 def next_segment_record(
-    done: SegmentRecord, next_name: str, row_threshold: int, now_ms: int, time_threshold_ms: int | None = None
+    done: SegmentRecord, next_name: str, row_threshold: int, now_ms: int, time_threshold_ms: int | None = None,
+    schema_version: int | None = None,
 ) -> SegmentRecord:
     """Commit step 2: the next segment of the partition, consuming from where ``done`` ended (DONE, or COMMITTING:
-    its end offset is fixed)."""
+    its end offset is fixed), built under ``schema_version`` (the schema's version now, not ``done``'s)."""
     if done.status not in (SegmentStatus.DONE, SegmentStatus.COMMITTING) or done.end_offset is None:
         raise RequirementFailedError(
             f"segment {done.segment_name} is not DONE or COMMITTING with an end offset; no next segment")
@@ -258,7 +265,7 @@ def next_segment_record(
         raise ValueError(f"{next_name} does not follow {done.segment_name}")
     threshold_ms = time_threshold_ms if time_threshold_ms is not None else done.time_threshold_ms
     return new_segment_record(
-        next_name, name.partition, name.sequence, done.end_offset, row_threshold, threshold_ms, now_ms
+        next_name, name.partition, name.sequence, done.end_offset, row_threshold, threshold_ms, now_ms, schema_version
     )
 
 

@@ -67,6 +67,20 @@ class ClusterPaths:
     def schema(self, name: str) -> str:
         return f"{self.schemas}/{check_name('schema', name)}"
 
+    def schema_versions(self, name: str) -> str:
+        """Every version of schema ``name`` ever written, one immutable child each (``cuvee.cluster.schemas``)."""
+        return f"{self.root}/schemaversions/{check_name('schema', name)}"
+
+    def schema_version(self, name: str, version: int) -> str:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"a schema version is a non-negative integer, got {version!r}")
+        return f"{self.schema_versions(name)}/{version}"
+
+    def served_schema(self, table: str) -> str:
+        """The schema version the table's segments are served under, written by the controller at creation and at
+        each reload (``ServedSchemaVersion``)."""
+        return f"{self.root}/servedschema/{check_name('table', table)}"
+
     @property
     def tables(self) -> str:
         return f"{self.root}/tables"

@@ -32,6 +32,7 @@ __all__ = [
     "SegmentRecord",
     "SegmentState",
     "SegmentStatus",
+    "ServedSchemaVersion",
     "TimeBoundaryOverride",
 ]
 
@@ -163,6 +164,9 @@ class SegmentRecord(Record):
     # A pushed segment of a table with a segmentPartitionConfig: the partitions of its rows, read by the
     # controller from the archive's own metadata (placement and colocated joins use it; None: not known)
     partitions: SegmentPartitions | None = None
+    # A consuming segment: the version of the table's schema (``cuvee.cluster.schemas``) every replica consumes
+    # and builds it under, fixed by the controller when it created the record (None: written before versions)
+    schema_version: int | None = None
 
     @property
     def is_consuming(self) -> bool:
@@ -221,6 +225,7 @@ class SegmentRecord(Record):
             "commitTimeMs": self.commit_time_ms,
             **({"bytesPerRow": self.bytes_per_row} if self.bytes_per_row is not None else {}),
             **({"partitionMetadata": self.partitions.to_json()} if self.partitions is not None else {}),
+            **({"schemaVersion": self.schema_version} if self.schema_version is not None else {}),
         }
 
     @classmethod
@@ -245,7 +250,15 @@ class SegmentRecord(Record):
             commit_time_ms=f.optional_integer("commitTimeMs"),
             bytes_per_row=_optional_positive_float(f, "bytesPerRow"),
             partitions=SegmentPartitions.from_json(f.doc.get("partitionMetadata")),
+            schema_version=_optional_version(f, "schemaVersion"),
         )
+
+
+def _optional_version(f: Fields, key: str) -> int | None:
+    value = f.optional_integer(key)
+    if value is not None and value < 0:
+        raise RecordFormatError(f"{f.kind}: field {key!r} must be a non-negative integer, got {value!r}")
+    return value
 
 
 def _optional_positive_float(f: Fields, key: str) -> float | None:
@@ -398,6 +411,30 @@ class ExternalView(Record):
     def from_json(cls, doc: Any) -> ExternalView:
         f = Fields(cls.KIND, doc)
         return cls(table=f.string("table"), segments=_read_assignment(f, "segments", True))
+
+
+@dataclass(frozen=True)
+class ServedSchemaVersion(Record):
+    """The schema version (``cuvee.cluster.schemas``) a table's segments are served under on every server: written
+    by the controller when the table is created and at each reload, read by servers when they load one of the
+    table's segments and when a reload reaches them. One node per table (with its type)."""
+
+    KIND = "served schema"
+
+    table: str
+    schema_name: str
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "schemaName": self.schema_name, "version": self.version}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ServedSchemaVersion:
+        f = Fields(cls.KIND, doc)
+        version = f.integer("version")
+        if version < 0:
+            raise RecordFormatError(f"{cls.KIND}: 'version' must be a non-negative integer, got {version}")
+        return cls(table=f.string("table"), schema_name=f.string("schemaName"), version=version)
 
 
 # ---- batch data ------------------------------------------------------------------------------------------

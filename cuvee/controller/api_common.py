@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cuvee.auth.layer import principal_of
-from cuvee.auth.policy import Permission
+from cuvee.auth.policy import Permission, job_decision
 from cuvee.cluster.errors import ClusterStateError
 from cuvee.cluster.paths import check_name
 from cuvee.config import TableType
-from cuvee.controller.errors import ApiError, BadRequest
+from cuvee.controller.errors import ApiError, BadRequest, Forbidden
 from cuvee.errors import UserError
 from cuvee.spi.metastore import MetadataStoreError
 
@@ -33,6 +33,14 @@ def readable(request: Request, names: list[str]) -> list[str]:
     if principal is None or principal.internal:
         return names
     return [name for name in names if principal.may(Permission.READ, name)]
+
+
+def readable_job(request: Request, job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` if the caller may READ its table (the job-status routes' ``Need.JOB``), else 403."""
+    decision = job_decision(principal_of(request.scope), str(job.get("tableName") or ""))
+    if not decision.allowed:
+        raise Forbidden(decision.reason)
+    return job
 
 
 def table_type_param(value: str | None, default: TableType | None = None) -> TableType | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
+from cuvee.controller.api_common import readable_job
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.consumption import (
     consuming_segments_info,
@@ -61,7 +62,8 @@ def router(ctl: Controller) -> APIRouter:
                             partitions=partitions, segments=segments)
 
     @api.get("/tables/forceCommitStatus/{job_id}")
-    def force_status(job_id: str) -> dict[str, Any]:
-        return force_commit_status(ctl.store, find_job(ctl.store, job_id, FORCE_COMMIT))
+    def force_status(job_id: str, request: Request) -> dict[str, Any]:
+        """READ on the job's table (the auth policy's ``Need.JOB``)."""
+        return force_commit_status(ctl.store, readable_job(request, find_job(ctl.store, job_id, FORCE_COMMIT)))
 
     return api

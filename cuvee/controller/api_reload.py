@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from cuvee.config import TableType, raw_table_name
-from cuvee.controller.api_common import segment_param, table_type_param
+from cuvee.controller.api_common import readable_job, segment_param, table_type_param
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.errors import BadRequest, NotFound
 from cuvee.controller.jobs import RELOAD, find_job
@@ -47,8 +47,9 @@ def router(ctl: Controller) -> APIRouter:
                 "reloadJobs": {full: job}}
 
     @api.get("/segments/segmentReloadStatus/{job_id}")
-    def status(job_id: str) -> dict[str, Any]:
-        return reload_status(find_job(ctl.store, job_id, RELOAD), ctl.clock_ms())
+    def status(job_id: str, request: Request) -> dict[str, Any]:
+        """READ on the job's table (the auth policy's ``Need.JOB``)."""
+        return reload_status(readable_job(request, find_job(ctl.store, job_id, RELOAD)), ctl.clock_ms())
 
     return api
 

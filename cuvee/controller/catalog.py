@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from cuvee.cluster.paths import check_name
+from cuvee.cluster.schemas import SchemaVersions
 from cuvee.cluster.store import ClusterStore
 from cuvee.config.names import creation_issues
 from cuvee.config.pinot_keys import review_schema, review_table
@@ -84,11 +85,15 @@ class Catalog:
             raise NotFound(f"schema {name!r} does not exist")
         return schema
 
-    def create_schema(self, schema: Schema) -> None:
+    def create_schema(self, schema: Schema) -> int:
+        """Write a new schema and its first version (``cuvee.cluster.schemas``: after the last one of a schema
+        deleted under the name); returns the version."""
         try:
-            self.meta.create(self.paths.schema(_checked("schema", schema.name)), _encode(schema.to_json()))
+            version, _ = SchemaVersions(self.store).write(_checked("schema", schema.name), _encode(schema.to_json()),
+                                                          None)
         except NodeExistsError:
             raise Conflict(f"schema {schema.name!r} already exists; use PUT /schemas/{schema.name} to update it") from None
+        return version
 
     def update_schema(self, name: str, schema: Schema, *, force: bool = False) -> SchemaDiff:
         """Replace schema ``name`` by ``schema`` when the tables using it still validate and old segments can
@@ -116,11 +121,15 @@ class Catalog:
         if not diff.compatible:
             log.warning("schema %s: backward-incompatible update written because force=true: %s", name,
                         "; ".join(str(issue) for issue in diff.incompatible))
-        if orjson.loads(node.data) != schema.to_json():
-            self._cas(path, _encode(schema.to_json()), node.version, f"schema {name!r}")
+        if orjson.loads(node.data) != schema.to_json():  # the schema and its next version, in one transaction
+            try:
+                SchemaVersions(self.store).write(name, _encode(schema.to_json()), node.version)
+            except (VersionConflictError, NoNodeError):
+                raise Conflict(f"schema {name!r} was changed or deleted concurrently; re-read and retry") from None
         return diff
 
     def delete_schema(self, name: str) -> None:
+        """Its versions stay (``cuvee.cluster.schemas``: a version number always means one schema)."""
         users = [t.name_with_type for t in self.tables_of(name)]
         if users:
             raise Conflict(f"schema {name!r} is used by table(s) {', '.join(users)}; delete them first")

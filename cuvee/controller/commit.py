@@ -46,6 +46,7 @@ from cuvee.cluster.assignment import (
 )
 from cuvee.cluster.errors import ClusterStateError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
+from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.threshold import EACH, CommittedSegment, SizeLearner, SizePolicy
 from cuvee.config import TableConfig, TableType
@@ -263,14 +264,16 @@ class SegmentCommitter:
     def _create_next(
         self, table: str, config: TableConfig, ideal: IdealState, done: SegmentRecord, forced: bool, now: int
     ) -> str:
-        """Step 2: the next segment's metadata (create-if-absent, so the name of an earlier attempt is reused)."""
+        """Step 2: the next segment's metadata (create-if-absent, so the name of an earlier attempt is reused, with
+        the schema version it named), built under the schema's version now."""
         stream = config.stream
         assert stream is not None
         self._check_leader()
         next_name = next_segment_name(done, self.store.segment_names(table), now)
         rows, learned = self._next_rows(config, ideal, done, forced)
-        record = dataclasses.replace(next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms),
-                                     bytes_per_row=learned)
+        version = SchemaVersions(self.store).pin(schema_name_of(config))
+        record = dataclasses.replace(next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms,
+                                                         version), bytes_per_row=learned)
         self.store.create_segment(table, record)
         return next_name
 

@@ -120,7 +120,7 @@ def set_paused(store: ClusterStore, table: TableConfig, paused: bool, now_ms: Ca
         created = _resume_from(store, table, consume_from, now_ms(), story)
     store.update_ideal_state(name, lambda ideal: dataclasses.replace(ideal, paused=paused))
     if not paused:
-        created += [next_name for next_name, _ in resume_partitions(store, table, now_ms())]
+        created += [next_name for next_name, _, _ in resume_partitions(store, table, now_ms())]
     ideal = _ideal(store, name)
     return {
         "paused": ideal.paused,
@@ -160,8 +160,10 @@ def _resume_from(store: ClusterStore, table: TableConfig, consume_from: ConsumeF
     partitions = set(latest_segments(ideal))
     offsets = stream_offsets(table.stream, partitions, earliest=consume_from is ConsumeFrom.SMALLEST)
     created = []
-    for next_name, done in resume_partitions(store, table, now_ms, start_offsets=offsets):
-        start, end = offsets[done.partition], done.end_offset or 0
+    for next_name, done, record in resume_partitions(store, table, now_ms, start_offsets=offsets):
+        # told from the stored record (a leftover reused had its start offset set by compare-and-set)
+        start, end = record.start_offset, done.end_offset or 0
+        assert start is not None  # a consuming segment's record always has one
         # smallest re-reads end - start offsets; when retention removed everything up to past the end, the
         # offsets in between are gone, not re-read: said as lost (largest: always past the end, skipped)
         counts = ({"offsetsSkipped": start - end} if consume_from is ConsumeFrom.LARGEST else
@@ -205,7 +207,8 @@ def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig, 
     replies = client.force_commit({i: (urls[i], segs) for i, segs in per_server.items()}, name)
     job_id = new_job_id()
     stored = record_job(store, name, {"jobId": job_id, "jobType": FORCE_COMMIT, "tableName": name,
-                                      "submissionTimeMs": now_ms, "segmentsForceCommitted": targets})
+                                      "submissionTimeMs": now_ms, "numberOfSegmentsForceCommitted": len(targets),
+                                      "segmentsForceCommitted": targets})  # the list cut to the job's bound
     return {
         "forceCommitStatus": "SUCCESS",  # Pinot's answer: the commits are asked for, they end asynchronously
         "jobMetaZKWriteStatus": "SUCCESS" if stored else "FAILED",
@@ -216,11 +219,16 @@ def force_commit(store: ClusterStore, client: ServerClient, table: TableConfig, 
 
 
 def force_commit_status(store: ClusterStore, job: dict[str, Any]) -> dict[str, Any]:
-    """Pinot's answer: the job's record, and which of its segments are not committed yet (no ONLINE replica)."""
+    """Pinot's answer: the job's record, and which of its segments are not committed yet (no ONLINE replica).
+    A job whose list was cut to its record's bound (``jobs.bounded``) checks the segments it lists, and says how
+    many it does not (``numberOfSegmentsNotListed``)."""
     table = str(job.get("tableName"))
     found = store.ideal_state(table)
     placed = found.record.segments if found is not None else {}
     asked = [str(s) for s in job.get("segmentsForceCommitted") or []]
     pending = sorted(s for s in asked if SegmentState.ONLINE not in placed.get(s, {}).values())
+    total = job.get("numberOfSegmentsForceCommitted")
+    unlisted = max(0, total - len(asked)) if isinstance(total, int) else 0
     return {**pinot_metadata(job), "segmentsYetToBeCommitted": pending,
-            "numberOfSegmentsYetToBeCommitted": len(pending)}
+            "numberOfSegmentsYetToBeCommitted": len(pending),
+            **({"numberOfSegmentsNotListed": unlisted} if unlisted else {})}

@@ -61,7 +61,7 @@ def commit_targets(consuming: Mapping[str, list[str]], partitions: Iterable[int]
     assert by_partition is not None
     wanted: set[int] = set()
     for text in _listed(by_partition, "partitions"):
-        if not text.isdigit() or len(text) > 9:
+        if not (text.isascii() and text.isdigit()) or len(text) > 9:  # str.isdigit alone takes '²' or '٣'
             raise BadRequest(f"partition {text[:32]!r} is not a partition number")
         wanted.add(int(text))
     known = set(partitions)

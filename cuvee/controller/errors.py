@@ -33,6 +33,10 @@ class BadRequest(ApiError):
         return cls(str(exc), extra={"issues": exc.to_json()})
 
 
+class Forbidden(ApiError):
+    status = 403
+
+
 class NotFound(ApiError):
     status = 404
 

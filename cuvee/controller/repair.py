@@ -56,6 +56,7 @@ from cuvee.cluster.assignment import (
 )
 from cuvee.cluster.errors import AssignmentError, ClusterStateError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
+from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig
 from cuvee.controller.catalog import Catalog
@@ -400,8 +401,10 @@ class RepairTask(PeriodicTask):
         else:
             rows = next_row_threshold(stream, ideal.record, record)
         llc = LLCSegmentName.parse(successor)
+        version = SchemaVersions(self.store).pin(schema_name_of(config))  # built under the schema as it is now
         new = dataclasses.replace(
-            new_segment_record(successor, partition, llc.sequence, start, rows, stream.flush_threshold_time_ms, now),
+            new_segment_record(successor, partition, llc.sequence, start, rows, stream.flush_threshold_time_ms, now,
+                               version),
             bytes_per_row=learned)
         if not self.should_run():
             return False

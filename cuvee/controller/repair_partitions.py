@@ -26,6 +26,7 @@ from cuvee.cluster.assignment import (
 )
 from cuvee.cluster.errors import AssignmentError
 from cuvee.cluster.records import IdealState
+from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import OffsetReset, TableConfig
 from cuvee.controller.table_setup import read_start_offsets
@@ -80,13 +81,14 @@ def add_partitions(store: ClusterStore, config: TableConfig, now_ms: int, may_ac
     if not missing or not may_act():
         return []
     live = eligible_instances(store.instances(), set(store.live_instance_ids()), server_tag(config.tenants.server))
+    version = SchemaVersions(store).pin(schema_name_of(config))  # the new segments are built under it
     try:
         plan = plan_consuming_segments(
             table, {p: offsets[p] for p in missing}, config.replication, live, now_ms, existing=found.record,
             flush_rows=stream.flush_threshold_rows,
             autotuned_rows=(autotuned[0] if autotuned else stream.flush_autotune_initial_rows) if stream.auto_tuned
             else None,
-            time_threshold_ms=stream.flush_threshold_time_ms)
+            time_threshold_ms=stream.flush_threshold_time_ms, schema_version=version)
     except AssignmentError as exc:
         raise CuveeError(f"cannot place consuming segments for new partitions {missing}: {exc}") from None
     learned = autotuned[1] if autotuned and stream.auto_tuned else None

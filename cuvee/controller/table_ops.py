@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig, raw_table_name
 from cuvee.controller.catalog import Catalog, parse_table
@@ -17,7 +18,8 @@ log = logging.getLogger(__name__)
 
 def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
     """Validate, plan (stream offsets, placement: every user error before any write), then write the config,
-    the segment records and the ideal state, in that order."""
+    the served schema version, the segment records (each naming that schema version) and the ideal state, in that
+    order."""
     catalog = Catalog(store)
     table = parse_table(doc)
     catalog.check_against_schema(table)
@@ -25,11 +27,15 @@ def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
     if catalog.find_table(name) is not None:
         raise Conflict(f"table {name!r} already exists")
     _check_not_hybrid_dim(catalog, table)
+    versions = SchemaVersions(store)
+    schema_name = schema_name_of(table)
+    schema_version = versions.pin(schema_name)  # its consuming segments are built, and its queries served, under it
     plan = None
     if table.is_realtime:
         assert table.stream is not None
-        plan = plan_table(store, table, read_start_offsets(table.stream), now_ms)
+        plan = plan_table(store, table, read_start_offsets(table.stream), now_ms, schema_version)
     catalog.create_table_config(table)
+    versions.serve(name, schema_name, schema_version)  # before any segment reaches a server
     if plan is not None:
         write_plan(store, name, plan)
         log.info("created %s: %d consuming segment(s)", name, len(plan.segments))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cuvee.cluster.assignment import (
     TablePlan,
@@ -23,8 +23,9 @@ from cuvee.cluster.assignment import (
     rows_per_segment,
     server_tag,
 )
-from cuvee.cluster.errors import AssignmentError
+from cuvee.cluster.errors import AssignmentError, RequirementFailedError
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
+from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import OffsetReset, StreamConfig, TableConfig, TableType, raw_table_name
 from cuvee.controller.errors import BadGateway, BadRequest
@@ -70,8 +71,10 @@ def stream_offsets(stream: StreamConfig, partitions: set[int], *, earliest: bool
         raise BadGateway(f"cannot read stream topic {stream.topic_name!r}: {exc}") from None
 
 
-def plan_table(store: ClusterStore, table: TableConfig, offsets: Mapping[int, int], now_ms: int) -> TablePlan:
-    """Consuming segments for every partition, placed on the tagged live servers (400 when too few)."""
+def plan_table(store: ClusterStore, table: TableConfig, offsets: Mapping[int, int], now_ms: int,
+               schema_version: int | None = None) -> TablePlan:
+    """Consuming segments for every partition, placed on the tagged live servers (400 when too few), each
+    built under ``schema_version`` of the table's schema."""
     stream = table.stream
     assert stream is not None
     tag = server_tag(table.tenants.server)
@@ -86,6 +89,7 @@ def plan_table(store: ClusterStore, table: TableConfig, offsets: Mapping[int, in
             flush_rows=stream.flush_threshold_rows,
             autotuned_rows=stream.flush_autotune_initial_rows if stream.auto_tuned else None,
             time_threshold_ms=stream.flush_threshold_time_ms,
+            schema_version=schema_version,
         )
     except AssignmentError as exc:
         raise BadRequest(f"table {table.name_with_type}: {exc} (servers must carry tag {tag!r})") from None
@@ -107,7 +111,8 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 
 def delete_table_state(store: ClusterStore, table: str) -> None:
     """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view, the
-    last rebalance's record, the reload and force-commit jobs and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
+    last rebalance's record, the reload and force-commit jobs, the served schema version (the schema's versions
+    stay: ``cuvee.cluster.schemas``) and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
     RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a recreated offline
     half would get only rows after it, and the time boundary would hide the rest."""
     paths = store.paths
@@ -118,6 +123,7 @@ def delete_table_state(store: ClusterStore, table: str) -> None:
     store.delete(paths.rebalance(table))
     store.delete(paths.tasks(table))
     store.delete(paths.jobs(table))
+    store.delete(paths.served_schema(table))
     if table.endswith(TableType.OFFLINE.suffix):
         store.delete(paths.task(raw_table_name(table) + TableType.REALTIME.suffix, REALTIME_TO_OFFLINE))
 
@@ -143,18 +149,26 @@ def latest_segments(ideal: IdealState) -> dict[int, LLCSegmentName]:
 
 
 def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
-                      start_offsets: Mapping[int, int] | None = None) -> list[tuple[str, SegmentRecord]]:
+                      start_offsets: Mapping[int, int] | None = None
+                      ) -> list[tuple[str, SegmentRecord, SegmentRecord]]:
     """After a resume: give every partition whose latest segment was committed while paused (so no next segment
     was made) a new consuming segment on the same instances, from its end offset, or from ``start_offsets`` (a
-    resume's ``consumeFrom``) where it names the partition. Returns each new name with the committed segment it
-    follows."""
+    resume's ``consumeFrom``) where it names the partition, built under the schema's version now. Returns each new
+    segment's name, the committed segment it follows and the new segment's record as stored.
+
+    The next segment's record may exist already without being in the ideal state: a pause landed between steps 2
+    and 3 of a commit, or a controller died in an earlier consumeFrom between the record and the ideal state. It is
+    reused, and with ``start_offsets`` its start offset (and schema version) set to what this resume asks, by
+    compare-and-set: no server consumes it yet (it is in no ideal state, and ``consumeFrom`` runs only while the
+    table is paused with nothing consuming, so no commit or repair places it meanwhile)."""
     stream = table.stream
     assert stream is not None
     name = table.name_with_type
-    created: list[tuple[str, SegmentRecord]] = []
+    created: list[tuple[str, SegmentRecord, SegmentRecord]] = []
     found = store.ideal_state(name)
     if found is None:
         return created
+    version: int | None = None
     for llc in latest_segments(found.record).values():
         replicas = found.record.segments.get(llc.name, {})
         if SegmentState.ONLINE not in replicas.values():
@@ -164,14 +178,35 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
             continue
         current = store.ideal_state(name)
         assert current is not None
+        if version is None:
+            version = SchemaVersions(store).pin(schema_name_of(table))
         next_name = next_segment_name(done.record, store.segment_names(name), now_ms)
         rows = next_row_threshold(stream, current.record, done.record)
-        record = next_segment_record(done.record, next_name, rows, now_ms)
-        if start_offsets is not None and llc.partition in start_offsets:
-            record = dataclasses.replace(record, start_offset=start_offsets[llc.partition])
-        store.create_segment(name, record)
+        record = next_segment_record(done.record, next_name, rows, now_ms, schema_version=version)
+        start = start_offsets.get(llc.partition) if start_offsets is not None else None
+        if start is not None:
+            record = dataclasses.replace(record, start_offset=start)
+        stored, new = store.create_segment(name, record)
+        if not new and start is not None and next_name not in current.record.segments:
+            before = stored.record.start_offset
+            stored = store.update_segment(name, next_name, _restarted(start, version))
+            log.warning("%s partition %d: %s was created earlier (from offset %s) and never placed; it starts at "
+                        "offset %d as this resume asks", name, llc.partition, next_name, before, start)
         store.update_ideal_state(name, complete_in_ideal_state(llc.name, next_name))
-        created.append((next_name, done.record))
+        created.append((next_name, done.record, stored.record))
         log.info("resumed %s: partition %d consumes %s from offset %s", name, llc.partition, next_name,
-                 record.start_offset)
+                 stored.record.start_offset)
     return created
+
+
+def _restarted(start: int, version: int) -> Callable[[SegmentRecord], SegmentRecord]:
+    """A leftover next-segment record made to start at ``start`` under schema ``version`` (it must still be
+    IN_PROGRESS: a record that has moved on is not restarted)."""
+
+    def update(record: SegmentRecord) -> SegmentRecord:
+        if record.status is not SegmentStatus.IN_PROGRESS:
+            raise RequirementFailedError(f"segment {record.segment_name} is {record.status.value}; it cannot be "
+                                         f"restarted at offset {start}")
+        return dataclasses.replace(record, start_offset=start, schema_version=version)
+
+    return update

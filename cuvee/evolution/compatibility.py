@@ -61,6 +61,18 @@ def diff_schemas(old: Schema, new: Schema) -> SchemaDiff:
     return SchemaDiff(added, tuple(issues))
 
 
+def columns_differ(consumed: Schema, served: Schema) -> list[str]:
+    """The columns whose name, data type, single/multi-value or field type (dimension, metric, date-time)
+    differ between the schema a consuming segment is built under and the one served now, sorted: a reload
+    force-commits the segment when there is any (its successor consumes under the served columns)."""
+
+    def shapes(schema: Schema) -> dict[str, tuple[str, bool, FieldRole]]:
+        return {f.name: (f.data_type.value, f.single_value, f.role) for f in schema.fields}
+
+    a, b = shapes(consumed), shapes(served)
+    return sorted(name for name in a.keys() | b.keys() if a.get(name) != b.get(name))
+
+
 def _column_changes(old: FieldSpec, new: FieldSpec, path: str) -> list[ConfigIssue]:
     name = repr(old.name)
     issues = []

@@ -9,7 +9,8 @@ when it starts); the segments' files, and so their CRCs, stay the committed ones
 store copy, peer downloads and the CRC checks that decide which copy is valid need nothing new; and a change of
 ``defaultNullValue`` followed by a reload changes the answer the old segments give, as Pinot's reload does for
 columns it generated. The cost is a constant array per segment a query reads the column of: a slice of one shared
-buffer per (type, value), so no memory grows with the number of segments or queries.
+buffer per (type, value) (string-like defaults: of one shared buffer of dictionary ids, with a one-value dictionary),
+each buffer at most ``_CACHED_ROWS`` rows, so no memory grows with the number of segments or queries.
 
 The same view also serves the schema's columns only, in the schema's types: a column a forced (backward
 incompatible) update removed is no longer served, and one whose type a forced update changed is cast where its
@@ -183,8 +184,8 @@ class _Constants:
             return make(rows)
         with self._lock:
             held = self._arrays.get(key)
-        if held is None or len(held) < rows:
-            held = make(max(rows, 2 * len(held) if held is not None else rows, 1024))
+        if held is None or len(held) < rows:  # grown by doubling (fewer rebuilds), never past _CACHED_ROWS
+            held = make(max(rows, min(max(2 * len(held) if held is not None else rows, 1024), _CACHED_ROWS)))
             with self._lock:
                 current = self._arrays.get(key)
                 if current is None or len(current) < len(held):
@@ -209,13 +210,14 @@ def default_column(spec: FieldSpec, rows: int, *, encoded: bool = True) -> pa.Ar
     unless not ``encoded``."""
     base = spec.data_type.arrow_type()
     value = spec.null_value
+    if spec.single_value and spec.data_type in _DICTIONARY_TYPES and encoded:  # ids into a one-value dictionary:
+        # the decoded values are never made (nor cached) for this form
+        ids = _CONSTANTS.get(("ids", ""), rows, lambda n: pa.array(np.zeros(n, dtype=np.int32)))
+        return pa.DictionaryArray.from_arrays(ids, pa.array([value], base))
     values = _CONSTANTS.get((str(base), repr(value)), rows, lambda n: _repeat(base, value, n))
     if not spec.single_value:
         offsets = _CONSTANTS.get(("offsets", ""), rows + 1, lambda n: pa.array(np.arange(n, dtype=np.int32)))
         return pa.ListArray.from_arrays(offsets, values)
-    if spec.data_type in _DICTIONARY_TYPES and encoded:
-        ids = _CONSTANTS.get(("ids", ""), rows, lambda n: pa.array(np.zeros(n, dtype=np.int32)))
-        return pa.DictionaryArray.from_arrays(ids, pa.array([value], base))
     return values
 
 

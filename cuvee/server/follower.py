@@ -7,7 +7,9 @@ per segment at a time; a segment whose chain is still running is skipped and re-
 
 A chain that ends in ERROR is retried with exponential backoff (``ErrorBackoff``, on the injected clock): the
 follower keeps each segment's failures in a row and next due time, hands them to the planner with ``now``, and
-wakes when the earliest retry is due. Every pass also writes again the current states whose last write failed.
+wakes when the earliest retry is due. Every pass also writes again the current states whose last write failed,
+and reads the served schema version of each table this server holds segments of (``ServedSchemas.ensure``), so a
+server a reload's call did not reach serves the recorded version within a poll.
 An exception escaping a chain (a bug) is logged and counted (``run_errors``), never lost in a future.
 """
 
@@ -145,6 +147,8 @@ class IdealStateFollower:
             ideal = found.record
             wanted = {seg: r[self._instance_id] for seg, r in ideal.segments.items() if self._instance_id in r}
             self._transitions.set_paused(table, ideal.paused)
+            if wanted:  # a reload whose call missed this server (it failed, or came while it held nothing)
+                self._transitions.follow_served_schema(table)
         with self._lock:
             due = {seg: r.due for (t, seg), r in self._retries.items() if t == table}
         plan = plan_transitions(wanted, self._states.of(table), self._states.failed(table), now=self._clock(),

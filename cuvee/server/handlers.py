@@ -108,7 +108,7 @@ class SegmentTransitions:
         plain_copies: PlainCopies = PLAIN_COPIES,
         schemas: ServedSchemas | None = None,
     ):
-        self._schemas = schemas  # what each table is served under: read when its first segment arrives
+        self._schemas = schemas  # what each table is served under: read again whenever one of its segments arrives
         self._story = story  # transitions to CONSUMING and ONLINE, and failures, go into the segment's story
         self._plain_copies = plain_copies  # committed segments' plain copies, under the server's budget
         self._store = store
@@ -152,8 +152,10 @@ class SegmentTransitions:
     # ---- startup and shutdown -------------------------------------------------------------------------------
 
     def load_local(self) -> list[Key]:
-        """Serve the committed segments on disk whose metadata is DONE with the same CRC; delete the rest."""
+        """Serve the committed segments on disk whose metadata is DONE with the same CRC; delete the rest. Each
+        table's served schema is read once, with its first segment."""
         loaded: list[Key] = []
+        schemas_read: set[str] = set()
         for table, name in self._local.scan():
             found = self._store.find_segment(table, name)
             record = found.record if found else None
@@ -164,7 +166,8 @@ class SegmentTransitions:
                 log.info("deleting local copy of %s/%s: not a committed segment with a matching CRC", table, name)
                 self._local.delete(table, name)
                 continue
-            self._serve_committed(table, segment)
+            self._serve_committed(table, segment, read_schema=table not in schemas_read)
+            schemas_read.add(table)
             self._states.set(table, name, S.ONLINE)
             loaded.append((table, name))
         return loaded
@@ -391,6 +394,11 @@ class SegmentTransitions:
         if self._schemas is not None:
             self._schemas.forget(table)
 
+    def follow_served_schema(self, table: str) -> None:
+        """The follower's pass over a table with segments here: serve its recorded served schema version."""
+        if self._schemas is not None:
+            self._schemas.ensure(table)
+
     def segment_deleted(self, table: str, segment: str) -> None:
         """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""
         self._registry.mark_deleted(table, segment)
@@ -425,12 +433,12 @@ class SegmentTransitions:
             self._local.delete(table, segment)
             self._local.delete_table_if_empty(table)
 
-    def _serve_committed(self, table: str, segment: ImmutableSegment) -> None:
+    def _serve_committed(self, table: str, segment: ImmutableSegment, *, read_schema: bool = True) -> None:
         key = (table, segment.name)
         with self._lock:
             self._unreleased[key] = self._unreleased.get(key, 0) + 1
             self._drop_pending.discard(key)
-        if self._schemas is not None:
+        if self._schemas is not None and read_schema:  # the table's served version, as the controller recorded it
             self._schemas.ensure(table)
 
         def publish() -> None:

@@ -1,12 +1,15 @@
 """A table's reload on this server, and what the server serves of a segment.
 
-``POST /tables/{table}/reload`` (the controller's ``POST /segments/{t}/reload`` sends it to every server holding
-the table's segments): the table is served under its current schema from now on (``ServedSchemas.refresh``: a
-column added since a segment was built answers its default value there, at read time, see
-``cuvee.evolution.serving``), and each of its consuming segments (those listed, or all) that was started under a
-schema without some of those columns is force-committed, as Pinot reloads a consuming segment: its successor
-consumes under the current schema, so the new columns get their values from the stream from then on. Internal
-(the auth policy's default for server routes).
+``POST /tables/{table}/reload`` (the controller's ``POST /segments/{t}/reload`` records the table's served schema
+version, then sends it to every server holding the table's segments): the table is served under that version from
+now on (``ServedSchemas.refresh``: a column added since a segment was built answers its default value there, at
+read time, see ``cuvee.evolution.serving``), and each of its consuming segments (those listed, or all) built
+under a schema whose columns differ from the served ones in any way (a column added or removed, a data type,
+single/multi-value or field type changed by a forced update: ``columns_differ``) is force-committed, as Pinot
+reloads a consuming segment: its successor consumes under the current schema, so the new columns get their values
+from the stream, and changed types decode as the schema now says, from then on. Every replica of a consuming
+segment builds it under the version its record names, so all of them decide the same. Internal (the auth
+policy's default for server routes).
 
 ``GET /tables/{table}/segments/{segment}/metadata``: the segment's metadata and each column as served: from the
 segment, as its default value (``default``), or stored but no longer in the schema (``notServed``).
@@ -21,7 +24,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from cuvee.evolution.serving import ServedSchema
+from cuvee.evolution.compatibility import columns_differ
 from cuvee.protocol.completion_http import SERVER_RELOAD, SERVER_SEGMENT_METADATA
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.tables import TableNotFoundError
@@ -54,7 +57,11 @@ def reload_router(server: Server) -> APIRouter:
         names = [n for n in body.segments if n in held] if body.segments else sorted(held)
         committed = []
         for consuming in server.transitions.consuming(table):
-            if consuming.name in names and _lacks_columns(consuming, served):
+            schema = getattr(consuming, "schema", None)
+            differ = columns_differ(schema, served.schema) if consuming.name in names and schema is not None else []
+            if differ:
+                log.info("reload %s: %s consumes under other columns than served (%s): force-committed", body.jobId,
+                         consuming.name, ", ".join(differ[:10]))
                 consuming.force_commit()
                 committed.append(consuming.name)
         log.info("reload %s of %s on %s: schema version %d, %d segment(s), force-committed %s", body.jobId, table,
@@ -83,12 +90,6 @@ def reload_router(server: Server) -> APIRouter:
         return doc
 
     return api
-
-
-def _lacks_columns(consuming: Any, served: ServedSchema) -> bool:
-    """The consuming segment was started under a schema without some column served now."""
-    schema = getattr(consuming, "schema", None)
-    return schema is not None and any(not schema.has_column(name) for name in served.names)
 
 
 def _error(status: int, message: str) -> JSONResponse:

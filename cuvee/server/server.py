@@ -84,8 +84,6 @@ class Server:
         # committed segments' DuckDB copies for large scans (cuvee.server.native_copies; off at 0 bytes)
         self.natives = NativeCopies(config.native_copy_bytes, config.native_copy_min_idle_seconds,
                                     config.native_copy_min_rows, directory=Path(config.data_dir) / NATIVE_COPIES_DIR)
-        # the schema each table's segments are served under (cuvee.server.served_schemas)
-        self.schemas = ServedSchemas(lambda table: self.catalog.get(table))
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds
@@ -121,13 +119,15 @@ class Server:
         cfg = self.config
         assert self.metastore is not None and self.deep_store is not None
         self.store = ClusterStore(self.metastore, cfg.cluster)
+        self.catalog = TableCatalog(self.store)
+        # the schema each table's segments are served under (cuvee.server.served_schemas)
+        self.schemas = ServedSchemas(self.catalog)
         routers = (self._extra_routers if self._extra_routers is not None
                    else _default_routers(self.registry, self.upserts, cfg, self.natives, self.schemas))
         self._http = HttpService(build_server_app(self, routers), cfg.host, cfg.port, name="server", auth=cfg.auth,
                                  role=Role.SERVER, tls=cfg.tls, store=self.store)
         self.instance_id = cfg.instance_id or f"Server_{self._http.host}_{self._http.port}"
         self.states = CurrentStates(self.store, self.instance_id)
-        self.catalog = TableCatalog(self.store)
         backoff = Backoff(cfg.download_retry_initial_seconds, cfg.download_retry_max_seconds, cfg.download_max_attempts)
         self.fetcher = SegmentFetcher(store=self.store, deep_store=self.deep_store, local=self.local,
                                       instance_id=self.instance_id, backoff=backoff,
@@ -244,9 +244,15 @@ class Server:
                                                                        internal_headers(self.config.auth),
                                                                        verify=self.config.tls.client_verify())
         context = self.catalog.get(table)
+        schema = context.schema
+        if record.schema_version is not None:  # every replica consumes and builds under the same schema
+            schema = self.catalog.schema_at(context.schema_name, record.schema_version)
+        else:
+            log.info("%s/%s: its record names no schema version (written before schema versions): consumed under "
+                     "the latest schema", table, record.segment_name)
         return ConsumingSegment(
             table=context.config,
-            schema=context.schema,
+            schema=schema,
             record=record,
             instance_id=self.instance_id,
             completion=self._completion,  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from cuvee.auth.config import AuthConfig, PrincipalConfig
 from cuvee.auth.layer import INTERNAL, Authenticator
-from cuvee.auth.policy import Need, Permission, Principal, Role, decide, requirement
+from cuvee.auth.policy import Need, Permission, Principal, Role, decide, job_decision, requirement
 from cuvee.auth.secrets import hash_password, hash_token, verify
 from cuvee.node.http import HttpService
 
@@ -30,6 +30,9 @@ READER = Principal("r", tables=frozenset({"events"}), permissions=frozenset({Per
     (Role.CONTROLLER, "POST", "/console/x", None, Need.ADMIN, None, None),
     (Role.CONTROLLER, "POST", "/sql", None, Need.AUTHENTICATED, None, None),  # the broker checks READ
     (Role.CONTROLLER, "POST", "/tables/events/repair", None, Need.TABLE, Permission.UPDATE, "events"),
+    # a job's status: READ on the job's table, checked by the route (not on a table named like the path's word)
+    (Role.CONTROLLER, "GET", "/tables/forceCommitStatus/0a-1", None, Need.JOB, None, None),
+    (Role.CONTROLLER, "GET", "/segments/segmentReloadStatus/0a-1", None, Need.JOB, None, None),
     (Role.SERVER, "POST", "/query", None, Need.INTERNAL, None, None),
     (Role.SERVER, "GET", "/tables/events_REALTIME/segments/s", None, Need.INTERNAL, None, None),
     (Role.BROKER, "POST", "/query/sql", None, Need.AUTHENTICATED, None, None),
@@ -39,6 +42,17 @@ def test_routes_map_to_what_they_require(role: Role, method: str, path: str, que
                                          permission: Permission | None, table: str | None) -> None:
     got = requirement(role, method, path, query)
     assert (got.need, got.permission, got.table) == (need, permission, table)
+
+
+def test_a_job_status_needs_read_on_the_jobs_table() -> None:
+    status = requirement(Role.CONTROLLER, "GET", "/tables/forceCommitStatus/0a-1")
+    assert decide(status, None).status == 401 and decide(status, READER).allowed  # the route checks the table
+    assert job_decision(READER, "events_REALTIME").allowed and job_decision(None, "events").allowed  # auth off
+    refused = job_decision(READER, "other_REALTIME")
+    assert refused.status == 403 and "READ permission on table 'other'" in refused.reason
+    word = Principal("w", tables=frozenset({"forceCommitStatus", "segmentReloadStatus"}))
+    assert not job_decision(word, "events_REALTIME").allowed  # a table named like the path's word opens nothing
+    assert job_decision(INTERNAL, "events").allowed
 
 
 def test_decisions_per_principal() -> None:

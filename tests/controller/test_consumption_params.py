@@ -23,6 +23,8 @@ def test_all_or_the_named_partitions_or_segments() -> None:
     ("1", None, "partition(s) 1 have no consuming segment"),
     ("0,9,7", None, "the table has no partition(s) 7, 9 (its partitions: 0, 1, 2)"),
     ("-1", None, "partition '-1' is not a partition number"),
+    ("\u00b2", None, "partition '\u00b2' is not a partition number"),  # isdigit() says True; int() refuses it
+    ("\u0663", None, "partition '\u0663' is not a partition number"),  # an Arabic-Indic 3: int() takes it
     (" , ", None, "partitions lists nothing"),
     (None, "t__0__2__20261121T1647Z,zz", "not consuming: t__0__2__20261121T1647Z, zz"),
     (None, "a/b", "invalid segment name"),

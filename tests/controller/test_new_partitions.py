@@ -46,6 +46,9 @@ def test_rows_produced_to_a_new_partition_before_the_repair_pass_are_all_consume
 
         placed = cluster.controller.repair.run_once()
         assert [p.partition for p in placed] == [2]
+        store = cluster.controller.store
+        first = next(s for s in store.segment_names("grown_REALTIME") if s.split("__")[1] == "2")
+        assert store.segment("grown_REALTIME", first).record.schema_version == 0  # built under the schema then
         wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM grown") == 57, 20,
                    message="rows produced to the new partition before the repair pass were skipped")
         assert cluster.scalar("SELECT SUM(amount) FROM grown") == 20 + 37 * 10

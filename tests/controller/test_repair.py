@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from cuvee.cluster.records import IdealState, SegmentRecord, SegmentState, SegmentStatus
@@ -316,3 +317,26 @@ def test_a_stalled_pauseless_commit_is_restarted_on_live_servers(
     assert c.commit_end(100).status is ResponseStatus.COMMIT_SUCCESS
     assert d.consumed(100).status is ResponseStatus.KEEP
     assert set(_ideal(side_store).segments[segment].values()) == {ON}
+
+
+def test_segments_repair_and_commits_create_are_built_under_the_schemas_version_then(
+    leader: Controller, side_store: ClusterStore, log_dir: Path
+) -> None:
+    """Each consuming segment's record names the schema version current when the controller created it (table
+    creation, commit step 2, repair's re-creation), which every replica consumes under."""
+    segments = _table(leader, side_store, log_dir)
+    assert {side_store.segment(T, s).record.schema_version for s in segments.values()} == {0}
+    added = schema_doc()
+    added["dimensionFieldSpecs"].append({"name": "device", "dataType": "STRING"})
+    assert httpx.put(f"{leader.url}/schemas/events", json=added).status_code == 200
+    _all_offline(side_store, segments[1])
+    leader.repair.run_once()
+    [recreated] = _next_of(side_store, segments[1])
+    assert side_store.segment(T, recreated).record.schema_version == 1
+    replicas = sorted(_ideal(side_store).segments[segments[0]])
+    a = Replica(replicas[0], segments[0], leader.url)
+    assert a.consumed(100).status is ResponseStatus.COMMIT
+    assert a.commit_start(100).status is ResponseStatus.COMMIT_CONTINUE
+    assert a.commit_end(100).status is ResponseStatus.COMMIT_SUCCESS
+    [successor] = _next_of(side_store, segments[0])
+    assert side_store.segment(T, successor).record.schema_version == 1

@@ -28,6 +28,8 @@ AUTH = {
         {"name": "admin", "password": hash_password("admin-pw", n=2**10), "admin": True},
         {"name": "reader", "password": hash_password("reader-pw", n=2**10), "tables": [TABLE], "permissions": ["READ"]},
         {"name": "dash", "token": hash_token(READER_TOKEN), "tables": ["other"], "permissions": ["READ"]},
+        {"name": "worded", "password": hash_password("worded-pw", n=2**10),
+         "tables": ["forceCommitStatus", "segmentReloadStatus"], "permissions": ["READ"]},
     ],
 }
 SCHEMA = {"schemaName": TABLE, "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
@@ -187,3 +189,25 @@ def test_browsers_cannot_be_made_to_act_for_their_user_from_another_site(cluster
     form = httpx.post(f"{url}/sql", auth=admin, content=b'{"sql": "SELECT 1"}', headers={"Content-Type": "text/plain"},
                       timeout=10)
     assert form.status_code == 415  # what an HTML form can send is not a query
+
+
+def test_a_jobs_status_is_read_with_read_on_its_table(cluster: InProcessCluster) -> None:
+    """The two job-status routes check READ on the job's table: a reader of the table gets its jobs (the path's
+    word was taken as the table name: 403), a principal of another table does not, nor one granted a table
+    named like the path's word."""
+    url, admin = cluster.controller_url, ("admin", "admin-pw")
+    reload = httpx.post(f"{url}/segments/{TABLE}/reload", auth=admin, timeout=30)
+    assert reload.status_code == 200, reload.text
+    reload_id = reload.json()["reloadJobs"][f"{TABLE}_REALTIME"]["reloadJobId"]
+    commit = httpx.post(f"{url}/tables/{TABLE}/forceCommit", auth=admin, timeout=30)
+    assert commit.status_code == 200, commit.text
+    paths = [f"/segments/segmentReloadStatus/{reload_id}",
+             f"/tables/forceCommitStatus/{commit.json()['forceCommitJobId']}"]
+    for path in paths:
+        read = httpx.get(url + path, auth=("reader", "reader-pw"), timeout=10)
+        assert read.status_code == 200 and read.json()["metadata" if "Reload" in path else "tableName"], read.text
+        other = httpx.get(url + path, headers={"Authorization": f"Bearer {READER_TOKEN}"}, timeout=10)
+        assert other.status_code == 403 and "'events'" in other.json()["error"], other.text
+        worded = httpx.get(url + path, auth=("worded", "worded-pw"), timeout=10)
+        assert worded.status_code == 403, worded.text
+        assert httpx.get(url + path, timeout=10).status_code == 401

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cuvee.controller import faults
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
 
@@ -291,6 +293,45 @@ def test_resume_from_smallest_reads_the_stream_again_from_its_start(cluster: InP
     # the 100 committed rows, and all 120 of the stream once more: re-read, as asked
     wait_until(lambda: _count(cluster) == 220, 30, message=lambda: f"count {_count(cluster)}")
     assert cluster.scalar(f"SELECT COUNT(DISTINCT id) FROM {TABLE}") == 120
+
+
+def test_consume_from_restarts_a_next_segment_a_pause_left_between_commit_steps(cluster: InProcessCluster) -> None:
+    """A pause landing between a commit's steps 2 and 3 leaves the next segment's record (from the committed end
+    offset) in no ideal state. ``consumeFrom=smallest`` reuses it, and must start it where it says: the stored
+    record, the story and the rows all re-read from the stream's start (the record kept its old start offset while
+    the answer and story said 0)."""
+    ctl, store, table = cluster.controller_url, cluster.controller.store, f"{TABLE}_REALTIME"
+    _produce(cluster, 0, 100)
+    wait_until(lambda: _count(cluster) == 100, 30)
+
+    def pause_now() -> None:  # an operator's pauseConsumption, landing between the first commit's steps 2 and 3
+        store.update_ideal_state(table, lambda ideal: dataclasses.replace(ideal, paused=True))
+
+    faults.HOOKS[faults.COMMIT_AFTER_STEP2] = pause_now
+    try:
+        assert cluster.http.post(f"{ctl}/tables/{TABLE}/forceCommit").status_code == 200
+        wait_until(lambda: cluster.http.get(f"{ctl}/tables/{TABLE}/pauseStatus").json()["paused"], 30,
+                   message="no commit reached step 2")
+    finally:
+        faults.reset()
+    # the other partition's commit may have placed its successor before the pause: commit it too (while paused,
+    # a commit places none), as an operator preparing consumeFrom does
+    assert cluster.http.post(f"{ctl}/tables/{TABLE}/forceCommit").status_code == 200
+    wait_until(lambda: not cluster.http.get(f"{ctl}/tables/{TABLE}/pauseStatus").json()["consumingSegments"], 30,
+               message="the consuming segments never committed")
+    ideal = cluster.ideal_state(table)
+    leftovers = [s for s in store.segment_names(table) if s not in ideal]
+    assert leftovers and all(store.segment(table, s).record.start_offset > 0 for s in leftovers)
+    resumed = cluster.http.post(f"{ctl}/tables/{TABLE}/resumeConsumption", params={"consumeFrom": "smallest"})
+    assert resumed.status_code == 200, resumed.text
+    created = resumed.json()["createdSegments"]
+    assert set(leftovers) <= set(created) and len(created) == 2
+    for segment in created:
+        assert cluster.segment_metadata(TABLE, segment)["startOffset"] == 0
+        events = cluster.http.get(f"{ctl}/segments/{TABLE}/{segment}/story").json()["events"]
+        told = next(e for e in events if e["kind"] == "consumeFrom")
+        assert told["startOffset"] == 0 and told["offsetsReRead"] == told["previousEndOffset"] > 0
+    wait_until(lambda: _count(cluster) == 200, 30, message=lambda: f"count {_count(cluster)}")
 
 
 def test_consume_from_is_refused_where_it_cannot_apply(cluster: InProcessCluster) -> None:

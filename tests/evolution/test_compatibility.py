@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cuvee.config import Schema
-from cuvee.evolution.compatibility import diff_schemas
+from cuvee.evolution.compatibility import columns_differ, diff_schemas
 
 BASE: dict[str, Any] = {
     "schemaName": "events",
@@ -76,3 +76,18 @@ def test_a_removed_column_and_a_type_change_are_both_reported() -> None:
 def test_a_primary_key_may_be_added_to_a_schema_without_one() -> None:
     old = Schema.from_json({k: v for k, v in BASE.items() if k != "primaryKeyColumns"})
     assert diff_schemas(old, Schema.from_json(BASE)).compatible
+
+
+def test_columns_differ_names_every_column_a_consuming_segment_would_build_otherwise() -> None:
+    """A reload commits a consuming segment whose columns differ from the served ones in name, data type,
+    single/multi-value or field type; a changed default or maxLength is not a different column."""
+    old = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
+        {"name": "id", "dataType": "LONG"}, {"name": "tag", "dataType": "STRING"},
+        {"name": "gone", "dataType": "STRING"}], "metricFieldSpecs": [{"name": "v", "dataType": "LONG"},
+                                                                     {"name": "w", "dataType": "INT"}]})
+    new = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
+        {"name": "id", "dataType": "STRING"}, {"name": "tag", "dataType": "STRING", "singleValueField": False},
+        {"name": "w", "dataType": "INT"}, {"name": "added", "dataType": "INT"}],
+        "metricFieldSpecs": [{"name": "v", "dataType": "LONG", "defaultNullValue": 7}]})
+    assert columns_differ(old, new) == ["added", "gone", "id", "tag", "w"]
+    assert columns_differ(old, old) == []

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from cuvee.config import IndexingConfig, Schema
+from cuvee.evolution import serving
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema, default_column
 from cuvee.segment.builder import build_segment
 from cuvee.server.queryable import CommittedSegment
@@ -93,6 +94,27 @@ def test_string_defaults_are_dictionary_encoded_and_share_one_buffer() -> None:
     assert pa.types.is_dictionary(small.type) and small.dictionary.to_pylist() == ["null"]
     again = default_column(spec, 4000)
     assert again.indices.buffers()[1].address == large.indices.buffers()[1].address  # a slice, not a new array
+
+
+def test_the_cache_holds_no_decoded_copy_of_an_encoded_default_and_never_grows_past_its_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dictionary-encoded default keeps only the shared ids (its decoded values were built and kept too: 676 MB
+    for ten added STRING columns over one 5M-row segment); cached arrays grow by doubling up to ``_CACHED_ROWS``
+    rows and no further (doubling once went to twice the cap)."""
+    monkeypatch.setattr(serving, "_CACHED_ROWS", 4096)
+    monkeypatch.setattr(serving, "_CONSTANTS", serving._Constants())
+    schema = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
+        {"name": f"c{i}", "dataType": "STRING", "defaultNullValue": f"d{i}"} for i in range(3)],
+        "metricFieldSpecs": [{"name": "m", "dataType": "LONG", "defaultNullValue": 9}]})
+    for i in range(3):
+        column = default_column(schema.column(f"c{i}"), 3000)
+        assert column.dictionary.to_pylist() == [f"d{i}"] and len(column) == 3000
+    assert set(serving._CONSTANTS._arrays) == {("ids", "")}
+    assert default_column(schema.column("c0"), 10, encoded=False).to_pylist() == ["d0"] * 10  # plain: made then
+    assert default_column(schema.column("m"), 3000).to_pylist() == [9] * 3000
+    assert default_column(schema.column("m"), 4000).to_pylist() == [9] * 4000  # grows: to the cap, not 6000
+    assert default_column(schema.column("m"), 5000).to_pylist() == [9] * 5000  # past the cap: made, not kept
+    assert max(len(a) for a in serving._CONSTANTS._arrays.values()) <= 4096
 
 
 def test_only_the_wanted_columns_are_served_and_removed_ones_are_not(segment: CommittedSegment) -> None:

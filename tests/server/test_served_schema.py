@@ -24,10 +24,26 @@ EVOLVED["dimensionFieldSpecs"].append({"name": "color", "dataType": "STRING", "d
 EVOLVED["metricFieldSpecs"].append({"name": "w", "dataType": "LONG", "defaultNullValue": 5})
 
 
-def _schemas(doc: dict) -> ServedSchemas:
-    from cuvee.config import TableConfig
+class _Source:
+    """A table whose served version is ``doc``'s (3)."""
 
-    schemas = ServedSchemas(lambda table: TableContext(TableConfig.from_json(TABLE_DOC), Schema.from_json(doc), 3))
+    def __init__(self, doc: dict):
+        self.doc = doc
+
+    def served_version(self, table: str) -> tuple[str, int]:
+        return "events", 3
+
+    def schema_at(self, name: str, version: int) -> Schema:
+        return Schema.from_json(self.doc)
+
+    def get(self, table: str) -> TableContext:
+        from cuvee.config import TableConfig
+
+        return TableContext(TableConfig.from_json(TABLE_DOC), Schema.from_json(self.doc), "events")
+
+
+def _schemas(doc: dict) -> ServedSchemas:
+    schemas = ServedSchemas(_Source(doc))
     schemas.ensure(TABLE)
     return schemas
 
@@ -104,3 +120,61 @@ def test_segments_of_different_columns_join_without_a_served_schema(registry) ->
     finally:
         registry.remove(TABLE, segment_name(2, 0))
     assert stats.exceptions == () and result.column("n").to_pylist() == [50]
+
+
+class _Versions:
+    """A table's recorded served version (None: none recorded) and each version's schema."""
+
+    def __init__(self) -> None:
+        self.recorded: tuple[str, int] | None = None
+        self.latest = SCHEMA_DOC
+        self.reads = 0
+
+    def served_version(self, table: str) -> tuple[str, int] | None:
+        return self.recorded
+
+    def schema_at(self, name: str, version: int) -> Schema:
+        self.reads += 1
+        doc = copy.deepcopy(EVOLVED)
+        doc["dimensionFieldSpecs"][-1]["defaultNullValue"] = f"v{version}"
+        return Schema.from_json(doc)
+
+    def get(self, table: str) -> TableContext:
+        from cuvee.config import TableConfig
+
+        return TableContext(TableConfig.from_json(TABLE_DOC), Schema.from_json(self.latest), "events")
+
+
+def _default(schemas: ServedSchemas) -> object:
+    served = schemas.get(TABLE)
+    assert served is not None
+    spec = served.spec("color")
+    return None if spec is None else spec.null_value
+
+
+def test_a_segment_arriving_serves_the_recorded_version_and_a_table_without_one_keeps_its_first_read() -> None:
+    source = _Versions()
+    schemas = ServedSchemas(source)
+    schemas.ensure(TABLE)  # no version recorded (a table from before versions): the latest schema, read once
+    assert schemas.get(TABLE).version == -1 and _default(schemas) is None
+    source.latest = EVOLVED
+    schemas.ensure(TABLE)
+    assert _default(schemas) is None  # not re-read: only a reload changes what is served
+    assert schemas.refresh(TABLE).spec("color") is not None
+
+    source.recorded = ("events", 4)  # recorded by a reload this server missed (it held none of the segments)
+    schemas.ensure(TABLE)
+    assert schemas.get(TABLE).version == 4 and _default(schemas) == "v4"
+    reads = source.reads
+    schemas.ensure(TABLE)  # the same version: nothing read again
+    assert source.reads == reads
+    source.recorded = ("events", 3)  # a read that raced a newer reload: never back to an older version
+    schemas.ensure(TABLE)
+    assert schemas.refresh(TABLE).version == 4
+    source.recorded = None  # cannot happen while the table lives; what was recorded is kept
+    schemas.ensure(TABLE)
+    assert schemas.get(TABLE).version == 4
+    schemas.forget(TABLE)  # the table is deleted: one created again under its name starts afresh
+    source.recorded = ("events", 0)
+    schemas.ensure(TABLE)
+    assert schemas.get(TABLE).version == 0 and _default(schemas) == "v0"
