@@ -65,9 +65,11 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 @dataclass
 class InputRows:
-    """Rows read from an input file, with the rows that could not be used (line number and reason)."""
+    """Rows read from an input file, with the rows that could not be used (line number and reason). ``lines`` gives
+    each batch's rows' line numbers (JSONL) or 1-based row numbers (Parquet)."""
 
     batches: list[pa.RecordBatch]
+    lines: list[np.ndarray] = field(default_factory=list)
     bad_count: int = 0
     bad_examples: list[tuple[int, str]] = field(default_factory=list)
 
@@ -188,12 +190,18 @@ def apply_ingestion(rows: InputRows, transformer: RowTransformer | None) -> int:
         return 0
     dropped = 0
     kept: list[pa.RecordBatch] = []
-    for batch in rows.batches:
-        result = transformer.apply(batch, np.arange(batch.num_rows))
+    kept_lines: list[np.ndarray] = []
+    for batch, lines in zip(rows.batches, rows.lines, strict=True):
+        result = transformer.apply(batch, lines)
         dropped += len(result.dropped_offsets)
+        rows.bad_count += len(result.failed)  # continueOnError unset/false: skipped as bad rows, as Pinot
+        room = BAD_ROWS_SHOWN - len(rows.bad_examples)
+        rows.bad_examples += [(int(lines[row]), f"ingestion transform failed: {reason}")
+                              for row, reason in result.failed[:max(room, 0)]]
         if result.batch.num_rows:
             kept.append(result.batch)
-    rows.batches = kept
+            kept_lines.append(result.offsets)
+    rows.batches, rows.lines = kept, kept_lines
     if dropped:
         print(f"{dropped} row(s) dropped by the table's filterConfig", file=sys.stderr)
     return dropped
@@ -207,7 +215,9 @@ def read_input(path: Path, schema: Schema) -> InputRows:
     if suffix in JSONL_SUFFIXES:
         return _read_jsonl(path, schema)
     if suffix in PARQUET_SUFFIXES:
-        return InputRows(batches=_read_parquet(path, schema).to_batches())
+        batches = _read_parquet(path, schema).to_batches()
+        starts = np.cumsum([0] + [b.num_rows for b in batches])
+        return InputRows(batches=batches, lines=[np.arange(n, n + b.num_rows) + 1 for n, b in zip(starts, batches)])
     raise UserError(f"cannot tell the format of {str(path)!r}: use a .jsonl or .parquet file")
 
 
@@ -220,6 +230,7 @@ def _read_jsonl(path: Path, schema: Schema) -> InputRows:
         result = decoder.decode(lines, line_numbers)
         if result.batch.num_rows:
             rows.batches.append(result.batch)
+            rows.lines.append(np.asarray(result.offsets, np.int64))
         rows.bad_count += len(result.bad)
         room = BAD_ROWS_SHOWN - len(rows.bad_examples)
         rows.bad_examples += [(bad.offset, bad.reason) for bad in result.bad[:max(room, 0)]]

@@ -326,10 +326,7 @@ _INGESTION = Obj({
     "schemaConformingTransformerConfig": refused("the schema-conforming transformer is not supported yet"),
     "schemaConformingTransformerV2Config": refused("the schema-conforming transformer is not supported yet"),
     "aggregationConfigs": refused("ingestion-time aggregation is not supported yet: every row would be stored"),
-    # Cuvee keeps a row whose transform fails (NULL in that column): Pinot's true; false, Pinot's default, drops it
-    "continueOnError": Key(Support.REFUSED, "false (Pinot's default: a row whose transform fails is dropped) is not "
-                           "supported yet: Cuvee keeps the row with NULL in that column, as continueOnError true does; "
-                           "remove the key or set it true", lambda v: v is False or str(v).strip().lower() == "false"),
+    "continueOnError": HONOURED,
     "rowTimeValueCheck": refused("nulling out-of-range time values at ingestion is not supported yet"),
     "segmentTimeValueCheck": hint("a segment's time range is recorded, not checked"),
 })

@@ -386,13 +386,16 @@ class IngestionConfig:
     ``streamIngestionConfig.pauselessConsumptionEnabled`` (Pinot's key): a partition's next segment starts
     consuming when the committer starts its commit, not when the commit ends (docs/server.md, "Pauseless"), and
     ``batchIngestionConfig.segmentIngestionType`` / ``segmentIngestionFrequency``: Pinot's newer spelling of
-    ``segmentsConfig.segmentPushType`` / ``segmentPushFrequency`` (``TableConfig.push_type``)."""
+    ``segmentsConfig.segmentPushType`` / ``segmentPushFrequency`` (``TableConfig.push_type``).
+    ``continueOnError`` as Pinot: unset or false, a row whose transform or filter fails is skipped as a counted bad
+    row; true, it is kept with NULL in the column whose transform failed (a failing filter keeps it)."""
 
     transform_configs: tuple[TransformConfig, ...] = ()
     filter_function: str | None = None
     pauseless_consumption: bool = False
     batch_ingestion_type: str | None = None
     batch_ingestion_frequency: str | None = None
+    continue_on_error: bool | None = None  # None: unset, Pinot's default (false)
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
@@ -418,6 +421,7 @@ class IngestionConfig:
                    pauseless_consumption=pauseless,
                    batch_ingestion_type=_upper_choice(batch_obj, "segmentIngestionType", ("APPEND", "REFRESH")),
                    batch_ingestion_frequency=_upper_choice(batch_obj, "segmentIngestionFrequency", ("HOURLY", "DAILY")),
+                   continue_on_error=obj.boolean("continueOnError"),
                    extra=obj.extras())
 
     def to_json(self) -> dict[str, Any]:
@@ -425,5 +429,7 @@ class IngestionConfig:
         _put(out, "transformConfigs", [t.to_json() for t in self.transform_configs] or None)
         if self.filter_function is not None:
             out["filterConfig"] = {"filterFunction": self.filter_function}
+        if self.continue_on_error is not None:
+            out["continueOnError"] = self.continue_on_error
         return out
 

@@ -11,9 +11,13 @@ the table is created (``ingestion_issues``), as is anything DuckDB cannot bind a
 JSON path of the offending entry.
 
 Both are compiled once into one DuckDB statement that runs over each Arrow batch (vectorised, no per-row Python) on
-a cursor of the sandboxed database queries use (no files, no network):
-a transform that fails on a row gives NULL there (DuckDB's ``try``), a filter that fails on a row keeps the row.
-Rows dropped by the filter are counted by the caller, never silent; their offsets are still consumed.
+a cursor of the sandboxed database queries use (no files, no network). A transform or filter that fails on a row
+(a cast of 'oops' to a number) follows Pinot's ``ingestionConfig.continueOnError``: unset or false (Pinot's
+default), the row is skipped and reported as failed (the caller counts it as a bad row); true, the row is kept with
+NULL in that column (DuckDB's ``try``) and a failing filter keeps it. Which rows failed is told in the same pass:
+``try((e) IS NULL) IS NULL`` is true exactly where ``e`` raised (a NULL that ``e`` gives without failing, from a
+missing field, stays a value). Rows dropped by the filter are counted by the caller, never silent; their offsets are
+still consumed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from cuvee.query.functions import DIALECT, READ_DIALECT, translate_scalar
 _BATCH = "ingested_batch"
 _NUMBERS = (DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE)
 _ROW = "__cuvee_row"
+_FAILED = "__cuvee_failed_"  # + the expression's number: true where it raised
+_REASON_CHARS = 300
 
 
 class TransformConfigError(ValueError):
@@ -48,11 +54,14 @@ class TransformConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TransformResult:
-    """The rows kept, their stream offsets, and the offsets of the rows the filter dropped."""
+    """The rows kept, their stream offsets, the offsets of the rows the filter dropped, and the rows skipped because
+    a transform or the filter failed on them (``continueOnError`` unset or false): (position in the input batch,
+    DuckDB's reason)."""
 
     batch: pa.RecordBatch
     offsets: np.ndarray
     dropped_offsets: np.ndarray
+    failed: tuple[tuple[int, str], ...] = ()
 
 
 class RowTransformer:
@@ -60,32 +69,63 @@ class RowTransformer:
     returns the schema's columns only. Thread-compatible (one DuckDB connection per call)."""
 
     def __init__(self, schema: Schema, ingestion: IngestionConfig):
-        issues, self._sql, self.decode_schema = _compile(schema, ingestion)
-        if issues:
-            raise TransformConfigError(issues)
+        compiled = _compile(schema, ingestion)
+        if compiled.issues:
+            raise TransformConfigError(compiled.issues)
+        self._sql, self._checks, self.decode_schema = compiled.statement, compiled.checks, compiled.schema
 
     def apply(self, batch: pa.RecordBatch, offsets: np.ndarray) -> TransformResult:
         if batch.num_rows == 0:
             return TransformResult(batch, offsets, offsets[:0])
         rows = pa.array(np.arange(batch.num_rows, dtype=np.int64))
         source = pa.Table.from_batches([batch]).append_column(_ROW, rows)
-        con = sandboxed_cursor()
+        failed: list[tuple[int, str]] = []
+        con = sandboxed_cursor(exact_try=True)
         try:
             con.register(_BATCH, source)
             out = con.sql(self._sql).to_arrow_table()
+            if self._checks:
+                flags = [out.column(f"{_FAILED}{i}").to_numpy(zero_copy_only=False) for i in range(len(self._checks))]
+                out = out.drop_columns([f"{_FAILED}{i}" for i in range(len(self._checks))])
+                failed = _reasons(con, out.column(_ROW).to_numpy(), flags, self._checks)
         finally:
             con.close()
+        if failed:
+            out = out.filter(pa.array(~np.isin(out.column(_ROW).to_numpy(), [row for row, _ in failed])))
         kept = out.column(_ROW).to_numpy()
         target = pa.schema([batch.schema.field(name) for name in out.column_names if name != _ROW])
         out = out.drop_columns([_ROW]).cast(target).combine_chunks()
         dropped = np.ones(batch.num_rows, dtype=bool)
         dropped[kept] = False
+        for row, _ in failed:
+            dropped[row] = False
         if out.num_rows:
             kept_batch = out.to_batches()[0]
         else:
             kept_batch = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in target], schema=target)
         offsets = np.asarray(offsets)
-        return TransformResult(kept_batch, offsets[kept], offsets[dropped])
+        return TransformResult(kept_batch, offsets[kept], offsets[dropped], tuple(failed))
+
+
+def _reasons(con: duckdb.DuckDBPyConnection, rows: np.ndarray, flags: list[np.ndarray],
+             checks: tuple[tuple[str, str], ...]) -> list[tuple[int, str]]:
+    """Each failed row (position in the batch) with why: the first expression that raised on it, and DuckDB's
+    message for it, read by running that expression alone on the first row it failed on (one statement per
+    failing expression and batch, however many rows failed)."""
+    reasons: dict[int, str] = {}
+    for (label, strict), flag in zip(checks, flags):
+        failing = rows[flag]
+        if not failing.size:
+            continue
+        try:
+            con.sql(f"SELECT {strict} FROM {_BATCH} WHERE {_ROW} = {int(failing[0])}").fetchall()
+            message = "it failed"
+        except duckdb.Error as exc:
+            message = str(exc).splitlines()[0][:_REASON_CHARS]
+        for row in failing.tolist():
+            reasons.setdefault(row, f"{label}: {message}" if row == failing[0] else f"{label} failed")
+    return sorted(reasons.items())
+
 
 
 def compile_ingestion(schema: Schema, ingestion: IngestionConfig) -> RowTransformer | None:
@@ -99,7 +139,7 @@ def ingestion_issues(schema: Schema, ingestion: IngestionConfig) -> list[ConfigI
     """Why the transforms or filter cannot run against ``schema`` (empty when they can)."""
     if not _needs_transformer(schema, ingestion):
         return []
-    return _compile(schema, ingestion)[0]
+    return _compile(schema, ingestion).issues
 
 
 def _needs_transformer(schema: Schema, ingestion: IngestionConfig) -> bool:
@@ -141,7 +181,19 @@ def decode_schema(schema: Schema, transformer: RowTransformer | None) -> Schema:
 # ---- compiling ----------------------------------------------------------------------------------------------
 
 
-def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIssue], str, Schema]:
+@dataclass(frozen=True)
+class _Compiled:
+    """Why the expressions cannot run (empty when they can), the statement over a batch, each expression's label
+    and its SQL without ``try`` when failed rows are skipped (the statement then gives a flag column per expression,
+    ``continueOnError`` unset or false), and the schema to decode with."""
+
+    issues: list[ConfigIssue]
+    statement: str
+    checks: tuple[tuple[str, str], ...]
+    schema: Schema
+
+
+def _compile(schema: Schema, ingestion: IngestionConfig) -> _Compiled:
     timestamps = frozenset(f.name for f in schema.fields if f.data_type is DataType.TIMESTAMP)
     numbers = frozenset(f.name for f in schema.fields if f.single_value and f.data_type in _NUMBERS)
     issues: list[ConfigIssue] = []
@@ -162,25 +214,31 @@ def _compile(schema: Schema, ingestion: IngestionConfig) -> tuple[list[ConfigIss
         FieldSpec(name, DataType.STRING, FieldRole.DIMENSION) for name in sources))
     sqls = [None if e is None else str(e.sql(dialect=DIALECT)) for e in parsed]
     computed: dict[str, str] = {}
+    strict: list[tuple[str, str]] = []  # each expression without try, as it fails, with what it is
     for transform, sql, path in zip(ingestion.transform_configs, sqls, paths):
         if sql is not None and schema.has_column(transform.column_name):
             duck_type = _duck_type(schema.arrow_schema().field(transform.column_name).type)
             issues.extend(_bind(extended, f"CAST(({sql}) AS {duck_type})", path))
             computed[transform.column_name] = f"try(CAST(({sql}) AS {duck_type}))"
+            strict.append((f"the transform of column {transform.column_name!r}", f"CAST(({sql}) AS {duck_type})"))
     columns = []
     for spec in schema.fields:
         value = computed.get(spec.name, _quote(spec.name))
         if _length_rule(spec):
             value = _limited(spec, value)
         columns.append(f"{value} AS {_quote(spec.name)}")
-    statement = f"SELECT {', '.join(columns)}, {_ROW} FROM {_BATCH}"
     if ingestion.filter_function is not None and sqls[-1] is not None:
         issues.extend(_bind(extended, f"({sqls[-1]})::BOOLEAN", paths[-1]))
+        strict.append(("the filter", f"({sqls[-1]})::BOOLEAN"))
+    checks = () if ingestion.continue_on_error else tuple(strict)
+    columns += [f"try(({sql}) IS NULL) IS NULL AS {_FAILED}{i}" for i, (_, sql) in enumerate(checks)]
+    statement = f"SELECT {', '.join(columns)}, {_ROW} FROM {_BATCH}"
+    if ingestion.filter_function is not None and sqls[-1] is not None:
         statement += f" WHERE NOT coalesce(try(({sqls[-1]})::BOOLEAN), false)"
     statement += f" ORDER BY {_ROW}"
     if not issues:  # each expression binds; now the statement as it runs (TRY refuses volatile functions,
         issues.extend(_run_empty(extended, statement))  # a filter cannot hold an aggregate...)
-    return issues, statement, extended
+    return _Compiled(issues, statement, checks, extended)
 
 
 def _expression(text: str, timestamps: frozenset[str], numbers: frozenset[str], path: str,
@@ -203,7 +261,7 @@ def _expression(text: str, timestamps: frozenset[str], numbers: frozenset[str], 
 def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
     """Evaluate ``expression`` over no rows of the schema: DuckDB binds every function, column and cast as it will
     for real, so a mistake is reported when the table is created, not when rows arrive."""
-    con = sandboxed_cursor()
+    con = sandboxed_cursor(exact_try=True)
     try:
         con.register(_BATCH, schema.arrow_schema().empty_table())
         con.sql(f"SELECT {expression} FROM {_BATCH}").to_arrow_table()
@@ -215,7 +273,7 @@ def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
 
 
 def _run_empty(schema: Schema, statement: str) -> list[ConfigIssue]:
-    con = sandboxed_cursor()
+    con = sandboxed_cursor(exact_try=True)
     try:
         con.register(_BATCH, schema.arrow_schema().empty_table().append_column(_ROW, pa.array([], pa.int64())))
         con.sql(statement).to_arrow_table()
@@ -233,7 +291,7 @@ def _duck_type(arrow_type: pa.DataType) -> str:
         arrow_type = arrow_type.value_type
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return _duck_type(arrow_type.value_type) + "[]"
-    con = sandboxed_cursor()
+    con = sandboxed_cursor(exact_try=True)
     try:
         con.register("t", pa.table({"c": pa.array([], arrow_type)}))
         return str(con.sql("SELECT c FROM t").types[0])

@@ -97,6 +97,7 @@ def convert_batch(batch: pa.RecordBatch, schema: Schema, transformer: RowTransfo
     if transformer is not None and table.num_rows:
         result = transformer.apply(table, np.arange(table.num_rows))
         filtered = len(result.dropped_offsets)
+        bad += [_describe(table, row, f"ingestion transform failed: {reason}") for row, reason in result.failed]
         table = result.batch
     return Converted(table, bad, filtered)
 

@@ -45,19 +45,24 @@ def memory_limit() -> str | None:
     except (ValueError, OSError, AttributeError):  # a platform without these: DuckDB's own default
         return None
 
-_databases: dict[bool, duckdb.DuckDBPyConnection] = {}
+_databases: dict[tuple[bool, bool], duckdb.DuckDBPyConnection] = {}
 _database_lock = threading.Lock()
 
 
-def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
+def sandboxed_cursor(rows: int | None = None, *, exact_try: bool = False) -> duckdb.DuckDBPyConnection:
     """A private cursor on a process-wide in-memory DuckDB database, sandboxed: no files, no network, settings
     locked (user SQL and ingestion expressions run here). ``rows``: how many input rows the work reads (None:
-    unknown, taken as large); small inputs get the single-threaded database. Close it when done."""
+    unknown, taken as large); small inputs get the single-threaded database. ``exact_try``: a database whose
+    ``try(e)`` always catches ``e``'s errors (the ingestion transforms): DuckDB's common-subexpression elimination
+    moves a subexpression that two expressions share out of their ``try`` (``try(CAST(r AS DOUBLE))`` beside
+    ``try(CAST(r AS DOUBLE) * 2)`` raises on 'oops'), so that database runs without it. Close it when done."""
     small = rows is not None and rows <= SMALL_INPUT_ROWS
     with _database_lock:
-        database = _databases.get(small)
+        database = _databases.get((small, exact_try))
         if database is None:
             config: dict[str, str | bool | int] = {"enable_external_access": False}
+            if exact_try:
+                config["disabled_optimizers"] = "common_subexpressions"
             if small:
                 config["threads"] = 1
             limit = memory_limit()
@@ -66,7 +71,7 @@ def sandboxed_cursor(rows: int | None = None) -> duckdb.DuckDBPyConnection:
             database = duckdb.connect(config=config)
             duckdb_functions.register(database)  # Pinot's hashes and funnels, as Python functions
             database.execute("SET lock_configuration = true")
-            _databases[small] = database
+            _databases[(small, exact_try)] = database
         return database.cursor()
 
 

@@ -34,6 +34,21 @@ def test_conversion_sets_bad_rows_aside_with_their_reason() -> None:
     assert len(out.bad) == 2 and "'x'" in out.bad[0] and "'z'" in out.bad[1]
 
 
+def test_a_row_whose_transform_fails_is_set_aside_as_bad_unless_continue_on_error() -> None:
+    from cuvee.decode.transform import compile_ingestion
+
+    batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "raw": ["1.5", "oops", "2"], "ts": [100, 200, 300]})
+    outs = {}
+    for continue_on_error in (False, True):
+        table = TableConfig.from_json({**offline_table(), "ingestionConfig": {
+            "transformConfigs": [{"columnName": "amount", "transformFunction": "CAST(raw AS DOUBLE)"}],
+            "continueOnError": continue_on_error}})
+        outs[continue_on_error] = convert_batch(batch, schema(), compile_ingestion(schema(), table.ingestion))
+    assert outs[False].batch.column("amount").to_pylist() == [1.5, 2.0] and len(outs[False].bad) == 1
+    assert "ingestion transform failed: the transform of column 'amount'" in outs[False].bad[0]
+    assert outs[True].batch.column("amount").to_pylist() == [1.5, None, 2.0] and outs[True].bad == []
+
+
 def test_spark_timestamps_become_epoch_millis_and_missing_columns_nulls() -> None:
     at = datetime.datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=datetime.timezone.utc)
     batch = pa.RecordBatch.from_pydict({"ID": pa.array([7], pa.int32()),

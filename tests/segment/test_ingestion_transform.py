@@ -62,12 +62,53 @@ def test_transforms_compute_columns_from_schema_columns_and_source_fields_and_th
     assert result.offsets.tolist() == [100, 103] and result.dropped_offsets.tolist() == [101, 102]
 
 
-def test_a_transform_failing_on_one_row_gives_null_there_and_a_failing_filter_keeps_the_row() -> None:
+def test_with_continue_on_error_a_failing_transform_gives_null_and_a_failing_filter_keeps_the_row() -> None:
     table = ingestion(transformConfigs=[{"columnName": "amount", "transformFunction": "CAST(raw AS DOUBLE)"}],
-                      filterConfig={"filterFunction": "CAST(flag AS INTEGER) = 1"})
+                      filterConfig={"filterFunction": "CAST(flag AS INTEGER) = 1"}, continueOnError=True)
     result = decode([{"raw": "2.5", "flag": "0"}, {"raw": "oops", "flag": "zero"}, {"raw": "1", "flag": "1"}], table)
     assert [r["amount"] for r in result.batch.to_pylist()] == [2.5, None]
     assert result.offsets.tolist() == [100, 101] and result.dropped_offsets.tolist() == [102]
+    assert result.failed == ()
+    assert table.to_json()["ingestionConfig"]["continueOnError"] is True
+
+
+@pytest.mark.parametrize("setting", [{}, {"continueOnError": False}, {"continueOnError": "false"}])
+def test_by_default_a_row_whose_transform_or_filter_fails_is_skipped_as_failed(setting: dict[str, Any]) -> None:
+    """Pinot's default (continueOnError false): the row is not stored; it is reported with DuckDB's reason. Rows
+    whose expressions give NULL without failing (a missing field) are kept."""
+    table = ingestion(transformConfigs=[{"columnName": "amount", "transformFunction": "CAST(raw AS DOUBLE)"}],
+                      filterConfig={"filterFunction": "CAST(flag AS INTEGER) = 1"}, **setting)
+    rows = [{"raw": "2.5", "flag": "0"}, {"raw": "oops", "flag": "0"}, {"raw": "1", "flag": "1"},
+            {"flag": "0"}, {"raw": "3", "flag": "zero"}, {"raw": "4", "flag": "0"}]
+    result = decode(rows, table)
+    assert [r["amount"] for r in result.batch.to_pylist()] == [2.5, None, 4.0]
+    assert result.offsets.tolist() == [100, 103, 105] and result.dropped_offsets.tolist() == [102]
+    assert [row for row, _ in result.failed] == [1, 4]
+    assert "oops" in result.failed[0][1] and "zero" in result.failed[1][1]
+
+
+@pytest.mark.parametrize("continue_on_error", [True, False])
+def test_transforms_sharing_a_subexpression_fail_only_on_the_bad_row(continue_on_error: bool) -> None:
+    """DuckDB's common-subexpression elimination moved CAST(raw AS DOUBLE), shared by two transforms, out of their
+    try: one bad row failed the whole batch (every row a bad record)."""
+    table = ingestion(transformConfigs=[{"columnName": "amount", "transformFunction": "CAST(raw AS DOUBLE)"},
+                                        {"columnName": "clicks", "transformFunction": "CAST(raw AS DOUBLE) * 2"}],
+                      continueOnError=continue_on_error)
+    result = decode([{"raw": "1.5"}, {"raw": "oops"}, {"raw": "2"}], table)
+    got = [(r["amount"], r["clicks"]) for r in result.batch.to_pylist()]
+    if continue_on_error:
+        assert got == [(1.5, 3), (None, None), (2.0, 4)] and result.failed == ()
+    else:
+        assert got == [(1.5, 3), (2.0, 4)] and [row for row, _ in result.failed] == [1]
+        assert result.failed[0][1].startswith("the transform of column 'amount': ") and "oops" in result.failed[0][1]
+
+
+def test_every_failing_row_of_a_large_batch_is_found() -> None:
+    table = ingestion(transformConfigs=[{"columnName": "amount", "transformFunction": "CAST(raw AS DOUBLE)"}])
+    rows = [{"raw": "x" if i % 97 == 0 else str(i)} for i in range(5_000)]
+    result = decode(rows, table)
+    assert [row for row, _ in result.failed] == [i for i in range(5_000) if i % 97 == 0]
+    assert result.batch.num_rows == 5_000 - len(result.failed)
 
 
 def test_a_batch_where_everything_is_filtered_is_empty_with_the_schema() -> None:

@@ -254,3 +254,26 @@ def test_a_transform_failing_on_a_batch_counts_its_rows_as_bad_and_consumption_g
     assert replica.segment.info()["badRecords"] == failed
     assert "ingestion transform failed: RuntimeError" in replica.segment.info()["recentBadRecords"][0]["reason"]
     assert sent.rows == 20 and sent.offset == failed + 20  # the failed batch's offsets were consumed, not kept
+
+
+def test_a_row_whose_transform_fails_is_a_bad_record_by_default(tmp_path: Path, log_dir: Path, controller,  # type: ignore[no-untyped-def]
+                                                                 replicas) -> None:
+    """Pinot's continueOnError false (its default): the row is skipped and counted, with the reason, not kept with
+    NULL (what continueOnError true does)."""
+    fake, client = controller
+    produce(log_dir, range(30))
+    doc = table(log_dir).to_json()
+    doc["ingestionConfig"] = {"transformConfigs": [{
+        "columnName": "clicks", "transformFunction": "CAST(CASE WHEN country = 'fr' THEN 'x' ELSE '1' END AS BIGINT)"}]}
+    replica = make_replica(tmp_path, log_dir, record(start=0, rows=20), instance="s1", client=client,
+                           table_config=TableConfig.from_json(doc))
+    replicas.append(replica)
+    replica.segment.start()
+    sent = first_consumed(fake)
+    # ids 0, 4, 8... are 'fr': the 20th row kept is id 26, so the segment ends at offset 27 with 7 bad records
+    assert (sent.offset, sent.rows) == (27, 20)
+    info = replica.segment.info()
+    assert info["badRecords"] == 7 and info["rowsFiltered"] == 0
+    assert info["recentBadRecords"][0]["reason"].startswith("ingestion transform failed: the transform of column "
+                                                            "'clicks'")
+    assert set(replica.segment.snapshot().column("clicks").to_pylist()) == {1}

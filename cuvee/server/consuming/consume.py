@@ -254,6 +254,11 @@ class PartitionConsumer:
                 result.bad.extend(BadRecord.of(o, failure, by_offset[int(o)]) for o in offsets)
                 good, offsets = good.slice(0, 0), offsets[:0]
             else:
+                if transformed.failed:  # continueOnError unset/false: as Pinot, the row is skipped, counted as bad
+                    by_offset = dict(zip(batch.offsets, batch.values))
+                    result.bad.extend(BadRecord.of(int(offsets[row]), f"ingestion transform failed: {reason}",
+                                                   by_offset[int(offsets[row])]) for row, reason in transformed.failed)
+                    result.bad.sort(key=lambda b: b.offset)
                 good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
         if self.before_write is not None and good.num_rows:
             try:
