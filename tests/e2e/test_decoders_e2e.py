@@ -110,8 +110,8 @@ def test_every_decoder_ingests_on_a_cluster(tmp_path: Path, tansu: TansuBroker) 
                 "decoder.class.name": PINOT_PROTOBUF, "decoder.prop.descriptorFile": str(tmp_path / "gone.desc")})
 
             for table in encoders:
-                wait_until(lambda: _scalar(http, info["broker"], f"SELECT COUNT(*) FROM {table}") == ROWS, 120,
-                           interval=0.2, message=lambda: f"{table}: {_scalar(http, info['broker'], f'SELECT COUNT(*) FROM {table}')}")
+                wait_until(lambda: _served_count(http, info["broker"], table) == ROWS, 120, interval=0.2,
+                           message=lambda: f"{table}: {_served_count(http, info['broker'], table)}")
                 assert _scalar(http, info["broker"], f"SELECT COUNT(DISTINCT id) FROM {table}") == ROWS
                 assert _scalar(http, info["broker"], f"SELECT SUM(amount) FROM {table}") == EXPECTED_SUM
                 assert _scalar(http, info["broker"], f"SELECT COUNT(*) FROM {table} WHERE tags = 't1'") == ROWS // 4
@@ -151,6 +151,13 @@ def _scalar(http: httpx.Client, broker: str, sql: str) -> Any:
     answer = _ok(http.post(f"{broker}/query/sql", json={"sql": sql}))
     assert not answer.get("exceptions"), answer["exceptions"]
     return answer["resultTable"]["rows"][0][0]
+
+
+def _served_count(http: httpx.Client, broker: str, table: str) -> Any:
+    """COUNT(*), or the answer's exceptions while a new table's first consuming segments are not reported
+    CONSUMING yet (305 for a moment after creation, on a loaded machine): waited out, not a failure."""
+    answer = _ok(http.post(f"{broker}/query/sql", json={"sql": f"SELECT COUNT(*) FROM {table}"}))
+    return answer.get("exceptions") or answer["resultTable"]["rows"][0][0]
 
 
 def _committed(http: httpx.Client, controller: str, table: str) -> int:
