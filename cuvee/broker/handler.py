@@ -63,7 +63,7 @@ from cuvee.query import (
     parse_query_options,
     plan_sql,
 )
-from cuvee.query.execute import sandboxed_cursor
+from cuvee.query.execute import PastDeadlineError, sandboxed_cursor
 from cuvee.query.explain import COLUMN_NAMES as EXPLAIN_COLUMNS
 from cuvee.query.explain import HalfRouting, explain_table, explained_query
 from cuvee.query.functions import DIALECT
@@ -152,6 +152,7 @@ class _Gathered:
     replies: list[ServerReply]
     num_calls: int
     whole: bool = False  # one server answered the query in one step (``QueryPlan.whole_sql``): nothing to merge
+    deadline: float | None = None  # the query's (the handler's clock): the merge is stopped past it, plus grace
 
 
 @dataclasses.dataclass
@@ -466,7 +467,7 @@ class QueryHandler:
             num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
-        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole)
+        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline)
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
                            principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -547,7 +548,8 @@ class QueryHandler:
         relations.update({leaf.relation: answer for leaf, answer in zip(stages.leaves, answers)})
         relations.update({join.relation: rows for join, rows in zip(joins, joined_rows)})
         stage = Stage(cfg.multistage_memory_mb)
-        running = asyncio.ensure_future(asyncio.to_thread(stage.run, stages.final_sql, relations))
+        running = asyncio.ensure_future(asyncio.to_thread(stage.run, stages.final_sql, relations,
+                                                          self._monotonic(run.deadline)))
         try:
             answer = await asyncio.wait_for(asyncio.shield(running),
                                             max(run.deadline - self._clock(), 0.0) + cfg.server_grace_seconds)
@@ -785,12 +787,23 @@ class QueryHandler:
         try:
             # a one-step answer is final; none (the server failed) is answered as no partials are
             merged = partials[0] if gathered.whole and partials else \
-                merge_partials(plan, partials, gathered.entry.arrow_schema)
+                merge_partials(plan, partials, gathered.entry.arrow_schema, deadline=self._monotonic(gathered.deadline))
+        except PastDeadlineError:
+            merged = None
+            exceptions.append(QueryError(QueryErrorCode.BROKER_TIMEOUT, "merging the servers' answers ran past the "
+                                                                        "query's timeout"))
         except QueryError as exc:
             merged = None
             exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
         return merged, exceptions, stats
+
+    def _monotonic(self, deadline: float | None) -> float | None:
+        """A query's deadline on the handler's clock as a ``time.monotonic()`` time, with the servers' grace (what
+        the broker's own steps are stopped at)."""
+        if deadline is None:
+            return None
+        return time.monotonic() + max(deadline - self._clock(), 0.0) + self.config.server_grace_seconds
 
     def _answer(self, number: int, started: float, plan: QueryPlan, gathered: _Gathered) -> dict[str, Any]:
         """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""

@@ -17,7 +17,8 @@ null-handling mode (the rest of the planner's rule); Pinot without it would read
   rewriters configured and no alias; here each group answers one value.
 - ``MODE(x[, 'MIN'|'MAX'|'AVG'])``: the most frequent value, as DOUBLE; the reducer picks among values tied on
   frequency (MIN by default). Partial: each server's value counts (DuckDB's ``histogram``, a MAP); merged by
-  summing the counts per value.
+  summing the counts per value in a grouped sum over the maps' entries (linear: a lookup of each value in every
+  map made it quadratic in distinct values).
 - ``HISTOGRAM(x, ARRAY[e0, ..., en])`` and ``HISTOGRAM(x, lower, upper, n)``: counts per bin as a DOUBLE array,
   bins ``[e_i, e_i+1)`` with the last one closed (``[e_n-1, e_n]``); values outside are not counted; with no rows
   every count is 0. Partial: each server's counts per bin index (a MAP), summed per bin.
@@ -133,17 +134,16 @@ def _expr_min_max(node: exp.Anonymous, name: str, largest: bool) -> AggregateCal
     return AggregateCall(AggKind.EXPR_MAX if largest else AggKind.EXPR_MIN, name, args[0], spec=spec)
 
 
-def _value_counts(maps: str) -> str:
-    """A list of MAPs value -> count (one per server) as one list of ``{k: value, c: summed count}``."""
-    return (f"list_transform(list_distinct(flatten(list_transform({maps}, lambda __m: map_keys(__m)))), "
-            f"lambda __k: {{'k': __k, 'c': list_sum(list_transform({maps}, lambda __m: coalesce(__m[__k], 0)))}})")
-
-
+# MODE's answer from a list of value -> count MAPs (``{a}``: one per server, or the one-step answer's one): the
+# counts summed per value by a grouped sum over the maps' entries (a subquery of the group's row, which DuckDB runs
+# as one join and aggregation for every group at once), then the most frequent value, ties decided by the reducer.
+_VALUE_COUNTS = ("SELECT __k, sum(__c) AS __n FROM (SELECT unnest(map_keys(__m)) AS __k, unnest(map_values(__m)) AS "
+                 "__c FROM (SELECT unnest({a}) AS __m)) GROUP BY __k")
 _MODE_PICKS = {
-    "MIN": "struct_extract(list_max(list_transform({a}, lambda __e: {'c': __e.c, 'n': -__e.k, 'k': __e.k})), 'k')",
-    "MAX": "struct_extract(list_max(list_transform({a}, lambda __e: {'c': __e.c, 'k': __e.k})), 'k')",
-    "AVG": "list_avg(list_transform(list_filter({a}, lambda __e: __e.c = list_max(list_transform({a}, "
-           "lambda __f: __f.c))), lambda __e: __e.k))",
+    "MIN": f"(SELECT __k FROM ({_VALUE_COUNTS}) ORDER BY __n DESC, __k ASC LIMIT 1)",
+    "MAX": f"(SELECT __k FROM ({_VALUE_COUNTS}) ORDER BY __n DESC, __k DESC LIMIT 1)",
+    "AVG": f"(SELECT avg(__k) FROM (SELECT __k, __n, max(__n) OVER () AS __top FROM ({_VALUE_COUNTS})) "
+           "WHERE __n = __top)",
 }
 
 
@@ -158,7 +158,7 @@ def _mode(node: exp.Anonymous, name: str) -> AggregateCall:
             raise bad(f"MODE's reducer must be 'MIN', 'MAX' or 'AVG', got {reducer[:40]!r}")
     x = sql(args[0])
     partial = f"histogram({_numeric(x)}) FILTER (WHERE {x} IS NOT NULL)"
-    spec = MergeSpec((partial,), _value_counts("list({p0})"), _value_counts(f"[{partial}]"), _MODE_PICKS[reducer])
+    spec = MergeSpec((partial,), "list({p0})", f"[{partial}]", _MODE_PICKS[reducer])
     return AggregateCall(AggKind.MODE, name, args[0], spec=spec)
 
 
