@@ -792,9 +792,10 @@ class QueryHandler:
             merged = None
             exceptions.append(QueryError(QueryErrorCode.BROKER_TIMEOUT, "merging the servers' answers ran past the "
                                                                         "query's timeout"))
-        except QueryError as exc:
+        except QueryError as exc:  # a bound the query's data passed (700) keeps its code
             merged = None
-            exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
+            exceptions.append(exc if exc.code == QueryErrorCode.QUERY_VALIDATION else
+                              QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
         return merged, exceptions, stats
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.execute import set_deadline, user_message
+from cuvee.query.execute import duckdb_failure, set_deadline, user_message
 
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
@@ -75,8 +75,10 @@ class Stage:
     def _failed(exc: duckdb.Error) -> QueryError:
         if isinstance(exc, duckdb.BinderException):
             return _binder_error(str(exc))
-        first = user_message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
-        return QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {first[:300]}")
+        failure = duckdb_failure(exc)
+        if failure.code != QueryErrorCode.QUERY_EXECUTION:
+            return failure
+        return QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {failure.message[:300]}")
 
     def _bounded_answer(self, result: duckdb.DuckDBPyConnection) -> pa.Table:
         """The answer, fetched in batches and counted against the bound as they come (DuckDB's memory limit covers

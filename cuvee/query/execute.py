@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from cuvee.node.deadlines import DEADLINES
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.funnel_window import DEADLINE_VARIABLE
+from cuvee.query.funnel_window import DEADLINE_VARIABLE, TOO_MANY_EVENTS
 from cuvee.query.group_trim import (
     DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
     DEFAULT_NUM_GROUPS_LIMIT,
@@ -117,7 +117,7 @@ def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Ta
     except duckdb.Error as e:
         if deadline is not None and time.monotonic() >= deadline:
             raise PastDeadlineError() from None
-        raise QueryError(QueryErrorCode.QUERY_EXECUTION, user_message(str(e).splitlines()[0])) from None
+        raise duckdb_failure(e) from None
     finally:
         if timer is not None:
             timer.cancel()
@@ -296,6 +296,15 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
                                                           f"{user_message(str(exc).splitlines()[0])}") from None
     finally:
         con.close()
+
+
+def duckdb_failure(exc: duckdb.Error) -> QueryError:
+    """A failed statement as the client sees it: 700 when a bound on the query's own data was passed (a windowed
+    funnel's events per group), else 200 with DuckDB's first line in our words."""
+    first = user_message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+    if TOO_MANY_EVENTS in first:
+        return QueryError(QueryErrorCode.QUERY_VALIDATION, first[first.index(TOO_MANY_EVENTS):][:300])
+    return QueryError(QueryErrorCode.QUERY_EXECUTION, first)
 
 
 def user_message(duckdb_text: str) -> str:

@@ -55,6 +55,8 @@ KEEP_ALL = "KEEP_ALL"
 MODES = (STRICT_DEDUPLICATION, STRICT_ORDER, STRICT_INCREASE, KEEP_ALL)
 MAX_STEPS = 64  # steps of one funnel (each is a CASE branch; the tables below hold a row per step)
 MAX_MILLIS = 2**63 - 1  # a window or a max step duration is a Java long
+MAX_GROUP_EVENTS = 1_000_000  # step events of one group a windowed funnel reads; more: the query fails with 700
+TOO_MANY_EVENTS = "too many funnel events"  # how that failure is told apart in DuckDB's error text
 SMALL_GROUP = 64  # groups of up to this many events are walked event by event (cheaper than numpy below it)
 DEADLINE_VARIABLE = "cuvee_deadline"  # a DuckDB variable: the executor's deadline, in time.monotonic() seconds
 DEADLINE_SQL = f"getvariable('{DEADLINE_VARIABLE}')"
@@ -66,6 +68,15 @@ Check = Callable[[], None]
 
 class PastDeadline(Exception):
     """A funnel function ran past the deadline its query's executor set."""
+
+
+class TooManyEvents(Exception):
+    """A group holds more step events than ``MAX_GROUP_EVENTS``: its merged list alone is that many rows of
+    memory, so the query is refused (700, ``cuvee.query.execute.duckdb_failure``) rather than walked."""
+
+    def __init__(self, events: int) -> None:
+        super().__init__(f"{TOO_MANY_EVENTS}: a group has {events} events that match a step, more than "
+                         f"{MAX_GROUP_EVENTS}; narrow the query (WHERE, a finer GROUP BY)")
 
 
 def _no_check() -> None:
@@ -571,6 +582,8 @@ def _kernel(run: Callable[[Funnel, list[Event], Check], object], result: pa.Data
             return _each_group(run, result, events, configs, deadlines)
         except PastDeadline:
             raise PastDeadline("the query ran out of its time") from None
+        except TooManyEvents:
+            raise
         except Exception:  # a bug: the role's log has it, the caller a short message
             log.exception("a windowed funnel function failed")
             raise RuntimeError("the windowed funnel failed on an internal error (the log has the details)") from None
@@ -602,6 +615,8 @@ def _each_group(run: Callable[[Funnel, list[Event], Check], object], result: pa.
         if funnel is None:
             funnel = cache[config] = Funnel.from_json(config)
         lo, hi = bounds[row], bounds[row + 1]
+        if hi - lo > MAX_GROUP_EVENTS:
+            raise TooManyEvents(int(hi - lo))
         group = list(zip(times[lo:hi].tolist(), steps[lo:hi].tolist())) if hi - lo <= SMALL_GROUP else \
             _Pairs(times[lo:hi], steps[lo:hi])
         out.append(run(funnel, group, check))  # type: ignore[arg-type]

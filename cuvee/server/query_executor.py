@@ -40,7 +40,7 @@ from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.query.execute import keep_groups, sandboxed_cursor, set_deadline, user_message
+from cuvee.query.execute import duckdb_failure, keep_groups, sandboxed_cursor, set_deadline, user_message
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
@@ -488,6 +488,9 @@ class QueryExecutor:
                               f"query timed out after {request.timeout_ms} ms and was interrupted") from None
             if isinstance(exc, duckdb.FatalException) and lost is not None:
                 lost()
+            failure = duckdb_failure(exc)
+            if failure.code != QueryErrorCode.QUERY_EXECUTION:  # a bound on the query's data (700)
+                raise _Failed(failure.code, failure.message) from None
             raise _Failed(QueryErrorCode.QUERY_EXECUTION, _not_served(exc, request.table) or _reason(exc),
                           data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
         except RuntimeError:  # a DuckDB copy's database closed under the query: the server is stopping

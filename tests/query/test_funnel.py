@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cuvee.query import funnel_window, plan_sql
+from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.execute import PastDeadlineError, run_sql
 from cuvee.query.funnel_window import (
     KEEP_ALL,
@@ -202,3 +203,56 @@ def test_a_funnel_function_gives_up_at_its_deadline() -> None:
     with pytest.raises(PastDeadlineError):
         run_sql(plan.final_sql, "cuvee_partials", pa.table({"__p0": pa.array([[]], pa.list_(
             pa.struct([("t", pa.int64()), ("s", pa.int32())])))}), deadline=time.monotonic() - 0.001)
+
+
+def test_a_group_with_more_events_than_the_cap_is_refused_with_700(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's merged events are held whole by the walk: beyond ``MAX_GROUP_EVENTS`` the query fails with 700
+    (and a message that says why), on the broker's merge as on a server answering whole."""
+    monkeypatch.setattr(funnel_window, "MAX_GROUP_EVENTS", 10)
+    rows = pa.Table.from_pylist([{"id": i, "city": "a", "v": 1, "d": 0.0,
+                                  "ts": dt.datetime(2026, 1, 1) + dt.timedelta(seconds=i)} for i in range(12)],
+                                schema=SCHEMA)
+    sql = "SELECT FUNNELMAXSTEP(ts, 60000, 2, v = 1, v = 2) FROM events"
+    for run in (lambda: distributed(sql, [rows.slice(0, 6), rows.slice(6)]), lambda: one_step(plan_sql(sql, resolve),
+                                                                                               rows)):
+        with pytest.raises(QueryError) as caught:
+            run()
+        assert caught.value.code == QueryErrorCode.QUERY_VALIDATION
+        assert "a group has 12 events that match a step, more than 10" in caught.value.message
+    assert list(distributed(sql, [rows.slice(0, 10)]).to_pylist()[0].values()) == [1]  # at the cap: answered
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT cuvee_funnel_max_step([{'t': id, 's': 0}], '{}') FROM events",
+    "SELECT id FROM events WHERE CUVEE_FUNNEL_MATCH_STEP([{'t': id, 's': 0}], 'x') = [1]",
+    "SELECT cuvee_sha512(CAST(city AS BLOB)) FROM events",
+])
+def test_cuvees_internal_functions_are_not_callable_from_a_query(sql: str) -> None:
+    """They take configurations the planner writes and checks: a query naming one is refused (150) before it is
+    planned; Pinot's names for them (SHA512, FUNNELMAXSTEP) still work."""
+    with pytest.raises(QueryError) as caught:
+        plan_sql(sql, resolve)
+    assert caught.value.code == QueryErrorCode.SQL_PARSING and "unknown function" in caught.value.message
+    plan_sql("SELECT SHA512(CAST(city AS BYTES)) FROM events", resolve)
+    plan_sql("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1) FROM events", resolve)
+
+
+@pytest.mark.parametrize("text", [
+    '{"window": 1, "steps": 20000000, "modes": [], "maxStepDuration": 0, "durationFunctions": []}',
+    '{"window": 0, "steps": 2, "modes": [], "maxStepDuration": 0, "durationFunctions": []}',
+    '{"window": 1, "steps": 2, "modes": ["X"], "maxStepDuration": 0, "durationFunctions": []}',
+    '{"window": 1.5, "steps": 2, "modes": [], "maxStepDuration": 0, "durationFunctions": []}',
+    '{"window": 1, "steps": 2, "modes": [], "maxStepDuration": -1, "durationFunctions": ["AVG"]}',
+    '{"window": 1, "steps": 2}', "not json", "[]",
+])
+def test_a_funnel_configuration_is_bounded_when_read(text: str) -> None:
+    with pytest.raises(ValueError, match="not a funnel configuration"):
+        Funnel.from_json(text)
+
+
+def test_a_kernels_own_failure_reaches_no_client_as_python_text() -> None:
+    kernel = funnel_window.FUNCTIONS["cuvee_funnel_max_step"][0]
+    events = pa.array([[{"t": 1, "s": 0}]], pa.list_(pa.struct([("t", pa.int64()), ("s", pa.int32())])))
+    with pytest.raises(RuntimeError) as caught:
+        kernel(events, pa.array(["not json"]), pa.array([None], pa.float64()))
+    assert "JSONDecodeError" not in str(caught.value) and "internal error" in str(caught.value)
