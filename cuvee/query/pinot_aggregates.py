@@ -51,6 +51,33 @@ _REDUCERS = ("MIN", "MAX", "AVG")
 # turns a TIMESTAMP there into its millis).
 TIME_ARGUMENTS = {"LASTWITHTIME": 1, "FIRSTWITHTIME": 1, "FUNNELMAXSTEP": 0, "FUNNELMATCHSTEP": 0,
                   "FUNNELCOMPLETECOUNT": 0, "FUNNELSTEPDURATIONSTATS": 0}
+# The value argument and its data type argument, by normalised function name: a value collected as a number
+# (``_NUMBER_TYPES``) is read as Pinot reads it, a TIMESTAMP as epoch millis (``numeric_data_argument``).
+_DATA_ARGUMENTS = {"LASTWITHTIME": (0, 2), "FIRSTWITHTIME": (0, 2), "ARRAYAGG": (0, 1)}
+_NUMBER_TYPES = ("INT", "LONG", "FLOAT", "DOUBLE")
+
+
+def numeric_data_argument(key: str, args: list[exp.Expression]) -> int | None:
+    """The position of the value ``key``'s call collects as a number (its data type literal is INT, LONG, FLOAT
+    or DOUBLE), or None: the translation reads a TIMESTAMP there as epoch millis."""
+    positions = _DATA_ARGUMENTS.get(key)
+    if positions is None or len(args) <= positions[1]:
+        return None
+    kind = args[positions[1]]
+    if isinstance(kind, exp.Literal) and kind.is_string and kind.name.strip().upper() in _NUMBER_TYPES:
+        return positions[0]
+    return None
+
+
+def as_type(x: str, duck: str) -> str:
+    """``x`` converted to a data type argument's DuckDB type as Pinot converts it: to INT or LONG truncated toward
+    zero (Java's cast; DuckDB's CAST rounds), to FLOAT or DOUBLE only from a number. A string given a number type
+    does not bind, so the broker's check refuses it (700) before any server is asked, as Pinot fails on it."""
+    if duck in ("INTEGER", "BIGINT"):
+        return f"CAST(trunc({x}) AS {duck})"
+    if duck in ("FLOAT", "DOUBLE"):
+        return f"CAST({x} + 0 AS {duck})"
+    return f"CAST({x} AS {duck})"
 
 
 def bad(message: str) -> QueryError:
@@ -110,7 +137,7 @@ def _with_time(node: exp.Anonymous, name: str, last: bool) -> AggregateCall:
     if duck is None:
         raise bad(f"{name.upper()}: unsupported data type {type_name[:40]!r}; one of {', '.join(_WITH_TIME_TYPES)}")
     x, t = sql(args[0]), sql(args[1])
-    pair = f"{{'t': CAST(trunc({t}) AS BIGINT), 'v': CAST({x} AS {duck})}}"
+    pair = f"{{'t': CAST(trunc({t}) AS BIGINT), 'v': {as_type(x, duck)}}}"
     pick = "max" if last else "min"
     partial = f"{pick}({pair}) FILTER (WHERE {x} IS NOT NULL AND {t} IS NOT NULL)"
     spec = MergeSpec((partial,), f"{pick}({{p0}})", partial, "struct_extract({a}, 'v')", "struct_extract({p0}, 'v')")
@@ -239,7 +266,7 @@ def _array_agg(node: exp.Anonymous, name: str) -> AggregateCall:
         raise bad(f"ARRAY_AGG: unsupported data type {type_name[:40]!r}; one of {', '.join(_ARRAY_TYPES)}")
     distinct = len(args) == 3 and _distinct_flag(args[2])
     x = sql(args[0])
-    values = f"list({'DISTINCT ' if distinct else ''}CAST({x} AS {duck})) FILTER (WHERE {x} IS NOT NULL)"
+    values = f"list({'DISTINCT ' if distinct else ''}{as_type(x, duck)}) FILTER (WHERE {x} IS NOT NULL)"
     empty = f"CAST([] AS {duck}[])"
     merged = "list_distinct(flatten(list({p0})))" if distinct else "flatten(list({p0}))"
     spec = MergeSpec((values,), f"coalesce({merged}, {empty})", f"coalesce({values}, {empty})")
