@@ -35,6 +35,9 @@ _WINDOW_FUNCTIONS = {"FUNNELMAXSTEP": ("funnelmaxstep", "cuvee_funnel_max_step")
 _DURATION_FUNCTIONS = ("AVG", "MEDIAN", "MIN", "MAX", "COUNT")
 
 
+FUNNEL_NAMES = frozenset({"FUNNELCOUNT", *_WINDOW_FUNCTIONS})  # normalised: those ``classify_funnel`` reads
+
+
 def classify_funnel(node: exp.Expression) -> AggregateCall | None:
     """The funnel aggregation ``node`` calls, or None; bad arguments are 150."""
     if not isinstance(node, exp.Anonymous):

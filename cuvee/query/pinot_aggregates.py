@@ -279,6 +279,10 @@ def normalised(name: str) -> str:
     return name.upper().replace("_", "")
 
 
+AGGREGATE_NAMES = frozenset({"LASTWITHTIME", "FIRSTWITHTIME", "EXPRMIN", "EXPRMAX", "MODE", "HISTOGRAM",
+                             "ARRAYAGG"})  # normalised: those ``classify_pinot_aggregate`` reads
+
+
 def classify_pinot_aggregate(node: exp.Expression) -> AggregateCall | None:
     """The call of one of this module's aggregations ``node`` makes, or None; bad arguments are 150. Names match
     as Pinot matches them (any case, underscores ignored)."""
