@@ -23,7 +23,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -123,6 +123,14 @@ class _Asked:
     @property
     def bounds_groups(self) -> bool:
         return self.groups.num_groups_limit is not None or self.groups.min_server_group_trim_size is not None
+
+
+def answered_whole(plan: QueryPlan, servers: Sequence[int], asked: _Asked) -> bool:
+    """Whether one server answers the whole query in one step (``QueryPlan.whole_sql``), the broker merging
+    nothing: the table has one half (``servers``: how many servers each half is routed to) on one server, and the
+    query does not bound the servers' groups itself (it asks for Pinot's cut, and is told about it). What the
+    query runs and what EXPLAIN shows."""
+    return plan.whole_sql is not None and len(servers) == 1 and servers[0] == 1 and not asked.bounds_groups
 
 
 def _group_limits(plan: QueryPlan, asked: _Asked) -> GroupLimits | None:
@@ -406,7 +414,7 @@ class QueryHandler:
         servers = frozenset(self.view.snapshot.servers)
         routed = [(t.entry.name, t.entry.route(servers, number)) for t in self.view.targets(plan.table)]
         halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
-        whole = plan.whole_sql is not None and len(routed) == 1 and len(routed[0][1].servers) == 1
+        whole = answered_whole(plan, [len(r.servers) for _, r in routed], _Asked.of(plan.options))
         return broker_response(request_id=str(number), time_used_ms=self._elapsed_ms(started),
                                table=explain_table(plan, halves, whole), column_names=EXPLAIN_COLUMNS)
 
@@ -445,8 +453,7 @@ class QueryHandler:
         routings = [target.entry.route(frozenset(servers), number) for target in targets]
         # all of the query's segments on one server: it answers the whole query, the broker merges nothing (not
         # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
-        whole = plan.whole_sql is not None and len(routings) == 1 and len(routings[0].servers) == 1 and \
-            not asked.bounds_groups
+        whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
         # a hybrid table: both halves at once, each server told its side of the boundary
