@@ -263,3 +263,4 @@ def test_modes_merge_is_linear_in_distinct_values() -> None:
     assert within(20, lambda: distributed(sql, parts).to_pylist()) == [{"m": 0.0, "top": float(n - 1)}]
     assert within(20, lambda: one_step(plan_sql(sql, resolve), rows)[0].to_pylist()) == [{"m": 0.0,
                                                                                          "top": float(n - 1)}]
+
