@@ -23,7 +23,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -63,7 +63,7 @@ from cuvee.query import (
     parse_query_options,
     plan_sql,
 )
-from cuvee.query.execute import sandboxed_cursor
+from cuvee.query.execute import PastDeadlineError, sandboxed_cursor
 from cuvee.query.explain import COLUMN_NAMES as EXPLAIN_COLUMNS
 from cuvee.query.explain import HalfRouting, explain_table, explained_query
 from cuvee.query.functions import DIALECT
@@ -125,6 +125,14 @@ class _Asked:
         return self.groups.num_groups_limit is not None or self.groups.min_server_group_trim_size is not None
 
 
+def answered_whole(plan: QueryPlan, servers: Sequence[int], asked: _Asked) -> bool:
+    """Whether one server answers the whole query in one step (``QueryPlan.whole_sql``), the broker merging
+    nothing: the table has one half (``servers``: how many servers each half is routed to) on one server, and the
+    query does not bound the servers' groups itself (it asks for Pinot's cut, and is told about it). What the
+    query runs and what EXPLAIN shows."""
+    return plan.whole_sql is not None and len(servers) == 1 and servers[0] == 1 and not asked.bounds_groups
+
+
 def _group_limits(plan: QueryPlan, asked: _Asked) -> GroupLimits | None:
     """A GROUP BY's bound on the groups each server sends (None for other queries)."""
     trim = plan.group_trim
@@ -152,6 +160,7 @@ class _Gathered:
     replies: list[ServerReply]
     num_calls: int
     whole: bool = False  # one server answered the query in one step (``QueryPlan.whole_sql``): nothing to merge
+    deadline: float | None = None  # the query's (the handler's clock): the merge is stopped past it, plus grace
 
 
 @dataclasses.dataclass
@@ -405,7 +414,7 @@ class QueryHandler:
         servers = frozenset(self.view.snapshot.servers)
         routed = [(t.entry.name, t.entry.route(servers, number)) for t in self.view.targets(plan.table)]
         halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
-        whole = plan.whole_sql is not None and len(routed) == 1 and len(routed[0][1].servers) == 1
+        whole = answered_whole(plan, [len(r.servers) for _, r in routed], _Asked.of(plan.options))
         return broker_response(request_id=str(number), time_used_ms=self._elapsed_ms(started),
                                table=explain_table(plan, halves, whole), column_names=EXPLAIN_COLUMNS)
 
@@ -444,8 +453,7 @@ class QueryHandler:
         routings = [target.entry.route(frozenset(servers), number) for target in targets]
         # all of the query's segments on one server: it answers the whole query, the broker merges nothing (not
         # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
-        whole = plan.whole_sql is not None and len(routings) == 1 and len(routings[0].servers) == 1 and \
-            not asked.bounds_groups
+        whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
         # a hybrid table: both halves at once, each server told its side of the boundary
@@ -466,7 +474,7 @@ class QueryHandler:
             num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
-        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole)
+        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline)
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
                            principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -547,7 +555,8 @@ class QueryHandler:
         relations.update({leaf.relation: answer for leaf, answer in zip(stages.leaves, answers)})
         relations.update({join.relation: rows for join, rows in zip(joins, joined_rows)})
         stage = Stage(cfg.multistage_memory_mb)
-        running = asyncio.ensure_future(asyncio.to_thread(stage.run, stages.final_sql, relations))
+        running = asyncio.ensure_future(asyncio.to_thread(stage.run, stages.final_sql, relations,
+                                                          self._monotonic(run.deadline)))
         try:
             answer = await asyncio.wait_for(asyncio.shield(running),
                                             max(run.deadline - self._clock(), 0.0) + cfg.server_grace_seconds)
@@ -785,12 +794,24 @@ class QueryHandler:
         try:
             # a one-step answer is final; none (the server failed) is answered as no partials are
             merged = partials[0] if gathered.whole and partials else \
-                merge_partials(plan, partials, gathered.entry.arrow_schema)
-        except QueryError as exc:
+                merge_partials(plan, partials, gathered.entry.arrow_schema, deadline=self._monotonic(gathered.deadline))
+        except PastDeadlineError:
             merged = None
-            exceptions.append(QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
+            exceptions.append(QueryError(QueryErrorCode.BROKER_TIMEOUT, "merging the servers' answers ran past the "
+                                                                        "query's timeout"))
+        except QueryError as exc:  # a bound the query's data passed (700) keeps its code
+            merged = None
+            exceptions.append(exc if exc.code == QueryErrorCode.QUERY_VALIDATION else
+                              QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
         return merged, exceptions, stats
+
+    def _monotonic(self, deadline: float | None) -> float | None:
+        """A query's deadline on the handler's clock as a ``time.monotonic()`` time, with the servers' grace (what
+        the broker's own steps are stopped at)."""
+        if deadline is None:
+            return None
+        return time.monotonic() + max(deadline - self._clock(), 0.0) + self.config.server_grace_seconds
 
     def _answer(self, number: int, started: float, plan: QueryPlan, gathered: _Gathered) -> dict[str, Any]:
         """Merge the partials and build the response (a worker thread: both are CPU-bound on large answers)."""

@@ -9,6 +9,7 @@ words that point to where it fits: the Spark data source reads a table on a clus
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 
 import duckdb
@@ -16,7 +17,7 @@ import pyarrow as pa
 
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.execute import user_message
+from cuvee.query.execute import duckdb_failure, set_deadline, user_message
 
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
@@ -45,29 +46,39 @@ class Stage:
         self.memory_mb = memory_mb
         self._cursor = _database(memory_mb, threads).cursor()
 
-    def run(self, sql: str, relations: Mapping[str, pa.Table]) -> pa.Table:
-        """The answer of ``sql`` over ``relations`` (name → Arrow table); QueryError for anything that fails."""
+    def run(self, sql: str, relations: Mapping[str, pa.Table], deadline: float | None = None) -> pa.Table:
+        """The answer of ``sql`` over ``relations`` (name → Arrow table); QueryError for anything that fails.
+        ``deadline`` (``time.monotonic()``): when the Python functions it calls give up (``set_deadline``); the
+        caller interrupts the stage then."""
         held = sum(table.nbytes for table in relations.values())
         if held > self.memory_mb * 1024 * 1024:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,
                              f"the rows this query joins take {held // (1024 * 1024)} MiB at the broker, more than "
                              f"its multistage_memory_mb ({self.memory_mb}); narrow the query, or {SPARK_HINT}")
         try:
+            set_deadline(self._cursor, sql, deadline)
             for name, table in relations.items():
                 self._cursor.register(name, table)
             answer = self._bounded_answer(self._cursor.execute(sql))
         except duckdb.OutOfMemoryException:
             raise self._too_big() from None
-        except duckdb.InterruptException:
-            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time") from None
-        except duckdb.BinderException as exc:
-            raise _binder_error(str(exc)) from None
         except duckdb.Error as exc:
-            first = user_message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
-            raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {first[:300]}") from None
+            if isinstance(exc, duckdb.InterruptException) or (deadline is not None and time.monotonic() >= deadline):
+                raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's "
+                                                                "time") from None
+            raise self._failed(exc) from None
         finally:
             self.close()
         return _pinot_types(answer)
+
+    @staticmethod
+    def _failed(exc: duckdb.Error) -> QueryError:
+        if isinstance(exc, duckdb.BinderException):
+            return _binder_error(str(exc))
+        failure = duckdb_failure(exc)
+        if failure.code != QueryErrorCode.QUERY_EXECUTION:
+            return failure
+        return QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {failure.message[:300]}")
 
     def _bounded_answer(self, result: duckdb.DuckDBPyConnection) -> pa.Table:
         """The answer, fetched in batches and counted against the bound as they come (DuckDB's memory limit covers

@@ -24,10 +24,12 @@ from sqlglot import exp
 
 from cuvee.config.table import raw_table_name
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.funnel import FUNNEL_NAMES
 from cuvee.query.functions import DIALECT, classify_aggregate, pinot_column_name, translate_scalar
 from cuvee.query.lookup import is_lookup
 from cuvee.query.multivalue import rewrite_multi_value_where
 from cuvee.query.parse import TableInfo, TableResolver
+from cuvee.query.pinot_aggregates import AGGREGATE_NAMES, normalised
 
 RELATION_PREFIX = "__cuvee_stage_"
 
@@ -224,9 +226,23 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, 
             if sources:
                 rewrite_multi_value_where(select, lambda column, found=sources: _is_multi_value(column, found))
                 _group_each_value(select, sources)
+    _refuse_merged_aggregates(tree)
     names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
     final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)
+
+
+def _refuse_merged_aggregates(tree: exp.Expression) -> None:
+    """Refuse (150) Pinot's aggregations the single-stage planner merges with its own SQL (MODE, HISTOGRAM,
+    LASTWITHTIME, EXPR_MAX, ARRAY_AGG with a type, the funnels) where the broker's stage would run them: DuckDB
+    would answer its own MODE (another tie rule) or not know the name. Inside a leaf (a SELECT over one table)
+    they run on the single-stage path."""
+    for node in tree.find_all(exp.Anonymous):
+        if normalised(node.name) in AGGREGATE_NAMES | FUNNEL_NAMES:
+            raise QueryError(QueryErrorCode.SQL_PARSING, f"{node.name.upper()[:40]} is not supported over a join, "
+                                                         f"subquery or set operation's rows (the multi-stage engine's "
+                                                         f"broker stage): use it in a SELECT over one table, which "
+                                                         f"the servers answer")
 
 
 _Sources = dict[str, "tuple[frozenset[str], frozenset[str]] | None"]  # label -> (columns, multi-value) or unknown

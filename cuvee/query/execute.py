@@ -6,6 +6,10 @@ costs microseconds where a new database costs ~15 ms, and names registered on a 
 concurrent queries never see each other's relations. DuckDB failures become QueryError 200
 (QueryExecutionError), the code Pinot servers report.
 
+The broker's merge runs under its query's deadline (``deadline``: a ``time.monotonic()`` value): the shared
+watcher (``cuvee.node.deadlines``) interrupts the cursor then, and the Python functions a step calls read it from
+the cursor's ``cuvee_deadline`` variable (``set_deadline``); either way the query fails with ``PastDeadlineError``.
+
 There are two databases: a single-threaded one for small inputs and one using every core for large ones. A
 trivial query on the multi-threaded one costs ~3 ms of waking and joining its workers where the single-threaded
 one takes ~1 ms (measured on 2 cores): most of a small query's time. ``rows`` picks (``SMALL_INPUT_ROWS``).
@@ -16,14 +20,17 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cuvee.node.deadlines import DEADLINES
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.funnel_window import DEADLINE_VARIABLE, TOO_MANY_EVENTS
 from cuvee.query.group_trim import (
     DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
     DEFAULT_NUM_GROUPS_LIMIT,
@@ -75,17 +82,50 @@ def sandboxed_cursor(rows: int | None = None, *, exact_try: bool = False) -> duc
         return database.cursor()
 
 
-def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Table] | None = None) -> pa.Table:
-    """``sql`` over ``table`` bound as ``relation`` (and ``others`` under their names), as an Arrow table."""
-    con = sandboxed_cursor(_input_values(table))
+class PastDeadlineError(QueryError):
+    """A step ran out of its query's time (the broker's usual timeout answer, 400, unless the caller says
+    otherwise)."""
+
+    def __init__(self, message: str = "the query ran out of its time") -> None:
+        super().__init__(QueryErrorCode.BROKER_TIMEOUT, message)
+
+
+def set_deadline(con: duckdb.DuckDBPyConnection, sql: str, deadline: float | None) -> None:
+    """Tell the Python functions ``sql`` calls when its query's time is up (``time.monotonic()``): DuckDB cannot
+    interrupt one mid-call, so they look (``cuvee.query.funnel_window``). SQL that calls none costs nothing."""
+    if deadline is not None and DEADLINE_VARIABLE in sql:
+        con.execute(f"SET VARIABLE {DEADLINE_VARIABLE} = CAST('{float(deadline)!r}' AS DOUBLE)")
+
+
+def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
     try:
+        con.interrupt()
+    except duckdb.Error:  # finished and closed meanwhile
+        pass
+
+
+def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Table] | None = None, *,
+            deadline: float | None = None) -> pa.Table:
+    """``sql`` over ``table`` bound as ``relation`` (and ``others`` under their names), as an Arrow table; past
+    ``deadline`` (``time.monotonic()``), ``PastDeadlineError``."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise PastDeadlineError()
+    con = sandboxed_cursor(_input_values(table))
+    # interrupted at the deadline, and again until it ends (an interrupt before the statement starts is lost)
+    timer = DEADLINES.watch(deadline, lambda: _interrupt(con), every=0.05) if deadline is not None else None
+    try:
+        set_deadline(con, sql, deadline)
         con.register(relation, table)
         for name, rows in (others or {}).items():
             con.register(name, rows)
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as e:
-        raise QueryError(QueryErrorCode.QUERY_EXECUTION, user_message(str(e).splitlines()[0])) from None
+        if deadline is not None and time.monotonic() >= deadline:
+            raise PastDeadlineError() from None
+        raise duckdb_failure(e) from None
     finally:
+        if timer is not None:
+            timer.cancel()
         con.close()
 
 
@@ -143,8 +183,10 @@ def keep_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, trim: GroupTri
     return con.sql(f"{trim.order_sql}\nLIMIT {int(decided.keep)}").to_arrow_table(), decided
 
 
-def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: pa.Schema) -> pa.Table:
-    """The final answer from the servers' partial results.
+def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: pa.Schema, *,
+                   deadline: float | None = None) -> pa.Table:
+    """The final answer from the servers' partial results; past ``deadline`` (``time.monotonic()``: the merge is
+    interrupted then), ``PastDeadlineError``.
 
     With no partials (no server had a segment, or none answered) the server step runs over an empty table of
     ``table_schema`` so that the answer still has typed columns (and COUNT(*) says 0).
@@ -160,7 +202,7 @@ def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: 
         selected = _selection_merge(plan, plan.selection_order, union)
         if selected is not None:
             return selected
-    return run_sql(plan.final_sql, PARTIALS_RELATION, union)
+    return run_sql(plan.final_sql, PARTIALS_RELATION, union, deadline=deadline)
 
 
 def _selection_merge(plan: QueryPlan, order: tuple[tuple[str, bool, bool], ...],
@@ -232,6 +274,7 @@ def _double(value: object) -> float | None:
 _DUCKDB_NOISE = re.compile(r"\s*(You might need to add explicit type casts\.|LINE \d+:.*|Candidate functions:.*)$",
                            re.DOTALL)
 _DUCKDB_KIND = re.compile(r"^(Binder|Conversion|Catalog|Parser|Invalid Input|Not implemented|Out of Range) Error: ")
+_PYTHON_FUNCTION = re.compile(r"^Python exception occurred while executing the UDF: (\w+: )?")  # ours say what failed
 
 
 def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
@@ -260,9 +303,18 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
         con.close()
 
 
+def duckdb_failure(exc: duckdb.Error) -> QueryError:
+    """A failed statement as the client sees it: 700 when a bound on the query's own data was passed (a windowed
+    funnel's events per group), else 200 with DuckDB's first line in our words."""
+    first = user_message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+    if TOO_MANY_EVENTS in first:
+        return QueryError(QueryErrorCode.QUERY_VALIDATION, first[first.index(TOO_MANY_EVENTS):][:300])
+    return QueryError(QueryErrorCode.QUERY_EXECUTION, first)
+
+
 def user_message(duckdb_text: str) -> str:
     """DuckDB's first error line without its engine wording: the kind prefix and the hints that name DuckDB's
     internals go; what is left names the function or the types."""
-    text = _DUCKDB_NOISE.sub("", _DUCKDB_KIND.sub("", duckdb_text.strip()))
+    text = _DUCKDB_NOISE.sub("", _PYTHON_FUNCTION.sub("", _DUCKDB_KIND.sub("", duckdb_text.strip())))
     text = text.replace("STRING_LITERAL", "STRING").replace("INTEGER_LITERAL", "INT").replace("VARCHAR", "STRING")
     return text.strip() or "it cannot be bound"

@@ -17,7 +17,7 @@ from cuvee.query.datetime_functions import TimeTypes, strftime_pattern, translat
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.funnel import classify_funnel
 from cuvee.query.json_match import translate_json_match
-from cuvee.query.pinot_aggregates import TIME_ARGUMENTS, classify_pinot_aggregate, normalised
+from cuvee.query.pinot_aggregates import TIME_ARGUMENTS, classify_pinot_aggregate, normalised, numeric_data_argument
 from cuvee.query.prescan import is_number_list
 from cuvee.query.scalar_functions import translate_node, translate_other
 
@@ -310,8 +310,12 @@ def _translate_one(sub: exp.Expression, types: TimeTypes) -> exp.Expression:
     if upper == "LOOKUP":  # its arguments are translated; the call itself by cuvee.query.lookup, with the tables
         return sub
     time_argument = TIME_ARGUMENTS.get(normalised(upper))
+    data_argument = numeric_data_argument(normalised(upper), args)
+    if data_argument is not None:  # a TIMESTAMP collected as a number is its epoch millis, as in Pinot
+        args[data_argument] = types.millis(args[data_argument])
     if time_argument is not None and len(args) > time_argument:  # an aggregation reading a time as Pinot does
         args[time_argument] = types.millis(args[time_argument])
+    if data_argument is not None or (time_argument is not None and len(args) > time_argument):
         sub.set("expressions", args)
         return sub
     if upper in _OPERATORS:

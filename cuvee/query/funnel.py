@@ -3,7 +3,8 @@
 - ``FUNNEL_COUNT(STEPS(p1, p2, ...), CORRELATE_BY(c1[, c2 ...])[, SETTINGS('set', ...)])``: per step, how many
   distinct correlation values (a composite key with several columns) matched that step and every step before it,
   in any order and at any time (the sets of each step intersected with those before): a LONG array. Partials: each
-  step's distinct correlation values on a server; the broker unites them per step and intersects in step order.
+  step's distinct correlation values on a server; the broker marks each value with the steps it matched and
+  counts, per step, the values marked for it and every step before.
   Pinot's SETTINGS choose a counting strategy (``bitmap``, the default, exact for INT columns and hashed
   otherwise; ``set``; ``theta_sketch`` with ``nominalEntries=N``; ``partitioned``, which sums per-segment counts
   and is only right when segments are partitioned by the correlation column; ``sorted``): they are checked as
@@ -22,7 +23,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from cuvee.query.aggregate_call import AggKind, AggregateCall, MergeSpec
-from cuvee.query.funnel_window import KEEP_ALL, MODES, Funnel
+from cuvee.query.funnel_window import DEADLINE_SQL, KEEP_ALL, MAX_MILLIS, MODES, Funnel, valid_duration_function
 from cuvee.query.pinot_aggregates import bad, int_literal, normalised, sql, string_literal
 
 MAX_FUNNEL_STEPS = 64  # steps of one funnel (each is a partial column or a CASE branch)
@@ -32,6 +33,9 @@ _WINDOW_FUNCTIONS = {"FUNNELMAXSTEP": ("funnelmaxstep", "cuvee_funnel_max_step")
                      "FUNNELCOMPLETECOUNT": ("funnelcompletecount", "cuvee_funnel_complete_count"),
                      "FUNNELSTEPDURATIONSTATS": ("funnelstepdurationstats", "cuvee_funnel_step_duration_stats")}
 _DURATION_FUNCTIONS = ("AVG", "MEDIAN", "MIN", "MAX", "COUNT")
+
+
+FUNNEL_NAMES = frozenset({"FUNNELCOUNT", *_WINDOW_FUNCTIONS})  # normalised: those ``classify_funnel`` reads
 
 
 def classify_funnel(node: exp.Expression) -> AggregateCall | None:
@@ -82,19 +86,22 @@ def _funnel_count(node: exp.Anonymous) -> AggregateCall:
     key = columns[0] if len(columns) == 1 else "{" + ", ".join(f"'k{i}': {c}" for i, c in enumerate(columns)) + "}"
     present = " AND ".join(f"{c} IS NOT NULL" for c in columns)
     partials = tuple(f"list(DISTINCT {key}) FILTER (WHERE ({sql(step)}) AND {present})" for step in steps)
-
-    def chain(sets: list[str]) -> str:
-        """The counts of the intersections of the first 1, 2, ... sets (``list_reduce`` over {s: set, c: counts},
-        the first element carrying the first count)."""
-        items = [f"{{'s': {sets[0]}, 'c': [len({sets[0]})]}}"]
-        items += [f"{{'s': {s}, 'c': CAST([] AS BIGINT[])}}" for s in sets[1:]]
-        return (f"list_reduce([{', '.join(items)}], lambda __acc, __x: {{'s': list_intersect(__acc.s, __x.s), "
-                f"'c': list_append(__acc.c, len(list_intersect(__acc.s, __x.s)))}})")
-
-    merged = [f"coalesce(list_distinct(flatten(list({{p{i}}}))), [])" for i in range(len(steps))]
-    whole = [f"coalesce({p}, [])" for p in partials]
-    spec = MergeSpec(partials, chain(merged), chain(whole), "struct_extract({a}, 'c')")
+    spec = MergeSpec(partials, "[" + ", ".join(f"flatten(list({{p{i}}}))" for i in range(len(steps))) + "]",
+                     "[" + ", ".join(partials) + "]", _funnel_counts(len(steps)))
     return AggregateCall(AggKind.FUNNEL_COUNT, "funnelcount", keys[0], spec=spec)
+
+
+def _funnel_counts(steps: int) -> str:
+    """FUNNEL_COUNT's answer from ``{a}``, each step's correlation values (a list per step, repeats allowed): a
+    grouped pass over every value marks the steps it matched (a bit each), and step k counts the values whose
+    steps 0..k are all marked. A subquery of the group's row, which DuckDB runs as one join and aggregation for
+    every group at once: linear, where intersecting the steps' lists one after another took 21 s for 800,000
+    values."""
+    masks = [f"CAST('{(1 << (k + 1)) - 1}' AS UBIGINT)" for k in range(steps)]
+    counts = ", ".join(f"count(*) FILTER (WHERE (__m & {mask}) = {mask})" for mask in masks)
+    marked = ("SELECT unnest(__l.s) AS __v, __l.b AS __b FROM (SELECT unnest(list_transform({a}, "
+              "lambda __s, __i: {'s': __s, 'b': CAST(1 AS UBIGINT) << (__i - 1)})) AS __l)")
+    return f"(SELECT [{counts}] FROM (SELECT __v, bit_or(__b) AS __m FROM ({marked}) GROUP BY __v))"
 
 
 def _extras(args: list[exp.Expression], name: str) -> tuple[frozenset[str], int, tuple[str, ...]]:
@@ -115,7 +122,7 @@ def _extras(args: list[exp.Expression], name: str) -> tuple[frozenset[str], int,
                     raise bad(f"{name}: unknown mode {mode[:40]!r}; one of {', '.join(MODES)}")
                 modes.add(mode)
         elif key == "MAXSTEPDURATION":
-            if not value.strip().isdigit() or int(value) <= 0:
+            if not value.strip().isdigit() or not 0 < int(value) <= MAX_MILLIS:
                 raise bad(f"{name}: MAXSTEPDURATION must be a positive integer of millis, got {value[:40]!r}")
             max_step_duration = int(value)
         elif key == "DURATIONFUNCTIONS" and name == "FUNNELSTEPDURATIONSTATS":
@@ -128,15 +135,8 @@ def _extras(args: list[exp.Expression], name: str) -> tuple[frozenset[str], int,
 
 
 def _duration_function(name: str) -> str:
-    if name in _DURATION_FUNCTIONS:
+    if valid_duration_function(name):
         return name
-    if name.startswith("PERCENTILE"):
-        try:
-            value = float(name[len("PERCENTILE"):])
-        except ValueError:
-            value = -1.0
-        if 0 <= value <= 100:
-            return name
     raise bad(f"FUNNELSTEPDURATIONSTATS: unsupported duration function {name[:40]!r}; one of "
               f"{', '.join(_DURATION_FUNCTIONS)} or PERCENTILE<0-100>")
 
@@ -149,8 +149,8 @@ def _window_funnel(node: exp.Anonymous, key: str) -> AggregateCall:
                   f"{len(args)} argument(s)")
     window = int_literal(args[1], f"{key}'s window size")
     steps = int_literal(args[2], f"{key}'s number of steps")
-    if window <= 0:
-        raise bad(f"{key}'s window size must be > 0, got {window}")
+    if not 0 < window <= MAX_MILLIS:
+        raise bad(f"{key}'s window size must be from 1 to {MAX_MILLIS} (millis), got {window}")
     if not 1 <= steps <= MAX_FUNNEL_STEPS:
         raise bad(f"{key}'s number of steps must be from 1 to {MAX_FUNNEL_STEPS}, got {steps}")
     if len(args) < 3 + steps:
@@ -162,6 +162,6 @@ def _window_funnel(node: exp.Anonymous, key: str) -> AggregateCall:
     index = f"CASE {branches} ELSE {-1 if KEEP_ALL in modes else 'NULL'} END"
     event = f"{{'t': CAST(trunc({ts}) AS BIGINT), 's': CAST({index} AS INTEGER)}}"
     partial = f"list({event}) FILTER (WHERE {ts} IS NOT NULL AND ({index}) IS NOT NULL)"
-    scalar = f"{function}({{a}}, '{funnel.to_json()}')"
+    scalar = f"{function}({{a}}, '{funnel.to_json()}', {DEADLINE_SQL})"
     spec = MergeSpec((partial,), "flatten(list({p0}))", partial, scalar)
     return AggregateCall(AggKind.FUNNEL_WINDOW, name, args[0], spec=spec)

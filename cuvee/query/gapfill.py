@@ -169,6 +169,7 @@ def _plan(source: exp.Select, position: int | None, call: exp.Anonymous, gapfill
         time_column = time_expr.name
     projection = None
     if gapfill_select is not None:
+        _check_gapfill_select(gapfill_select, time_column)
         projection = tuple(_projected(item, call) for item in gapfill_select.expressions)
     spec = _gapfill_spec(call, time_column, _limit(limit_select))
     post_sql = None
@@ -181,6 +182,32 @@ def _plan(source: exp.Select, position: int | None, call: exp.Anonymous, gapfill
                 if _groups_by(outer, spec.time_column) else outer
         post_sql = outer.sql(dialect=DIALECT)
     return GapfillQuery(source.sql(dialect=DIALECT), spec, projection, post_sql, tuple(options.items()))
+
+
+_GAPFILL_SELECT_ARGS = {"expressions", "from", "from_", "limit", "order"}  # what a SELECT over the source may hold
+
+
+def _check_gapfill_select(select: exp.Select, time_column: str) -> None:
+    """The GAPFILL select over a subquery (aggregate/gapfill shapes) holds its items, a LIMIT and at most an
+    ORDER BY of the time column ascending (the order the gapfilled rows come in). Pinot applies a WHERE (and any
+    ORDER BY) there to the gapfilled rows; those are refused (150) rather than dropped."""
+    for key, value in select.args.items():
+        if value and key not in _GAPFILL_SELECT_ARGS:
+            clause = "WHERE" if key == "where" else key.rstrip("_").upper()
+            raise _bad(f"{clause} in the GAPFILL select over a subquery is not supported (Pinot applies it to the "
+                       f"gapfilled rows): put it in the subquery, or in a query over the GAPFILL select")
+    order = select.args.get("order")
+    for key in order.expressions if order is not None else ():
+        target = key.this
+        if isinstance(target, exp.Literal) and target.name.isdigit() and 1 <= int(target.name) <= len(
+                select.expressions):
+            target = select.expressions[int(target.name) - 1]
+        target = target.this if isinstance(target, exp.Alias) else target
+        if isinstance(target, exp.Anonymous) and target.name.upper().replace("_", "") == "GAPFILL":
+            target = target.expressions[0]
+        if key.args.get("desc") or not (isinstance(target, exp.Column) and target.name.lower() == time_column.lower()):
+            raise _bad("ORDER BY in the GAPFILL select over a subquery may only be its time column, ascending (the "
+                       "gapfilled rows' order); put another order in a query over the GAPFILL select")
 
 
 def _groups_by(select: exp.Select, column: str) -> bool:
@@ -280,8 +307,12 @@ def _fill(function: exp.Anonymous) -> tuple[str, bool]:
 
 
 def _granularity_ms(text: str) -> int:
+    """A bucket size in whole millis (ValueError below one: the buckets are millis apart, as Pinot's)."""
     size, unit = parse_granularity(text)
-    return int(size * TIME_UNIT_MS[unit])
+    millis = size * TIME_UNIT_MS[unit]
+    if millis < 1 or millis != int(millis):
+        raise ValueError(f"a bucket size must be a whole number of milliseconds, at least 1, got {text[:40]!r}")
+    return int(millis)
 
 
 def _to_millis(values: Sequence[Any], time_format: DateTimeFormat, arrow_type: pa.DataType = pa.string()) \

@@ -15,7 +15,9 @@ Results are Java's: an ``int``/``long`` is the two's-complement reading of the h
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -331,8 +335,24 @@ FUNCTIONS: dict[str, tuple[Kernel, list[str], str]] = {
 }
 
 
+def guarded(name: str, kernel: Kernel) -> Kernel:
+    """``kernel`` whose unexpected failure (a bug) reaches the client as a short message, the role's log having the
+    Python error: DuckDB would otherwise pass the Python exception's text on. DuckDB reads the kernel's arity
+    through ``functools.wraps``."""
+    @functools.wraps(kernel)
+    def run(*arrays: pa.Array) -> pa.Array:
+        try:
+            return kernel(*arrays)
+        except Exception:
+            log.exception("the function %s failed", name)
+            raise RuntimeError(f"{name.removeprefix('cuvee_')} failed on an internal error (the log has the "
+                               f"details)") from None
+    return run
+
+
 def register(database: duckdb.DuckDBPyConnection) -> None:
     """Make the functions callable in ``database`` (before its configuration is locked); its cursors see them."""
     for name, (kernel, parameters, result) in FUNCTIONS.items():
-        database.create_function(name, kernel, [duckdb.sqltype(p) for p in parameters], duckdb.sqltype(result),
+        database.create_function(name, guarded(name, kernel), [duckdb.sqltype(p) for p in parameters],
+                                 duckdb.sqltype(result),
                                  type="arrow", null_handling="special", side_effects=False)

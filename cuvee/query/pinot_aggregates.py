@@ -17,7 +17,8 @@ null-handling mode (the rest of the planner's rule); Pinot without it would read
   rewriters configured and no alias; here each group answers one value.
 - ``MODE(x[, 'MIN'|'MAX'|'AVG'])``: the most frequent value, as DOUBLE; the reducer picks among values tied on
   frequency (MIN by default). Partial: each server's value counts (DuckDB's ``histogram``, a MAP); merged by
-  summing the counts per value.
+  summing the counts per value in a grouped sum over the maps' entries (linear: a lookup of each value in every
+  map made it quadratic in distinct values).
 - ``HISTOGRAM(x, ARRAY[e0, ..., en])`` and ``HISTOGRAM(x, lower, upper, n)``: counts per bin as a DOUBLE array,
   bins ``[e_i, e_i+1)`` with the last one closed (``[e_n-1, e_n]``); values outside are not counted; with no rows
   every count is 0. Partial: each server's counts per bin index (a MAP), summed per bin.
@@ -50,6 +51,33 @@ _REDUCERS = ("MIN", "MAX", "AVG")
 # turns a TIMESTAMP there into its millis).
 TIME_ARGUMENTS = {"LASTWITHTIME": 1, "FIRSTWITHTIME": 1, "FUNNELMAXSTEP": 0, "FUNNELMATCHSTEP": 0,
                   "FUNNELCOMPLETECOUNT": 0, "FUNNELSTEPDURATIONSTATS": 0}
+# The value argument and its data type argument, by normalised function name: a value collected as a number
+# (``_NUMBER_TYPES``) is read as Pinot reads it, a TIMESTAMP as epoch millis (``numeric_data_argument``).
+_DATA_ARGUMENTS = {"LASTWITHTIME": (0, 2), "FIRSTWITHTIME": (0, 2), "ARRAYAGG": (0, 1)}
+_NUMBER_TYPES = ("INT", "LONG", "FLOAT", "DOUBLE")
+
+
+def numeric_data_argument(key: str, args: list[exp.Expression]) -> int | None:
+    """The position of the value ``key``'s call collects as a number (its data type literal is INT, LONG, FLOAT
+    or DOUBLE), or None: the translation reads a TIMESTAMP there as epoch millis."""
+    positions = _DATA_ARGUMENTS.get(key)
+    if positions is None or len(args) <= positions[1]:
+        return None
+    kind = args[positions[1]]
+    if isinstance(kind, exp.Literal) and kind.is_string and kind.name.strip().upper() in _NUMBER_TYPES:
+        return positions[0]
+    return None
+
+
+def as_type(x: str, duck: str) -> str:
+    """``x`` converted to a data type argument's DuckDB type as Pinot converts it: to INT or LONG truncated toward
+    zero (Java's cast; DuckDB's CAST rounds), to FLOAT or DOUBLE only from a number. A string given a number type
+    does not bind, so the broker's check refuses it (700) before any server is asked, as Pinot fails on it."""
+    if duck in ("INTEGER", "BIGINT"):
+        return f"CAST(trunc({x}) AS {duck})"
+    if duck in ("FLOAT", "DOUBLE"):
+        return f"CAST({x} + 0 AS {duck})"
+    return f"CAST({x} AS {duck})"
 
 
 def bad(message: str) -> QueryError:
@@ -109,7 +137,7 @@ def _with_time(node: exp.Anonymous, name: str, last: bool) -> AggregateCall:
     if duck is None:
         raise bad(f"{name.upper()}: unsupported data type {type_name[:40]!r}; one of {', '.join(_WITH_TIME_TYPES)}")
     x, t = sql(args[0]), sql(args[1])
-    pair = f"{{'t': CAST(trunc({t}) AS BIGINT), 'v': CAST({x} AS {duck})}}"
+    pair = f"{{'t': CAST(trunc({t}) AS BIGINT), 'v': {as_type(x, duck)}}}"
     pick = "max" if last else "min"
     partial = f"{pick}({pair}) FILTER (WHERE {x} IS NOT NULL AND {t} IS NOT NULL)"
     spec = MergeSpec((partial,), f"{pick}({{p0}})", partial, "struct_extract({a}, 'v')", "struct_extract({p0}, 'v')")
@@ -133,17 +161,16 @@ def _expr_min_max(node: exp.Anonymous, name: str, largest: bool) -> AggregateCal
     return AggregateCall(AggKind.EXPR_MAX if largest else AggKind.EXPR_MIN, name, args[0], spec=spec)
 
 
-def _value_counts(maps: str) -> str:
-    """A list of MAPs value -> count (one per server) as one list of ``{k: value, c: summed count}``."""
-    return (f"list_transform(list_distinct(flatten(list_transform({maps}, lambda __m: map_keys(__m)))), "
-            f"lambda __k: {{'k': __k, 'c': list_sum(list_transform({maps}, lambda __m: coalesce(__m[__k], 0)))}})")
-
-
+# MODE's answer from a list of value -> count MAPs (``{a}``: one per server, or the one-step answer's one): the
+# counts summed per value by a grouped sum over the maps' entries (a subquery of the group's row, which DuckDB runs
+# as one join and aggregation for every group at once), then the most frequent value, ties decided by the reducer.
+_VALUE_COUNTS = ("SELECT __k, sum(__c) AS __n FROM (SELECT unnest(map_keys(__m)) AS __k, unnest(map_values(__m)) AS "
+                 "__c FROM (SELECT unnest({a}) AS __m)) GROUP BY __k")
 _MODE_PICKS = {
-    "MIN": "struct_extract(list_max(list_transform({a}, lambda __e: {'c': __e.c, 'n': -__e.k, 'k': __e.k})), 'k')",
-    "MAX": "struct_extract(list_max(list_transform({a}, lambda __e: {'c': __e.c, 'k': __e.k})), 'k')",
-    "AVG": "list_avg(list_transform(list_filter({a}, lambda __e: __e.c = list_max(list_transform({a}, "
-           "lambda __f: __f.c))), lambda __e: __e.k))",
+    "MIN": f"(SELECT __k FROM ({_VALUE_COUNTS}) ORDER BY __n DESC, __k ASC LIMIT 1)",
+    "MAX": f"(SELECT __k FROM ({_VALUE_COUNTS}) ORDER BY __n DESC, __k DESC LIMIT 1)",
+    "AVG": f"(SELECT avg(__k) FROM (SELECT __k, __n, max(__n) OVER () AS __top FROM ({_VALUE_COUNTS})) "
+           "WHERE __n = __top)",
 }
 
 
@@ -158,7 +185,7 @@ def _mode(node: exp.Anonymous, name: str) -> AggregateCall:
             raise bad(f"MODE's reducer must be 'MIN', 'MAX' or 'AVG', got {reducer[:40]!r}")
     x = sql(args[0])
     partial = f"histogram({_numeric(x)}) FILTER (WHERE {x} IS NOT NULL)"
-    spec = MergeSpec((partial,), _value_counts("list({p0})"), _value_counts(f"[{partial}]"), _MODE_PICKS[reducer])
+    spec = MergeSpec((partial,), "list({p0})", f"[{partial}]", _MODE_PICKS[reducer])
     return AggregateCall(AggKind.MODE, name, args[0], spec=spec)
 
 
@@ -239,7 +266,7 @@ def _array_agg(node: exp.Anonymous, name: str) -> AggregateCall:
         raise bad(f"ARRAY_AGG: unsupported data type {type_name[:40]!r}; one of {', '.join(_ARRAY_TYPES)}")
     distinct = len(args) == 3 and _distinct_flag(args[2])
     x = sql(args[0])
-    values = f"list({'DISTINCT ' if distinct else ''}CAST({x} AS {duck})) FILTER (WHERE {x} IS NOT NULL)"
+    values = f"list({'DISTINCT ' if distinct else ''}{as_type(x, duck)}) FILTER (WHERE {x} IS NOT NULL)"
     empty = f"CAST([] AS {duck}[])"
     merged = "list_distinct(flatten(list({p0})))" if distinct else "flatten(list({p0}))"
     spec = MergeSpec((values,), f"coalesce({merged}, {empty})", f"coalesce({values}, {empty})")
@@ -250,6 +277,10 @@ def normalised(name: str) -> str:
     """Pinot's lookup key for a function name: upper case, underscores ignored (``LAST_WITH_TIME`` is
     ``LASTWITHTIME``)."""
     return name.upper().replace("_", "")
+
+
+AGGREGATE_NAMES = frozenset({"LASTWITHTIME", "FIRSTWITHTIME", "EXPRMIN", "EXPRMAX", "MODE", "HISTOGRAM",
+                             "ARRAYAGG"})  # normalised: those ``classify_pinot_aggregate`` reads
 
 
 def classify_pinot_aggregate(node: exp.Expression) -> AggregateCall | None:

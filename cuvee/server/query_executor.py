@@ -40,12 +40,12 @@ from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.query.execute import keep_groups, sandboxed_cursor, user_message
+from cuvee.query.execute import duckdb_failure, keep_groups, sandboxed_cursor, set_deadline, user_message
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
-from cuvee.server.deadlines import DEADLINES
+from cuvee.node.deadlines import DEADLINES
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
@@ -453,9 +453,11 @@ class QueryExecutor:
         whole (a selection read late); ``lost``: called when ``con``'s database failed for good (native copies:
         later queries scan the segments)."""
         # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
-        timer = DEADLINES.watch(time.monotonic() + max(deadline - self._clock(), 0.0), lambda: _interrupt(con))
+        at = time.monotonic() + max(deadline - self._clock(), 0.0)
+        timer = DEADLINES.watch(at, lambda: _interrupt(con), every=_REINTERRUPT_SECONDS)
         try:
             prefix = bind()
+            set_deadline(con, request.sql, at)  # the Python functions it calls (windowed funnels) look at it
             for relation, rows in (dims or {}).items():  # LOOKUP's dimension tables (names checked on the wire)
                 con.register(relation, rows)
             result = answer() if answer is not None else con.sql(prefix + request.sql).to_arrow_table()
@@ -481,8 +483,14 @@ class QueryExecutor:
             raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
                           f"query timed out after {request.timeout_ms} ms and was interrupted") from None
         except duckdb.Error as exc:
+            if self._clock() >= deadline:  # a Python function that gave up at the deadline, or its interrupt
+                raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
+                              f"query timed out after {request.timeout_ms} ms and was interrupted") from None
             if isinstance(exc, duckdb.FatalException) and lost is not None:
                 lost()
+            failure = duckdb_failure(exc)
+            if failure.code != QueryErrorCode.QUERY_EXECUTION:  # a bound on the query's data (700)
+                raise _Failed(failure.code, failure.message) from None
             raise _Failed(QueryErrorCode.QUERY_EXECUTION, _not_served(exc, request.table) or _reason(exc),
                           data=isinstance(exc, (duckdb.DataError, duckdb.InvalidInputException))) from None
         except RuntimeError:  # a DuckDB copy's database closed under the query: the server is stopping
@@ -734,6 +742,10 @@ def _counts_rows_only(request: ServerQueryRequest) -> bool:
     """``SELECT COUNT(*)`` over every row held: no WHERE, no hybrid time filter."""
     return (request.sql == COUNT_ROWS_SERVER_SQL and request.time_filter is None and request.docs_column is None
             and request.docs_scanned_sql is None)
+
+
+_REINTERRUPT_SECONDS = 0.05  # past its deadline a query is interrupted again this often (DuckDB forgets an interrupt
+# that comes before its statement starts)
 
 
 def _interrupt(con: duckdb.DuckDBPyConnection) -> None:

@@ -270,3 +270,18 @@ def test_a_grouped_subquerys_single_values_are_not_multi_value_above_it() -> Non
     grouped = pa.table({"tags": ["a", "b"], "c": [1, 2]})
     events = EVENTS.select([c for c in EVENTS.column_names if f'"{c}"' in plan.leaves[1].sql])
     assert _answer(plan, [grouped, events]) == [("b", 2)]
+
+
+@pytest.mark.parametrize("call", ["MODE(v)", "MODE(v, 'MAX')", "HISTOGRAM(v, 0, 10, 2)", "LASTWITHTIME(v, ts, 'INT')",
+                                  "EXPR_MAX(id, v)", "ARRAY_AGG(v, 'INT')",
+                                  "FUNNEL_COUNT(STEPS(v > 0, v > 4), CORRELATE_BY(id))",
+                                  "FUNNELMAXSTEP(ts, 600000, 2, v = 5, v = 1)"])
+def test_pinots_merged_aggregations_over_a_stages_rows_are_refused(call: str) -> None:
+    """The broker's DuckDB would answer its own MODE (first seen, not Pinot's smallest of the ties) or fail with
+    DuckDB's words: refused (150) with where they do run. Over one table, in a leaf, they run single-stage."""
+    with pytest.raises(QueryError) as caught:
+        stages(f"SELECT {call} FROM (SELECT id, v, ts FROM events ORDER BY id LIMIT 100)")
+    assert caught.value.code == QueryErrorCode.SQL_PARSING and "SELECT over one table" in caught.value.message
+    plan = stages(f"SELECT e.m, u.name FROM (SELECT id, {call} AS m FROM events GROUP BY id) e "
+                  "JOIN users u ON e.id = u.id")
+    assert any(call.split("(")[0] in leaf.sql for leaf in plan.leaves)

@@ -97,3 +97,26 @@ def rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 def sort_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, "" if v is None else str(v)) for v in row)
+
+
+def within(seconds: float, work: Any) -> Any:
+    """``work()``'s answer, failing the test when it takes longer than ``seconds`` (it then runs on, unheard, in a
+    daemon thread: what a quadratic step did before its fix)."""
+    import threading
+
+    answer: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answer.append(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"took longer than {seconds} s"
+    if failure:
+        raise failure[0]
+    return answer[0]

@@ -101,6 +101,14 @@ def test_gapfill_aggregate_sums_the_gapfilled_rows() -> None:
                     (_t("11:00"), 1.0), (_t("11:30"), 0.0)]
 
 
+def test_the_gapfill_select_may_order_by_its_time_column_ascending() -> None:
+    """The order the gapfilled rows come in anyway: accepted, with the same answer."""
+    base = (f"SELECT GAPFILL(time_col, {GAPFILL}, FILL(status, 'FILL_PREVIOUS_VALUE'), TIMESERIESON(lotId)), "
+            f"lotId, status FROM ({INNER_AGGREGATE})")
+    assert run(base + " ORDER BY time_col LIMIT 100") == run(base + " ORDER BY 1 ASC LIMIT 100") == \
+        run(base + " LIMIT 100")
+
+
 def test_default_fill_limit_and_an_aggregation_window() -> None:
     base = (f"SELECT GAPFILL(time_col, {GAPFILL}, FILL(status, 'FILL_DEFAULT_VALUE'), TIMESERIESON(lotId)), "
             f"lotId, status FROM ({INNER_AGGREGATE})")
@@ -129,6 +137,21 @@ def test_default_fill_limit_and_an_aggregation_window() -> None:
     ("SELECT GAPFILL(event_time, '1:MILLISECONDS:EPOCH', '0', '10', '1:MILLISECONDS', LATER(lotId), "
      "TIMESERIESON(lotId)) FROM parking_data", "does not take LATER"),
     ("SELECT COUNT(*) FROM parking_data WHERE GAPFILL(event_time) > 0", "select item"),
+    # below a millisecond the buckets would be 0 ms apart (a division by zero, 450, before)
+    ("SELECT GAPFILL(event_time, '1:MILLISECONDS:EPOCH', '0', '10', '1:MICROSECONDS', TIMESERIESON(lotId)) "
+     "FROM parking_data", "whole number of milliseconds"),
+    ("SELECT GAPFILL(event_time, '1:MILLISECONDS:EPOCH', '0', '10', '1:MILLISECONDS', '1:NANOSECONDS', "
+     "TIMESERIESON(lotId)) FROM parking_data", "whole number of milliseconds"),
+    # Pinot filters (and orders) the gapfilled rows with these; dropping them answered other rows (before)
+    (f"SELECT GAPFILL(time_col, {GAPFILL}, FILL(status, 'FILL_PREVIOUS_VALUE'), TIMESERIESON(lotId)), lotId, status "
+     f"FROM ({INNER_AGGREGATE}) WHERE status = 1 LIMIT 100", "WHERE in the GAPFILL select"),
+    (f"SELECT time_col, COUNT(*) FROM (SELECT GAPFILL(time_col, {GAPFILL}, FILL(status, 'FILL_PREVIOUS_VALUE'), "
+     f"TIMESERIESON(lotId)), lotId, status FROM ({INNER_AGGREGATE}) WHERE lotId = 'P1' LIMIT 100) GROUP BY 1",
+     "WHERE in the GAPFILL select"),
+    (f"SELECT GAPFILL(time_col, {GAPFILL}, FILL(status, 'FILL_PREVIOUS_VALUE'), TIMESERIESON(lotId)), lotId, status "
+     f"FROM ({INNER_AGGREGATE}) ORDER BY status DESC LIMIT 100", "only be its time column"),
+    (f"SELECT GAPFILL(time_col, {GAPFILL}, FILL(status, 'FILL_PREVIOUS_VALUE'), TIMESERIESON(lotId)), lotId, status "
+     f"FROM ({INNER_AGGREGATE}) ORDER BY 1 DESC LIMIT 100", "only be its time column"),
 ])
 def test_bad_gapfill_queries_are_refused_with_150(sql: str, words: str) -> None:
     assert mentions_gapfill(sql)

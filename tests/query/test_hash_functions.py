@@ -9,12 +9,14 @@ import hashlib
 import random
 import zlib
 
+import duckdb
 import pyarrow as pa
 import pytest
 from confluent_kafka import murmur2 as kafka_partition
 
 from cuvee.query import QueryError, QueryErrorCode
-from cuvee.query.execute import merge_partials, run_server_step
+from cuvee.query.execute import merge_partials, run_server_step, user_message
+from cuvee.query.hash_functions import guarded
 from cuvee.query.parse import TableInfo
 from cuvee.query.rewrite import plan_sql
 
@@ -241,3 +243,18 @@ def test_unsupported_hashes_and_wrong_counts_are_150_in_words(sql: str, words: s
     with pytest.raises(QueryError) as caught:
         plan_sql(sql, lambda _: TABLE)
     assert caught.value.code is QueryErrorCode.SQL_PARSING and words in caught.value.message
+
+
+def test_a_kernels_unexpected_failure_reaches_the_client_without_python_text() -> None:
+    """A bug in a kernel: DuckDB would hand the Python exception's text on; the guard says what failed, briefly."""
+    def broken(values: pa.Array) -> pa.Array:
+        raise ValueError("secret internals at 0x7f")
+
+    con = duckdb.connect()
+    con.create_function("cuvee_broken", guarded("cuvee_broken", broken), [duckdb.sqltype("BLOB")],
+                        duckdb.sqltype("INTEGER"), type="arrow", null_handling="special")
+    with pytest.raises(duckdb.Error) as caught:
+        con.sql("SELECT cuvee_broken(CAST('a' AS BLOB))").fetchall()
+    message = user_message(str(caught.value).splitlines()[0])
+    assert "secret" not in message and "ValueError" not in message
+    assert message == "broken failed on an internal error (the log has the details)"

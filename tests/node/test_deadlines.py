@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cuvee.server.deadlines import Deadlines
+from cuvee.node.deadlines import Deadlines
 from cuvee.testing.waiting import wait_until
 
 
@@ -36,3 +36,17 @@ def test_queries_that_end_in_time_leave_neither_their_action_nor_a_growing_heap(
         handles.append(handle)
     assert all(h.action is None for h in handles)  # no cursor kept alive by a closure
     assert len(deadlines) <= 130  # compacted as cancelled entries came to outnumber live ones
+
+
+def test_a_repeating_action_runs_again_until_its_handle_is_cancelled() -> None:
+    """DuckDB forgets an interrupt that comes before its statement starts: past the deadline a query is
+    interrupted again and again until it ends."""
+    deadlines = Deadlines()
+    ran: list[float] = []
+    handle = deadlines.watch(time.monotonic(), lambda: ran.append(time.monotonic()), every=0.02)
+    wait_until(lambda: len(ran) >= 3, 5)
+    handle.cancel()
+    seen = len(ran)
+    time.sleep(0.1)
+    assert len(ran) <= seen + 1  # one may have been under way
+    assert handle.action is None

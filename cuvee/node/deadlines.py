@@ -3,6 +3,10 @@
 Starting a ``threading.Timer`` costs every query a thread's creation and start (a measurable part of a small
 query's time on a server); a single watcher with a heap of deadlines costs a heap push and, when the query ends in
 time, a flag. ``watch`` returns a handle; ``Handle.cancel()`` before the deadline means the action never runs.
+
+An action can repeat (``every``) until its handle is cancelled: DuckDB forgets an interrupt that comes before its
+statement starts, so a deadline that passes between a last check and the statement's start would otherwise let
+the statement run to its end. Shared by every role (the servers' queries, the broker's merges).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ class Handle:
     """A watched deadline. ``cancel`` drops the action at once (it may hold a cursor), so a query that ended in
     time leaves only this small object in the heap until the heap is compacted."""
 
-    __slots__ = ("action", "_owner")
+    __slots__ = ("action", "_owner", "every")
 
-    def __init__(self, action: Callable[[], None], owner: Deadlines) -> None:
+    def __init__(self, action: Callable[[], None], owner: Deadlines, every: float | None = None) -> None:
         self.action: Callable[[], None] | None = action
         self._owner = owner
+        self.every = every
 
     @property
     def cancelled(self) -> bool:
@@ -46,9 +51,10 @@ class Deadlines:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def watch(self, deadline: float, action: Callable[[], None]) -> Handle:
-        """Run ``action`` in the watcher's thread at ``deadline`` (this clock) unless the handle is cancelled."""
-        handle = Handle(action, self)
+    def watch(self, deadline: float, action: Callable[[], None], every: float | None = None) -> Handle:
+        """Run ``action`` in the watcher's thread at ``deadline`` (this clock) unless the handle is cancelled, and
+        with ``every`` (seconds) again that often until it is."""
+        handle = Handle(action, self, every)
         with self._changed:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="query-deadlines", daemon=True)
@@ -87,8 +93,12 @@ class Deadlines:
                 if wait > 0:
                     self._changed.wait(wait)
                     continue
-                _, _, handle = heapq.heappop(self._heap)
-                action, handle.action = handle.action, None
+                due, _, handle = heapq.heappop(self._heap)
+                action = handle.action
+                if handle.every is None:
+                    handle.action = None
+                else:  # again until cancelled
+                    heapq.heappush(self._heap, (max(due + handle.every, self._clock()), next(self._order), handle))
             if action is not None:
                 try:
                     action()
