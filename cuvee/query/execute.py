@@ -43,12 +43,13 @@ from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryPlan
 
 
 SMALL_INPUT_ROWS = 100_000  # inputs up to this many rows run on the single-threaded database
-MEMORY_SHARE = 0.4  # of physical memory, for each database: together the 80% DuckDB gives one by default
+MEMORY_SHARE = 0.4  # of physical memory, for each query database: together the 80% DuckDB gives one by default
+INGESTION_MEMORY_SHARE = 0.1  # for the ingestion transforms' database (batches of a fetch, never a whole table)
 
 
-def memory_limit() -> str | None:
+def memory_limit(share: float = MEMORY_SHARE) -> str | None:
     try:
-        return f"{int(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') * MEMORY_SHARE)}B"
+        return f"{int(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') * share)}B"
     except (ValueError, OSError, AttributeError):  # a platform without these: DuckDB's own default
         return None
 
@@ -72,7 +73,7 @@ def sandboxed_cursor(rows: int | None = None, *, exact_try: bool = False) -> duc
                 config["disabled_optimizers"] = "common_subexpressions"
             if small:
                 config["threads"] = 1
-            limit = memory_limit()
+            limit = memory_limit(INGESTION_MEMORY_SHARE if exact_try else MEMORY_SHARE)
             if limit is not None:
                 config["memory_limit"] = limit
             database = duckdb.connect(config=config)
