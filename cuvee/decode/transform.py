@@ -122,6 +122,8 @@ def _reasons(con: duckdb.DuckDBPyConnection, rows: np.ndarray, flags: list[np.nd
             message = "it failed"
         except duckdb.Error as exc:
             message = str(exc).splitlines()[0][:_REASON_CHARS]
+        except Exception:  # noqa: BLE001 - DuckDB cut its message inside a UTF-8 character (UnicodeDecodeError):
+            message = "it failed (DuckDB's message could not be read)"  # the rows are known, only the text is lost
         for row in failing.tolist():
             reasons.setdefault(row, f"{label}: {message}" if row == failing[0] else f"{label} failed")
     return sorted(reasons.items())

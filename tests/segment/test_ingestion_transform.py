@@ -191,3 +191,15 @@ def test_the_schemas_max_length_applies_at_ingestion_as_pinots_sanitization_does
     assert got[1] == {"s": "ab", "d": "x", "m": [], "j": "{}", "b": b"", "n": "x", "free": "y"}
     assert compile_ingestion(Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [
         {"name": "n", "dataType": "JSON", "maxLength": 2}]}), ingestion().ingestion) is None  # NO_ACTION only
+
+
+def test_a_failure_whose_message_duckdb_cuts_mid_character_still_skips_only_its_row() -> None:
+    """DuckDB cuts 'Malformed JSON ... Input:' inside a UTF-8 character: reading the reason raised
+    UnicodeDecodeError, which failed the whole batch (every row a bad record)."""
+    table = ingestion(transformConfigs=[{"columnName": "country",
+                                         "transformFunction": "json_extract_string(payload, '$.city')"}])
+    rows = [{"payload": orjson.dumps({"city": f"Zürich {i}"}).decode()} for i in range(20)]
+    rows[10]["payload"] = '{"a": ' + "é" * 100 + " }"
+    result = decode(rows, table)
+    assert [row for row, _ in result.failed] == [10] and result.batch.num_rows == 19
+    assert result.failed[0][1].startswith("the transform of column 'country'")

@@ -249,7 +249,7 @@ class PartitionConsumer:
                 transformed = self.transformer.apply(good, offsets)
             except Exception as exc:  # noqa: BLE001 - never a crash loop: the batch's rows are counted as bad
                 log.exception("%s: the ingestion transforms failed on a batch at offset %d", self.name, self.offset)
-                failure = f"ingestion transform failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                failure = f"ingestion transform failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
                 by_offset = dict(zip(batch.offsets, batch.values))
                 result.bad.extend(BadRecord.of(o, failure, by_offset[int(o)]) for o in offsets)
                 good, offsets = good.slice(0, 0), offsets[:0]
