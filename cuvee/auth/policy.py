@@ -7,6 +7,7 @@ Default deny: a route no rule names needs an admin. Table names in paths may car
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -118,6 +119,10 @@ def _rule(method: str, path: str, need: Need, permission: Permission | None = No
     return _Rule(method, tuple(p for p in path.split("/") if p), need, permission, table_from)
 
 
+JOB_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # what a controller job's id looks like (a uuid)
+_JOB_SEGMENT = "{jobId}"  # matches only a job id: /tables/forceCommitStatus/idealstate is a table's route (a table
+# named so), served by the table's handler, so it must meet the table's rule, not the job rule's
+
 P = Permission
 _HEALTH = _rule("GET", "/health", Need.PUBLIC)
 _RULES: Mapping[Role, tuple[_Rule, ...]] = {
@@ -200,6 +205,8 @@ def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | No
         if part == "*":
             return captured if len(segments) > i else None
         if i >= len(segments):
+            return None
+        if part == _JOB_SEGMENT and not JOB_ID.fullmatch(segments[i]):
             return None
         if part.startswith("{"):
             captured[part] = segments[i]

@@ -15,12 +15,12 @@ ZooKeeper's 1 MB). A list cut short says so by its count: ``numberOfSegmentsForc
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from typing import Any
 
 import orjson
 
+from cuvee.auth.policy import JOB_ID
 from cuvee.cluster.records import ControllerJobs
 from cuvee.cluster.store import ClusterStore
 from cuvee.controller.errors import BadRequest, NotFound
@@ -31,7 +31,6 @@ MAX_JOBS = 100
 MAX_JOB_BYTES = 4_096  # one job's JSON: MAX_JOBS of them stay under 512 KB (DESIGN §13)
 RELOAD = "RELOAD_SEGMENT"
 FORCE_COMMIT = "FORCE_COMMIT"
-_JOB_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
 
 
 def new_job_id() -> str:
@@ -66,7 +65,7 @@ def record_job(store: ClusterStore, table: str, job: dict[str, Any]) -> bool:
 
 def find_job(store: ClusterStore, job_id: str, job_type: str) -> dict[str, Any]:
     """The job of that id and type, from whichever table's jobs hold it (404 when none does)."""
-    if not _JOB_ID.fullmatch(job_id):
+    if not JOB_ID.fullmatch(job_id):
         raise BadRequest(f"job id {job_id[:64]!r} is not a job id")
     for table in store.children(store.paths.all_jobs):
         found = store.find(ControllerJobs, store.paths.jobs(table))

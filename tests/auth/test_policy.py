@@ -33,6 +33,11 @@ READER = Principal("r", tables=frozenset({"events"}), permissions=frozenset({Per
     # a job's status: READ on the job's table, checked by the route (not on a table named like the path's word)
     (Role.CONTROLLER, "GET", "/tables/forceCommitStatus/0a-1", None, Need.JOB, None, None),
     (Role.CONTROLLER, "GET", "/segments/segmentReloadStatus/0a-1", None, Need.JOB, None, None),
+    # ...but a word that is no job id is a route of a table so named (the table's handler serves it): its rule
+    (Role.CONTROLLER, "GET", "/tables/forceCommitStatus/idealstate", None, Need.TABLE, Permission.READ,
+     "forceCommitStatus"),
+    (Role.CONTROLLER, "GET", "/segments/segmentReloadStatus/lineage", None, Need.TABLE, Permission.READ,
+     "segmentReloadStatus"),
     (Role.SERVER, "POST", "/query", None, Need.INTERNAL, None, None),
     (Role.SERVER, "GET", "/tables/events_REALTIME/segments/s", None, Need.INTERNAL, None, None),
     (Role.BROKER, "POST", "/query/sql", None, Need.AUTHENTICATED, None, None),
