@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.execute import user_message
+from cuvee.query.execute import ENGINE_FAILED, healthy, register, user_message
 
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
@@ -38,11 +38,20 @@ def _database(memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:
         return database
 
 
+def _forget_if_broken(key: tuple[int, int]) -> None:
+    """Drop the stage database of ``key`` when it no longer runs a statement: the next stage gets a new one."""
+    with _lock:
+        database = _databases.get(key)
+        if database is not None and not healthy(database):
+            del _databases[key]
+
+
 class Stage:
     """One broker stage in flight; ``interrupt`` (any thread) stops it at the query's deadline."""
 
     def __init__(self, memory_mb: int, threads: int = 2) -> None:
         self.memory_mb = memory_mb
+        self._key = (memory_mb, threads)
         self._cursor = _database(memory_mb, threads).cursor()
 
     def run(self, sql: str, relations: Mapping[str, pa.Table]) -> pa.Table:
@@ -54,7 +63,7 @@ class Stage:
                              f"its multistage_memory_mb ({self.memory_mb}); narrow the query, or {SPARK_HINT}")
         try:
             for name, table in relations.items():
-                self._cursor.register(name, table)
+                register(self._cursor, name, table)
             answer = self._bounded_answer(self._cursor.execute(sql))
         except duckdb.OutOfMemoryException:
             raise self._too_big() from None
@@ -62,6 +71,9 @@ class Stage:
             raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time") from None
         except duckdb.BinderException as exc:
             raise _binder_error(str(exc)) from None
+        except (duckdb.InternalException, duckdb.FatalException):  # DuckDB failed inside: its database invalidated
+            _forget_if_broken(self._key)
+            raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {ENGINE_FAILED}") from None
         except duckdb.Error as exc:
             first = user_message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
             raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {first[:300]}") from None
