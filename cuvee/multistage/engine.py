@@ -8,6 +8,7 @@ words that point to where it fits: the Spark data source reads a table on a clus
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 
@@ -17,6 +18,8 @@ import pyarrow as pa
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.execute import ENGINE_FAILED, healthy, register, user_message
+
+log = logging.getLogger(__name__)
 
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
@@ -71,7 +74,9 @@ class Stage:
             raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time") from None
         except duckdb.BinderException as exc:
             raise _binder_error(str(exc)) from None
-        except (duckdb.InternalException, duckdb.FatalException):  # DuckDB failed inside: its database invalidated
+        except (duckdb.InternalException, duckdb.FatalException) as exc:  # DuckDB failed inside: invalidated
+            log.error("DuckDB failed inside itself in a broker stage: %s", str(exc).splitlines()[0] if str(exc)
+                      else type(exc).__name__)
             _forget_if_broken(self._key)
             raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {ENGINE_FAILED}") from None
         except duckdb.Error as exc:
