@@ -63,7 +63,7 @@ from cuvee.query import (
     parse_query_options,
     plan_sql,
 )
-from cuvee.query.execute import PastDeadlineError, sandboxed_cursor
+from cuvee.query.execute import PastDeadlineError, register, sandboxed_cursor
 from cuvee.query.explain import COLUMN_NAMES as EXPLAIN_COLUMNS
 from cuvee.query.explain import HalfRouting, explain_table, explained_query
 from cuvee.query.functions import DIALECT
@@ -242,8 +242,8 @@ def _no_joined_rows(sql: str, placement: JoinPlacement) -> pa.Table:
     """A colocated join's answer over no rows, typed as the servers would type it (their SQL over empty tables)."""
     con = sandboxed_cursor(0)
     try:
-        con.register(SERVER_RELATION, placement.left.arrow_schema.empty_table())
-        con.register(OTHER_RELATION, placement.right.arrow_schema.empty_table())
+        register(con, SERVER_RELATION, placement.left.arrow_schema.empty_table())
+        register(con, OTHER_RELATION, placement.right.arrow_schema.empty_table())
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as exc:
         raise _NotColocated(f"the join's SQL does not run over no rows: {exc}") from None

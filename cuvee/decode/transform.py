@@ -34,7 +34,7 @@ from cuvee.config.errors import ConfigIssue
 from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.config.sections import IngestionConfig
 from cuvee.query.errors import QueryError
-from cuvee.query.execute import sandboxed_cursor
+from cuvee.query.execute import register, sandboxed_cursor
 from cuvee.query.functions import DIALECT, READ_DIALECT, translate_scalar
 
 _BATCH = "ingested_batch"
@@ -82,7 +82,7 @@ class RowTransformer:
         failed: list[tuple[int, str]] = []
         con = sandboxed_cursor(exact_try=True)
         try:
-            con.register(_BATCH, source)
+            register(con, _BATCH, source)
             out = con.sql(self._sql).to_arrow_table()
             if self._checks:
                 flags = [out.column(f"{_FAILED}{i}").to_numpy(zero_copy_only=False) for i in range(len(self._checks))]
@@ -265,7 +265,7 @@ def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
     for real, so a mistake is reported when the table is created, not when rows arrive."""
     con = sandboxed_cursor(exact_try=True)
     try:
-        con.register(_BATCH, schema.arrow_schema().empty_table())
+        register(con, _BATCH, schema.arrow_schema().empty_table())
         con.sql(f"SELECT {expression} FROM {_BATCH}").to_arrow_table()
     except duckdb.Error as exc:
         return [ConfigIssue(path, f"cannot run: {str(exc).splitlines()[0]}")]
@@ -277,7 +277,7 @@ def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
 def _run_empty(schema: Schema, statement: str) -> list[ConfigIssue]:
     con = sandboxed_cursor(exact_try=True)
     try:
-        con.register(_BATCH, schema.arrow_schema().empty_table().append_column(_ROW, pa.array([], pa.int64())))
+        register(con, _BATCH, schema.arrow_schema().empty_table().append_column(_ROW, pa.array([], pa.int64())))
         con.sql(statement).to_arrow_table()
     except duckdb.Error as exc:
         return [ConfigIssue("$.ingestionConfig", f"the transforms and filter cannot run together: "
@@ -295,7 +295,7 @@ def _duck_type(arrow_type: pa.DataType) -> str:
         return _duck_type(arrow_type.value_type) + "[]"
     con = sandboxed_cursor(exact_try=True)
     try:
-        con.register("t", pa.table({"c": pa.array([], arrow_type)}))
+        register(con, "t", pa.table({"c": pa.array([], arrow_type)}))
         return str(con.sql("SELECT c FROM t").types[0])
     finally:
         con.close()

@@ -9,8 +9,8 @@ when it starts); the segments' files, and so their CRCs, stay the committed ones
 store copy, peer downloads and the CRC checks that decide which copy is valid need nothing new; and a change of
 ``defaultNullValue`` followed by a reload changes the answer the old segments give, as Pinot's reload does for
 columns it generated. The cost is a constant array per segment a query reads the column of: a slice of one shared
-buffer per (type, value) (string-like defaults: of one shared buffer of dictionary ids, with a one-value dictionary),
-each buffer at most ``_CACHED_ROWS`` rows, so no memory grows with the number of segments or queries.
+buffer per (type, value) (STRING and JSON defaults: of one shared buffer of dictionary ids, with a one-value
+dictionary), each buffer at most ``_CACHED_ROWS`` rows, so no memory grows with the number of segments or queries.
 
 The same view also serves the schema's columns only, in the schema's types: a column a forced (backward
 incompatible) update removed is no longer served, and one whose type a forced update changed is cast where its
@@ -34,9 +34,10 @@ from cuvee.errors import CuveeError
 
 INTERNAL_PREFIX = "__cuvee_"  # columns the server adds to a view for its own use (valid docs): always kept
 _CACHED_ROWS = 1 << 24  # constant arrays up to this many rows are slices of one cached buffer; longer ones are made
-_DICTIONARY_TYPES = {DataType.STRING, DataType.JSON, DataType.BYTES}  # defaults served dictionary-encoded, as
-# segments hold such dimensions: a query then scans one value, and the union with the segments that hold the column
-# needs no decoding
+_DICTIONARY_TYPES = {DataType.STRING, DataType.JSON}  # defaults served dictionary-encoded, as segments hold
+# such dimensions: a query then scans one value, and the union with the segments that hold the column needs no
+# decoding. Not BYTES: DuckDB fails filtering a dictionary of binary values (cuvee.query.execute.duckdb_readable
+# decodes them anyway), so its default is served plain
 
 
 class ColumnTypeMismatch(CuveeError):

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.maintenance.config import Aggregation, MergeType
+from cuvee.query.execute import register
 
 _RELATION = "merge_rows"
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def merge_rows(rows: pa.Table, schema: Schema, merge_type: MergeType, *, time_co
         database = duckdb.connect(config={"memory_limit": f"{memory_mb}MB", "threads": 1, "temp_directory": spill})
         try:
             database.execute("SET enable_external_access = false")  # after temp_directory: it may spill there
-            database.register(_RELATION, rows)
+            register(database, _RELATION, rows)
             merged = database.sql(sql).to_arrow_table()
         finally:
             database.close()

@@ -8,6 +8,7 @@ words that point to where it fits: the Spark data source reads a table on a clus
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -17,7 +18,9 @@ import pyarrow as pa
 
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.execute import duckdb_failure, set_deadline, user_message
+from cuvee.query.execute import ENGINE_FAILED, duckdb_failure, healthy, register, set_deadline, user_message
+
+log = logging.getLogger(__name__)
 
 SPARK_HINT = ("run it on Spark with Cuvee's data source (spark.read.format(\"cuvee\"), docs/pipeline.md), which "
               "reads tables on a cluster of any size")
@@ -39,11 +42,20 @@ def _database(memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:
         return database
 
 
+def _forget_if_broken(key: tuple[int, int]) -> None:
+    """Drop the stage database of ``key`` when it no longer runs a statement: the next stage gets a new one."""
+    with _lock:
+        database = _databases.get(key)
+        if database is not None and not healthy(database):
+            del _databases[key]
+
+
 class Stage:
     """One broker stage in flight; ``interrupt`` (any thread) stops it at the query's deadline."""
 
     def __init__(self, memory_mb: int, threads: int = 2) -> None:
         self.memory_mb = memory_mb
+        self._key = (memory_mb, threads)
         self._cursor = _database(memory_mb, threads).cursor()
 
     def run(self, sql: str, relations: Mapping[str, pa.Table], deadline: float | None = None) -> pa.Table:
@@ -58,10 +70,15 @@ class Stage:
         try:
             set_deadline(self._cursor, sql, deadline)
             for name, table in relations.items():
-                self._cursor.register(name, table)
+                register(self._cursor, name, table)
             answer = self._bounded_answer(self._cursor.execute(sql))
         except duckdb.OutOfMemoryException:
             raise self._too_big() from None
+        except (duckdb.InternalException, duckdb.FatalException) as exc:  # DuckDB failed inside: invalidated
+            log.error("DuckDB failed inside itself in a broker stage: %s", str(exc).splitlines()[0] if str(exc)
+                      else type(exc).__name__)
+            _forget_if_broken(self._key)
+            raise QueryError(QueryErrorCode.QUERY_EXECUTION, f"the broker stage failed: {ENGINE_FAILED}") from None
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.InterruptException) or (deadline is not None and time.monotonic() >= deadline):
                 raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's "

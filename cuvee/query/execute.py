@@ -13,10 +13,16 @@ the cursor's ``cuvee_deadline`` variable (``set_deadline``); either way the quer
 There are two databases: a single-threaded one for small inputs and one using every core for large ones. A
 trivial query on the multi-threaded one costs ~3 ms of waking and joining its workers where the single-threaded
 one takes ~1 ms (measured on 2 cores): most of a small query's time. ``rows`` picks (``SMALL_INPUT_ROWS``).
+
+Every Arrow table reaches DuckDB through ``register`` (``duckdb_readable``): DuckDB 1.5 fails with an internal
+error filtering a dictionary-encoded binary column (segments hold BYTES dimensions so), and an internal error
+invalidates its whole database. Should one happen anyway, ``engine_failure`` drops the invalidated databases so that
+the next cursor gets a new one: one query fails, not every later query of the process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -40,6 +46,8 @@ from cuvee.query.group_trim import (
     cut,
 )
 from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryPlan
+
+log = logging.getLogger(__name__)
 
 
 SMALL_INPUT_ROWS = 100_000  # inputs up to this many rows run on the single-threaded database
@@ -83,6 +91,66 @@ def sandboxed_cursor(rows: int | None = None, *, exact_try: bool = False) -> duc
         return database.cursor()
 
 
+def _binary(kind: pa.DataType) -> bool:
+    return (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)
+            or pa.types.is_binary_view(kind))
+
+
+def duckdb_readable(table: pa.Table) -> pa.Table:
+    """``table`` as DuckDB can read it: its dictionary-encoded binary columns decoded (plain binary and dictionary
+    strings read fine). DuckDB 1.5.6 raises "Attempted to dereference unique_ptr that is NULL!" filtering a
+    dictionary of binary values, an internal error that invalidates the database for every later query. The same
+    table (no copy) when it holds none; else a copy of those columns' values."""
+    for index, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type) and _binary(field.type.value_type):
+            values = field.type.value_type
+            table = table.set_column(index, field.with_type(values), table.column(index).cast(values))
+    return table
+
+
+def register(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """``table`` bound as ``name`` on ``con``: the one way an Arrow table reaches DuckDB (``duckdb_readable``)."""
+    con.register(name, duckdb_readable(table))
+
+
+ENGINE_FAILED = ("the query failed inside the query engine (an internal error, logged on this server); the engine "
+                 "was reset, so other queries run")
+
+
+def engine_failure(exc: duckdb.Error) -> str | None:
+    """What to answer when ``exc`` is DuckDB failing inside itself (an internal or fatal error), after which its
+    database is invalidated: every later statement on it fails ("database has been invalidated"); None for any
+    other error. Each process-wide database that no longer runs a statement is dropped then (the next
+    ``sandboxed_cursor`` makes a new one, with its functions) and the failure is logged. The answer: a fatal
+    error's reason (a full disk), else ``ENGINE_FAILED`` (an internal error's text names DuckDB's code, nothing a
+    user can act on). Only after a failure: probing costs a statement per database."""
+    if not isinstance(exc, (duckdb.InternalException, duckdb.FatalException)):
+        return None
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log.error("DuckDB failed inside itself: %s", first)
+    with _database_lock:
+        for key, database in list(_databases.items()):
+            if not healthy(database):
+                del _databases[key]  # not closed: cursors in flight still hold it, and fail on their own
+                log.warning("a DuckDB database of this process was invalidated by that failure; a new one replaces it")
+    reason = _FATAL.sub("", first).strip()
+    if isinstance(exc, duckdb.InternalException) or not reason or "invalidated" in reason:
+        return ENGINE_FAILED
+    return f"the query engine failed: {reason[:300]}; it was reset, so other queries run"
+
+
+_FATAL = re.compile(r"^FATAL Error: ")
+
+
+def healthy(database: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``database`` still runs a statement (DuckDB invalidates a database after an internal error)."""
+    try:
+        database.execute("SELECT 1").fetchall()
+        return True
+    except duckdb.Error:
+        return False
+
+
 class PastDeadlineError(QueryError):
     """A step ran out of its query's time (the broker's usual timeout answer, 400, unless the caller says
     otherwise)."""
@@ -116,13 +184,15 @@ def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Ta
     timer = DEADLINES.watch(deadline, lambda: _interrupt(con), every=0.05) if deadline is not None else None
     try:
         set_deadline(con, sql, deadline)
-        con.register(relation, table)
+        register(con, relation, table)
         for name, rows in (others or {}).items():
-            con.register(name, rows)
+            register(con, name, rows)
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as e:
         if deadline is not None and time.monotonic() >= deadline:
             raise PastDeadlineError() from None
+        if (failure := engine_failure(e)) is not None:
+            raise QueryError(QueryErrorCode.QUERY_EXECUTION, failure) from None
         raise duckdb_failure(e) from None
     finally:
         if timer is not None:
@@ -167,6 +237,8 @@ def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Sc
     try:
         return keep_groups(con, partial, plan.group_trim, num_groups_limit, min_trim_size)[0]
     except duckdb.Error as e:
+        if (failure := engine_failure(e)) is not None:
+            raise QueryError(QueryErrorCode.QUERY_EXECUTION, failure) from None
         raise QueryError(QueryErrorCode.QUERY_EXECUTION, str(e).splitlines()[0]) from None
     finally:
         con.close()
@@ -179,7 +251,7 @@ def keep_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, trim: GroupTri
     decided = cut(groups.num_rows, trim, num_groups_limit, min_trim_size)
     if decided.keep >= groups.num_rows:
         return groups, decided
-    con.register(GROUPS_RELATION, groups)
+    register(con, GROUPS_RELATION, groups)
     # the LIMIT on its own line: a trailing comment in the (checked) SELECT cannot swallow it
     return con.sql(f"{trim.order_sql}\nLIMIT {int(decided.keep)}").to_arrow_table(), decided
 
@@ -287,9 +359,9 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
     cast of one value) still happen at execution."""
     con = sandboxed_cursor(0)
     try:
-        con.register(SERVER_RELATION, table_schema.empty_table())
+        register(con, SERVER_RELATION, table_schema.empty_table())
         for lookup in plan.lookups:  # LOOKUP's dimension tables, typed by their schemas (the broker adds them)
-            con.register(lookup.relation, lookup.empty())
+            register(con, lookup.relation, lookup.empty())
         con.execute(f"CREATE TEMP VIEW {PARTIALS_RELATION} AS {plan.server_sql}")
         con.sql(plan.final_sql)  # a relation: bound here, run only when fetched (never)
         if plan.whole_sql is not None:  # the same query in one step, for a single server
@@ -298,6 +370,8 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
             con.execute(f"CREATE TEMP VIEW {GROUPS_RELATION} AS SELECT * FROM {PARTIALS_RELATION}")
             con.sql(plan.group_trim.order_sql)
     except duckdb.Error as exc:
+        if (failure := engine_failure(exc)) is not None:
+            raise QueryError(QueryErrorCode.QUERY_EXECUTION, failure) from None
         raise QueryError(QueryErrorCode.QUERY_VALIDATION, f"the query cannot run on this table: "
                                                           f"{user_message(str(exc).splitlines()[0])}") from None
     finally:

@@ -60,7 +60,7 @@ import duckdb
 import pyarrow as pa
 
 from cuvee.query import duckdb_functions
-from cuvee.query.execute import SMALL_INPUT_ROWS, memory_limit
+from cuvee.query.execute import SMALL_INPUT_ROWS, memory_limit, register
 
 log = logging.getLogger(__name__)
 
@@ -452,7 +452,7 @@ class NativeCopies:
         cursor = None
         try:
             cursor = copies.con.cursor()
-            cursor.register(_SOURCE, rows)
+            register(cursor, _SOURCE, rows)
             schema = cursor.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").to_arrow_table().schema
             if SEGMENT_COLUMN in schema.names:
                 return False
@@ -474,7 +474,7 @@ class NativeCopies:
                            f"FROM {_SOURCE}")
             return True
         except duckdb.Error as exc:  # a failed write (a full disk: Fatal when DuckDB gave the database up)
-            if isinstance(exc, duckdb.FatalException):
+            if isinstance(exc, (duckdb.FatalException, duckdb.InternalException)):  # the database invalidated
                 self.lose(copies)
             else:
                 log.exception("cannot copy a segment into DuckDB; queries scan its Arrow view")
@@ -619,7 +619,7 @@ class NativeCopies:
             cursor = copies.con.cursor()
             cursor.execute(sql)
             return True
-        except duckdb.FatalException:
+        except (duckdb.FatalException, duckdb.InternalException):  # the database invalidated
             self.lose(copies)
             return False
         except duckdb.Error:

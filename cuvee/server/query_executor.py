@@ -40,7 +40,7 @@ from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.query.execute import duckdb_failure, keep_groups, sandboxed_cursor, set_deadline, user_message
+from cuvee.query.execute import duckdb_failure, engine_failure, keep_groups, register, sandboxed_cursor, set_deadline, user_message
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
@@ -459,7 +459,7 @@ class QueryExecutor:
             prefix = bind()
             set_deadline(con, request.sql, at)  # the Python functions it calls (windowed funnels) look at it
             for relation, rows in (dims or {}).items():  # LOOKUP's dimension tables (names checked on the wire)
-                con.register(relation, rows)
+                register(con, relation, rows)
             result = answer() if answer is not None else con.sql(prefix + request.sql).to_arrow_table()
             docs = total_docs
             if request.docs_total_column is not None:
@@ -486,8 +486,10 @@ class QueryExecutor:
             if self._clock() >= deadline:  # a Python function that gave up at the deadline, or its interrupt
                 raise _Failed(QueryErrorCode.SERVER_TIMEOUT,
                               f"query timed out after {request.timeout_ms} ms and was interrupted") from None
-            if isinstance(exc, duckdb.FatalException) and lost is not None:
-                lost()
+            if (engine := engine_failure(exc)) is not None:  # the database invalidated: a new one serves the next
+                if lost is not None:
+                    lost()
+                raise _Failed(QueryErrorCode.QUERY_EXECUTION, engine) from None
             failure = duckdb_failure(exc)
             if failure.code != QueryErrorCode.QUERY_EXECUTION:  # a bound on the query's data (700)
                 raise _Failed(failure.code, failure.message) from None
@@ -564,7 +566,7 @@ def _late_rows(con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, unio
     try:
         _bind(step, picked, request.time_filter, upsert=upsert, filled=filled)
         for relation, rows in (dims or {}).items():
-            step.register(relation, rows)
+            register(step, relation, rows)
         return step.sql(request.sql).to_arrow_table()
     finally:
         step.close()
@@ -579,9 +581,9 @@ def _bind(con: duckdb.DuckDBPyConnection, union: pa.Table, time_filter: TimeFilt
     TIMESTAMP columns compare as epoch milliseconds, the unit of the boundary; rows whose time is NULL belong to
     neither half."""
     if time_filter is None and not upsert and not filled:
-        con.register(SERVER_RELATION, union)
+        register(con, SERVER_RELATION, union)
         return
-    con.register(_UNFILTERED, union)
+    register(con, _UNFILTERED, union)
     if filled:  # a missing value reads as its default null value (cuvee.query.null_defaults)
         shown = projection([n for n in union.schema.names if n != VALID_COLUMN], filled)
     else:
@@ -618,7 +620,7 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
     selects = [f'SELECT {columns} FROM "{native.relation}" WHERE {SEGMENT_COLUMN} IN ({ids})']
     con = native.cursor
     if rest:
-        con.register(_REST, _union(rest))
+        register(con, _REST, _union(rest))
         selects.append(f"SELECT {columns} FROM {_REST}")
     source = " UNION ALL ".join(selects)
     if time_filter is not None:

@@ -31,6 +31,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import expressions as exp
 
+from cuvee.query.execute import register
 from cuvee.query.functions import READ_DIALECT
 
 PINOT_DEFAULT_LIMIT = 10
@@ -221,5 +222,5 @@ def _plain(value: Any) -> Any:
 def oracle_connection(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     for name, table in tables.items():
-        con.register(name, table)
+        register(con, name, table)
     return con
