@@ -36,6 +36,7 @@ from cuvee.config.sections import IngestionConfig
 from cuvee.query.errors import QueryError
 from cuvee.query.execute import register, sandboxed_cursor
 from cuvee.query.functions import DIALECT, READ_DIALECT, translate_scalar
+from cuvee.query.parse import refuse_internal_functions
 
 _BATCH = "ingested_batch"
 _NUMBERS = (DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE)
@@ -253,6 +254,7 @@ def _expression(text: str, timestamps: frozenset[str], numbers: frozenset[str], 
         parsed = sqlglot.parse_one(text, read=READ_DIALECT)
         if not isinstance(parsed, exp.Expression) or isinstance(parsed, (exp.Select, exp.Query)):
             raise ValueError("not an expression")
+        refuse_internal_functions(parsed)  # Cuvee's own (cuvee_funnel_*...) take configurations only plans write
         return translate_scalar(parsed, timestamps, number_columns=numbers)
     except (sqlglot.errors.ParseError, QueryError, ValueError) as exc:
         message = getattr(exc, "message", None) or str(exc).splitlines()[0]

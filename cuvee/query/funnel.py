@@ -156,7 +156,10 @@ def _window_funnel(node: exp.Anonymous, key: str) -> AggregateCall:
     if len(args) < 3 + steps:
         raise bad(f"{key} with {steps} steps takes at least {3 + steps} arguments, got {len(args)}")
     modes, max_step_duration, functions = _extras(args[3 + steps:], key)
-    funnel = Funnel(window, steps, modes, max_step_duration, functions)
+    try:  # the configuration's own bounds (65 duration functions were a ValueError: 450 and a stack trace)
+        funnel = Funnel(window, steps, modes, max_step_duration, functions)
+    except ValueError as exc:
+        raise bad(f"{key}: {str(exc)[:200]}") from None
     ts = sql(args[0])
     branches = " ".join(f"WHEN {sql(step)} THEN {i}" for i, step in enumerate(args[3:3 + steps]))
     index = f"CASE {branches} ELSE {-1 if KEEP_ALL in modes else 'NULL'} END"

@@ -119,7 +119,7 @@ class Funnel:
             raise ValueError(f"a funnel's modes are among {', '.join(MODES)}")
         if len(self.duration_functions) > MAX_STEPS or \
                 not all(isinstance(f, str) and valid_duration_function(f) for f in self.duration_functions):
-            raise ValueError("bad duration functions")
+            raise ValueError(f"a funnel has at most {MAX_STEPS} duration functions, each valid")
 
     def to_json(self) -> str:
         return json.dumps({"window": self.window, "steps": self.steps, "modes": sorted(self.modes),

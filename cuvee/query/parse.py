@@ -107,14 +107,14 @@ def split_query(sql: str) -> tuple[exp.Expression, dict[str, str]]:
             raise sql_error("only one query per request is allowed")
     if query is None:
         raise sql_error("no query to run")
-    _refuse_internal_functions(query)
+    refuse_internal_functions(query)
     return _without_array_to_mv(query), options
 
 
 INTERNAL_PREFIX = "cuvee_"  # the functions Cuvee registers in its DuckDB databases for its own plans
 
 
-def _refuse_internal_functions(query: exp.Expression) -> None:
+def refuse_internal_functions(query: exp.Expression) -> None:
     """Refuse a call of a function Cuvee registers for its own plans (``cuvee_funnel_max_step``,
     ``cuvee_sha512``, ...): they take configurations the planner writes and checks (a funnel's as JSON), so a caller
     could hand them unchecked ones. Pinot's names (SHA512, FUNNELMAXSTEP, ...) reach them through translation,

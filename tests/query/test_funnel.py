@@ -237,6 +237,14 @@ def test_cuvees_internal_functions_are_not_callable_from_a_query(sql: str) -> No
     plan_sql("SELECT FUNNELMAXSTEP(ts, 10, 1, v = 1) FROM events", resolve)
 
 
+def test_too_many_duration_functions_are_a_150_not_an_internal_error() -> None:
+    functions = ",".join(["AVG"] * 65)
+    with pytest.raises(QueryError) as caught:
+        plan_sql(f"SELECT FUNNELSTEPDURATIONSTATS(ts, 10, 1, v = 1, 'DURATIONFUNCTIONS={functions}') FROM events",
+                 resolve)
+    assert caught.value.code == QueryErrorCode.SQL_PARSING and "duration functions" in caught.value.message
+
+
 @pytest.mark.parametrize("text", [
     '{"window": 1, "steps": 20000000, "modes": [], "maxStepDuration": 0, "durationFunctions": []}',
     '{"window": 0, "steps": 2, "modes": [], "maxStepDuration": 0, "durationFunctions": []}',

@@ -127,6 +127,8 @@ def test_nothing_configured_compiles_to_nothing() -> None:
      "$.ingestionConfig.filterConfig.filterFunction", "Groovy scripts are not supported"),
     ({"transformConfigs": [{"columnName": "day", "transformFunction": "no_such_function(country)"}]},
      "$.ingestionConfig.transformConfigs[0].transformFunction", "no_such_function does not exist"),
+    ({"transformConfigs": [{"columnName": "day", "transformFunction": "cuvee_sha512(CAST(country AS BLOB))"}]},
+     "$.ingestionConfig.transformConfigs[0].transformFunction", "unknown function"),
     ({"transformConfigs": [{"columnName": "day", "transformFunction": "upper(country"}]},
      "$.ingestionConfig.transformConfigs[0].transformFunction", "cannot parse"),
     ({"transformConfigs": [{"columnName": "day", "transformFunction": "SELECT 1"}]},
