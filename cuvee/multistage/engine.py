@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import duckdb
 import pyarrow as pa
 
+from cuvee.node.deadlines import DEADLINES
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.execute import ENGINE_FAILED, duckdb_failure, healthy, register, set_deadline, user_message
@@ -67,6 +68,11 @@ class Stage:
             raise QueryError(QueryErrorCode.QUERY_VALIDATION,
                              f"the rows this query joins take {held // (1024 * 1024)} MiB at the broker, more than "
                              f"its multistage_memory_mb ({self.memory_mb}); narrow the query, or {SPARK_HINT}")
+        if deadline is not None and time.monotonic() >= deadline:  # started late (a busy pool): an interrupt
+            self.close()  # sent before the statement began is lost, so it must not begin
+            raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time")
+        # interrupted at the deadline, and again until it ends (one interrupt before the statement starts is lost)
+        timer = DEADLINES.watch(deadline, self.interrupt, every=0.05) if deadline is not None else None
         try:
             set_deadline(self._cursor, sql, deadline)
             for name, table in relations.items():
@@ -85,6 +91,8 @@ class Stage:
                                                                 "time") from None
             raise self._failed(exc) from None
         finally:
+            if timer is not None:
+                timer.cancel()
             self.close()
         return _pinot_types(answer)
 

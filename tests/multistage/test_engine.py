@@ -67,3 +67,18 @@ def test_an_answer_larger_than_the_bound_is_refused_while_it_is_fetched_and_inte
     assert refused.value.code is QueryErrorCode.QUERY_VALIDATION
     answer = Stage(16).run("SELECT INTERVAL 1 DAY AS i, TIME '10:00:00' AS t", {})
     assert answer.schema.types == [pa.string(), pa.string()] and answer.column("t").to_pylist() == ["10:00:00"]
+
+
+def test_a_stage_stops_at_its_deadline_on_its_own_and_never_starts_past_it() -> None:
+    """A stage whose worker starts after the broker's one interrupt (a busy pool) ran to its end (14 s) after the
+    client had its 400: it now refuses to start past the deadline, and interrupts itself until it stops."""
+    import time
+
+    with pytest.raises(QueryError) as late:
+        Stage(64).run("SELECT COUNT(*) FROM r", {"r": NUMBERS}, deadline=time.monotonic() - 1)
+    assert late.value.code is QueryErrorCode.BROKER_TIMEOUT
+    started = time.monotonic()
+    with pytest.raises(QueryError) as stopped:  # minutes unless interrupted
+        Stage(256).run("SELECT COUNT(*) FROM r a, r b, r c WHERE a.k + b.k + c.k = -1", {"r": NUMBERS},
+                       deadline=time.monotonic() + 0.3)
+    assert stopped.value.code is QueryErrorCode.BROKER_TIMEOUT and time.monotonic() - started < 10
