@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import math
 
+import sqlglot
 from sqlglot import exp
 
 from cuvee.query.aggregate_call import DIALECT, AggKind, AggregateCall, MergeSpec
 from cuvee.query.errors import QueryError, QueryErrorCode
+from cuvee.query.java_casts import as_pinot_type
 
 MAX_HISTOGRAM_BINS = 1000  # bins of one HISTOGRAM (each is a CASE branch or a list slot per group)
 
@@ -71,10 +73,13 @@ def numeric_data_argument(key: str, args: list[exp.Expression]) -> int | None:
 
 def as_type(x: str, duck: str) -> str:
     """``x`` converted to a data type argument's DuckDB type as Pinot converts it: to INT or LONG truncated toward
-    zero (Java's cast; DuckDB's CAST rounds), to FLOAT or DOUBLE only from a number. A string given a number type
+    zero, NaN as 0, out of range saturated, a LONG to INT as its low 32 bits (Java's casts: ``java_casts``; DuckDB's
+CAST rounds or fails), to FLOAT or DOUBLE only from a number (a DOUBLE beyond FLOAT's range fails, where Java
+gives Infinity). A string given a number type
     does not bind, so the broker's check refuses it (700) before any server is asked, as Pinot fails on it."""
-    if duck in ("INTEGER", "BIGINT"):
-        return f"CAST(trunc({x}) AS {duck})"
+    if duck in ("INTEGER", "BIGINT"):  # Java's casts (NaN 0, saturating, a LONG's low 32 bits); ``+ 0`` keeps a
+        # string from binding, as before
+        return as_pinot_type(sqlglot.parse_one(f"({x} + 0)", read=DIALECT), duck).sql(dialect=DIALECT)
     if duck in ("FLOAT", "DOUBLE"):
         return f"CAST({x} + 0 AS {duck})"
     return f"CAST({x} AS {duck})"

@@ -242,6 +242,20 @@ def test_int_and_long_truncate_and_a_timestamp_as_a_number_is_its_epoch_millis()
         assert (got["lt"], sorted(got["at"]), got["ft"]) == (millis[2], millis, float(millis[0]))
 
 
+def test_int_and_long_saturate_nan_is_zero_and_a_long_as_int_keeps_its_low_bits() -> None:
+    """Java's casts, where DuckDB's fail ('out of range' failed the server's whole answer)."""
+    start = dt.datetime(2026, 1, 1)
+    rows = pa.Table.from_pylist([{"id": 2 ** 31 + 5 + i, "city": "a", "v": 0, "d": x,
+                                  "ts": start + dt.timedelta(minutes=i)}
+                                 for i, x in enumerate([float("nan"), float("inf"), -1e300, 3e9])], schema=SCHEMA)
+    sql = "SELECT ARRAY_AGG(d, 'INT') AS i, ARRAY_AGG(d, 'LONG') AS l, FIRSTWITHTIME(id, ts, 'INT') AS w FROM events"
+    for answer in (distributed(sql, [rows.slice(0, 2), rows.slice(2)]), one_step(plan_sql(sql, resolve), rows)[0]):
+        got = answer.to_pylist()[0]
+        assert sorted(got["i"]) == sorted([0, 2 ** 31 - 1, -(2 ** 31), 2 ** 31 - 1])
+        assert sorted(got["l"]) == sorted([0, 2 ** 63 - 1, -(2 ** 63), 3_000_000_000])
+        assert got["w"] == -2147483643  # (int) 2147483653L
+
+
 @pytest.mark.parametrize("call", ["ARRAY_AGG(city, 'INT')", "ARRAY_AGG(city, 'DOUBLE')",
                                   "LASTWITHTIME(city, ts, 'LONG')", "FIRSTWITHTIME(city, ts, 'FLOAT')"])
 def test_a_string_collected_as_a_number_is_refused_before_any_server_is_asked(call: str) -> None:
