@@ -202,6 +202,9 @@ def _check_gapfill_select(select: exp.Select, time_column: str) -> None:
         if isinstance(target, exp.Literal) and target.name.isdigit() and 1 <= int(target.name) <= len(
                 select.expressions):
             target = select.expressions[int(target.name) - 1]
+        elif isinstance(target, exp.Column) and not target.table:  # an alias of an item: that item
+            target = next((item for item in select.expressions if isinstance(item, exp.Alias)
+                           and item.alias.lower() == target.name.lower()), target)
         target = target.this if isinstance(target, exp.Alias) else target
         if isinstance(target, exp.Anonymous) and target.name.upper().replace("_", "") == "GAPFILL":
             target = target.expressions[0]

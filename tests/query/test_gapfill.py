@@ -107,6 +107,8 @@ def test_the_gapfill_select_may_order_by_its_time_column_ascending() -> None:
             f"lotId, status FROM ({INNER_AGGREGATE})")
     assert run(base + " ORDER BY time_col LIMIT 100") == run(base + " ORDER BY 1 ASC LIMIT 100") == \
         run(base + " LIMIT 100")
+    aliased = base.replace("TIMESERIESON(lotId)), ", "TIMESERIESON(lotId)) AS g, ")
+    assert run(aliased + " ORDER BY g LIMIT 100")[0] == run(base + " LIMIT 100")[0]  # by the item's alias
 
 
 def test_default_fill_limit_and_an_aggregation_window() -> None:
