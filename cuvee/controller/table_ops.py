@@ -10,6 +10,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig, raw_table_name
 from cuvee.controller.catalog import Catalog, parse_table
 from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.pinned import check_config_fits_pinned
 from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.table_setup import delete_table_state, plan_table, read_start_offsets, write_plan
 
@@ -75,6 +76,7 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
                          "and create it again")
     _check_not_hybrid_dim(catalog, table)
     catalog.check_against_schema(table)
+    check_config_fits_pinned(store, table)  # and the schema its consuming segments are built under
     catalog.update_table_config(table)
     return table
 

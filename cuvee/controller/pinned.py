@@ -1,0 +1,103 @@
+"""The schema versions a table's unfinished consuming segments are pinned to, and keeping those pins right.
+
+A consuming segment's record names the schema version every replica consumes and builds it under
+(``SegmentRecord.schema_version``, ``cuvee.cluster.schemas``); its table config is the table's latest, read when a
+replica starts the segment. Two rules keep that pair buildable and current:
+
+- ``check_config_fits_pinned``: a table-config update must also fit the schema version of every segment still
+  consuming or being built (IN_PROGRESS, COMMITTING). A config naming a column added to the schema since (an index,
+  ``sortedColumn``, ``timeColumnName``, a transform's destination...) is refused (400, naming the segments and
+  versions): a replica (re)starting such a segment would otherwise combine the new config with a schema lacking the
+  column and fail, stopping the partition. A reload first force-commits those segments; their successors are pinned
+  to the current schema, and the update is then accepted. Refusing keeps every replica deterministic (nothing is
+  derived per replica) and never leaves a segment that cannot be built.
+- ``repin_unplaced``: a record made earlier (commit step 2, a leftover of a controller that died before placing it)
+  is brought to the table's current schema version, and to the start offset its placer computed, by
+  compare-and-set just before it is placed in the ideal state, when no server consumes it yet. Without it a reload
+  between the record's creation and its placement (it force-commits only what is consuming) leaves the successor
+  ingesting under the old schema, dropping the new columns' values until the next commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from cuvee.cluster.errors import RequirementFailedError
+from cuvee.cluster.records import SegmentRecord, SegmentStatus
+from cuvee.cluster.schemas import SchemaVersions, schema_name_of
+from cuvee.cluster.store import ClusterStore, Versioned
+from cuvee.config import ConfigValidationError, TableConfig
+from cuvee.config.validation import table_schema_issues
+from cuvee.controller.errors import BadRequest
+from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+
+log = logging.getLogger(__name__)
+
+_UNFINISHED = (SegmentStatus.IN_PROGRESS, SegmentStatus.COMMITTING)
+_PER_PARTITION = 2  # the consuming segment and, during a commit or a pauseless build, the one before it
+
+
+def unfinished_pins(store: ClusterStore, table: str) -> dict[int, list[str]]:
+    """Schema version -> the table's segments pinned to it that are still consumed or built. Reads each
+    partition's two latest records only (a commit's successor and its predecessor), not every segment's."""
+    latest: dict[int, list[LLCSegmentName]] = {}
+    for name in store.segment_names(table):
+        try:
+            llc = LLCSegmentName.parse(name)
+        except InvalidSegmentNameError:
+            continue
+        latest.setdefault(llc.partition, []).append(llc)
+    pins: dict[int, list[str]] = {}
+    for names in latest.values():
+        for llc in sorted(names, key=lambda n: n.sequence)[-_PER_PARTITION:]:
+            found = store.find_segment(table, llc.name)
+            if found is None or found.record.status not in _UNFINISHED or found.record.schema_version is None:
+                continue
+            pins.setdefault(found.record.schema_version, []).append(llc.name)
+    return pins
+
+
+def check_config_fits_pinned(store: ClusterStore, table: TableConfig) -> None:
+    """Refuse (400) ``table``'s new config if it does not fit the schema version an unfinished consuming segment of
+    the table is pinned to (see the module); the current schema is checked by the caller."""
+    if table.stream is None:
+        return
+    name = schema_name_of(table)
+    versions = SchemaVersions(store)
+    for version, segments in sorted(unfinished_pins(store, table.name_with_type).items()):
+        issues = table_schema_issues(table, versions.schema_at(name, version))
+        if not issues:
+            continue
+        shown = ", ".join(sorted(segments)[:5]) + (" ..." if len(segments) > 5 else "")
+        error = ConfigValidationError(
+            f"table config {table.name_with_type!r} for schema {name!r} version {version}, which consuming "
+            f"segment(s) {shown} are built under; reload the table first (POST /segments/{table.name_with_type}"
+            "/reload: it commits them and their successors use the current schema), then update the config once "
+            "they have committed", issues)
+        raise BadRequest.invalid(error)
+
+
+def repin_unplaced(store: ClusterStore, table: TableConfig, record: Versioned[SegmentRecord],
+                   start_offset: int | None = None) -> Versioned[SegmentRecord]:
+    """``record`` (IN_PROGRESS, in no ideal state yet) pinned to the table's schema version now and, when given,
+    starting at ``start_offset``, by compare-and-set (see the module). A record that has moved on is left as is."""
+    version = SchemaVersions(store).pin(schema_name_of(table))
+    current = record.record
+    start = current.start_offset if start_offset is None else start_offset
+    if current.schema_version == version and current.start_offset == start:
+        return record
+
+    def update(found: SegmentRecord) -> SegmentRecord:
+        if found.status is not SegmentStatus.IN_PROGRESS:
+            raise RequirementFailedError(f"segment {found.segment_name} is {found.status.value}")
+        return dataclasses.replace(found, schema_version=version, start_offset=start)
+
+    try:
+        updated = store.update_segment(table.name_with_type, current.segment_name, update)
+    except RequirementFailedError:
+        return record
+    log.info("%s: %s was created before it was placed (schema version %s, offset %s); it is placed under schema "
+             "version %d from offset %s", table.name_with_type, current.segment_name, current.schema_version,
+             current.start_offset, version, start)
+    return updated
