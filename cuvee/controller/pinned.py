@@ -26,7 +26,7 @@ import logging
 from cuvee.cluster.errors import RequirementFailedError
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.cluster.schemas import SchemaVersions, schema_name_of
-from cuvee.cluster.store import ClusterStore, Versioned
+from cuvee.cluster.store import ClusterStore
 from cuvee.config import ConfigValidationError, TableConfig
 from cuvee.config.validation import table_schema_issues
 from cuvee.controller.errors import BadRequest
@@ -78,26 +78,34 @@ def check_config_fits_pinned(store: ClusterStore, table: TableConfig) -> None:
         raise BadRequest.invalid(error)
 
 
-def repin_unplaced(store: ClusterStore, table: TableConfig, record: Versioned[SegmentRecord],
-                   start_offset: int | None = None) -> Versioned[SegmentRecord]:
-    """``record`` (IN_PROGRESS, in no ideal state yet) pinned to the table's schema version now and, when given,
-    starting at ``start_offset``, by compare-and-set (see the module). A record that has moved on is left as is."""
+def repin_unplaced(store: ClusterStore, table: TableConfig, segment: str,
+                   start_offset: int | None = None) -> SegmentRecord | None:
+    """Segment ``segment``'s record pinned to the table's schema version now and, when given, starting at
+    ``start_offset``, by compare-and-set, if it is IN_PROGRESS and in no ideal state yet (no server consumes it: see
+    the module). Returns the record as it is now (None: there is none)."""
+    name = table.name_with_type
+    found = store.find_segment(name, segment)
+    if found is None:
+        return None
+    current = found.record
+    ideal = store.ideal_state(name)
+    if current.status is not SegmentStatus.IN_PROGRESS or (ideal is not None and segment in ideal.record.segments):
+        return current  # placed, or moved on: servers may consume it under what it names
     version = SchemaVersions(store).pin(schema_name_of(table))
-    current = record.record
     start = current.start_offset if start_offset is None else start_offset
     if current.schema_version == version and current.start_offset == start:
-        return record
+        return current
 
-    def update(found: SegmentRecord) -> SegmentRecord:
-        if found.status is not SegmentStatus.IN_PROGRESS:
-            raise RequirementFailedError(f"segment {found.segment_name} is {found.status.value}")
-        return dataclasses.replace(found, schema_version=version, start_offset=start)
+    def update(record: SegmentRecord) -> SegmentRecord:
+        if record.status is not SegmentStatus.IN_PROGRESS:
+            raise RequirementFailedError(f"segment {record.segment_name} is {record.status.value}")
+        return dataclasses.replace(record, schema_version=version, start_offset=start)
 
     try:
-        updated = store.update_segment(table.name_with_type, current.segment_name, update)
+        updated = store.update_segment(name, segment, update)
     except RequirementFailedError:
-        return record
-    log.info("%s: %s was created before it was placed (schema version %s, offset %s); it is placed under schema "
-             "version %d from offset %s", table.name_with_type, current.segment_name, current.schema_version,
-             current.start_offset, version, start)
-    return updated
+        return store.segment(name, segment).record  # moved on meanwhile: left as its writer made it
+    log.info("%s: %s was created before it was placed (schema version %s, start offset %s); it is placed under "
+             "schema version %d from offset %s", name, segment, current.schema_version, current.start_offset,
+             version, start)
+    return updated.record

@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
-    """Validate, plan (stream offsets, placement: every user error before any write), then write the config,
-    the served schema version, the segment records (each naming that schema version) and the ideal state, in that
+    """Validate, plan (stream offsets, placement: every user error before any write), then write the served
+    schema version, the config, the segment records (each naming that schema version) and the ideal state, in that
     order."""
     catalog = Catalog(store)
     table = parse_table(doc)
@@ -35,8 +35,10 @@ def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
     if table.is_realtime:
         assert table.stream is not None
         plan = plan_table(store, table, read_start_offsets(table.stream), now_ms, schema_version)
+    # the served version before the config: a table never exists without one (a creation cut short between the
+    # two leaves a served version of no table, which the next creation's ``serve`` keeps or raises)
+    versions.serve(name, schema_name, schema_version)
     catalog.create_table_config(table)
-    versions.serve(name, schema_name, schema_version)  # before any segment reaches a server
     if plan is not None:
         write_plan(store, name, plan)
         log.info("created %s: %d consuming segment(s)", name, len(plan.segments))
