@@ -287,3 +287,28 @@ def test_a_server_a_reloads_call_missed_serves_the_recorded_version_within_a_pol
         wait_until(lambda: missed.schemas.get("sales_OFFLINE").version == 1, 10,
                    message="the server the reload missed never took the recorded version")
         assert missed.schemas.get("sales_OFFLINE").spec("channel").null_value == "web"
+
+
+def test_a_consuming_segment_pinned_before_the_served_version_is_committed_when_it_starts(tmp_path: Path) -> None:
+    """A reload that did not reach the server consuming a segment (down, or the segment not placed yet: a commit
+    between its steps 2 and 3) leaves it pinned to the old version while the table is served under the new one;
+    when a replica starts it (here: a restart) it is force-committed at once, so its successor ingests the added
+    column instead of dropping its values until the segment fills (rev-d F3 backstop)."""
+    with InProcessCluster(tmp_path, servers=1) as cluster:
+        http, ctl = cluster.http, cluster.controller_url
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
+        cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
+        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
+        old = _consuming_segment(cluster, 0)
+        client = cluster.controller.servers
+        client.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
+            ServerReply(i, error="ConnectError: refused (test)") for i in calls]
+        job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
+        assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+        assert _record(cluster, old).schema_version == 0
+        _restart(cluster, 0)
+        successor = _consuming_segment(cluster, 1)
+        assert _record(cluster, successor).schema_version == 1
+        cluster.produce(configs, ({"id": i, "v": 1, "color": "red"} for i in range(10, 20)), key_field="id")
+        wait_until(lambda: _rows(cluster, f"SELECT color, COUNT(*) FROM {TABLE} GROUP BY color ORDER BY color")
+                   == [["none", 10], ["red", 10]], 30, message="the added column's values were lost")
