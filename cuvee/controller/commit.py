@@ -214,6 +214,7 @@ class SegmentCommitter:
                 return None  # resume, or the commit's step 3, places it
             next_name = self._create_next(table, config, ideal.record, record, False, self.clock_ms())
             self._check_leader()
+            repin_unplaced(self.store, config, next_name)  # a reload since its record was made: today's version
             place = self._placement(config, record)
 
             def update(current: IdealState) -> IdealState:

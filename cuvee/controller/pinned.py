@@ -35,12 +35,14 @@ from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 log = logging.getLogger(__name__)
 
 _UNFINISHED = (SegmentStatus.IN_PROGRESS, SegmentStatus.COMMITTING)
-_PER_PARTITION = 2  # the consuming segment and, during a commit or a pauseless build, the one before it
 
 
 def unfinished_pins(store: ClusterStore, table: str) -> dict[int, list[str]]:
-    """Schema version -> the table's segments pinned to it that are still consumed or built. Reads each
-    partition's two latest records only (a commit's successor and its predecessor), not every segment's."""
+    """Schema version -> the table's segments pinned to it that are still consumed or built. Walks each partition's
+    records from the newest down past its first two finished ones (a commit's successor and its predecessors still
+    building: three with a pauseless build and a force commit), not every segment's. A record in no ideal state
+    yet is left out: it is re-pinned when placed (``repin_unplaced``), so it is never built under its old pin (a
+    pause between commit steps 2 and 3 leaves one, which no reload could commit)."""
     latest: dict[int, list[LLCSegmentName]] = {}
     for name in store.segment_names(table):
         try:
@@ -48,11 +50,21 @@ def unfinished_pins(store: ClusterStore, table: str) -> dict[int, list[str]]:
         except InvalidSegmentNameError:
             continue
         latest.setdefault(llc.partition, []).append(llc)
+    ideal = store.ideal_state(table)
+    placed = set(ideal.record.segments) if ideal is not None else set()
     pins: dict[int, list[str]] = {}
     for names in latest.values():
-        for llc in sorted(names, key=lambda n: n.sequence)[-_PER_PARTITION:]:
+        finished = 0
+        for llc in sorted(names, key=lambda n: n.sequence, reverse=True):
             found = store.find_segment(table, llc.name)
-            if found is None or found.record.status not in _UNFINISHED or found.record.schema_version is None:
+            if found is None:
+                continue
+            if found.record.status not in _UNFINISHED:
+                finished += 1
+                if finished == 2:  # older ones are finished too (one finished out of order is looked past)
+                    break
+                continue
+            if found.record.schema_version is None or llc.name not in placed:
                 continue
             pins.setdefault(found.record.schema_version, []).append(llc.name)
     return pins

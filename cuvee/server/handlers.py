@@ -414,9 +414,19 @@ class SegmentTransitions:
             self._schemas.forget(table)
 
     def follow_served_schema(self, table: str) -> None:
-        """The follower's pass over a table with segments here: serve its recorded served schema version."""
-        if self._schemas is not None:
-            self._schemas.ensure(table)
+        """The follower's pass over a table with segments here: serve its recorded served schema version, and
+        force-commit the table's consuming segments here that are pinned to an older one with other columns (a
+        reload whose call to this server failed, or a served version the repair pass wrote: their rows would
+        otherwise lack the served columns until their own commit; idempotent, every replica decides alike)."""
+        if self._schemas is None:
+            return
+        self._schemas.ensure(table)
+        with self._lock:
+            running = [consuming for (held, _), consuming in self._consuming.items() if held == table]
+        for consuming in running:
+            record = getattr(consuming, "record", None)
+            if record is not None:
+                self._commit_if_behind(table, record, consuming)
 
     def segment_deleted(self, table: str, segment: str) -> None:
         """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""

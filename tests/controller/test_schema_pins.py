@@ -18,6 +18,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.config import Schema, TableConfig
 from cuvee.controller import Controller, faults
 from cuvee.controller.catalog import Catalog
+from cuvee.controller.pinned import unfinished_pins
 from cuvee.controller.repair import RecreateConsuming
 from cuvee.protocol.completion import ResponseStatus
 from cuvee.protocol.segment_name import LLCSegmentName
@@ -152,6 +153,8 @@ def test_a_resume_places_a_leftover_under_the_schema_now(
     [successor] = _next_of(side_store, segment)
     assert successor not in _ideal(side_store).segments
     assert side_store.segment(T, successor).record.schema_version == 0
+    # unplaced, it is re-pinned when placed: it holds no config update back (no reload could commit it)
+    assert successor not in {s for pinned in unfinished_pins(side_store, T).values() for s in pinned}
     _add_columns_in(side_store)
     assert httpx.post(f"{leader.url}/tables/events/resumeConsumption").status_code == 200
     assert successor in _ideal(side_store).segments

@@ -315,6 +315,30 @@ def test_a_consuming_segment_pinned_before_the_served_version_is_committed_when_
                    == [["none", 10], ["red", 10]], 30, message="the added column's values were lost")
 
 
+def test_a_running_consuming_segment_a_reload_missed_is_committed_at_the_followers_next_pass(
+        tmp_path: Path) -> None:
+    """The reload's call to the server fails and nothing restarts: the server's follower takes the served version
+    at its next pass and force-commits the consuming segment pinned to the old one (before, its rows lost the added
+    column's values until its own commit, and for good in that segment)."""
+    with InProcessCluster(tmp_path, servers=1) as cluster:
+        http, ctl = cluster.http, cluster.controller_url
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
+        cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
+        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
+        old = _consuming_segment(cluster, 0)
+        cluster.controller.servers.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
+            ServerReply(i, error="ConnectError: refused (test)") for i in calls]
+        job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
+        assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+        wait_until(lambda: _record(cluster, old).status.value == "DONE", 30,
+                   message="the consuming segment pinned to the old version was never committed")
+        successor = _consuming_segment(cluster, 1)
+        assert _record(cluster, successor).schema_version == 1
+        cluster.produce(configs, ({"id": i, "v": 1, "color": "red"} for i in range(10, 20)), key_field="id")
+        wait_until(lambda: _rows(cluster, f"SELECT color, COUNT(*) FROM {TABLE} GROUP BY color ORDER BY color")
+                   == [["none", 10], ["red", 10]], 30, message="the added column's values were lost")
+
+
 def test_a_reload_during_a_commit_leaves_the_next_segment_under_the_new_version(tmp_path: Path) -> None:
     """A schema update with reload lands between a commit's steps 2 and 3: the segment already ends (nothing to
     force-commit, and the reload says so), and the next segment, pinned at step 2, is placed under the new version,
