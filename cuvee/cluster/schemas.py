@@ -156,3 +156,15 @@ class SchemaVersions:
         """Serve ``config``'s table under its schema's version now (table creation, reload)."""
         name = schema_name_of(config)
         return self.serve(config.name_with_type, name, self.pin(name))
+
+    def serve_if_missing(self, config: TableConfig) -> ServedSchemaVersion | None:
+        """Serve ``config``'s table under its schema's version now if it has no served version (a table created
+        before versions, or by a controller that died between the table's config and its served version); the
+        leader's repair pass calls it for every table. Returns the version written, None when one was there."""
+        if self.served(config.name_with_type) is not None:
+            return None
+        served = self.serve_current(config)
+        log.warning("table %s had no served schema version (created before schema versions, or its creation was "
+                    "cut short): now served under %s version %d on every server", config.name_with_type,
+                    served.schema_name, served.version)
+        return served

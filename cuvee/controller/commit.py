@@ -62,6 +62,7 @@ from cuvee.controller.faults import (
     FaultInjected,
     fault,
 )
+from cuvee.controller.pinned import repin_unplaced
 from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
 from cuvee.metrics.controller import ControllerMetrics
@@ -213,6 +214,7 @@ class SegmentCommitter:
                 return None  # resume, or the commit's step 3, places it
             next_name = self._create_next(table, config, ideal.record, record, False, self.clock_ms())
             self._check_leader()
+            repin_unplaced(self.store, config, next_name)  # a reload since its record was made: today's version
             place = self._placement(config, record)
 
             def update(current: IdealState) -> IdealState:
@@ -249,6 +251,8 @@ class SegmentCommitter:
             next_name = self._create_next(table, config, ideal.record, done, forced, now)
         fault(COMMIT_AFTER_STEP2)
         self._check_leader()
+        if next_name is not None:  # a reload since step 2 force-committed only what consumes: pin it to the
+            repin_unplaced(self.store, config, next_name)  # schema now, as no server consumes it yet
         if check_age and done.commit_time_ms is not None:
             age = self.clock_ms() - done.commit_time_ms
             if age > self.max_segment_completion_ms:
@@ -265,7 +269,7 @@ class SegmentCommitter:
         self, table: str, config: TableConfig, ideal: IdealState, done: SegmentRecord, forced: bool, now: int
     ) -> str:
         """Step 2: the next segment's metadata (create-if-absent, so the name of an earlier attempt is reused, with
-        the schema version it named), built under the schema's version now."""
+        the schema version it named, which ``repin_unplaced`` brings to the schema's version now)."""
         stream = config.stream
         assert stream is not None
         self._check_leader()
@@ -274,7 +278,8 @@ class SegmentCommitter:
         version = SchemaVersions(self.store).pin(schema_name_of(config))
         record = dataclasses.replace(next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms,
                                                          version), bytes_per_row=learned)
-        self.store.create_segment(table, record)
+        if not self.store.create_segment(table, record)[1]:  # an earlier attempt's, maybe under an older schema
+            repin_unplaced(self.store, config, next_name)
         return next_name
 
     def _complete(

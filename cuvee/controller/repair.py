@@ -63,6 +63,7 @@ from cuvee.controller.catalog import Catalog
 from cuvee.controller.commit import CommitAbandoned, SegmentCommitter
 from cuvee.controller.faults import FaultInjected
 from cuvee.controller.periodic import PeriodicTask, camel_keys
+from cuvee.controller.pinned import repin_unplaced
 from cuvee.controller.repair_partitions import NewPartition, add_partitions
 from cuvee.controller.repair_plan import (
     CreateSuccessor,
@@ -192,11 +193,22 @@ class RepairTask(PeriodicTask):
                 if not self.should_run():
                     break
                 config = catalog.find_table(name)
-                if config is None or not config.is_realtime or config.stream is None:
+                if config is None:
+                    continue
+                self._serve_schema(config)
+                if not config.is_realtime or config.stream is None:
                     continue
                 done.extend(self._repair_table(config))
             self.passes += 1
         return done
+
+    def _serve_schema(self, config: TableConfig) -> None:
+        """A table without a served schema version gets the schema's version now (``SchemaVersions``), so its
+        replicas, restarted ones included, serve one schema (rev9 #5 on tables from before versions)."""
+        try:
+            SchemaVersions(self.store).serve_if_missing(config)
+        except (ClusterStateError, MetadataStoreError, CuveeError) as exc:  # the schema is gone: nothing to serve
+            log.warning("repair: no served schema version written for %s: %s", config.name_with_type, exc)
 
     def run_table(self, config: TableConfig) -> list[Done]:
         """One pass over one realtime table now (``POST /tables/{table}/repair``), under the pass lock."""
@@ -409,6 +421,8 @@ class RepairTask(PeriodicTask):
         if not self.should_run():
             return False
         _, created = self.store.create_segment(table, new)
+        if not created:  # a leftover (a commit or a repair that died before placing it): it starts where this
+            repin_unplaced(self.store, config, successor, start)  # repair found data, under the schema now
         stored = None
         if self.should_run():
             stored = self.store.update_ideal_state(table, place_successor(latest, successor, instances,

@@ -10,6 +10,7 @@ from cuvee.cluster.store import ClusterStore
 from cuvee.config import TableConfig, raw_table_name
 from cuvee.controller.catalog import Catalog, parse_table
 from cuvee.controller.errors import BadRequest, Conflict
+from cuvee.controller.pinned import check_config_fits_pinned
 from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.table_setup import delete_table_state, plan_table, read_start_offsets, write_plan
 
@@ -17,8 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
-    """Validate, plan (stream offsets, placement: every user error before any write), then write the config,
-    the served schema version, the segment records (each naming that schema version) and the ideal state, in that
+    """Validate, plan (stream offsets, placement: every user error before any write), then write the served
+    schema version, the config, the segment records (each naming that schema version) and the ideal state, in that
     order."""
     catalog = Catalog(store)
     table = parse_table(doc)
@@ -34,8 +35,10 @@ def create_table(store: ClusterStore, doc: Any, now_ms: int) -> TableConfig:
     if table.is_realtime:
         assert table.stream is not None
         plan = plan_table(store, table, read_start_offsets(table.stream), now_ms, schema_version)
+    # the served version before the config: a table never exists without one (a creation cut short between the
+    # two leaves a served version of no table, which the next creation's ``serve`` keeps or raises)
+    versions.serve(name, schema_name, schema_version)
     catalog.create_table_config(table)
-    versions.serve(name, schema_name, schema_version)  # before any segment reaches a server
     if plan is not None:
         write_plan(store, name, plan)
         log.info("created %s: %d consuming segment(s)", name, len(plan.segments))
@@ -75,6 +78,7 @@ def update_table(store: ClusterStore, name: str, doc: Any) -> TableConfig:
                          "and create it again")
     _check_not_hybrid_dim(catalog, table)
     catalog.check_against_schema(table)
+    check_config_fits_pinned(store, table)  # and the schema its consuming segments are built under
     catalog.update_table_config(table)
     return table
 

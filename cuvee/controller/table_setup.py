@@ -29,6 +29,7 @@ from cuvee.cluster.schemas import SchemaVersions, schema_name_of
 from cuvee.cluster.store import ClusterStore
 from cuvee.config import OffsetReset, StreamConfig, TableConfig, TableType, raw_table_name
 from cuvee.controller.errors import BadGateway, BadRequest
+from cuvee.controller.pinned import repin_unplaced
 from cuvee.errors import CuveeError
 from cuvee.maintenance.config import REALTIME_TO_OFFLINE
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
@@ -158,8 +159,8 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
 
     The next segment's record may exist already without being in the ideal state: a pause landed between steps 2
     and 3 of a commit, or a controller died in an earlier consumeFrom between the record and the ideal state. It is
-    reused, and with ``start_offsets`` its start offset (and schema version) set to what this resume asks, by
-    compare-and-set: no server consumes it yet (it is in no ideal state, and ``consumeFrom`` runs only while the
+    reused, its schema version set to the schema's now and, with ``start_offsets``, its start offset to what this
+    resume asks, by compare-and-set (``repin_unplaced``): no server consumes it yet (it is in no ideal state, and ``consumeFrom`` runs only while the
     table is paused with nothing consuming, so no commit or repair places it meanwhile)."""
     stream = table.stream
     assert stream is not None
@@ -187,26 +188,15 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
         if start is not None:
             record = dataclasses.replace(record, start_offset=start)
         stored, new = store.create_segment(name, record)
-        if not new and start is not None and next_name not in current.record.segments:
+        placed_record = stored.record
+        if not new:  # a leftover: it starts where this resume asks, under the schema's version now
             before = stored.record.start_offset
-            stored = store.update_segment(name, next_name, _restarted(start, version))
-            log.warning("%s partition %d: %s was created earlier (from offset %s) and never placed; it starts at "
-                        "offset %d as this resume asks", name, llc.partition, next_name, before, start)
+            placed_record = repin_unplaced(store, table, next_name, start) or stored.record
+            if start is not None and placed_record.start_offset == start != before:
+                log.warning("%s partition %d: %s was created earlier (from offset %s) and never placed; it starts "
+                            "at offset %d as this resume asks", name, llc.partition, next_name, before, start)
         store.update_ideal_state(name, complete_in_ideal_state(llc.name, next_name))
-        created.append((next_name, done.record, stored.record))
+        created.append((next_name, done.record, placed_record))
         log.info("resumed %s: partition %d consumes %s from offset %s", name, llc.partition, next_name,
-                 stored.record.start_offset)
+                 placed_record.start_offset)
     return created
-
-
-def _restarted(start: int, version: int) -> Callable[[SegmentRecord], SegmentRecord]:
-    """A leftover next-segment record made to start at ``start`` under schema ``version`` (it must still be
-    IN_PROGRESS: a record that has moved on is not restarted)."""
-
-    def update(record: SegmentRecord) -> SegmentRecord:
-        if record.status is not SegmentStatus.IN_PROGRESS:
-            raise RequirementFailedError(f"segment {record.segment_name} is {record.status.value}; it cannot be "
-                                         f"restarted at offset {start}")
-        return dataclasses.replace(record, start_offset=start, schema_version=version)
-
-    return update

@@ -19,6 +19,7 @@ import pyarrow as pa
 from cuvee.cluster.records import SegmentRecord, SegmentState, SegmentStatus
 from cuvee.cluster.store import ClusterStore
 from cuvee.errors import CuveeError
+from cuvee.evolution.compatibility import columns_differ
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.current_state import CurrentStates
@@ -257,6 +258,7 @@ class SegmentTransitions:
         self._cap_from_successor(table, consuming)
         if self._schemas is not None:
             self._schemas.ensure(table)
+            self._commit_if_behind(table, record, consuming)
 
         def publish() -> None:
             self._registry.put(table, ConsumingView(consuming), on_release=stop)  # queryable from the first row
@@ -267,6 +269,23 @@ class SegmentTransitions:
             upsert.start(segment, consuming, publish)  # in the partition's views in the same step
             consuming.set_gate(lambda interrupted: self._upsert_gate(table, segment, upsert, interrupted))
         consuming.start()
+
+    def _commit_if_behind(self, table: str, record: SegmentRecord, consuming: Consuming) -> None:
+        """A consuming segment pinned to an older schema version than the table is served under, with other
+        columns, is force-committed as it starts, as a reload does to the ones it finds consuming: a reload that
+        landed after the controller pinned it and before it was placed missed it, and would leave its rows without
+        the served columns until its own commit. Every replica decides it from the same two records."""
+        served = self._schemas.get(table) if self._schemas is not None else None
+        schema = getattr(consuming, "schema", None)
+        if (served is None or schema is None or record.schema_version is None
+                or record.status is not SegmentStatus.IN_PROGRESS or served.version <= record.schema_version):
+            return
+        differ = columns_differ(schema, served.schema)
+        if differ:
+            log.warning("%s/%s: pinned to schema version %d, served under %d with other columns (%s): "
+                        "force-committed so its successor ingests them", table, record.segment_name,
+                        record.schema_version, served.version, ", ".join(differ[:10]))
+            consuming.force_commit()
 
     def _upsert_gate(self, table: str, segment: str, upsert: TableUpsert, interrupted: threading.Event) -> bool:
         """An upsert consumer's first step: wait until every earlier segment of its partition that the ideal state
@@ -395,9 +414,19 @@ class SegmentTransitions:
             self._schemas.forget(table)
 
     def follow_served_schema(self, table: str) -> None:
-        """The follower's pass over a table with segments here: serve its recorded served schema version."""
-        if self._schemas is not None:
-            self._schemas.ensure(table)
+        """The follower's pass over a table with segments here: serve its recorded served schema version, and
+        force-commit the table's consuming segments here that are pinned to an older one with other columns (a
+        reload whose call to this server failed, or a served version the repair pass wrote: their rows would
+        otherwise lack the served columns until their own commit; idempotent, every replica decides alike)."""
+        if self._schemas is None:
+            return
+        self._schemas.ensure(table)
+        with self._lock:
+            running = [consuming for (held, _), consuming in self._consuming.items() if held == table]
+        for consuming in running:
+            record = getattr(consuming, "record", None)
+            if record is not None:
+                self._commit_if_behind(table, record, consuming)
 
     def segment_deleted(self, table: str, segment: str) -> None:
         """The segment left the ideal state (deleted, not moved): queries routed to it meanwhile skip it."""

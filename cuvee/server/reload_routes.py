@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from cuvee.evolution.compatibility import columns_differ
 from cuvee.protocol.completion_http import SERVER_RELOAD, SERVER_SEGMENT_METADATA
+from cuvee.server.consuming.fsm_types import ConsumerState
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.tables import TableNotFoundError
 
@@ -59,11 +60,18 @@ def reload_router(server: Server) -> APIRouter:
         for consuming in server.transitions.consuming(table):
             schema = getattr(consuming, "schema", None)
             differ = columns_differ(schema, served.schema) if consuming.name in names and schema is not None else []
-            if differ:
-                log.info("reload %s: %s consumes under other columns than served (%s): force-committed", body.jobId,
-                         consuming.name, ", ".join(differ[:10]))
-                consuming.force_commit()
-                committed.append(consuming.name)
+            if not differ:
+                continue
+            state = getattr(consuming, "state", ConsumerState.CONSUMING)
+            if state is not ConsumerState.CONSUMING:  # its end is reached or fixed: its commit is under way
+                log.info("reload %s: %s consumes under other columns than served (%s) and already ends (%s): its "
+                         "successor is made under the served version", body.jobId, consuming.name,
+                         ", ".join(differ[:10]), state.value)
+                continue
+            log.info("reload %s: %s consumes under other columns than served (%s): force-committed", body.jobId,
+                     consuming.name, ", ".join(differ[:10]))
+            consuming.force_commit()
+            committed.append(consuming.name)
         log.info("reload %s of %s on %s: schema version %d, %d segment(s), force-committed %s", body.jobId, table,
                  server.instance_id, served.version, len(names), committed)
         return {"instanceId": server.instance_id, "schemaVersion": served.version, "segments": names,

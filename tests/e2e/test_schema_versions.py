@@ -21,6 +21,7 @@ import pytest
 from cuvee.cluster.records import SegmentRecord
 from cuvee.cluster.schemas import SchemaVersions
 from cuvee.config import Schema, TableConfig
+from cuvee.controller import faults
 from cuvee.controller.catalog import Catalog
 from cuvee.controller.server_client import ServerReply
 from cuvee.controller.table_setup import plan_table, read_start_offsets, write_plan
@@ -287,3 +288,81 @@ def test_a_server_a_reloads_call_missed_serves_the_recorded_version_within_a_pol
         wait_until(lambda: missed.schemas.get("sales_OFFLINE").version == 1, 10,
                    message="the server the reload missed never took the recorded version")
         assert missed.schemas.get("sales_OFFLINE").spec("channel").null_value == "web"
+
+
+def test_a_consuming_segment_pinned_before_the_served_version_is_committed_when_it_starts(tmp_path: Path) -> None:
+    """A reload that did not reach the server consuming a segment (down, or the segment not placed yet: a commit
+    between its steps 2 and 3) leaves it pinned to the old version while the table is served under the new one;
+    when a replica starts it (here: a restart) it is force-committed at once, so its successor ingests the added
+    column instead of dropping its values until the segment fills (rev-d F3 backstop)."""
+    with InProcessCluster(tmp_path, servers=1) as cluster:
+        http, ctl = cluster.http, cluster.controller_url
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
+        cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
+        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
+        old = _consuming_segment(cluster, 0)
+        client = cluster.controller.servers
+        client.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
+            ServerReply(i, error="ConnectError: refused (test)") for i in calls]
+        job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
+        assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+        assert _record(cluster, old).schema_version == 0
+        _restart(cluster, 0)
+        successor = _consuming_segment(cluster, 1)
+        assert _record(cluster, successor).schema_version == 1
+        cluster.produce(configs, ({"id": i, "v": 1, "color": "red"} for i in range(10, 20)), key_field="id")
+        wait_until(lambda: _rows(cluster, f"SELECT color, COUNT(*) FROM {TABLE} GROUP BY color ORDER BY color")
+                   == [["none", 10], ["red", 10]], 30, message="the added column's values were lost")
+
+
+def test_a_running_consuming_segment_a_reload_missed_is_committed_at_the_followers_next_pass(
+        tmp_path: Path) -> None:
+    """The reload's call to the server fails and nothing restarts: the server's follower takes the served version
+    at its next pass and force-commits the consuming segment pinned to the old one (before, its rows lost the added
+    column's values until its own commit, and for good in that segment)."""
+    with InProcessCluster(tmp_path, servers=1) as cluster:
+        http, ctl = cluster.http, cluster.controller_url
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
+        cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
+        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
+        old = _consuming_segment(cluster, 0)
+        cluster.controller.servers.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
+            ServerReply(i, error="ConnectError: refused (test)") for i in calls]
+        job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
+        assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+        wait_until(lambda: _record(cluster, old).status.value == "DONE", 30,
+                   message="the consuming segment pinned to the old version was never committed")
+        successor = _consuming_segment(cluster, 1)
+        assert _record(cluster, successor).schema_version == 1
+        cluster.produce(configs, ({"id": i, "v": 1, "color": "red"} for i in range(10, 20)), key_field="id")
+        wait_until(lambda: _rows(cluster, f"SELECT color, COUNT(*) FROM {TABLE} GROUP BY color ORDER BY color")
+                   == [["none", 10], ["red", 10]], 30, message="the added column's values were lost")
+
+
+def test_a_reload_during_a_commit_leaves_the_next_segment_under_the_new_version(tmp_path: Path) -> None:
+    """A schema update with reload lands between a commit's steps 2 and 3: the segment already ends (nothing to
+    force-commit, and the reload says so), and the next segment, pinned at step 2, is placed under the new version,
+    so the added column's values are kept (rev-d F3, reload_during_commit)."""
+    jobs: list[dict[str, Any]] = []
+    with InProcessCluster(tmp_path, servers=2) as cluster:
+        http, ctl = cluster.http, cluster.controller_url
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=2, flush_rows=20)
+        first = _consuming_segment(cluster, 0)
+
+        def update_and_reload() -> None:
+            answer = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"})
+            jobs.append(answer.json()["reloadJobs"][REALTIME])
+
+        faults.HOOKS[faults.COMMIT_AFTER_STEP2] = update_and_reload
+        try:
+            cluster.produce(configs, ({"id": i, "v": 1} for i in range(20)), key_field="id")
+            wait_until(lambda: first in cluster.committed_segments(TABLE), 60)
+        finally:
+            faults.HOOKS.pop(faults.COMMIT_AFTER_STEP2, None)
+        [job] = jobs
+        assert job["schemaVersion"] == 1
+        assert all(s.get("forceCommitted") == [] for s in job["servers"].values()), job  # it was ending already
+        assert _record(cluster, _consuming_segment(cluster, 1)).schema_version == 1
+        cluster.produce(configs, ({"id": i, "v": 1, "color": "red"} for i in range(20, 35)), key_field="id")
+        wait_until(lambda: _rows(cluster, f"SELECT color, COUNT(*) FROM {TABLE} GROUP BY color ORDER BY color")
+                   == [["none", 20], ["red", 15]], 30, message="the added column's values were lost")
