@@ -16,10 +16,18 @@ from collections.abc import Mapping
 import duckdb
 import pyarrow as pa
 
-from cuvee.node.deadlines import DEADLINES
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
-from cuvee.query.execute import ENGINE_FAILED, duckdb_failure, healthy, register, set_deadline, user_message
+from cuvee.query.execute import (
+    ENGINE_FAILED,
+    duckdb_failure,
+    healthy,
+    interrupt_at,
+    interrupt_quietly,
+    register,
+    set_deadline,
+    user_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +79,7 @@ class Stage:
         if deadline is not None and time.monotonic() >= deadline:  # started late (a busy pool): an interrupt
             self.close()  # sent before the statement began is lost, so it must not begin
             raise QueryError(QueryErrorCode.BROKER_TIMEOUT, "the broker stage ran out of the query's time")
-        # interrupted at the deadline, and again until it ends (one interrupt before the statement starts is lost)
-        timer = DEADLINES.watch(deadline, self.interrupt, every=0.05) if deadline is not None else None
+        timer = interrupt_at(deadline, self._cursor) if deadline is not None else None
         try:
             set_deadline(self._cursor, sql, deadline)
             for name, table in relations.items():
@@ -124,10 +131,7 @@ class Stage:
                           f"run; narrow it, or {SPARK_HINT}")
 
     def interrupt(self) -> None:
-        try:
-            self._cursor.interrupt()
-        except duckdb.Error:  # finished and closed meanwhile
-            pass
+        interrupt_quietly(self._cursor)
 
     def close(self) -> None:
         try:

@@ -33,7 +33,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.node.deadlines import DEADLINES
+from cuvee.node.deadlines import DEADLINES, Handle
 from cuvee.query import duckdb_functions
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.funnel_window import DEADLINE_VARIABLE, TOO_MANY_EVENTS
@@ -166,11 +166,22 @@ def set_deadline(con: duckdb.DuckDBPyConnection, sql: str, deadline: float | Non
         con.execute(f"SET VARIABLE {DEADLINE_VARIABLE} = CAST('{float(deadline)!r}' AS DOUBLE)")
 
 
-def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
+REINTERRUPT_SECONDS = 0.05  # past its deadline a statement is interrupted again this often (DuckDB forgets an
+# interrupt that comes before its statement starts)
+
+
+def interrupt_quietly(con: duckdb.DuckDBPyConnection) -> None:
+    """Interrupt ``con``'s statement; nothing when it finished and the cursor closed meanwhile."""
     try:
         con.interrupt()
-    except duckdb.Error:  # finished and closed meanwhile
+    except duckdb.Error:
         pass
+
+
+def interrupt_at(deadline: float, con: duckdb.DuckDBPyConnection) -> Handle:
+    """Interrupt ``con`` at ``deadline`` (``time.monotonic()``) and again until the handle is cancelled: the one
+    shared watcher every step uses (a timer thread per query cost each its start)."""
+    return DEADLINES.watch(deadline, lambda: interrupt_quietly(con), every=REINTERRUPT_SECONDS)
 
 
 def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Table] | None = None, *,
@@ -180,8 +191,7 @@ def run_sql(sql: str, relation: str, table: pa.Table, others: Mapping[str, pa.Ta
     if deadline is not None and time.monotonic() >= deadline:
         raise PastDeadlineError()
     con = sandboxed_cursor(_input_values(table))
-    # interrupted at the deadline, and again until it ends (an interrupt before the statement starts is lost)
-    timer = DEADLINES.watch(deadline, lambda: _interrupt(con), every=0.05) if deadline is not None else None
+    timer = interrupt_at(deadline, con) if deadline is not None else None
     try:
         set_deadline(con, sql, deadline)
         register(con, relation, table)

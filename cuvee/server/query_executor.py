@@ -40,12 +40,20 @@ from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
-from cuvee.query.execute import duckdb_failure, engine_failure, keep_groups, register, sandboxed_cursor, set_deadline, user_message
+from cuvee.query.execute import (
+    duckdb_failure,
+    engine_failure,
+    interrupt_at,
+    keep_groups,
+    register,
+    sandboxed_cursor,
+    set_deadline,
+    user_message,
+)
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
-from cuvee.node.deadlines import DEADLINES
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
@@ -452,9 +460,8 @@ class QueryExecutor:
         nothing) and run the request on ``con``; ``answer``: how the SQL's answer is made instead of running it
         whole (a selection read late); ``lost``: called when ``con``'s database failed for good (native copies:
         later queries scan the segments)."""
-        # One shared watcher interrupts the cursor at the deadline (a timer thread per query cost each its start).
         at = time.monotonic() + max(deadline - self._clock(), 0.0)
-        timer = DEADLINES.watch(at, lambda: _interrupt(con), every=_REINTERRUPT_SECONDS)
+        timer = interrupt_at(at, con)
         try:
             prefix = bind()
             set_deadline(con, request.sql, at)  # the Python functions it calls (windowed funnels) look at it
@@ -744,17 +751,6 @@ def _counts_rows_only(request: ServerQueryRequest) -> bool:
     """``SELECT COUNT(*)`` over every row held: no WHERE, no hybrid time filter."""
     return (request.sql == COUNT_ROWS_SERVER_SQL and request.time_filter is None and request.docs_column is None
             and request.docs_scanned_sql is None)
-
-
-_REINTERRUPT_SECONDS = 0.05  # past its deadline a query is interrupted again this often (DuckDB forgets an interrupt
-# that comes before its statement starts)
-
-
-def _interrupt(con: duckdb.DuckDBPyConnection) -> None:
-    try:
-        con.interrupt()
-    except duckdb.Error:  # the query finished and the cursor closed meanwhile
-        pass
 
 
 _REMEMBERED_SQL_BYTES = 16 * 1024  # longer texts are checked every time, never kept
