@@ -22,6 +22,7 @@ from cuvee.errors import CuveeError
 from cuvee.evolution.compatibility import columns_differ
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
 from cuvee.segment.immutable import ImmutableSegment
+from cuvee.server.consuming.fsm_types import ConsumerState
 from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import SegmentFetcher
 from cuvee.server.local import LocalSegments
@@ -278,8 +279,9 @@ class SegmentTransitions:
         served = self._schemas.get(table) if self._schemas is not None else None
         schema = getattr(consuming, "schema", None)
         if (served is None or schema is None or record.schema_version is None
-                or record.status is not SegmentStatus.IN_PROGRESS or served.version <= record.schema_version):
-            return
+                or record.status is not SegmentStatus.IN_PROGRESS or served.version <= record.schema_version
+                or getattr(consuming, "state", ConsumerState.CONSUMING) is not ConsumerState.CONSUMING):
+            return  # ... or its end is already reached or fixed (each follower pass asks again: no repeats)
         differ = columns_differ(schema, served.schema)
         if differ:
             log.warning("%s/%s: pinned to schema version %d, served under %d with other columns (%s): "
