@@ -290,22 +290,28 @@ def test_a_server_a_reloads_call_missed_serves_the_recorded_version_within_a_pol
         assert missed.schemas.get("sales_OFFLINE").spec("channel").null_value == "web"
 
 
+def _column_added_by_a_reload_that_misses_the_server(cluster: InProcessCluster) -> tuple[dict[str, str], str]:
+    """A one-partition table with 10 rows consuming, then a column added with reload=true whose call to the server
+    fails: the stream's configs and the consuming segment (pinned to version 0, the table served under 1)."""
+    http, ctl = cluster.http, cluster.controller_url
+    configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
+    cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
+    wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
+    old = _consuming_segment(cluster, 0)
+    cluster.controller.servers.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
+        ServerReply(i, error="ConnectError: refused (test)") for i in calls]
+    job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
+    assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+    return configs, old
+
+
 def test_a_consuming_segment_pinned_before_the_served_version_is_committed_when_it_starts(tmp_path: Path) -> None:
     """A reload that did not reach the server consuming a segment (down, or the segment not placed yet: a commit
     between its steps 2 and 3) leaves it pinned to the old version while the table is served under the new one;
     when a replica starts it (here: a restart) it is force-committed at once, so its successor ingests the added
     column instead of dropping its values until the segment fills (rev-d F3 backstop)."""
     with InProcessCluster(tmp_path, servers=1) as cluster:
-        http, ctl = cluster.http, cluster.controller_url
-        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
-        cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
-        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
-        old = _consuming_segment(cluster, 0)
-        client = cluster.controller.servers
-        client.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
-            ServerReply(i, error="ConnectError: refused (test)") for i in calls]
-        job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
-        assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+        configs, old = _column_added_by_a_reload_that_misses_the_server(cluster)
         assert _record(cluster, old).schema_version == 0
         _restart(cluster, 0)
         successor = _consuming_segment(cluster, 1)
@@ -321,15 +327,7 @@ def test_a_running_consuming_segment_a_reload_missed_is_committed_at_the_followe
     at its next pass and force-commits the consuming segment pinned to the old one (before, its rows lost the added
     column's values until its own commit, and for good in that segment)."""
     with InProcessCluster(tmp_path, servers=1) as cluster:
-        http, ctl = cluster.http, cluster.controller_url
-        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=1_000_000)
-        cluster.produce(configs, ({"id": i, "v": 1} for i in range(10)), key_field="id")
-        wait_until(lambda: cluster.scalar(f"SELECT COUNT(*) FROM {TABLE}") == 10, 30)
-        old = _consuming_segment(cluster, 0)
-        cluster.controller.servers.reload = lambda calls, table, job_id: [  # type: ignore[method-assign]
-            ServerReply(i, error="ConnectError: refused (test)") for i in calls]
-        job = http.put(f"{ctl}/schemas/{TABLE}", json=COLORED, params={"reload": "true"}).json()
-        assert job["reloadJobs"][REALTIME]["schemaVersion"] == 1
+        configs, old = _column_added_by_a_reload_that_misses_the_server(cluster)
         wait_until(lambda: _record(cluster, old).status.value == "DONE", 30,
                    message="the consuming segment pinned to the old version was never committed")
         successor = _consuming_segment(cluster, 1)
