@@ -245,21 +245,21 @@ class PartitionConsumer:
         good, offsets = result.batch, result.offsets
         dropped = offsets[:0]
         if self.transformer is not None:
+            failed: list[tuple[int, str]] = []  # (offset, why): counted as bad records, never a crash loop
             try:
                 transformed = self.transformer.apply(good, offsets)
-            except Exception as exc:  # noqa: BLE001 - never a crash loop: the batch's rows are counted as bad
+            except Exception as exc:  # noqa: BLE001 - the whole batch's rows are bad
                 log.exception("%s: the ingestion transforms failed on a batch at offset %d", self.name, self.offset)
-                failure = f"ingestion transform failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
-                by_offset = dict(zip(batch.offsets, batch.values))
-                result.bad.extend(BadRecord.of(o, failure, by_offset[int(o)]) for o in offsets)
+                why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+                failed = [(int(o), why) for o in offsets]
                 good, offsets = good.slice(0, 0), offsets[:0]
-            else:
-                if transformed.failed:  # continueOnError unset/false: as Pinot, the row is skipped, counted as bad
-                    by_offset = dict(zip(batch.offsets, batch.values))
-                    result.bad.extend(BadRecord.of(int(offsets[row]), f"ingestion transform failed: {reason}",
-                                                   by_offset[int(offsets[row])]) for row, reason in transformed.failed)
-                    result.bad.sort(key=lambda b: b.offset)
+            else:  # continueOnError unset/false: as Pinot, a row whose transform failed is skipped
+                failed = [(int(offsets[row]), why) for row, why in transformed.failed]
                 good, offsets, dropped = transformed.batch, transformed.offsets, transformed.dropped_offsets
+            if failed:
+                raw = dict(zip(batch.offsets, batch.values))
+                result.bad.extend(BadRecord.of(o, f"ingestion transform failed: {why}", raw[o]) for o, why in failed)
+                result.bad.sort(key=lambda b: b.offset)
         if self.before_write is not None and good.num_rows:
             try:
                 good, offsets, skipped = self.before_write(good, offsets)
