@@ -22,7 +22,10 @@ still consumed.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -34,9 +37,12 @@ from cuvee.config.errors import ConfigIssue
 from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
 from cuvee.config.sections import IngestionConfig
 from cuvee.query.errors import QueryError
-from cuvee.query.execute import register, sandboxed_cursor
+from cuvee.query.execute import engine_failure, register, sandboxed_cursor
 from cuvee.query.functions import DIALECT, READ_DIALECT, translate_scalar
 from cuvee.query.parse import refuse_internal_functions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _BATCH = "ingested_batch"
 _NUMBERS = (DataType.INT, DataType.LONG, DataType.FLOAT, DataType.DOUBLE)
@@ -80,17 +86,7 @@ class RowTransformer:
             return TransformResult(batch, offsets, offsets[:0])
         rows = pa.array(np.arange(batch.num_rows, dtype=np.int64))
         source = pa.Table.from_batches([batch]).append_column(_ROW, rows)
-        failed: list[tuple[int, str]] = []
-        con = sandboxed_cursor(exact_try=True)
-        try:
-            register(con, _BATCH, source)
-            out = con.sql(self._sql).to_arrow_table()
-            if self._checks:
-                flags = [out.column(f"{_FAILED}{i}").to_numpy(zero_copy_only=False) for i in range(len(self._checks))]
-                out = out.drop_columns([f"{_FAILED}{i}" for i in range(len(self._checks))])
-                failed = _reasons(con, out.column(_ROW).to_numpy(), flags, self._checks)
-        finally:
-            con.close()
+        out, failed = _on_cursor(lambda con: self._run(con, source))
         if failed:
             out = out.filter(pa.array(~np.isin(out.column(_ROW).to_numpy(), [row for row, _ in failed])))
         kept = out.column(_ROW).to_numpy()
@@ -106,6 +102,34 @@ class RowTransformer:
             kept_batch = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in target], schema=target)
         offsets = np.asarray(offsets)
         return TransformResult(kept_batch, offsets[kept], offsets[dropped], tuple(failed))
+
+
+    def _run(self, con: duckdb.DuckDBPyConnection, source: pa.Table) -> tuple[pa.Table, list[tuple[int, str]]]:
+        """The statement over ``source``: its rows, and the rows that failed with why."""
+        register(con, _BATCH, source)
+        out = con.sql(self._sql).to_arrow_table()
+        if not self._checks:
+            return out, []
+        flags = [out.column(f"{_FAILED}{i}").to_numpy(zero_copy_only=False) for i in range(len(self._checks))]
+        out = out.drop_columns([f"{_FAILED}{i}" for i in range(len(self._checks))])
+        return out, _reasons(con, out.column(_ROW).to_numpy(), flags, self._checks)
+
+
+def _on_cursor(work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    """``work`` on a cursor of the ingestion database, closed after. Should DuckDB fail inside itself (its database
+    invalidated, here or by a statement on another thread), the database is replaced and ``work`` runs once more
+    there: a batch's rows are stored, not turned into bad records, and a table's setup does not fail for it."""
+    for attempt in (1, 2):
+        con = sandboxed_cursor(exact_try=True)
+        try:
+            return work(con)
+        except duckdb.Error as exc:
+            if attempt == 2 or engine_failure(exc) is None:
+                raise
+            log.warning("ingestion expressions met a failed DuckDB database; running them again on a new one")
+        finally:
+            con.close()
+    raise AssertionError("unreachable")
 
 
 def _reasons(con: duckdb.DuckDBPyConnection, rows: np.ndarray, flags: list[np.ndarray],
@@ -265,27 +289,27 @@ def _expression(text: str, timestamps: frozenset[str], numbers: frozenset[str], 
 def _bind(schema: Schema, expression: str, path: str) -> list[ConfigIssue]:
     """Evaluate ``expression`` over no rows of the schema: DuckDB binds every function, column and cast as it will
     for real, so a mistake is reported when the table is created, not when rows arrive."""
-    con = sandboxed_cursor(exact_try=True)
-    try:
+    def run(con: duckdb.DuckDBPyConnection) -> None:
         register(con, _BATCH, schema.arrow_schema().empty_table())
         con.sql(f"SELECT {expression} FROM {_BATCH}").to_arrow_table()
+
+    try:
+        _on_cursor(run)
     except duckdb.Error as exc:
         return [ConfigIssue(path, f"cannot run: {str(exc).splitlines()[0]}")]
-    finally:
-        con.close()
     return []
 
 
 def _run_empty(schema: Schema, statement: str) -> list[ConfigIssue]:
-    con = sandboxed_cursor(exact_try=True)
-    try:
+    def run(con: duckdb.DuckDBPyConnection) -> None:
         register(con, _BATCH, schema.arrow_schema().empty_table().append_column(_ROW, pa.array([], pa.int64())))
         con.sql(statement).to_arrow_table()
+
+    try:
+        _on_cursor(run)
     except duckdb.Error as exc:
         return [ConfigIssue("$.ingestionConfig", f"the transforms and filter cannot run together: "
                                                  f"{str(exc).splitlines()[0]}")]
-    finally:
-        con.close()
     return []
 
 
@@ -295,12 +319,11 @@ def _duck_type(arrow_type: pa.DataType) -> str:
         arrow_type = arrow_type.value_type
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return _duck_type(arrow_type.value_type) + "[]"
-    con = sandboxed_cursor(exact_try=True)
-    try:
+    def run(con: duckdb.DuckDBPyConnection) -> str:
         register(con, "t", pa.table({"c": pa.array([], arrow_type)}))
         return str(con.sql("SELECT c FROM t").types[0])
-    finally:
-        con.close()
+
+    return _on_cursor(run)
 
 
 def _quote(name: str) -> str:

@@ -205,3 +205,36 @@ def test_a_failure_whose_message_duckdb_cuts_mid_character_still_skips_only_its_
     result = decode(rows, table)
     assert [row for row, _ in result.failed] == [10] and result.batch.num_rows == 19
     assert result.failed[0][1].startswith("the transform of column 'country'")
+
+
+def _invalidate_the_ingestion_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's own internal failure (as tests/query/test_engine_failure.py's) on the ingestion database."""
+    import pyarrow as pa
+
+    from cuvee.query import execute
+
+    blobs = pa.table({"b": pa.DictionaryArray.from_arrays(pa.array([0, 1] * 60, pa.int32()),
+                                                          pa.array([b"\xab\xcd", b"\xff"], pa.binary()))})
+    with monkeypatch.context() as patch:
+        patch.setattr(execute, "duckdb_readable", lambda t: t)
+        con = execute.sandboxed_cursor(exact_try=True)
+        with pytest.raises(Exception, match="unique_ptr"):
+            execute.register(con, "t", blobs)
+            con.sql("SELECT count(*) FROM t WHERE b = from_hex('abcd')").fetchall()
+        con.close()
+
+
+def test_ingestion_meeting_an_invalidated_database_runs_again_on_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB invalidates a database after an internal error (a statement on another thread can cause it): every
+    later statement fails with "database has been invalidated". A batch's transforms and a table's compile replace
+    the database and run again, so rows are stored, not turned into bad records."""
+    table = ingestion(transformConfigs=[{"columnName": "country", "transformFunction": "upper(country)"}])
+    transformer = compile_ingestion(SCHEMA, table.ingestion)
+    assert transformer is not None
+    rows = [{"country": "nz", "ts": 0}, {"country": "fr", "ts": 1}]
+    decoded = JsonDecoder(decode_schema(SCHEMA, transformer)).decode([orjson.dumps(r) for r in rows], [7, 8])
+    _invalidate_the_ingestion_database(monkeypatch)
+    result = transformer.apply(decoded.batch, decoded.offsets)
+    assert [r["country"] for r in result.batch.to_pylist()] == ["NZ", "FR"] and result.failed == ()
+    _invalidate_the_ingestion_database(monkeypatch)
+    assert decode(rows, table).batch.num_rows == 2  # compile_ingestion (binding, types) runs again too
