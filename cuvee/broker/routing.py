@@ -40,8 +40,10 @@ server reads the partition whole, consuming segments included, and replicas are 
 stream: a replica reports a new consuming segment CONSUMING before it has read a row of it (it first waits until
 the previous segment is served committed there). A choice made afresh from every external view moved a partition
 as replicas reported their transitions, from the replica that had read a key's only version to one that had not:
-the key vanished from the next query. Moving only when the replica stops serving a segment moves a partition to
-a replica further along the partition's segments, or away from one that failed.
+the key vanished from the next query. Moving only when the replica stops serving a segment moves a partition
+away from one that failed or lost a segment. A newest consuming segment the replica does not list yet does not
+move it: the external view lags the servers, and a replica listed mid-commit may already read that segment (its
+server reads it unlisted) further than the replica that lists it, which may not have read a row of it yet.
 """
 
 from __future__ import annotations
@@ -132,9 +134,10 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
             blocked = True
     replicas: dict[str, str] = {}
     if strict:
-        choices, split, replicas = _one_replica_per_partition(choices, view, available, request_number, upsert,
-                                                              sticky or {})
+        choices, split, later, replicas = _one_replica_per_partition(choices, view, available, request_number,
+                                                                     upsert, sticky or {})
         unavailable += split
+        held_back += later
     servers: dict[str, list[str]] = {}
     for index, choice in enumerate(sorted(choices, key=lambda c: c.segment)):
         # Committed segments are identical on every replica: rotate them per request to balance load. A consuming
@@ -164,13 +167,15 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
     from the same replica every query (a stable hash, as route() does for consuming segments); one of committed
     segments only rotates between queries. An upsert partition stays on its ``sticky`` replica while that one
     serves all of it, and is otherwise chosen by the same stable hash, never rotated: its server also reads
-    consuming segments the external view does not list yet. Returns (choices, unavailable segments, the replica
-    of each upsert partition)."""
+    consuming segments the external view does not list yet, so it stays there while only the partition's newest
+    consuming segments are not listed on it yet (``_newest_consuming_not_listed``: those are held back). Returns
+    (choices, unavailable segments, held-back segments, the replica of each upsert partition)."""
     groups: dict[str, list[_Choice]] = {}
     for choice in choices:
         groups.setdefault(_partition_key(choice.segment)[0], []).append(choice)
     out: list[_Choice] = []
     unavailable: list[str] = []
+    held_back: list[str] = []
     replicas: dict[str, str] = {}
     for group, members in groups.items():
         if upsert:
@@ -181,7 +186,9 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
             state_of = {True: SegmentState.CONSUMING, False: SegmentState.ONLINE}
             serving = {m.segment: {i: state_of[m.consuming] for i in m.candidates} for m in members}
         instance = sticky.get(group) if upsert else None
-        if instance is None or any(instance not in replicas_of for replicas_of in serving.values()):
+        later = _newest_consuming_not_listed(members, serving, view, instance) if instance is not None else []
+        if instance is None or any(instance not in replicas_of for s, replicas_of in serving.items()
+                                   if s not in later):
             counts = Counter(i for replicas_of in serving.values() for i in replicas_of)
             most = max(counts.values())
             ordered = sorted(i for i, count in counts.items() if count == most)
@@ -192,11 +199,34 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
             replicas[group] = instance
         for m in members:
             state = serving[m.segment].get(instance)
-            if state is None:
+            if m.segment in later:
+                held_back.append(m.segment)  # its server reads it when it has it (the partition whole)
+            elif state is None:
                 unavailable.append(m.segment)
             else:
                 out.append(_Choice(m.segment, (instance,), state is SegmentState.CONSUMING))
-    return out, unavailable, replicas
+    return out, unavailable, held_back, replicas
+
+
+def _newest_consuming_not_listed(members: list[_Choice], serving: Mapping[str, Mapping[str, SegmentState]],
+                                 view: Assignment, instance: str) -> list[str]:
+    """An upsert partition's newest segments, CONSUMING elsewhere, that its ``sticky`` replica does not list at all
+    yet while it serves every older one: that replica is not behind, its report is (a new consuming segment is
+    listed once the previous one's commit finished there, and its server reads the partition whole, unlisted
+    consuming segments included). Moving the partition for them would go to a replica that lists the segment
+    but may not have read it yet: a key's newest version, seen a query before, would vanish. Empty when the
+    replica misses any other segment (then the partition moves) or lists the segment in another state (ERROR)."""
+    ordered = sorted(members, key=lambda m: _partition_key(m.segment)[1])
+    later: list[str] = []
+    for m in reversed(ordered):
+        if instance in serving[m.segment]:
+            break
+        if not m.consuming or instance in view[m.segment]:
+            return []
+        later.append(m.segment)
+    if len(later) == len(ordered) or any(instance not in serving[m.segment] for m in ordered[:len(ordered) - len(later)]):
+        return []
+    return later
 
 
 def _capped(candidates: tuple[str, ...], successor: Mapping[str, SegmentState],

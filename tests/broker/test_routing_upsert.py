@@ -71,9 +71,28 @@ def test_a_partition_moves_only_when_its_replica_stops_serving_it() -> None:
     assert replica_of(upsert_route(view, frozenset({"B"}), 0, sticky=on_a)) == "B"  # A is down
     broken = {N: {"A": ERR, "B": ON}, N1: {"A": CO, "B": CO}}  # A lost a committed segment
     assert replica_of(upsert_route(broken, servers, 0, sticky=on_a)) == "B"
-    further = {N: {"A": ON, "B": ON}, N1: {"A": CO, "B": ON}, N2: {"B": CO}}  # B is a segment further along
-    moved = upsert_route(further, servers, 0, sticky=on_a)
+    gone = {N: {"A": ON, "B": ON}, N1: {"B": ON}, N2: {"B": CO}}  # A dropped N+1 (a rebalance moved it)
+    moved = upsert_route(gone, servers, 0, sticky=on_a)
     assert moved.servers == {"B": (N, N1, N2)} and moved.unavailable == () and moved.replicas == {group: "B"}
+    failed = {N: {"A": ON, "B": ON}, N1: {"A": ON, "B": ON}, N2: {"A": ERR, "B": CO}}  # A's N+2 failed to start
+    assert replica_of(upsert_route(failed, servers, 0, sticky=on_a)) == "B"
+
+
+def test_a_partition_stays_while_only_its_newest_consuming_segment_is_not_listed_on_its_replica() -> None:
+    """Stop 34's CI failure: the partition was read from A, whose server had already swapped N for its committed
+    copy and read a key's only version into N+1, while the external view (which lags the servers) still listed N
+    CONSUMING on A and N+1 only on B. Moving to B, whose N+1 had read nothing yet, made the key vanish for a query.
+    A's report lags, not A: it stays, N+1 held back (A's server reads its unlisted consuming segments too)."""
+    servers = frozenset({"A", "B"})
+    on_a = {next(iter(upsert_route({N: {"A": CO, "B": CO}}, servers, 0).replicas)): "A"}
+    for lagging_report in ({N: {"A": CO, "B": ON}, N1: {"B": CO}},
+                           {N: {"A": ON, "B": ON}, N1: {"A": CO, "B": ON}, N2: {"B": CO}}):
+        stayed = upsert_route(lagging_report, servers, 3, sticky=on_a)
+        newest = max(lagging_report)
+        assert replica_of(stayed) == "A" and stayed.replicas == on_a
+        assert stayed.held_back == (newest,) and stayed.unavailable == ()
+        assert newest not in stayed.servers["A"]
+    assert replica_of(upsert_route({N: {"A": CO, "B": ON}, N1: {"B": CO}}, frozenset({"B"}), 0, sticky=on_a)) == "B"
 
 
 @pytest.fixture
