@@ -103,3 +103,14 @@ def test_a_schema_column_may_not_be_named_like_one(cluster: InProcessCluster) ->
     schema = {"schemaName": "clash", "dimensionFieldSpecs": [{"name": "$DocId", "dataType": "INT"}]}
     response = cluster.http.post(f"{cluster.controller_url}/schemas", json=schema)
     assert response.status_code == 400 and "$docId" in response.text
+
+
+def test_multi_stage_queries_read_them_in_their_leaves(cluster: InProcessCluster) -> None:
+    single = sorted(map(tuple, _rows(cluster, f"SELECT $segmentName, COUNT(*) FROM {TABLE} GROUP BY 1 LIMIT 100")))
+    staged = _rows(cluster, f"SELECT s, COUNT(*) FROM (SELECT $segmentName AS s FROM {TABLE}) GROUP BY s LIMIT 100")
+    assert sorted(map(tuple, staged)) == single
+    joined = _rows(cluster, f"SELECT COUNT(*) FROM {TABLE} a JOIN {TABLE} b ON a.id = b.id WHERE a.$docId < 5")
+    assert joined == [[5 * len(single)]]  # every segment holds at least 5 rows
+    hosts = _rows(cluster, f"WITH x AS (SELECT $hostName AS h FROM {TABLE}) SELECT h, COUNT(*) FROM x GROUP BY h "
+                           "ORDER BY h")
+    assert [h for h, _ in hosts] == ["127.0.0.1", "127.0.0.2"] and sum(n for _, n in hosts) == ROWS
