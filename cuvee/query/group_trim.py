@@ -18,6 +18,14 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
   tie-breakers. A group cut on some server then has more than ``LIMIT + OFFSET`` kept groups ahead of it in that
   order at the broker too, so it can never be in the answer: trimming is **exact** (the broker's ORDER BY gets the
   same tie-breakers so that it never picks a half-merged group among ties).
+- no ORDER BY (and no HAVING): as ORDER BY every group key, ascending. Any ``LIMIT`` groups may answer, but each
+  must be whole: Pinot's servers keep whichever groups they met first, so a group one server kept and another cut
+  comes back with a partial count. Ranked by keys, every server keeps the same first groups and the broker takes
+  the first ``LIMIT + OFFSET`` of the same order, which no server cut (a group some server cut has at least the
+  kept groups of that server ahead of it). Exact under both cuts, ``numGroupsLimit`` and the trim size, for a
+  LIMIT + OFFSET up to ``numGroupsLimit``. The other way, a second round asking every server for the chosen groups,
+  costs one more call per server and query; ranking costs a top-N over a server's groups, and only when it has
+  more than it keeps.
 - ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE, DISTINCTCOUNT (and its HLL, SUM and AVG forms) or
   expressions of them (and keys): on the server's partials (AVG as partial sum / partial count, a distinct count
   as the length of the server's distinct list: each aggregation's final value over that server's rows, as Pinot's
@@ -105,6 +113,12 @@ def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str,
     ``order`` is the query's ORDER BY over merged columns (``__g<i>`` keys, ``__f<k>`` aggregations);
     ``on_partials`` gives each ``__f<k>`` as SQL over one server row's partial columns, or None when it cannot be
     evaluated there; ``rows`` is LIMIT + OFFSET."""
+    if not order and not having and keys:
+        # Any LIMIT groups may answer (SQL, and Pinot, promise no order), so the same ones everywhere: the first by
+        # their keys. A server then keeps groups whole or not at all among the broker's first, as for ORDER BY keys.
+        breakers = _tie_breakers([], keys)
+        order_sql = f"SELECT * FROM {GROUPS_RELATION} ORDER BY {', '.join(b.sql(dialect=DIALECT) for b in breakers)}"
+        return GroupTrim(order_sql=order_sql, rows=rows, exact=True), breakers
     server_terms = [_on_partials(ordered, on_partials) for ordered in order]
     trimmable = bool(order) and all(term is not None for term in server_terms) and not having
     if not trimmable:
