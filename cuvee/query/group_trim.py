@@ -23,7 +23,8 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
   comes back with a partial count. Ranked by keys, every server keeps the same first groups and the broker takes
   the first ``LIMIT + OFFSET`` of the same order, which no server cut (a group some server cut has at least the
   kept groups of that server ahead of it). Exact under both cuts, ``numGroupsLimit`` and the trim size, for a
-  LIMIT + OFFSET up to ``numGroupsLimit``. The other way, a second round asking every server for the chosen groups,
+  LIMIT + OFFSET up to ``numGroupsLimit``; ranked only up to ``KEY_RANKED_ROWS`` (a larger one is not ranked, as
+  below). The other way, a second round asking every server for the chosen groups,
   costs one more call per server and query; ranking costs a top-N over a server's groups, and only when it has
   more than it keeps.
 - ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE, DISTINCTCOUNT (and its HLL, SUM and AVG forms) or
@@ -56,6 +57,10 @@ DEFAULT_NUM_GROUPS_LIMIT = 100_000  # Pinot's pinot.server.query.executor.num.gr
 DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE = 5_000  # Pinot's pinot.server.query.executor.min.server.group.trim.size
 TRIM_FACTOR = 5  # Pinot keeps at least 5 × (LIMIT + OFFSET) groups
 INT_MAX = 2**31 - 1  # Pinot's options are Java ints; the same bounds here
+# the most LIMIT + OFFSET a GROUP BY without ORDER BY is ranked by key for: past the default numGroupsLimit a server
+# cut sends fewer groups than asked anyway (and flags it), and a multi-stage leaf, which asks for every group, would
+# pay a sort of them all at the broker for nothing
+KEY_RANKED_ROWS = DEFAULT_NUM_GROUPS_LIMIT
 NUM_GROUPS_LIMIT_OPTION = "numGroupsLimit"
 MIN_SERVER_GROUP_TRIM_SIZE_OPTION = "minServerGroupTrimSize"
 
@@ -113,7 +118,7 @@ def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str,
     ``order`` is the query's ORDER BY over merged columns (``__g<i>`` keys, ``__f<k>`` aggregations);
     ``on_partials`` gives each ``__f<k>`` as SQL over one server row's partial columns, or None when it cannot be
     evaluated there; ``rows`` is LIMIT + OFFSET."""
-    if not order and not having and keys:
+    if not order and not having and keys and rows <= KEY_RANKED_ROWS:
         # Any LIMIT groups may answer (SQL, and Pinot, promise no order), so the same ones everywhere: the first by
         # their keys. A server then keeps groups whole or not at all among the broker's first, as for ORDER BY keys.
         breakers = _tie_breakers([], keys)

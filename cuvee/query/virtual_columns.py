@@ -5,8 +5,9 @@ appends them to the view of each segment it reads, so a query that does not name
 
 - ``$docId`` (INT): the row's document id in its segment, its position in the segment's rows (0 first). For an
   upsert table it is the id of the version read (valid docs only are seen, their ids kept).
-- ``$hostName`` (STRING): the host the serving server registered (its ``host`` setting, which its instance id
-  ``Server_<host>_<port>`` names too). Pinot uses the machine's host name.
+- ``$hostName`` (STRING): the host the serving server is configured to be reached at (its ``host`` setting, which
+  its instance id ``Server_<host>_<port>`` names too), or the machine's name when it listens on every interface.
+  Pinot always answers the machine's host name.
 - ``$segmentName`` (STRING): the segment's name.
 
 They are left out of ``SELECT *``, as in Pinot. DuckDB reads ``$name`` as a prepared statement's parameter, so the

@@ -64,6 +64,7 @@ def _trim(sql: str) -> GroupTrim:
     # no ORDER BY: ranked by every key, so exactly (any groups may answer, but whole ones)
     ("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 5", 5, True),
     ("SELECT DISTINCT city, v FROM events LIMIT 4 OFFSET 1", 5, True),
+    ("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 100001", None, False),  # a leaf's: every group
     # not trimmed: an aggregation partials cannot rank, or a HAVING (keys or not, ORDER BY or not)
     ("SELECT city, COUNT(*) FROM events GROUP BY city HAVING COUNT(*) > 2 LIMIT 5", None, False),
     ("SELECT city, PERCENTILE90(d) FROM events GROUP BY city ORDER BY 2 LIMIT 5", None, False),
