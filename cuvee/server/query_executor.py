@@ -18,6 +18,10 @@ pass WHERE.
 A GROUP BY request's ``groups`` bounds the groups sent back (``cuvee.query.group_trim``): every group is computed,
 counted for ``numDocsScanned``, then ranked by the request's ``orderSql`` and cut to ``numGroupsLimit`` and, for a
 trimmable query, to Pinot's trim size. Both sizes default to this server's configuration.
+
+Pinot's virtual columns (``$docId``, ``$hostName``, ``$segmentName``: ``cuvee.query.virtual_columns``) that the SQL
+names are appended to each segment's view, after the upsert mask (an upsert table's valid docs then go to the scan
+as a mask, so doc ids stay positions); such a query reads the Arrow views, never the DuckDB copies.
 """
 
 from __future__ import annotations
@@ -451,6 +455,8 @@ class QueryExecutor:
             return nullcontext(None)
         names = projected[0].schema.names
         if VALID_COLUMN in names or any(t.schema.names != names for t in projected[1:]):
+            return nullcontext(None)
+        if any(virtual_columns.canonical(name) for name in names):  # made per segment view, not in the copies
             return nullcontext(None)
         if not all(_stored_as_read(segment, table) for segment, table in zip(segments, projected)):
             return nullcontext(None)  # a column served as its default (added since the segment was built), or cast
