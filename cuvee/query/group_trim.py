@@ -7,7 +7,8 @@ grouping ships every group to the broker, which merges them all to keep ten. Pin
   says ``numGroupsLimitReached``. Pinot stops making groups once a segment has that many; DuckDB computes every
   group, so here the server keeps the first ``numGroupsLimit`` of its ranking (below), or of DuckDB's output for
   a query that is not trimmed (any groups, as Pinot's are any: ranking them all would cost a sort of every group
-  to ship fewer), and drops the rest.
+  to ship fewer), and drops the rest. It says ``numGroupsLimitReached`` only when the limit is what dropped
+  groups, not when a smaller trim size kept fewer anyway.
 - **Server trim** (Pinot's ``minServerGroupTrimSize``, default 5,000; a value <= 0 turns it off): a query with
   ORDER BY keeps only the server's top ``max((LIMIT + OFFSET) * 5, minServerGroupTrimSize)`` groups by the query's
   ORDER BY evaluated on that server's partials.
@@ -101,14 +102,12 @@ def trim_size(rows: int, min_trim_size: int) -> int:
 
 def cut(groups: int, trim: GroupTrim, num_groups_limit: int, min_trim_size: int) -> GroupCut:
     """How many of a server's ``groups`` it sends: at most ``num_groups_limit``, and for a trimmable query at most
-    the trim size (``min_trim_size`` <= 0: no trim)."""
-    keep = min(groups, num_groups_limit)
-    trimmed = False
-    if trim.rows is not None and min_trim_size > 0:
-        size = trim_size(trim.rows, min_trim_size)
-        if keep > size:
-            keep, trimmed = size, True
-    return GroupCut(keep, groups > num_groups_limit, trimmed)
+    the trim size (``min_trim_size`` <= 0: no trim). ``limit_reached`` only when the limit is what dropped groups: a
+    trim size below it keeps fewer anyway (DuckDB computed every group, so the limit cost no group's rows)."""
+    size = trim_size(trim.rows, min_trim_size) if trim.rows is not None and min_trim_size > 0 else None
+    if size is not None and size < num_groups_limit:
+        return GroupCut(min(groups, size), False, groups > size)
+    return GroupCut(min(groups, num_groups_limit), groups > num_groups_limit, False)
 
 
 def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str, str | None], having: bool,

@@ -81,12 +81,16 @@ def test_two_keys_and_an_offset(cluster: InProcessCluster, reference: duckdb.Duc
 
 def test_the_trim_alone_keeps_groups_whole_and_reports_no_limit(cluster: InProcessCluster,
                                                                 reference: duckdb.DuckDBPyConnection) -> None:
-    """Servers trimmed to 5 × LIMIT by key (``minServerGroupTrimSize`` 1), under the default numGroupsLimit: the
-    answer is whole, and neither flag is set (the trim is exact, no group was dropped past the limit)."""
-    answer = _answer(cluster, f"SELECT g, COUNT(*) FROM {TABLE} GROUP BY g LIMIT 3", minServerGroupTrimSize=1)
-    got = [tuple(row) for row in answer["resultTable"]["rows"]]
-    assert set(got) <= _whole(reference, f"SELECT g, COUNT(*) FROM {TABLE} GROUP BY g") and len(got) == 3
-    assert answer["numGroupsLimitReached"] is False and answer["groupsTrimmed"] is False
+    """Servers trimmed to 5 × LIMIT by key (``minServerGroupTrimSize`` 1), under a numGroupsLimit above that: the
+    answer is whole, and neither flag is set (the trim is exact; the limit dropped no group, though each server
+    held more groups than it)."""
+    whole = _whole(reference, f"SELECT g, COUNT(*) FROM {TABLE} GROUP BY g")
+    for limit in (100_000, 60):  # a limit above the trim size (15) drops no group: not reported either
+        answer = _answer(cluster, f"SELECT g, COUNT(*) FROM {TABLE} GROUP BY g LIMIT 3", minServerGroupTrimSize=1,
+                         numGroupsLimit=limit)
+        got = [tuple(row) for row in answer["resultTable"]["rows"]]
+        assert set(got) <= whole and len(got) == 3
+        assert answer["numGroupsLimitReached"] is False and answer["groupsTrimmed"] is False
     everything = _answer(cluster, f"SELECT g, COUNT(*) FROM {TABLE} GROUP BY g LIMIT 1000")
     assert len(everything["resultTable"]["rows"]) == GROUPS
     assert everything["numGroupsLimitReached"] is False

@@ -34,7 +34,8 @@ def test_trim_size_is_five_times_the_rows_or_the_minimum() -> None:
     (8_000, UNTRIMMABLE, 100_000, 5_000, (8_000, False, False)),     # not trimmable: every group
     (8_000, UNTRIMMABLE, 3_000, 5_000, (3_000, True, False)),        # the groups limit cuts, and says so
     (8_000, TRIMMABLE, 3_000, 5_000, (3_000, True, False)),          # the limit is below the trim size
-    (8_000, TRIMMABLE, 7_000, 5_000, (5_000, True, True)),           # both: the trim size is what is kept
+    (8_000, TRIMMABLE, 7_000, 5_000, (5_000, False, True)),          # the trim keeps fewer: the limit dropped none
+    (8_000, TRIMMABLE, 5_000, 5_000, (5_000, True, False)),          # the limit, at the trim size, dropped them
     (3_000, UNTRIMMABLE, 3_000, 5_000, (3_000, False, False)),       # exactly the limit is not beyond it
 ])
 def test_cut_keeps_at_most_the_limit_and_the_trim_size(groups: int, trim: GroupTrim, limit: int, min_trim: int,
