@@ -11,8 +11,9 @@ single-stage engine rejects we reject with Pinot's error codes:
   before routing and answers 710 ("Unknown columnName 'x' found in the query"); we do the same.
 
 Pinot's virtual columns (``$docId``, ``$hostName``, ``$segmentName``: ``cuvee.query.virtual_columns``) resolve as
-columns of every table. Column names resolve exactly, else case-insensitively (Pinot's broker is case-insensitive by default). Query
-options come from leading ``SET key = value;`` statements and a trailing ``OPTION(key=value, ...)`` clause.
+columns of every table. Column names resolve exactly, else case-insensitively (Pinot's broker is case-insensitive
+by default). Query options come from leading ``SET key = value;`` statements and a trailing ``OPTION(key=value,
+...)`` clause.
 """
 
 from __future__ import annotations
