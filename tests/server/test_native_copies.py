@@ -127,6 +127,13 @@ def test_a_hybrid_half_filters_the_copies_too(segments: list[CommittedSegment]) 
     got = _answer(QueryExecutor(registry, natives=natives), sql, names, half)
     assert got == _answer(QueryExecutor(registry), sql, names, half)
     assert got[1] < sum(s.num_docs for s in segments)  # the filter held back rows
+    # the half's rows keep their segments' names and doc ids (rows in time order: a prefix of each segment)
+    per_segment = "SELECT $segmentName, COUNT(*), MIN($docId), MAX($docId) FROM events GROUP BY 1 ORDER BY 1"
+    halves = _answer(QueryExecutor(registry, natives=natives), per_segment, names, half)
+    assert halves == _answer(QueryExecutor(registry), per_segment, names, half)
+    assert [row[0] for row in halves[0]] == names[:2] and all(n == high + 1 and low == 0 for _, n, low, high
+                                                              in halves[0])
+    assert sum(n for _, n, *_ in halves[0]) == got[0][0][0]
     natives.close()
 
 
