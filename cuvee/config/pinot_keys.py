@@ -396,7 +396,8 @@ _FIELD = Obj({
     "allowTrailingZeros": hint("BIG_DECIMAL columns are not supported (their dataType is refused)"),
     "transformFunction": refused("field-level transforms are not supported; use the table's "
                                  "ingestionConfig.transformConfigs"),
-    "virtualColumnProvider": refused("virtual columns are not supported yet"),
+    "virtualColumnProvider": refused("custom virtual columns are not supported; Pinot's built-in $docId, $hostName "
+                                     "and $segmentName are answered by every table (docs/query.md)"),
     "sampleValue": hint(_META),
     "fieldSize": hint("a legacy key Pinot ignores"), "derivedMetricType": hint("a legacy key Pinot ignores"),
     "incomingGranularitySpec": HONOURED, "outgoingGranularitySpec": HONOURED,  # timeFieldSpec (read as date-time)

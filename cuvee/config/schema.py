@@ -19,6 +19,11 @@ import pyarrow as pa
 from cuvee.config.datetime_format import DateTimeFormat, TimeFormatKind, parse_datetime_format, parse_granularity
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 
+# Pinot's built-in virtual columns, which every table answers (``cuvee.query.virtual_columns``): no column of a
+# schema may be named like them (in any letter case: queries match column names case-insensitively).
+VIRTUAL_COLUMN_NAMES = ("$docId", "$hostName", "$segmentName")
+_RESERVED = {name.lower(): name for name in VIRTUAL_COLUMN_NAMES}
+
 
 class DataType(str, enum.Enum):
     """Pinot's column data types."""
@@ -282,6 +287,10 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         issues.append(ConfigIssue(f"{path}.name", "required, a non-empty string"))
+        ok = False
+    elif name.lower() in _RESERVED:
+        issues.append(ConfigIssue(f"{path}.name", f"{name!r} is reserved: {_RESERVED[name.lower()]} is Pinot's "
+                                                  "virtual column, which every table answers"))
         ok = False
     raw_type = spec.get("dataType")
     try:

@@ -30,6 +30,7 @@ from cuvee.query.lookup import is_lookup
 from cuvee.query.multivalue import rewrite_multi_value_where
 from cuvee.query.parse import TableInfo, TableResolver
 from cuvee.query.pinot_aggregates import AGGREGATE_NAMES, normalised
+from cuvee.query.virtual_columns import VIRTUAL_COLUMNS
 
 RELATION_PREFIX = "__cuvee_stage_"
 
@@ -369,7 +370,7 @@ def _is_leaf(select: exp.Select, resolve: TableResolver) -> bool:
             return False
     info = _resolve(table.name, resolve)
     names = _qualifiers(table, info)
-    columns = {c.lower() for c in info.columns}
+    columns = {c.lower() for c in (*info.columns, *VIRTUAL_COLUMNS)}
     aliases = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
     for column in select.find_all(exp.Column):
         if isinstance(column.this, exp.Star):
@@ -490,7 +491,7 @@ def _columns_needed(tree: exp.Expression, table: exp.Table, info: TableInfo) -> 
             return list(info.columns)
     named = {c.name.lower() for c in tree.find_all(exp.Column) if not isinstance(c.this, exp.Star)}
     named |= {i.name.lower() for join in tree.find_all(exp.Join) for i in join.args.get("using") or []}
-    columns = [c for c in info.columns if c.lower() in named]
+    columns = [c for c in (*info.columns, *VIRTUAL_COLUMNS) if c.lower() in named]  # Pinot's virtual columns too
     return columns or list(info.columns[:1])
 
 

@@ -46,6 +46,7 @@ from cuvee.query.group_trim import (
     cut,
 )
 from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryPlan
+from cuvee.query.virtual_columns import with_schema
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ def merge_partials(plan: QueryPlan, partials: Sequence[pa.Table], table_schema: 
     ``table_schema`` so that the answer still has typed columns (and COUNT(*) says 0).
     """
     if not partials:
-        partials = [run_server_step(plan, [], table_schema)]
+        partials = [run_server_step(plan, [], with_schema(table_schema))]
     union = _union(partials, None)
     if plan.simple_merge is not None:
         merged = _simple_merge(plan, union)
@@ -369,7 +370,7 @@ def check_plan(plan: QueryPlan, table_schema: pa.Schema) -> None:
     cast of one value) still happen at execution."""
     con = sandboxed_cursor(0)
     try:
-        register(con, SERVER_RELATION, table_schema.empty_table())
+        register(con, SERVER_RELATION, with_schema(table_schema).empty_table())  # and Pinot's virtual columns
         for lookup in plan.lookups:  # LOOKUP's dimension tables, typed by their schemas (the broker adds them)
             register(con, lookup.relation, lookup.empty())
         con.execute(f"CREATE TEMP VIEW {PARTIALS_RELATION} AS {plan.server_sql}")

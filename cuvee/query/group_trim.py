@@ -7,7 +7,8 @@ grouping ships every group to the broker, which merges them all to keep ten. Pin
   says ``numGroupsLimitReached``. Pinot stops making groups once a segment has that many; DuckDB computes every
   group, so here the server keeps the first ``numGroupsLimit`` of its ranking (below), or of DuckDB's output for
   a query that is not trimmed (any groups, as Pinot's are any: ranking them all would cost a sort of every group
-  to ship fewer), and drops the rest.
+  to ship fewer), and drops the rest. It says ``numGroupsLimitReached`` only when the limit is what dropped
+  groups, not when a smaller trim size kept fewer anyway.
 - **Server trim** (Pinot's ``minServerGroupTrimSize``, default 5,000; a value <= 0 turns it off): a query with
   ORDER BY keeps only the server's top ``max((LIMIT + OFFSET) * 5, minServerGroupTrimSize)`` groups by the query's
   ORDER BY evaluated on that server's partials.
@@ -18,6 +19,15 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
   tie-breakers. A group cut on some server then has more than ``LIMIT + OFFSET`` kept groups ahead of it in that
   order at the broker too, so it can never be in the answer: trimming is **exact** (the broker's ORDER BY gets the
   same tie-breakers so that it never picks a half-merged group among ties).
+- no ORDER BY (and no HAVING): as ORDER BY every group key, ascending. Any ``LIMIT`` groups may answer, but each
+  must be whole: Pinot's servers keep whichever groups they met first, so a group one server kept and another cut
+  comes back with a partial count. Ranked by keys, every server keeps the same first groups and the broker takes
+  the first ``LIMIT + OFFSET`` of the same order, which no server cut (a group some server cut has at least the
+  kept groups of that server ahead of it). Exact under both cuts, ``numGroupsLimit`` and the trim size, for a
+  LIMIT + OFFSET up to ``numGroupsLimit``; ranked only up to ``KEY_RANKED_ROWS`` (a larger one is not ranked, as
+  below). The other way, a second round asking every server for the chosen groups,
+  costs one more call per server and query; ranking costs a top-N over a server's groups, and only when it has
+  more than it keeps.
 - ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE, DISTINCTCOUNT (and its HLL, SUM and AVG forms) or
   expressions of them (and keys): on the server's partials (AVG as partial sum / partial count, a distinct count
   as the length of the server's distinct list: each aggregation's final value over that server's rows, as Pinot's
@@ -48,6 +58,10 @@ DEFAULT_NUM_GROUPS_LIMIT = 100_000  # Pinot's pinot.server.query.executor.num.gr
 DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE = 5_000  # Pinot's pinot.server.query.executor.min.server.group.trim.size
 TRIM_FACTOR = 5  # Pinot keeps at least 5 × (LIMIT + OFFSET) groups
 INT_MAX = 2**31 - 1  # Pinot's options are Java ints; the same bounds here
+# the most LIMIT + OFFSET a GROUP BY without ORDER BY is ranked by key for: past the default numGroupsLimit a server
+# cut sends fewer groups than asked anyway (and flags it), and a multi-stage leaf, which asks for every group, would
+# pay a sort of them all at the broker for nothing
+KEY_RANKED_ROWS = DEFAULT_NUM_GROUPS_LIMIT
 NUM_GROUPS_LIMIT_OPTION = "numGroupsLimit"
 MIN_SERVER_GROUP_TRIM_SIZE_OPTION = "minServerGroupTrimSize"
 
@@ -88,14 +102,12 @@ def trim_size(rows: int, min_trim_size: int) -> int:
 
 def cut(groups: int, trim: GroupTrim, num_groups_limit: int, min_trim_size: int) -> GroupCut:
     """How many of a server's ``groups`` it sends: at most ``num_groups_limit``, and for a trimmable query at most
-    the trim size (``min_trim_size`` <= 0: no trim)."""
-    keep = min(groups, num_groups_limit)
-    trimmed = False
-    if trim.rows is not None and min_trim_size > 0:
-        size = trim_size(trim.rows, min_trim_size)
-        if keep > size:
-            keep, trimmed = size, True
-    return GroupCut(keep, groups > num_groups_limit, trimmed)
+    the trim size (``min_trim_size`` <= 0: no trim). ``limit_reached`` only when the limit is what dropped groups: a
+    trim size below it keeps fewer anyway (DuckDB computed every group, so the limit cost no group's rows)."""
+    size = trim_size(trim.rows, min_trim_size) if trim.rows is not None and min_trim_size > 0 else None
+    if size is not None and size < num_groups_limit:
+        return GroupCut(min(groups, size), False, groups > size)
+    return GroupCut(min(groups, num_groups_limit), groups > num_groups_limit, False)
 
 
 def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str, str | None], having: bool,
@@ -105,6 +117,12 @@ def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str,
     ``order`` is the query's ORDER BY over merged columns (``__g<i>`` keys, ``__f<k>`` aggregations);
     ``on_partials`` gives each ``__f<k>`` as SQL over one server row's partial columns, or None when it cannot be
     evaluated there; ``rows`` is LIMIT + OFFSET."""
+    if not order and not having and keys and rows <= KEY_RANKED_ROWS:
+        # Any LIMIT groups may answer (SQL, and Pinot, promise no order), so the same ones everywhere: the first by
+        # their keys. A server then keeps groups whole or not at all among the broker's first, as for ORDER BY keys.
+        breakers = _tie_breakers([], keys)
+        order_sql = f"SELECT * FROM {GROUPS_RELATION} ORDER BY {', '.join(b.sql(dialect=DIALECT) for b in breakers)}"
+        return GroupTrim(order_sql=order_sql, rows=rows, exact=True), breakers
     server_terms = [_on_partials(ordered, on_partials) for ordered in order]
     trimmable = bool(order) and all(term is not None for term in server_terms) and not having
     if not trimmable:

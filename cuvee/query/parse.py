@@ -10,8 +10,10 @@ single-stage engine rejects we reject with Pinot's error codes:
 - 710 (UnknownColumnError): a column the table does not have. Pinot's broker checks columns against the schema
   before routing and answers 710 ("Unknown columnName 'x' found in the query"); we do the same.
 
-Column names resolve exactly, else case-insensitively (Pinot's broker is case-insensitive by default). Query
-options come from leading ``SET key = value;`` statements and a trailing ``OPTION(key=value, ...)`` clause.
+Pinot's virtual columns (``$docId``, ``$hostName``, ``$segmentName``: ``cuvee.query.virtual_columns``) resolve as
+columns of every table. Column names resolve exactly, else case-insensitively (Pinot's broker is case-insensitive
+by default). Query options come from leading ``SET key = value;`` statements and a trailing ``OPTION(key=value,
+...)`` clause.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from cuvee.query.functions import DIALECT, READ_DIALECT, pinot_column_name, tran
 from cuvee.query.lookup import Lookup, translate_lookups
 from cuvee.query.multivalue import rewrite_multi_value_predicates
 from cuvee.query.prescan import prescan, put_back
+from cuvee.query.virtual_columns import VIRTUAL_COLUMNS, as_columns
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def split_query(sql: str) -> tuple[exp.Expression, dict[str, str]]:
     if query is None:
         raise sql_error("no query to run")
     refuse_internal_functions(query)
-    return _without_array_to_mv(query), options
+    return _without_array_to_mv(as_columns(query)), options
 
 
 INTERNAL_PREFIX = "cuvee_"  # the functions Cuvee registers in its DuckDB databases for its own plans
@@ -306,6 +309,9 @@ def _resolve_columns(select: exp.Select, table: TableInfo, aliases: set[str], ta
     folded: dict[str, list[str]] = {}
     for name in table.columns:
         folded.setdefault(name.lower(), []).append(name)
+    for name in VIRTUAL_COLUMNS:  # Pinot's virtual columns: every table answers them (not listed by SELECT *)
+        exact.add(name)
+        folded.setdefault(name.lower(), [name])
     qualifiers = {table.name.lower(), raw_table_name(table.name).lower()} | ({table_alias.lower()} if table_alias else set())
     lambda_params = {p.name for lam in select.find_all(exp.Lambda) for p in lam.expressions}
 

@@ -18,6 +18,10 @@ pass WHERE.
 A GROUP BY request's ``groups`` bounds the groups sent back (``cuvee.query.group_trim``): every group is computed,
 counted for ``numDocsScanned``, then ranked by the request's ``orderSql`` and cut to ``numGroupsLimit`` and, for a
 trimmable query, to Pinot's trim size. Both sizes default to this server's configuration.
+
+Pinot's virtual columns (``$docId``, ``$hostName``, ``$segmentName``: ``cuvee.query.virtual_columns``) that the SQL
+names are appended to each segment's view, after the upsert mask (an upsert table's valid docs then go to the scan
+as a mask, so doc ids stay positions); such a query reads the Arrow views, never the DuckDB copies.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from cuvee.query.execute import (
 )
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
+from cuvee.query import virtual_columns
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
@@ -137,11 +142,14 @@ class QueryExecutor:
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), upserts: UpsertTables | None = None,
                  num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
                  min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
-                 natives: NativeCopies | None = None, schemas: ServedSchemas | None = None):
+                 natives: NativeCopies | None = None, schemas: ServedSchemas | None = None,
+                 host_name: str = "localhost"):
         """``num_groups_limit`` and ``min_server_group_trim_size``: the defaults of the query options of those
         names (Pinot's server settings); ``natives``: committed segments' DuckDB copies (none: Arrow only);
-        ``schemas``: the schema each table is served under (none: segments read as stored)."""
+        ``schemas``: the schema each table is served under (none: segments read as stored); ``host_name``: what
+        the virtual column ``$hostName`` answers (``cuvee.query.virtual_columns``)."""
         self.registry = registry
+        self._host_name = host_name
         self._schemas = schemas
         self._natives = natives if natives is not None and natives.enabled else None
         self._clock = clock
@@ -331,6 +339,8 @@ class QueryExecutor:
         used: list[QueryableSegment] = []
         served = self._served(request.table)
         wanted = None if served is None else set(_named(served.names, request))
+        # Pinot's virtual columns the SQL names, made per segment (none named: nothing added)
+        virtual = virtual_columns.named((request.sql, request.docs_scanned_sql or "", request.top_sql or ""))
         for segment in segments:
             try:
                 if valid is not None and isinstance(segment, ConsumingView):
@@ -344,8 +354,10 @@ class QueryExecutor:
                                                       f"segment {segment.name} is being replaced; query again"))
                         continue
                     assert self._upserts is not None
+                    # a virtual column needs every row in doc order ($docId): the valid docs as a mask, never
+                    # the cache's taken rows
                     part = self._upserts.reads.read(segment.name, token, table, bits,
-                                                    committed=not isinstance(segment, ConsumingView))
+                                                    committed=not isinstance(segment, ConsumingView) and not virtual)
                 elif isinstance(segment, CommittedSegment):
                     read = _columns_read(table, request)
                     natives = self._natives
@@ -355,6 +367,9 @@ class QueryExecutor:
                     part = ValidRows(table, False)
                 if served is not None:  # the table's schema as served: columns added since, as their defaults
                     part = ValidRows(served.conform(part.table, wanted), part.masked)
+                if virtual:  # after the upsert mask, which stays last (the rows are still every doc, in order)
+                    part = ValidRows(virtual_columns.appended(part.table, virtual, segment.name, self._host_name,
+                                                              before=VALID_COLUMN), part.masked)
             except ColumnTypeMismatch as exc:
                 errors.append(ServerException(int(QueryErrorCode.QUERY_EXECUTION), f"segment {segment.name}: {exc}"))
                 continue
@@ -440,6 +455,8 @@ class QueryExecutor:
             return nullcontext(None)
         names = projected[0].schema.names
         if VALID_COLUMN in names or any(t.schema.names != names for t in projected[1:]):
+            return nullcontext(None)
+        if any(virtual_columns.canonical(name) for name in names):  # made per segment view, not in the copies
             return nullcontext(None)
         if not all(_stored_as_read(segment, table) for segment, table in zip(segments, projected)):
             return nullcontext(None)  # a column served as its default (added since the segment was built), or cast

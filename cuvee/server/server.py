@@ -14,6 +14,7 @@ included, and the HTTP service are untouched throughout.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,12 @@ from cuvee.upsert.table import UpsertTables
 log = logging.getLogger(__name__)
 
 
+def _host_name(configured: str) -> str:
+    """What ``$hostName`` answers: the host this server is configured to be reached at, or the machine's name when
+    it listens on every interface (as Pinot answers)."""
+    return configured if configured not in ("", "0.0.0.0", "::") else socket.gethostname()
+
+
 def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: ServerConfig,
                      natives: NativeCopies, schemas: ServedSchemas) -> list[APIRouter]:
     """The query routes (written by the broker side); absent modules simply mean no query endpoint yet."""
@@ -64,7 +71,7 @@ def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: S
         return []
     executor = QueryExecutor(registry, upserts=upserts, num_groups_limit=config.num_groups_limit,
                              min_server_group_trim_size=config.min_server_group_trim_size, natives=natives,
-                             schemas=schemas)
+                             schemas=schemas, host_name=_host_name(config.host))
     return [query_router(registry, executor=executor, upserts=upserts)]
 
 

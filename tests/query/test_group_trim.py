@@ -34,7 +34,8 @@ def test_trim_size_is_five_times_the_rows_or_the_minimum() -> None:
     (8_000, UNTRIMMABLE, 100_000, 5_000, (8_000, False, False)),     # not trimmable: every group
     (8_000, UNTRIMMABLE, 3_000, 5_000, (3_000, True, False)),        # the groups limit cuts, and says so
     (8_000, TRIMMABLE, 3_000, 5_000, (3_000, True, False)),          # the limit is below the trim size
-    (8_000, TRIMMABLE, 7_000, 5_000, (5_000, True, True)),           # both: the trim size is what is kept
+    (8_000, TRIMMABLE, 7_000, 5_000, (5_000, False, True)),          # the trim keeps fewer: the limit dropped none
+    (8_000, TRIMMABLE, 5_000, 5_000, (5_000, True, False)),          # the limit, at the trim size, dropped them
     (3_000, UNTRIMMABLE, 3_000, 5_000, (3_000, False, False)),       # exactly the limit is not beyond it
 ])
 def test_cut_keeps_at_most_the_limit_and_the_trim_size(groups: int, trim: GroupTrim, limit: int, min_trim: int,
@@ -61,8 +62,12 @@ def _trim(sql: str) -> GroupTrim:
     ("SELECT city, DISTINCTCOUNT(v) AS n FROM events GROUP BY city ORDER BY n DESC LIMIT 5", 5, False),
     ("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY COUNT(*) + DISTINCTCOUNT(v) LIMIT 5", 5, False),
     ("SELECT city, DISTINCTSUM(v), DISTINCTAVG(d) FROM events GROUP BY city ORDER BY 2, 3 LIMIT 5", 5, False),
-    # not trimmed: nothing to rank by, an aggregation partials cannot rank, or a HAVING (keys or not)
-    ("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 5", None, False),
+    # no ORDER BY: ranked by every key, so exactly (any groups may answer, but whole ones)
+    ("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 5", 5, True),
+    ("SELECT DISTINCT city, v FROM events LIMIT 4 OFFSET 1", 5, True),
+    ("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 100001", None, False),  # a leaf's: every group
+    # not trimmed: an aggregation partials cannot rank, or a HAVING (keys or not, ORDER BY or not)
+    ("SELECT city, COUNT(*) FROM events GROUP BY city HAVING COUNT(*) > 2 LIMIT 5", None, False),
     ("SELECT city, PERCENTILE90(d) FROM events GROUP BY city ORDER BY 2 LIMIT 5", None, False),
     ("SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY COUNT(*) + PERCENTILE90(d) LIMIT 5", None, False),
     ("SELECT city, COUNT(*) FROM events GROUP BY city HAVING COUNT(*) > 2 ORDER BY city LIMIT 5", None, False),
@@ -87,7 +92,8 @@ def test_the_ranking_evaluates_aggregations_on_partials_and_breaks_ties_by_keys(
     # a percentile cannot rank: the numGroupsLimit cut takes any groups, unsorted (as without ORDER BY)
     assert _trim("SELECT city, PERCENTILE50(d) FROM events GROUP BY city ORDER BY 2 LIMIT 3").order_sql == \
         "SELECT * FROM cuvee_groups"
-    assert _trim("SELECT city, COUNT(*) FROM events GROUP BY city LIMIT 3").order_sql == "SELECT * FROM cuvee_groups"
+    assert _trim("SELECT city, v, COUNT(*) FROM events GROUP BY city, v LIMIT 3").order_sql == \
+        "SELECT * FROM cuvee_groups ORDER BY __g0, __g1"  # no ORDER BY: by every key
 
 
 def test_an_exact_trim_gives_the_brokers_order_the_same_tie_breakers() -> None:
@@ -95,6 +101,14 @@ def test_an_exact_trim_gives_the_brokers_order_the_same_tie_breakers() -> None:
     assert keyed.final_sql.endswith("ORDER BY __g0, __g1 LIMIT 3")
     counted = plan_sql("SELECT city, v, COUNT(*) AS c FROM events GROUP BY city, v ORDER BY c LIMIT 3", resolve)
     assert counted.final_sql.endswith('ORDER BY "c" LIMIT 3')  # approximate anyway: the user's order alone
+
+
+def test_without_order_by_the_broker_takes_the_first_groups_by_key_as_servers_rank_them() -> None:
+    plan = plan_sql("SELECT city, v, COUNT(*) FROM events GROUP BY city, v LIMIT 3 OFFSET 1", resolve)
+    assert plan.final_sql.endswith("ORDER BY __g0, __g1 LIMIT 3 OFFSET 1")
+    assert plan.whole_sql is not None and plan.whole_sql.endswith("ORDER BY __g0, __g1 LIMIT 3 OFFSET 1")
+    having = plan_sql("SELECT city, COUNT(*) FROM events GROUP BY city HAVING COUNT(*) > 1 LIMIT 3", resolve)
+    assert "ORDER BY" not in having.final_sql  # not trimmed, so any groups (all are whole)
 
 
 def test_only_group_by_plans_carry_a_ranking() -> None:
@@ -180,6 +194,39 @@ def test_ordering_by_some_keys_gives_whole_groups_when_servers_trim(data: st.Dat
     expected = rows(reference(f"SELECT city FROM events GROUP BY city, v ORDER BY city DESC "
                               f"LIMIT {limit} OFFSET {offset}", table))
     assert [row[:1] for row in got] == expected
+
+
+NO_ORDER = [
+    ("SELECT city, v, COUNT(*), SUM(d), AVG(d), DISTINCTCOUNT(id) FROM events GROUP BY city, v LIMIT {n} OFFSET {m}",
+     "SELECT city, v, COUNT(*), SUM(d), AVG(d), COUNT(DISTINCT id) FROM events GROUP BY city, v"),
+    ("SELECT v, MAX(d), COUNT(*) FROM events GROUP BY v LIMIT {n} OFFSET {m}",
+     "SELECT v, MAX(d), COUNT(*) FROM events GROUP BY v"),
+]
+NO_ORDER_KEYS = {0: "city, v", 1: "v"}
+
+
+@SETTINGS
+@given(data=st.data())
+def test_without_order_by_every_group_returned_is_whole_when_servers_cut(data: st.DataObject) -> None:
+    """GROUP BY … LIMIT without ORDER BY, each server cut by numGroupsLimit (the smallest that leaves LIMIT +
+    OFFSET groups, the worst case) or by the trim size: every row answered is a whole group, DuckDB's over all the
+    rows, and there are as many as LIMIT and OFFSET leave. Servers that kept whichever groups they met first sent
+    some groups another server cut, and those came back with one server's share."""
+    table = data.draw(event_tables())
+    parts = data.draw(partitions(table))
+    which = data.draw(st.sampled_from([0, 1]))
+    sql, oracle = NO_ORDER[which]
+    n, m = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 2))
+    plan = plan_sql(sql.format(n=n, m=m), resolve)
+    limit = data.draw(st.sampled_from([n + m, n + m + 1]))
+    partials = [run_server_step(plan, [part], num_groups_limit=limit, min_trim_size=data.draw(st.sampled_from(
+        [1, -1]))) for part in parts]
+    got = rows(merge_partials(plan, partials, SCHEMA))
+    groups = rows(reference(oracle, table))
+    assert all(row in groups for row in got), (got, groups)
+    assert len(got) == min(n, max(len(groups) - m, 0))
+    # which groups: the first by their keys (NULLs last), the order the servers ranked them by
+    assert got == rows(reference(f"{oracle} ORDER BY {NO_ORDER_KEYS[which]} LIMIT {n} OFFSET {m}", table))
 
 
 def test_ties_under_a_key_order_are_broken_alike_on_every_server() -> None:

@@ -96,6 +96,26 @@ def test_queries_answer_alike_over_copies_views_and_both(segments: list[Committe
     natives.close()
 
 
+def test_virtual_columns_answer_beside_copies(segments: list[CommittedSegment]) -> None:
+    """Every segment copied: a query naming a virtual column reads the segments' views (the copies hold no doc ids
+    nor names) and answers as without copies; the others still read the copies."""
+    registry = _registry(segments)
+    natives = _natives()
+    for segment in segments:
+        natives.want(natives.token(segment), TABLE, segment.segment)
+    names = [s.name for s in segments]
+    copied, plain = QueryExecutor(registry, natives=natives, host_name="h1"), QueryExecutor(registry, host_name="h1")
+    per_segment = ("SELECT $segmentName, $hostName, COUNT(*), MIN($docId), MAX($docId) FROM events "
+                   "GROUP BY 1, 2 ORDER BY 1")
+    answer, _ = _answer(copied, per_segment, names)
+    assert answer == [(name, "h1", n, 0, n - 1) for name, n in zip(names, (300, 250, 200))]
+    picked = "SELECT id, $docId FROM events WHERE $docId BETWEEN 5 AND 6 AND $segmentName <> '{}' ORDER BY id"
+    assert _answer(copied, picked.format(names[0]), names) == _answer(plain, picked.format(names[0]), names)
+    assert [row[1] for row in _answer(copied, picked.format(names[0]), names)[0]] == [5, 6, 5, 6]
+    assert _answer(copied, QUERIES[0], names) == _answer(plain, QUERIES[0], names)
+    natives.close()
+
+
 def test_a_hybrid_half_filters_the_copies_too(segments: list[CommittedSegment]) -> None:
     registry = _registry(segments)
     natives = _natives()
@@ -107,6 +127,13 @@ def test_a_hybrid_half_filters_the_copies_too(segments: list[CommittedSegment]) 
     got = _answer(QueryExecutor(registry, natives=natives), sql, names, half)
     assert got == _answer(QueryExecutor(registry), sql, names, half)
     assert got[1] < sum(s.num_docs for s in segments)  # the filter held back rows
+    # the half's rows keep their segments' names and doc ids (rows in time order: a prefix of each segment)
+    per_segment = "SELECT $segmentName, COUNT(*), MIN($docId), MAX($docId) FROM events GROUP BY 1 ORDER BY 1"
+    halves = _answer(QueryExecutor(registry, natives=natives), per_segment, names, half)
+    assert halves == _answer(QueryExecutor(registry), per_segment, names, half)
+    assert [row[0] for row in halves[0]] == names[:2] and all(n == high + 1 and low == 0 for _, n, low, high
+                                                              in halves[0])
+    assert sum(n for _, n, *_ in halves[0]) == got[0][0][0]
     natives.close()
 
 

@@ -345,3 +345,33 @@ def test_keys_sharing_a_64_bit_hash_and_md5_keys_through_the_broker(cluster: InP
     config["upsertConfig"]["hashFunction"] = "MURMUR3"
     refused = cluster.http.put(f"{cluster.controller_url}/tables/hashed", json=config)
     assert refused.status_code == 400 and "hashFunction cannot change" in refused.json()["error"]
+
+
+VIRTUAL_SCHEMA = {
+    "schemaName": "vcups",
+    "dimensionFieldSpecs": [{"name": "id", "dataType": "INT"}],
+    "metricFieldSpecs": [{"name": "v", "dataType": "LONG"}],
+    "dateTimeFieldSpecs": [{"name": "ts", "dataType": "LONG", "format": "1:MILLISECONDS:EPOCH",
+                            "granularity": "1:MILLISECONDS"}],
+    "primaryKeyColumns": ["id"],
+}
+
+
+def test_virtual_columns_name_the_valid_version_of_each_key(cluster: InProcessCluster) -> None:
+    """``$segmentName`` and ``$docId`` of an upsert table's rows are where each key's valid version is stored: one
+    partition, segments of 20 rows, three versions of 30 keys in order, so the latest version of key ``i`` is the
+    message at offset 60 + i: segment sequence (60 + i) // 20, doc (60 + i) % 20 (committed for i < 20, consuming
+    after). The valid docs are read as a mask, never the valid-row cache's taken rows (whose positions moved)."""
+    configs = upsert_table(cluster, VIRTUAL_SCHEMA, flush_rows=20)
+    rows = [{"id": i, "v": version, "ts": version} for version in (1, 2, 3) for i in range(30)]
+    cluster.produce(configs, rows, key_field="id")
+    wait_until(lambda: answer(cluster, "SELECT COUNT(*), MIN(v) FROM vcups") == [[30, 3]], 30)
+    wait_until(lambda: len(cluster.committed_segments("vcups")) >= 4, 30)
+    for _ in range(2):  # the second read of a committed segment's valid docs is the one the cache would serve
+        found = answer(cluster, "SELECT id, v, $segmentName, $docId FROM vcups ORDER BY id LIMIT 100")
+        assert [row[0] for row in found] == list(range(30))
+        for key, version, segment, doc in found:
+            assert version == 3
+            assert (LLCSegmentName.parse(segment).sequence, doc) == divmod(60 + key, 20), (key, segment, doc)
+    counts = answer(cluster, "SELECT $segmentName, COUNT(*) FROM vcups GROUP BY 1 ORDER BY 1 LIMIT 10")
+    assert [(LLCSegmentName.parse(s).sequence, n) for s, n in counts] == [(3, 20), (4, 10)]
