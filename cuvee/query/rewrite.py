@@ -157,9 +157,11 @@ _WHOLE_SINGLE_VALUE: dict[AggKind, str] = {
 DOCS_TOTAL_COLUMN = "__docs_total"  # a one-step answer's rows passing WHERE, the same on every row
 
 
-# Final steps Arrow computes as DuckDB's _FINALS do: what ``cuvee.query.execute.merge_partials`` knows.
+# Final steps Arrow computes as DuckDB's _FINALS do: what ``cuvee.query.execute.merge_partials`` knows. A distinct
+# count of the servers' distinct-value lists is one hash pass over their values in Arrow: DuckDB's
+# ``list_unique(flatten(list(...)))`` over one group's 730,000 values from 2 servers took ~380 ms, Arrow ~35 ms.
 _SIMPLE_MERGES = {AggKind.COUNT: "count", AggKind.SUM: "sum", AggKind.MIN: "min", AggKind.MAX: "max",
-                  AggKind.AVG: "avg"}
+                  AggKind.AVG: "avg", AggKind.DISTINCT_COUNT: "distinctcount"}
 
 
 class QueryKind(enum.Enum):
@@ -637,7 +639,7 @@ def _whole_sql(merger: _Merger, keys: list[str], group_cols: list[str], scalars:
 
 def _simple_merge(merger: _Merger, outputs: list[exp.Expression], having_sql: str | None, limit: int | None,
                   offset: int) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
-    """Each answer column's (kind, partials) when every one is a bare COUNT/SUM/MIN/MAX/AVG and nothing filters
+    """Each answer column's (kind, partials) when every one is a bare COUNT/SUM/MIN/MAX/AVG/DISTINCTCOUNT and nothing filters
     or skips the one row; else None."""
     if merger.group or having_sql or offset or limit == 0:
         return None
