@@ -341,9 +341,9 @@ def _simple_columns(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:
             return None
         if any(pa.types.is_floating(v.type) and pc.any(pc.is_nan(v)).as_py() for v in values):
             return None
-        if kind == "count":
+        if kind in ("count", "countsum"):  # countsum: distinct counts of values on one server each, INTEGER
             total = pc.sum(values[0]).as_py()
-            columns.append(pa.array([int(total or 0)], pa.int64()))
+            columns.append(pa.array([int(total or 0)], pa.int64() if kind == "count" else pa.int32()))
         elif kind == "sum":
             columns.append(pa.array([_double(pc.sum(values[0]).as_py())], pa.float64()))
         elif kind == "avg":

@@ -85,3 +85,11 @@ def test_multi_value_aggregations_merge_right_or_leave_it_to_the_sql() -> None:
         assert fast == slow
         if want is not None:
             assert list(fast[0].values()) == [pytest.approx(v) for v in want]
+
+
+def test_one_server_still_counts_distinct_values_in_one_step() -> None:
+    """A distinct count merged in Arrow still lets a lone server answer it with count(DISTINCT) (no list)."""
+    plan = plan_sql("SELECT COUNT(DISTINCT city) FROM events", resolve)
+    assert plan.simple_merge is not None and plan.whole_sql is not None
+    assert "count(DISTINCT" in plan.whole_sql and "list(" not in plan.whole_sql
+    assert plan_sql("SELECT COUNT(*), SUM(v) FROM events", resolve).whole_sql is None  # Arrow's merge is cheaper
