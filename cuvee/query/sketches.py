@@ -40,6 +40,7 @@ import datasketches as ds
 import duckdb
 import numpy as np
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from cuvee.query.aggregate_call import AggKind, AggregateCall, MergeSpec
@@ -234,8 +235,9 @@ def _distinct_spec(build: str, estimate: str, values: str, k: int) -> MergeSpec:
 def _quantile_spec(build: str, read: str, values: str, k: int, percentile: float) -> MergeSpec:
     partial = f"{build}({values}, {k})"
     pct = double(percentile)
-    return MergeSpec((partial,), f"{read}(list({{p0}}), {k}, {pct})", f"{read}([{partial}], {k}, {pct})",
-                     on_partial=f"{read}([{{p0}}], {k}, {pct})")
+    # not ranked: a server's own percentile says little about the merged one (as for PERCENTILE), so a GROUP BY
+    # ordered by one sends every group
+    return MergeSpec((partial,), f"{read}(list({{p0}}), {k}, {pct})", f"{read}([{partial}], {k}, {pct})")
 
 
 def _theta_nominal_entries(node: exp.Expression) -> int:
@@ -328,3 +330,14 @@ def classify_sketch(node: exp.Expression) -> AggregateCall | None:
         return _percentile_call(node, match.group(1), match.group(2), upper.lower(), multi_value)
     return None
 
+
+def sketches_in_one_step(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with each sketch aggregation replaced by its one-step SQL over the rows (``MergeSpec.whole``): how the
+    multi-stage engine's broker stage, which sees rows and not servers' partials, answers them with the same
+    sketches and the same answers as a single-stage query one server answers."""
+    def swap(node: exp.Expression) -> exp.Expression:
+        call = classify_sketch(node)
+        if call is None or call.spec is None:
+            return node
+        return sqlglot.parse_one(call.spec.whole, read="duckdb")
+    return tree.transform(swap)

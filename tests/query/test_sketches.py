@@ -180,3 +180,23 @@ def test_a_string_percentile_is_refused_before_any_server_is_asked() -> None:
 def test_result_columns_carry_pinots_names() -> None:
     plan = plan_sql("SELECT DISTINCTCOUNTHLL(u), percentiletdigest(d, 90), PERCENTILEKLL95(d) FROM t", _resolve)
     assert plan.column_names == ("distinctcounthll(u)", "percentiletdigest(d, 90)", "percentilekll95(d)")
+
+
+def test_the_multi_stage_broker_stage_answers_sketches_with_the_same_functions() -> None:
+    """Before, the broker's stage handed DISTINCTCOUNTHLL and PERCENTILEKLL to DuckDB, which knows neither."""
+    import sqlglot
+
+    from cuvee.multistage.engine import Stage
+    from cuvee.multistage.plan import plan_stages
+    from cuvee.query.functions import READ_DIALECT
+    from tests.query.helpers import resolve
+
+    query = sqlglot.parse_one("SELECT DISTINCTCOUNTHLL(v, 12), PERCENTILEKLL(d, 50) FROM (SELECT v, d FROM events "
+                              "WHERE v > 1)", read=READ_DIALECT)
+    stages = plan_stages(query, resolve, 1000)
+    assert len(stages.leaves) == 1
+    rows = pa.table({"v": list(range(2000)) * 2, "d": [float(i) for i in range(4000)]})
+    [answer] = Stage(64).run(stages.final_sql.replace(stages.leaves[0].relation, "r"), {"r": rows}).to_pylist()
+    hll, median = answer.values()
+    assert abs(hll - 2000) <= 4 * 1.04 / 64 * 2000
+    assert abs(median - 2000) <= 4000 * 2 * ds.kll_doubles_sketch.get_normalized_rank_error(200, False)
