@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import datasketches as ds
 import duckdb
@@ -60,16 +61,32 @@ KLL_K = (8, 65535)
 TDIGEST_K = (10, 65535)
 
 _THETA_SEED = 9001  # DataSketches' default: every sketch of a union must share it
+T = TypeVar("T")
 
 
 # --- the functions each DuckDB database of a role registers (servers build, brokers merge) -------------------------
 
-def _lists(values: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """A list array's offsets, validity and values (sliced arrays and NULL lists handled)."""
+def _each_values(values: pa.Array, dtype: type[np.generic]) -> Iterator[np.ndarray | None]:
+    """Each row's list of ``values`` as a numpy array of ``dtype`` (a view where it can be), None for a NULL list."""
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     offsets = values.offsets.to_numpy(zero_copy_only=False)
     valid = np.asarray(values.is_valid())
-    return offsets, valid, values.values
+    flat = values.values.to_numpy(zero_copy_only=False)
+    same_width_ints = flat.dtype.kind in "iu" and np.dtype(dtype).kind in "iu" and flat.dtype.itemsize == 8
+    flat = flat.view(dtype) if same_width_ints else flat.astype(dtype, copy=False)  # UBIGINT hashes as int64
+    for row in range(len(valid)):
+        yield flat[offsets[row]:offsets[row + 1]] if valid[row] else None
+
+
+def _each_merged(sketches: pa.Array, start: Callable[[], T], add: Callable[[T, bytes], object]) -> Iterator[T]:
+    """Per row of ``sketches`` (a list of serialised sketches), ``start()`` with each of them added."""
+    values = sketches.combine_chunks() if isinstance(sketches, pa.ChunkedArray) else sketches
+    for row in values.to_pylist():
+        merged = start()
+        for blob in row or ():
+            if blob is not None:
+                add(merged, blob)
+        yield merged
 
 
 def _first(param: pa.Array) -> int:
@@ -77,84 +94,48 @@ def _first(param: pa.Array) -> int:
     return int(param[0].as_py()) if len(param) else 0
 
 
-def _hll_build(hashes: pa.Array, lg_k: pa.Array) -> pa.Array:
-    """One serialised HLL sketch per row of ``hashes`` (a list of UBIGINT value hashes; NULL: an empty sketch)."""
-    k = _first(lg_k)
-    offsets, valid, flat = _lists(hashes)
-    words = flat.to_numpy(zero_copy_only=False).view(np.int64)
-    out = []
-    for row in range(len(valid)):
-        sketch = ds.hll_sketch(k)
-        if valid[row]:  # in order: the sketch's own (HIP) estimate depends on it, and DuckDB's list order varies
-            for word in np.sort(words[offsets[row]:offsets[row + 1]]).tolist():
-                sketch.update(word)
-        out.append(sketch.serialize_compact())
-    return pa.array(out, pa.binary())
+def _distinct_build(new: Callable[[int], Any], serialised: Callable[[Any], bytes],
+                    ordered: bool) -> Callable[[pa.Array, pa.Array], pa.Array]:
+    def build(hashes: pa.Array, lg_k: pa.Array) -> pa.Array:
+        """One serialised sketch per row of ``hashes`` (a list of UBIGINT value hashes; NULL: an empty sketch)."""
+        k = _first(lg_k)
+        out = []
+        for words in _each_values(hashes, np.int64):
+            sketch = new(k)
+            if words is not None:  # an HLL sketch in order: its own (HIP) estimate depends on the order, which
+                # DuckDB's list does not fix
+                for word in (np.sort(words) if ordered else words).tolist():
+                    sketch.update(word)
+            out.append(serialised(sketch))
+        return pa.array(out, pa.binary())
+    return build
 
 
-def _hll_estimate(sketches: pa.Array, lg_k: pa.Array) -> pa.Array:
-    """Per row, the union of a list of serialised HLL sketches, estimated (rounded, as Pinot's LONG)."""
-    k = _first(lg_k)
-    offsets, valid, flat = _lists(sketches)
-    blobs = flat.to_pylist()
-    out = []
-    for row in range(len(valid)):
-        union = ds.hll_union(k)
-        if valid[row]:
-            for blob in blobs[offsets[row]:offsets[row + 1]]:
-                if blob is not None:
-                    union.update(ds.hll_sketch.deserialize(blob))
-        out.append(round(union.get_estimate()))
-    return pa.array(out, pa.int64())
-
-
-def _theta_build(hashes: pa.Array, lg_k: pa.Array) -> pa.Array:
-    k = _first(lg_k)
-    offsets, valid, flat = _lists(hashes)
-    words = flat.to_numpy(zero_copy_only=False).view(np.int64)
-    out = []
-    for row in range(len(valid)):
-        sketch = ds.update_theta_sketch(k, 1.0, _THETA_SEED)
-        if valid[row]:
-            for word in words[offsets[row]:offsets[row + 1]].tolist():
-                sketch.update(word)
-        out.append(sketch.compact().serialize())
-    return pa.array(out, pa.binary())
-
-
-def _theta_estimate(sketches: pa.Array, lg_k: pa.Array) -> pa.Array:
-    k = _first(lg_k)
-    offsets, valid, flat = _lists(sketches)
-    blobs = flat.to_pylist()
-    out = []
-    for row in range(len(valid)):
-        union = ds.theta_union(k, 1.0, _THETA_SEED)
-        if valid[row]:
-            for blob in blobs[offsets[row]:offsets[row + 1]]:
-                if blob is not None:
-                    union.update(ds.compact_theta_sketch.deserialize(blob, _THETA_SEED))
-        out.append(round(union.get_result().get_estimate()))
-    return pa.array(out, pa.int64())
+def _distinct_estimate(start: Callable[[int], Any], add: Callable[[Any, bytes], object],
+                       estimate: Callable[[Any], float]) -> Callable[[pa.Array, pa.Array], pa.Array]:
+    def read(sketches: pa.Array, lg_k: pa.Array) -> pa.Array:
+        """Per row, the union of a list of serialised sketches, estimated (rounded, as Pinot's LONG)."""
+        k = _first(lg_k)
+        return pa.array([round(estimate(union)) for union in _each_merged(sketches, lambda: start(k), add)],
+                        pa.int64())
+    return read
 
 
 Quantiles = type[ds.kll_doubles_sketch] | type[ds.tdigest_double]
 
 
-def _quantile_build(kind: Quantiles, sort: bool) -> Callable[[pa.Array, pa.Array], pa.Array]:
+def _quantile_build(kind: Quantiles, ordered: bool) -> Callable[[pa.Array, pa.Array], pa.Array]:
     def build(values: pa.Array, param: pa.Array) -> pa.Array:
         """One serialised sketch per row of ``values`` (a DOUBLE list; NULL: an empty sketch), updated at once."""
         k = _first(param)
-        offsets, valid, flat = _lists(values)
-        numbers = flat.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         out = []
-        for row in range(len(valid)):
+        for numbers in _each_values(values, np.float64):
             sketch = kind(k)
-            if valid[row] and offsets[row + 1] > offsets[row]:
-                chunk = numbers[offsets[row]:offsets[row + 1]]
-                chunk = chunk[~np.isnan(chunk)]
+            if numbers is not None and len(numbers):
+                numbers = numbers[~np.isnan(numbers)]
                 # a t-digest depends on the order of its input, which DuckDB's list does not fix: sorted, a server
                 # (and each replica) answers alike every time; a KLL sketch compacts at random whatever the order
-                sketch.update(np.sort(chunk) if sort else np.ascontiguousarray(chunk))
+                sketch.update(np.sort(numbers) if ordered else np.ascontiguousarray(numbers))
             out.append(sketch.serialize())
         return pa.array(out, pa.binary())
     return build
@@ -164,15 +145,8 @@ def _quantile_merge(kind: Quantiles, inclusive: bool) -> Callable[[pa.Array, pa.
     def merge(sketches: pa.Array, param: pa.Array, percentile: pa.Array) -> pa.Array:
         """Per row, the merged sketches' quantile at ``percentile`` (0 to 100); NULL when they hold no value."""
         k, rank = _first(param), float(percentile[0].as_py()) / 100 if len(percentile) else 0.0
-        offsets, valid, flat = _lists(sketches)
-        blobs = flat.to_pylist()
         out: list[float | None] = []
-        for row in range(len(valid)):
-            merged = kind(k)
-            if valid[row]:
-                for blob in blobs[offsets[row]:offsets[row + 1]]:
-                    if blob is not None:
-                        merged.merge(kind.deserialize(blob))
+        for merged in _each_merged(sketches, lambda: kind(k), lambda m, blob: m.merge(kind.deserialize(blob))):
             if merged.is_empty():
                 out.append(None)
             else:
@@ -183,10 +157,16 @@ def _quantile_merge(kind: Quantiles, inclusive: bool) -> Callable[[pa.Array, pa.
 
 # name -> (kernel, DuckDB parameter types, result type)
 FUNCTIONS: dict[str, tuple[Callable[..., pa.Array], list[str], str]] = {
-    "cuvee_hll_sketch": (_hll_build, ["UBIGINT[]", "INTEGER"], "BLOB"),
-    "cuvee_hll_estimate": (_hll_estimate, ["BLOB[]", "INTEGER"], "BIGINT"),
-    "cuvee_theta_sketch": (_theta_build, ["UBIGINT[]", "INTEGER"], "BLOB"),
-    "cuvee_theta_estimate": (_theta_estimate, ["BLOB[]", "INTEGER"], "BIGINT"),
+    "cuvee_hll_sketch": (_distinct_build(ds.hll_sketch, lambda s: s.serialize_compact(), True),
+                         ["UBIGINT[]", "INTEGER"], "BLOB"),
+    "cuvee_hll_estimate": (_distinct_estimate(ds.hll_union, lambda u, b: u.update(ds.hll_sketch.deserialize(b)),
+                                              lambda u: u.get_estimate()), ["BLOB[]", "INTEGER"], "BIGINT"),
+    "cuvee_theta_sketch": (_distinct_build(lambda k: ds.update_theta_sketch(k, 1.0, _THETA_SEED),
+                                           lambda s: s.compact().serialize(), False), ["UBIGINT[]", "INTEGER"], "BLOB"),
+    "cuvee_theta_estimate": (_distinct_estimate(
+        lambda k: ds.theta_union(k, 1.0, _THETA_SEED),
+        lambda u, b: u.update(ds.compact_theta_sketch.deserialize(b, _THETA_SEED)),
+        lambda u: u.get_result().get_estimate()), ["BLOB[]", "INTEGER"], "BIGINT"),
     "cuvee_tdigest_sketch": (_quantile_build(ds.tdigest_double, True), ["DOUBLE[]", "INTEGER"], "BLOB"),
     "cuvee_tdigest_quantile": (_quantile_merge(ds.tdigest_double, False), ["BLOB[]", "INTEGER", "DOUBLE"],
                                "DOUBLE"),
