@@ -74,7 +74,7 @@ def test_distinct_count_sketches_are_within_their_error_over_several_servers(tab
 
 def test_a_string_column_and_a_multi_value_column_are_sketched(table: pa.Table) -> None:
     got = _answer("SELECT DISTINCTCOUNTHLL(s, 12), DISTINCTCOUNTHLLMV(tags, 12), "
-                  "DISTINCTCOUNTTHETASKETCHMV(tags) FROM t", table)
+                  "DISTINCTCOUNTTHETASKETCHMV(tags), PERCENTILEKLLMV(tags, 50) FROM t", table)
     strings = _exact(table, "s")
     tags = len(pa.compute.list_flatten(table.column("tags")).unique())
     bound = 4 * 1.04 / math.sqrt(2 ** 12)
@@ -82,6 +82,8 @@ def test_a_string_column_and_a_multi_value_column_are_sketched(table: pa.Table) 
     assert abs(values[0] - strings) <= bound * strings
     assert abs(values[1] - tags) <= bound * tags
     assert abs(values[2] - tags) <= 4 / math.sqrt(2 ** 14) * tags
+    every = pa.compute.list_flatten(table.column("tags")).to_numpy()
+    assert abs(_rank(every, values[3]) - 0.5) <= 2 * ds.kll_doubles_sketch.get_normalized_rank_error(200, False)
 
 
 def _rank(values: np.ndarray, value: float) -> float:
