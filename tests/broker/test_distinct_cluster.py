@@ -32,10 +32,15 @@ CLICKS_SCHEMA = {"schemaName": "clicks", "dimensionFieldSpecs": [
 CLICKS = [{"id": i, "user": (i * 7919) % 613, "page": f"p{i % 5}"} for i in range(1200)]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[InProcessCluster]:
+@pytest.fixture(scope="module", params=["arrow views", "duckdb copies"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[InProcessCluster]:
+    """Committed segments read as Arrow views, or from the servers' DuckDB copies (their own databases, which
+    must offer the sketch functions too)."""
+    copies = request.param == "duckdb copies"
+    server = {"native_copy_bytes": 64 << 20, "native_copy_min_rows": 1, "native_copy_min_idle_seconds": 0} \
+        if copies else {"native_copy_bytes": 0}
     with tempfile.TemporaryDirectory(prefix="cuvee-distinct-") as root, \
-            InProcessCluster(Path(root), servers=3) as running:
+            InProcessCluster(Path(root), servers=3, server=server) as running:
         running.add_schema(VISITS_SCHEMA)
         running.add_table(VISITS_TABLE)
         for i, rows in enumerate(by_partition(VISITS, VISITS_SCHEMA, VISITS_TABLE)):
@@ -45,6 +50,9 @@ def cluster() -> Iterator[InProcessCluster]:
         running.produce(configs, CLICKS, key_field="id")
         wait_until(lambda: running.scalar("SELECT COUNT(*) FROM visits") == VISITS.num_rows, 30)
         wait_until(lambda: running.scalar("SELECT COUNT(*) FROM clicks") == len(CLICKS), 30)
+        if copies:  # every pushed segment's copy ready (a query lets the servers see them used)
+            wait_until(lambda: running.scalar("SELECT COUNT(DISTINCT page) FROM visits") is not None and sum(
+                server.natives.summary()[0].get("visits_OFFLINE", (0, 0))[0] for server in running.servers) == 4, 30)
         yield running
 
 
