@@ -92,17 +92,29 @@ def _first(param: pa.Array) -> int:
     return int(param[0].as_py()) if len(param) else 0
 
 
+_SORT_IN_NUMPY = 256  # a group's values sorted by numpy from this many (Python's sort is quicker below)
+
+
 def _distinct_build(new: Callable[[int], Any], serialised: Callable[[Any], bytes],
                     ordered: bool) -> Callable[[pa.Array, pa.Array], pa.Array]:
     def build(hashes: pa.Array, lg_k: pa.Array) -> pa.Array:
-        """One serialised sketch per row of ``hashes`` (a list of UBIGINT value hashes; NULL: an empty sketch)."""
+        """One serialised sketch per row of ``hashes`` (a list of UBIGINT value hashes; NULL: an empty sketch),
+        walked as one Python list: most groups hold a few values, and a numpy call per group cost more than the
+        sketch's updates."""
         k = _first(lg_k)
+        values = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
+        bounds = values.offsets.to_numpy(zero_copy_only=False).tolist()
+        flat = values.values.to_numpy(zero_copy_only=False).view(np.int64)
+        words = flat[bounds[0]:bounds[-1]].tolist()
         out = []
-        for words in _each_values(hashes, np.int64):
+        for row, present in enumerate(np.asarray(values.is_valid()).tolist()):
             sketch = new(k)
-            if words is not None:  # an HLL sketch in order: its own (HIP) estimate depends on the order, which
-                # DuckDB's list does not fix
-                for word in (np.sort(words) if ordered else words).tolist():
+            if present:
+                lo, hi = bounds[row], bounds[row + 1]
+                group = words[lo - bounds[0]:hi - bounds[0]]
+                if ordered:  # an HLL sketch's own (HIP) estimate depends on the order, which DuckDB's lists do not fix
+                    group = np.sort(flat[lo:hi]).tolist() if hi - lo >= _SORT_IN_NUMPY else sorted(group)
+                for word in group:
                     sketch.update(word)
             out.append(serialised(sketch))
         return pa.array(out, pa.binary())
