@@ -414,11 +414,13 @@ class QueryHandler:
                                                          f"{exc.construct} run on the multi-stage engine") from None
         _check_read(principal, (plan.table, *(lookup.table for lookup in plan.lookups)))
         servers = frozenset(self.view.snapshot.servers)
-        routed = [(t.entry.name, t.entry.route(servers, number)) for t in self.view.targets(plan.table)]
+        targets = self.view.targets(plan.table)
+        routed = [(t.entry.name, t.entry.route(servers, number)) for t in targets]
         halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
         whole = answered_whole(plan, [len(r.servers) for _, r in routed], _Asked.of(plan.options))
+        shown = plan if whole else disjoint_plan(plan, targets, [r for _, r in routed])  # as the query would run
         return broker_response(request_id=str(number), time_used_ms=self._elapsed_ms(started),
-                               table=explain_table(plan, halves, whole), column_names=EXPLAIN_COLUMNS)
+                               table=explain_table(shown, halves, whole), column_names=EXPLAIN_COLUMNS)
 
     async def _gapfill(self, number: int, started: float, query: GapfillQuery, options: dict[str, str],
                        principal: Principal | None) -> dict[str, Any]:

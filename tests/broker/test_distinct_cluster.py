@@ -115,3 +115,11 @@ def test_sketches_over_servers_are_within_their_error(cluster: InProcessCluster)
     assert abs(hll - 613) <= 4 * 1.04 / 64 * 613
     assert theta == 613  # below the nominal entries a Theta sketch is exact
     assert abs(kll - 600) <= 1200 * 0.04
+
+
+def test_explain_shows_the_summed_distinct_count(cluster: InProcessCluster) -> None:
+    answer = cluster.query("EXPLAIN PLAN FOR SELECT COUNT(DISTINCT userId) FROM visits")
+    assert not answer["exceptions"], answer["exceptions"]
+    rows = answer["resultTable"]["rows"]
+    servers = [row[0] for row in rows if row[0].startswith("SERVER_AGGREGATE")]
+    assert servers and 'count(DISTINCT "userId")' in servers[0] and "list(" not in servers[0]
