@@ -40,6 +40,7 @@ from cuvee.broker.errors import query_error
 from cuvee.broker.lookups import lookup_requests, with_schemas
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
+from cuvee.broker.partitioned_distinct import disjoint_plan
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter, server_session
 from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
@@ -73,7 +74,7 @@ from cuvee.query.lookup import SERVER_RELATION
 from cuvee.query.group_trim import GroupOptions, group_options
 from cuvee.query.parse import MultiStageRequired, TableInfo, split_query
 from cuvee.query.plan_cache import PlanCache
-from cuvee.query.rewrite import DOCS_TOTAL_COLUMN
+from cuvee.query.rewrite import DOCS_TOTAL_COLUMN, cheap_merge
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,7 @@ class _Gathered:
     num_calls: int
     whole: bool = False  # one server answered the query in one step (``QueryPlan.whole_sql``): nothing to merge
     deadline: float | None = None  # the query's (the handler's clock): the merge is stopped past it, plus grace
+    plan: QueryPlan | None = None  # the plan the servers ran, when not the query's own (``disjoint_plan``)
 
 
 @dataclasses.dataclass
@@ -387,7 +389,7 @@ class QueryHandler:
         timeout_ms = _timeout_ms(options, self._table_timeout_ms(plan.table), cfg.timeout_limit_ms)
         gathered = await self._gather(number, plan, principal, started + timeout_ms / 1000, _Asked.of(options),
                                       cfg.max_response_rows)
-        if (plan.simple_merge is not None or gathered.whole) and \
+        if (cheap_merge((gathered.plan or plan).simple_merge) or gathered.whole) and \
                 sum(r.table.num_rows for r in gathered.replies if r.table is not None) <= _INLINE_MERGE_ROWS:
             # one row merged in Arrow, or a server's whole answer: a thread hop costs more (a DISTINCTCOUNT's or
             # PERCENTILE's one partial row may hold a million values: those go to a worker thread)
@@ -412,11 +414,13 @@ class QueryHandler:
                                                          f"{exc.construct} run on the multi-stage engine") from None
         _check_read(principal, (plan.table, *(lookup.table for lookup in plan.lookups)))
         servers = frozenset(self.view.snapshot.servers)
-        routed = [(t.entry.name, t.entry.route(servers, number)) for t in self.view.targets(plan.table)]
+        targets = self.view.targets(plan.table)
+        routed = [(t.entry.name, t.entry.route(servers, number)) for t in targets]
         halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
         whole = answered_whole(plan, [len(r.servers) for _, r in routed], _Asked.of(plan.options))
+        shown = plan if whole else disjoint_plan(plan, targets, [r for _, r in routed])  # as the query would run
         return broker_response(request_id=str(number), time_used_ms=self._elapsed_ms(started),
-                               table=explain_table(plan, halves, whole), column_names=EXPLAIN_COLUMNS)
+                               table=explain_table(shown, halves, whole), column_names=EXPLAIN_COLUMNS)
 
     async def _gapfill(self, number: int, started: float, query: GapfillQuery, options: dict[str, str],
                        principal: Principal | None) -> dict[str, Any]:
@@ -454,27 +458,30 @@ class QueryHandler:
         # all of the query's segments on one server: it answers the whole query, the broker merges nothing (not
         # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
         whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
+        asked_plan = plan if whole else disjoint_plan(plan, targets, routings)  # distinct counts summed if provable
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
         # a hybrid table: both halves at once, each server told its side of the boundary
         for target, routing in zip(targets, routings):
-            made = self._calls(str(number), plan, target, routing, servers, deadline, asked, whole=whole)
+            made = self._calls(str(number), asked_plan, target, routing, servers, deadline, asked, whole=whole)
             calls += made
             called += [target] * len(made)
         wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
         replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes) if calls else []
         num_calls = len(calls)
-        if whole and self._elsewhere(calls, called, replies, servers):
+        if (whole or asked_plan is not plan) and self._elsewhere(calls, called, replies, servers):
             # the server no longer held some segments, which another replica will answer for: its one-step answer
-            # cannot be merged with theirs, so it is asked again for its partial result (rare: a move under way)
-            whole = False
+            # (or the distinct counts of a partition that replica then shares) cannot be merged with theirs, so it
+            # is asked again for its partial result (rare: a move under way)
+            whole, asked_plan = False, plan
             calls = self._calls(str(number), plan, targets[0], routings[0], servers, deadline, asked)
             wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
             replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes)
             num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
-        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline)
+        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline,
+                         asked_plan if asked_plan is not plan else None)
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
                            principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -794,7 +801,8 @@ class QueryHandler:
         try:
             # a one-step answer is final; none (the server failed) is answered as no partials are
             merged = partials[0] if gathered.whole and partials else \
-                merge_partials(plan, partials, gathered.entry.arrow_schema, deadline=self._monotonic(gathered.deadline))
+                merge_partials(gathered.plan or plan, partials, gathered.entry.arrow_schema,
+                               deadline=self._monotonic(gathered.deadline))
         except PastDeadlineError:
             merged = None
             exceptions.append(QueryError(QueryErrorCode.BROKER_TIMEOUT, "merging the servers' answers ran past the "

@@ -30,6 +30,7 @@ from cuvee.query.lookup import is_lookup
 from cuvee.query.multivalue import rewrite_multi_value_where
 from cuvee.query.parse import TableInfo, TableResolver
 from cuvee.query.pinot_aggregates import AGGREGATE_NAMES, normalised
+from cuvee.query.sketches import sketches_in_one_step
 from cuvee.query.virtual_columns import VIRTUAL_COLUMNS
 
 RELATION_PREFIX = "__cuvee_stage_"
@@ -229,7 +230,7 @@ def _plan_stages(query: exp.Expression, resolve: TableResolver, leaf_rows: int, 
                 _group_each_value(select, sources)
     _refuse_merged_aggregates(tree)
     names = _answer_names(tree)  # as written: Pinot's names, not those of the translated functions
-    final = translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers))
+    final = sketches_in_one_step(translate_scalar(tree, frozenset(timestamps), number_columns=frozenset(numbers)))
     return StagePlan(tuple(leaves), final.sql(dialect=DIALECT), names)
 
 

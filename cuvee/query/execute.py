@@ -332,13 +332,19 @@ def _simple_columns(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:
     columns: list[pa.Array] = []
     for kind, refs in plan.simple_merge:
         values = [partials.column(ref) for ref in refs]
+        if kind == "distinctcount":
+            counted = _distinct_count(values[0])
+            if counted is None:
+                return None
+            columns.append(counted)
+            continue
         if not all(any(plain(v.type) for plain in _PLAIN) for v in values):
             return None
         if any(pa.types.is_floating(v.type) and pc.any(pc.is_nan(v)).as_py() for v in values):
             return None
-        if kind == "count":
+        if kind in ("count", "countsum"):  # countsum: distinct counts of values on one server each, INTEGER
             total = pc.sum(values[0]).as_py()
-            columns.append(pa.array([int(total or 0)], pa.int64()))
+            columns.append(pa.array([int(total or 0)], pa.int64() if kind == "count" else pa.int32()))
         elif kind == "sum":
             columns.append(pa.array([_double(pc.sum(values[0]).as_py())], pa.float64()))
         elif kind == "avg":
@@ -349,6 +355,19 @@ def _simple_columns(plan: QueryPlan, partials: pa.Table) -> pa.Table | None:
             found = pc.min(values[0]) if kind == "min" else pc.max(values[0])
             columns.append(pa.array([found.as_py()], found.type))
     return pa.table(columns, names=list(plan.column_names))
+
+
+def _distinct_count(lists: pa.ChunkedArray) -> pa.Array | None:
+    """The number of distinct values in the servers' distinct-value lists (NULLs left out by the servers), as the
+    final SQL's INTEGER; None (the SQL decides) for floats, whose NaN and -0.0 Arrow's hashing may not equate as
+    DuckDB does, and for types Arrow does not hash alike."""
+    if not (pa.types.is_list(lists.type) or pa.types.is_large_list(lists.type)):
+        return None
+    kind = lists.type.value_type
+    if pa.types.is_floating(kind) or not any(plain(kind) for plain in _PLAIN):
+        return None
+    values = pa.chunked_array([chunk.flatten() for chunk in lists.chunks], kind)
+    return pa.array([pc.count_distinct(values, mode="only_valid").as_py()], pa.int32())
 
 
 def _double(value: object) -> float | None:

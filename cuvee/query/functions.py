@@ -20,6 +20,7 @@ from cuvee.query.json_match import translate_json_match
 from cuvee.query.pinot_aggregates import TIME_ARGUMENTS, classify_pinot_aggregate, normalised, numeric_data_argument
 from cuvee.query.prescan import is_number_list
 from cuvee.query.scalar_functions import translate_node, translate_other
+from cuvee.query.sketches import classify_sketch
 
 # Pinot names sqlglot would read as its own functions with other argument lists, dropping or reinterpreting
 # arguments (DATETRUNC's 3rd to 5th, JSON_EXTRACT_SCALAR's type and default, STRPOS's instance, SUBSTR's end, the
@@ -45,24 +46,22 @@ class PinotDuckDB(DuckDB):
 READ_DIALECT = PinotDuckDB  # how queries and ingestion expressions are read
 
 
-# Pinot aggregation names (upper case) served by one kind. The sketch-based distinct counts are answered exactly:
-# an exact count is a valid estimate, and it keeps results reproducible across replicas.
+# Pinot aggregation names (upper case) served by one kind. DISTINCTCOUNTSMARTHLL and DISTINCTCOUNTULL are answered
+# exactly (an exact count is a valid estimate); the sketches built here are in ``cuvee.query.sketches``.
 _ANONYMOUS_AGGREGATES: dict[str, AggKind] = {
     "DISTINCTCOUNT": AggKind.DISTINCT_COUNT,
     "SEGMENTPARTITIONEDDISTINCTCOUNT": AggKind.DISTINCT_COUNT,
     "DISTINCTCOUNTBITMAP": AggKind.DISTINCT_COUNT,
-    "DISTINCTCOUNTHLL": AggKind.DISTINCT_COUNT_HLL,
-    "DISTINCTCOUNTHLLPLUS": AggKind.DISTINCT_COUNT_HLL,
     "DISTINCTCOUNTSMARTHLL": AggKind.DISTINCT_COUNT_HLL,
-    "DISTINCTCOUNTTHETASKETCH": AggKind.DISTINCT_COUNT_HLL,
     "DISTINCTCOUNTULL": AggKind.DISTINCT_COUNT_HLL,
     "DISTINCTSUM": AggKind.DISTINCT_SUM,
     "DISTINCTAVG": AggKind.DISTINCT_AVG,
     "MINMAXRANGE": AggKind.MIN_MAX_RANGE,
     "SUM0": AggKind.SUM,
 }
-# PERCENTILE(x, p), PERCENTILEEST(x, p), PERCENTILETDIGEST(x, p), PERCENTILEKLL(x, p) and the PERCENTILE90(x) forms.
-_PERCENTILE = re.compile(r"^(PERCENTILE(?:EST|TDIGEST|KLL|SMARTTDIGEST)?)(\d+(?:\.\d+)?)?$")
+# PERCENTILE(x, p), PERCENTILEEST(x, p), PERCENTILESMARTTDIGEST(x, p) and the PERCENTILE90(x) forms, answered
+# exactly (PERCENTILETDIGEST and PERCENTILEKLL build sketches: ``cuvee.query.sketches``).
+_PERCENTILE = re.compile(r"^(PERCENTILE(?:EST|SMARTTDIGEST)?)(\d+(?:\.\d+)?)?$")
 _BUILTIN_AGGREGATES: dict[type[exp.Expression], AggKind] = {
     exp.Sum: AggKind.SUM,
     exp.Min: AggKind.MIN,
@@ -145,7 +144,8 @@ def classify_aggregate(node: exp.Expression) -> AggregateCall | None:
         upper = node.name.upper()
         if upper in _UNSUPPORTED_FUNCTIONS:
             raise _unsupported(upper)
-        pinot = classify_pinot_aggregate(node) or classify_funnel(node)  # calls that carry their own MergeSpec
+        # calls that carry their own MergeSpec
+        pinot = classify_pinot_aggregate(node) or classify_funnel(node) or classify_sketch(node)
         if pinot is not None:
             return pinot
         if upper.endswith("MV") and len(upper) > 2:
