@@ -35,6 +35,12 @@ class ConsumerConfig:
     # One request to a schema registry (Avro through Confluent's registry) waits at most this long.
     schema_registry_timeout_seconds: float = 10.0
 
+    # ---- queries over a consuming segment ----
+    # Its published rows are cut into blocks of this many rows; a full block is sealed (immutable): copied into
+    # DuckDB like a committed segment, its multi-value columns decoded once. Queries convert only the rows since
+    # the last seal (cuvee.server.consuming.blocks).
+    scan_block_rows: int = 50_000
+
     # ---- completion protocol ----
     hold_retry_seconds: float = 1.0  # re-send segmentConsumed this long after HOLD / FAILED
     not_leader_retry_seconds: float = 0.2  # re-send after NOT_LEADER (leader re-resolved first)
@@ -66,6 +72,9 @@ class ConsumerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"consumer.{name} must be a positive number, got {value!r}")
+        blocks = self.scan_block_rows
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"consumer.scan_block_rows must be an integer >= 1, got {blocks!r}")
         for name in ("stream_error_retries", "bad_records_kept", "lease_margin_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
