@@ -237,3 +237,25 @@ def test_answers_stay_a_consistent_prefix_while_rows_arrive_and_blocks_seal(cons
     finally:
         writer.join()
         copies.close()
+
+
+def test_a_blocks_copy_is_stored_compressed(tmp_path: Path, natives: NativeCopies) -> None:
+    """DuckDB compresses rows at a checkpoint, and a block's few rows never reach its automatic one: each copy is
+    checkpointed, so a filter on a string column compares dictionary entries, not every row's string."""
+    config = replace(FAST, scan_block_rows=4096)
+    client = SegmentCompletionClient(config, leader_url="http://127.0.0.1:9")
+    segment = make_replica(tmp_path, tmp_path / "log", record(rows=20_000), instance="s1", client=client,
+                           config=config).segment
+    try:
+        registry = SegmentRegistry()
+        registry.put(TABLE, ConsumingView(segment))
+        append(segment, rows(0, 3 * 4096))
+        assert run(QueryExecutor(registry, natives=natives), QUERIES[1][0], [segment.name])
+        copies = natives._tables[TABLE]
+        assert copies.version is not None
+        stored = copies.con.sql(
+            f"SELECT DISTINCT compression FROM pragma_storage_info('{copies.version.name}') "
+            "WHERE column_name = 'country' AND segment_type = 'VARCHAR'").fetchall()
+        assert stored and ("Uncompressed",) not in stored, stored
+    finally:
+        segment.stop()
