@@ -5,6 +5,7 @@ in memoryBytes), and let their copies go with the segment."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import threading
 from dataclasses import replace
@@ -16,6 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cuvee.config import Schema
+from cuvee.config.errors import ConfigValidationError
+from cuvee.node.config import load_config
 from cuvee.protocol.query import ServerQueryRequest
 from cuvee.query import TableInfo, merge_partials, plan_sql
 from cuvee.segment.builder import build_segment
@@ -23,12 +27,15 @@ from cuvee.server import query_executor
 from cuvee.server.consuming import SegmentCompletionClient
 from cuvee.server.consuming.blocks import ConsumingScan
 from cuvee.server.consuming.build import logical_table
+from cuvee.server.config import ServerConfig
 from cuvee.server.consuming.segment import ConsumingSegment
 from cuvee.server.native_copies import NativeCopies
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
-from tests.server.test_consuming_support import FAST, TABLE, make_replica, record, schema
+from cuvee.server.served_schemas import ServedSchemas
+from cuvee.server.tables import TableContext
+from tests.server.test_consuming_support import FAST, SCHEMA_DOC, TABLE, make_replica, record, schema
 
 BLOCK = 8
 INFO = TableInfo(TABLE, tuple(schema().column_names), frozenset({"ts"}), frozenset({"tags"}))
@@ -259,3 +266,53 @@ def test_a_blocks_copy_is_stored_compressed(tmp_path: Path, natives: NativeCopie
         assert stored and ("Uncompressed",) not in stored, stored
     finally:
         segment.stop()
+
+
+class _Evolved:
+    """The table served under its schema plus a column ``color`` (default 'none'), added since the segment began."""
+
+    def __init__(self, segment: ConsumingSegment) -> None:
+        self.table = segment.table
+        self.doc = copy.deepcopy(SCHEMA_DOC)
+        self.doc["dimensionFieldSpecs"].append({"name": "color", "dataType": "STRING", "defaultNullValue": "none"})
+
+    def served_version(self, table: str) -> tuple[str, int]:
+        return "events", 2
+
+    def schema_at(self, name: str, version: int) -> Schema:
+        return Schema.from_json(self.doc)
+
+    def get(self, table: str) -> TableContext:
+        return TableContext(self.table, Schema.from_json(self.doc), "events")
+
+
+def test_a_column_added_since_the_segment_began_reads_its_default_beside_copied_blocks(
+        consuming: ConsumingSegment, natives: NativeCopies) -> None:
+    """The blocks' copies hold the stored columns only: a query reading the added column scans Arrow (its default
+    filled in), one that does not still reads the copies."""
+    served = ServedSchemas(_Evolved(consuming))
+    served.ensure(TABLE)
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry, natives=natives, schemas=served)
+    every = rows(0, 2 * BLOCK + 3)
+    append(consuming, every)
+    result, stats = executor.execute(ServerQueryRequest("1", TABLE, "SELECT SUM(id) FROM cuvee_segments",
+                                                        (consuming.name,), 10_000))
+    assert stats.exceptions == () and result is not None
+    assert result.column(0).to_pylist() == [sum(range(every.num_rows))]
+    assert natives.summary()[0][TABLE][0] == 2  # that query asked for the blocks' copies, and read them
+    sql = "SELECT color, COUNT(*), SUM(clicks) FROM cuvee_segments GROUP BY color"
+    clicks = sum(c for c in every.column("clicks").to_pylist() if c is not None)
+    result, stats = executor.execute(ServerQueryRequest("1", TABLE, sql, (consuming.name,), 10_000))
+    assert stats.exceptions == () and result is not None
+    assert [tuple(r.values()) for r in result.to_pylist()] == [("none", every.num_rows, clicks)]
+
+
+def test_scan_block_rows_is_a_server_setting_of_positive_integers() -> None:
+    config = load_config(ServerConfig, None, {"consumer.scan_block_rows": 1000})
+    assert config.consumer.scan_block_rows == 1000
+    assert ServerConfig().consumer.scan_block_rows == 122_880
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises((ValueError, ConfigValidationError), match="scan_block_rows"):
+            load_config(ServerConfig, None, {"consumer.scan_block_rows": bad})

@@ -6,8 +6,8 @@ reader (dictionary ids, pyarrow filters), two to five times slower than the Duck
 committed (``cuvee.server.native_copies``), and multi-value columns were decoded whole on every query.
 
 The rows a segment has published never change (the writer only appends; dictionary ids are never reassigned),
-so they are cut into blocks of ``block_rows``. A block is *sealed* once all its rows are published, and is then
-immutable:
+so they are cut into blocks of ``block_rows`` (by default one DuckDB row group: the cheapest copy, see
+``ConsumerConfig``). A block is *sealed* once all its rows are published, and is then immutable:
 
 - each sealed block is a ``SealedBlock``, which the server's DuckDB copies take like a committed segment (its
   rows decoded once, by the copies' worker, in the background). A query that reads natively scans the copied
@@ -32,9 +32,8 @@ import pyarrow as pa
 from cuvee.config import Schema
 from cuvee.segment.mutable import MutableSegment
 from cuvee.server.consuming.build import logical_table
+from cuvee.server.consuming.config import DEFAULT_BLOCK_ROWS
 from cuvee.server.queryable import encoded_logical_table
-
-DEFAULT_BLOCK_ROWS = 50_000  # ConsumerConfig.scan_block_rows
 
 
 class SealedBlock:
