@@ -35,6 +35,8 @@ from cuvee.server.consuming.build import logical_table
 from cuvee.server.consuming.config import DEFAULT_BLOCK_ROWS
 from cuvee.server.queryable import encoded_logical_table
 
+_SHAPES_KEPT = 256  # lists of columns remembered per segment (``ConsumingScan._shape``)
+
 
 class SealedBlock:
     """Rows ``start`` to ``end`` of a consuming segment, all published: what its DuckDB copy is made from."""
@@ -80,6 +82,7 @@ class ConsumingScan:
         self._logical = schema.arrow_schema()
         self._blocks: list[SealedBlock] = []
         self._lock = threading.Lock()
+        self._shapes: dict[tuple[str, ...] | None, tuple[pa.Schema, pa.Schema, list[str]]] = {}
 
     def blocks(self, count: int) -> list[SealedBlock]:
         """The sealed blocks among the first ``count`` published rows, in row order."""
@@ -98,13 +101,8 @@ class ConsumingScan:
         """The first ``count`` rows for queries (``columns`` only, in schema order; default all): single-value
         dictionary columns left encoded (views over the segment's buffers), multi-value columns decoded (sealed
         blocks' kept, the tail's now)."""
-        logical = self._logical
-        if columns is not None:
-            logical = pa.schema([f for f in logical if f.name in columns])
-        single = [f for f in logical if not pa.types.is_list(f.type)]
-        multi = [f.name for f in logical if pa.types.is_list(f.type)]
-        encoded = encoded_logical_table(self.mutable.snapshot(count, columns=[f.name for f in single]),
-                                        pa.schema(single))
+        logical, single, multi = self._shape(columns)
+        encoded = encoded_logical_table(self.mutable.snapshot(count, columns=single.names), single)
         if not multi:
             return encoded
         blocks = self.blocks(count)
@@ -116,6 +114,20 @@ class ConsumingScan:
         out = [arrays[f.name] if f.name in arrays else encoded.column(f.name) for f in logical]
         fields = [f if f.name in arrays else encoded.schema.field(f.name) for f in logical]
         return pa.Table.from_arrays(out, schema=pa.schema(fields))
+
+    def _shape(self, columns: Collection[str] | None) -> tuple[pa.Schema, pa.Schema, list[str]]:
+        """The columns read (schema order), the single-value ones among them, the multi-value ones' names:
+        remembered per list of columns (a query's, repeated; building them cost more than the rest of a view)."""
+        key = None if columns is None else tuple(columns)
+        shape = self._shapes.get(key)
+        if shape is None:
+            logical = self._logical if columns is None else pa.schema([f for f in self._logical if f.name in columns])
+            shape = (logical, pa.schema([f for f in logical if not pa.types.is_list(f.type)]),
+                     [f.name for f in logical if pa.types.is_list(f.type)])
+            if len(self._shapes) >= _SHAPES_KEPT:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        return shape
 
     def decoded(self, name: str, start: int, end: int) -> pa.Array:
         """Multi-value column ``name``'s rows ``start`` to ``end``, decoded to its logical type."""
