@@ -429,9 +429,10 @@ class NativeCopies:
                     self._declined[token] = self._clock()  # no room after all: as if none was found
                 return
             made = self._insert(copies, token, rows)
-            if made:  # rows appended since the last checkpoint stay uncompressed (their strings compared one by
-                # one, not per dictionary entry): a consuming segment's 50k-row blocks never reach DuckDB's own
-                self._statement(copies, "CHECKPOINT")  # threshold; a failed one leaves the copy as it is
+            if made:  # rows appended short of a whole row group stay uncompressed until a checkpoint (a filter
+                # compares their strings one by one, not per dictionary entry), and a consuming segment's blocks
+                # or a segment's last row group may never fill DuckDB's own threshold (16 MB of log); a failed
+                self._statement(copies, "CHECKPOINT")  # checkpoint leaves the copy as it is
         finally:
             with self._lock:
                 current = self._tables.get(table) is copies  # not lost (nor closed) while it was made

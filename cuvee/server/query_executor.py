@@ -634,7 +634,7 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
                         rest.append(table.slice(at, block.start - at))
                     copied.append(token)
                     at = block.end
-            if at < table.num_rows or not copied:
+            if at < table.num_rows:
                 rest.append(table.slice(at) if at else table)
             continue
         token = natives.token(segment) if isinstance(segment, CommittedSegment) else None
