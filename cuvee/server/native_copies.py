@@ -189,10 +189,11 @@ class NativeCopies:
         weakref.finalize(segment, self._queue.put, ("forget", token))  # no lock in a finalizer: the worker does it
         return token
 
-    def want(self, token: int, table: str, segment: Any) -> None:
-        """Copy ``segment`` (an ``ImmutableSegment``: ``total_docs``, ``to_arrow(decode=True)``) of ``table`` unless
-        it is copied, being copied, declined lately, too small, or cannot be copied alike."""
-        if not self.enabled or segment.total_docs < self.min_rows:
+    def want(self, token: int, table: str, segment: Any, *, any_size: bool = False) -> None:
+        """Copy ``segment`` (an ``ImmutableSegment``: ``total_docs``, ``to_arrow(decode=True)``; or a consuming
+        segment's sealed block, ``any_size``: a part of a larger segment, copied however few its rows) of ``table``
+        unless it is copied, being copied, declined lately, too small, or cannot be copied alike."""
+        if not self.enabled or (segment.total_docs < self.min_rows and not any_size):
             return
         with self._lock:
             if self._closed or token in self._copies or token in self._pending or token in self._never:
@@ -428,6 +429,10 @@ class NativeCopies:
                     self._declined[token] = self._clock()  # no room after all: as if none was found
                 return
             made = self._insert(copies, token, rows)
+            if made:  # rows appended short of a whole row group stay uncompressed until a checkpoint (a filter
+                # compares their strings one by one, not per dictionary entry), and a consuming segment's blocks
+                # or a segment's last row group may never fill DuckDB's own threshold (16 MB of log); a failed
+                self._statement(copies, "CHECKPOINT")  # checkpoint leaves the copy as it is
         finally:
             with self._lock:
                 current = self._tables.get(table) is copies  # not lost (nor closed) while it was made

@@ -343,8 +343,10 @@ class QueryExecutor:
         virtual = virtual_columns.named((request.sql, request.docs_scanned_sql or "", request.top_sql or ""))
         for segment in segments:
             try:
-                if valid is not None and isinstance(segment, ConsumingView):
-                    table = segment.query_table(past_cap=True)  # the valid docs decide, past the cap too
+                if isinstance(segment, ConsumingView):  # built per query: only the columns it reads
+                    # (an upsert table's valid docs decide which rows, past the cap too)
+                    table = segment.query_table(past_cap=valid is not None,
+                                                columns=_named(segment.schema.names, request))
                 else:
                     table = query_table(segment)
                 if valid is not None:
@@ -461,11 +463,16 @@ class QueryExecutor:
         if not all(_stored_as_read(segment, table) for segment, table in zip(segments, projected)):
             return nullcontext(None)  # a column served as its default (added since the segment was built), or cast
         tokens = []
-        for segment in segments:
+        for segment, table in zip(segments, projected):
             if isinstance(segment, CommittedSegment):
                 token = natives.token(segment)
                 natives.want(token, request.table, segment.segment)
                 tokens.append(token)
+            elif isinstance(segment, ConsumingView):  # its sealed blocks, copied like committed segments
+                for block in segment.sealed_blocks(table.num_rows):
+                    token = natives.token(block)
+                    natives.want(token, request.table, block, any_size=True)
+                    tokens.append(token)
         return natives.reading(request.table, tokens) if tokens else nullcontext(None)
 
     def _run_on(self, con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, deadline: float,
@@ -635,6 +642,18 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
     copied: list[int] = []
     rest: list[pa.Table] = []
     for table, segment in zip(projected, segments):
+        if isinstance(segment, ConsumingView):
+            at = 0  # a consuming segment: its copied sealed blocks from DuckDB, every other row as Arrow
+            for block in segment.sealed_blocks(table.num_rows):
+                token = natives.token(block)
+                if token in native.tokens:
+                    if block.start > at:
+                        rest.append(table.slice(at, block.start - at))
+                    copied.append(token)
+                    at = block.end
+            if at < table.num_rows:
+                rest.append(table.slice(at) if at else table)
+            continue
         token = natives.token(segment) if isinstance(segment, CommittedSegment) else None
         if token is not None and token in native.tokens:
             copied.append(token)
@@ -829,16 +848,22 @@ def _conformed(table: pa.Table, served: ServedSchema | None, wanted: set[str] | 
 
 def _stored_as_read(segment: QueryableSegment, read: pa.Table) -> bool:
     """A committed segment's view reads each column as the segment stores it (none served as a default or cast),
-    so its DuckDB copy, which holds the stored columns, answers the same."""
-    if not isinstance(segment, CommittedSegment):
+    so its DuckDB copy, which holds the stored columns, answers the same; a consuming segment's likewise, for its
+    sealed blocks' copies."""
+    if isinstance(segment, ConsumingView):
+        stored = segment.schema
+    elif isinstance(segment, CommittedSegment):
+        stored = segment.query_table().schema
+    else:
         return True
-    stored = segment.query_table().schema
     for field in read.schema:
         index = stored.get_field_index(field.name)
         if field.name != VALID_COLUMN and (index < 0 or stored.field(index).type != field.type):
             if index >= 0 and pa.types.is_dictionary(stored.field(index).type) and \
                     stored.field(index).type.value_type == field.type:
                 continue  # its plain copy (CommittedSegment.with_plain)
+            if index >= 0 and pa.types.is_dictionary(field.type) and field.type.value_type == stored.field(index).type:
+                continue  # a consuming segment's dictionary ids over the stored values
             return False
     return True
 

@@ -26,6 +26,8 @@ a column finding no room is scanned encoded for a while (no thrashing when the c
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -37,6 +39,7 @@ from cuvee.server.plain_copies import PLAIN_COPIES, Kept, PlainCopies
 PLAIN_BYTES_FACTOR = 16  # a decoded copy kept at most this many times the encoded column's bytes
 
 if TYPE_CHECKING:  # the consuming package imports nothing from here; keep the dependency one-way at runtime
+    from cuvee.server.consuming.blocks import SealedBlock
     from cuvee.server.consuming.segment import ConsumingSegment
 
 
@@ -135,6 +138,11 @@ class ConsumingView:
         self.consuming = consuming
         self.name: str = consuming.name
 
+    @functools.cached_property
+    def schema(self) -> pa.Schema:
+        """The columns as stored, in logical types (what its sealed blocks' copies hold)."""
+        return self.consuming.schema.arrow_schema()
+
     @property
     def num_docs(self) -> int:
         return int(self.consuming.num_docs)
@@ -146,10 +154,16 @@ class ConsumingView:
     def to_arrow(self) -> pa.Table:
         return self.consuming.snapshot()
 
-    def query_table(self, *, past_cap: bool = False) -> pa.Table:
+    def query_table(self, *, past_cap: bool = False, columns: Collection[str] | None = None) -> pa.Table:
         """The published prefix for queries, single-value dictionary columns left encoded (see the module doc);
-        ``past_cap``: rows past the cap too (an upsert table's reader, filtering by valid docs)."""
-        return self.consuming.encoded_snapshot(past_cap=past_cap)
+        ``past_cap``: rows past the cap too (an upsert table's reader, filtering by valid docs); ``columns``: only
+        those (a query's: the rest would be built for nothing), default all."""
+        return self.consuming.encoded_snapshot(past_cap=past_cap, columns=columns)
+
+    def sealed_blocks(self, count: int) -> list[SealedBlock]:
+        """The sealed blocks (``cuvee.server.consuming.blocks``) among the first ``count`` rows of a query table:
+        rows a DuckDB copy may answer for, in row order."""
+        return self.consuming.sealed_blocks(count)
 
     def __repr__(self) -> str:
         return f"ConsumingView({self.name!r}, docs={self.num_docs})"

@@ -106,6 +106,25 @@ def test_appends_across_many_batches_equal_the_input(rng: np.random.Generator) -
     assert plain(segment.snapshot(num_docs=10)).equals(expected(all_rows[:10]))
 
 
+def test_a_snapshot_of_a_block_of_rows_equals_that_slice_of_the_whole(rng: np.random.Generator) -> None:
+    """``first_doc`` and ``columns``: every kind of column (nulls, booleans, multi-value dictionary and raw, raw and
+    dictionary strings), from every start, aligned to a byte of null bits or not."""
+    segment = MutableSegment(SCHEMA, INDEXING, 500)
+    rows = random_rows(rng, 300, null_rate=0.2)
+    for start in range(0, 300, 37):
+        segment.append(as_batch(rows[start:start + 37]), np.arange(start, min(start + 37, 300)))
+    whole = expected(rows)
+    for first, count in [(0, 300), (1, 300), (8, 9), (9, 9), (37, 111), (150, 300), (299, 300), (300, 300)]:
+        got = plain(segment.snapshot(count, first_doc=first))
+        assert got.equals(whole.slice(first, count - first)), (first, count)
+    picked = segment.snapshot(200, first_doc=64, columns=["tags", "flag", "user"])
+    assert picked.column_names == ["tags", "flag", "user"]
+    assert picked.cast(whole.select(["tags", "flag", "user"]).schema).equals(
+        whole.select(["tags", "flag", "user"]).slice(64, 136))
+    with pytest.raises(ValueError, match="first_doc"):
+        segment.snapshot(10, first_doc=11)
+
+
 def test_append_stops_at_capacity(rng: np.random.Generator) -> None:
     segment = MutableSegment(SCHEMA, INDEXING, 25)
     rows = random_rows(rng, 30)

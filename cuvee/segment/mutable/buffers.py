@@ -78,10 +78,12 @@ class VarBinaryStore:
             self._data.append(np.frombuffer(data_buffer, dtype=np.uint8, count=end)[begin:])
         self._offsets.append((offsets[1:] - (begin - base)).astype(np.int32, copy=False))
 
-    def to_arrow(self, count: int, validity: pa.Buffer | None = None) -> pa.Array:
-        offsets = self._offsets.head(count + 1)
+    def to_arrow(self, count: int, validity: pa.Buffer | None = None, first: int = 0) -> pa.Array:
+        """Items ``first`` to ``count`` (their offsets index the shared data buffer: nothing is copied)."""
+        offsets = self._offsets.head(count + 1)[first:]
         data = self._data.head(int(offsets[-1]))
-        return pa.Array.from_buffers(self.arrow_type, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return pa.Array.from_buffers(self.arrow_type, count - first,
+                                     [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
 
     def bytes_used(self, count: int) -> int:
         return 4 * (count + 1) + int(self._offsets.head(count + 1)[-1])

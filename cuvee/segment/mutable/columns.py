@@ -34,8 +34,8 @@ class FixedStore:
     def append(self, values: pa.Array) -> None:
         self._values.append(fixed_to_numpy(values))
 
-    def to_arrow(self, count: int, validity: pa.Buffer | None = None) -> pa.Array:
-        return numpy_to_fixed(self._values.head(count), self.arrow_type, validity)
+    def to_arrow(self, count: int, validity: pa.Buffer | None = None, first: int = 0) -> pa.Array:
+        return numpy_to_fixed(self._values.head(count)[first:], self.arrow_type, validity)
 
     def bytes_used(self, count: int) -> int:
         return count * self._values.itemsize
@@ -60,8 +60,9 @@ class DictStore:
         self._ids.append(ids)
         return ids
 
-    def to_arrow(self, count: int, validity: pa.Buffer | None = None) -> pa.Array:
-        indices = pa.Array.from_buffers(pa.int32(), count, [validity, pa.py_buffer(self._ids.head(count))])
+    def to_arrow(self, count: int, validity: pa.Buffer | None = None, first: int = 0) -> pa.Array:
+        indices = pa.Array.from_buffers(pa.int32(), count - first,
+                                        [validity, pa.py_buffer(self._ids.head(count)[first:])])
         return pa.DictionaryArray.from_arrays(indices, self.dictionary.values_array(), safe=False)
 
     def bytes_used(self, count: int) -> int:
@@ -90,10 +91,11 @@ class _NullMask:
         self._nulls[first_doc : first_doc + len(mask)] = mask
         self.any = True
 
-    def validity(self, count: int) -> pa.Buffer | None:
+    def validity(self, count: int, first: int = 0) -> pa.Buffer | None:
+        """The validity bitmap of rows ``first`` to ``count`` (None: none of them is null)."""
         if not self.any:
             return None
-        nulls = self._nulls[:count]
+        nulls = self._nulls[first:count]
         if not nulls.any():
             return None
         return pa.py_buffer(np.packbits(~nulls, bitorder="little"))
@@ -123,8 +125,9 @@ class SingleValueColumn:
                 ids, docs = ids[~mask], docs[~mask]
             self.index.add(ids, docs)
 
-    def to_arrow(self, count: int) -> pa.Array:
-        return self.store.to_arrow(count, self._nulls.validity(count))
+    def to_arrow(self, count: int, first: int = 0) -> pa.Array:
+        """Rows ``first`` to ``count`` (only those rows' nulls and booleans are packed)."""
+        return self.store.to_arrow(count, self._nulls.validity(count, first), first)
 
     def null_count(self, count: int) -> int:
         return self._nulls.count(count)
@@ -160,13 +163,15 @@ class MultiValueColumn:
             docs = np.repeat(np.arange(first_doc, first_doc + count, dtype=np.uint32), lengths)
             self.index.add(ids, docs)
 
-    def to_arrow(self, count: int) -> pa.Array:
-        offsets = self._offsets[: count + 1]
-        elements = self.store.to_arrow(int(offsets[-1]))
+    def to_arrow(self, count: int, first: int = 0) -> pa.Array:
+        """Rows ``first`` to ``count``, over only their elements (offsets rebased when ``first`` is not 0)."""
+        offsets = self._offsets[first : count + 1]
+        begin = int(offsets[0])
+        elements = self.store.to_arrow(int(offsets[-1]), None, begin)
         return pa.Array.from_buffers(
             pa.list_(elements.type),
-            count,
-            [self._nulls.validity(count), pa.py_buffer(offsets)],
+            count - first,
+            [self._nulls.validity(count, first), pa.py_buffer(offsets - begin if begin else offsets)],
             children=[elements],
         )
 

@@ -11,7 +11,8 @@ Contract (for the consumer, the query engine and the immutable segment builder):
 - Publication: the writer fills buffers, dictionaries and indexes first and then assigns ``num_docs``. Readers
   read ``num_docs`` once and touch nothing at or beyond it, so they need no lock and always see a prefix of
   whole rows. ``start_offset``/``end_offset`` and the time range are updated just before ``num_docs``.
-- ``snapshot(num_docs=None) -> pyarrow.Table``: the schema's columns in schema order. Dictionary-encoded
+- ``snapshot(num_docs=None, first_doc=0, columns=None) -> pyarrow.Table``: rows ``first_doc`` to ``num_docs``,
+  the schema's columns (or ``columns``) in schema order. Dictionary-encoded
   columns are ``DictionaryArray``s (int32 indices, dictionary values in id order; the dictionary may hold
   values first used by rows past the snapshot), raw columns are plain arrays of ``field.arrow_type()``;
   multi-value columns are list arrays (of dictionary arrays when dictionary-encoded). Nulls are Arrow nulls;
@@ -205,11 +206,18 @@ class MutableSegment:
             raise ValueError(f"num_docs {num_docs} is outside 0..{published} (the rows published so far)")
         return num_docs
 
-    def snapshot(self, num_docs: int | None = None) -> pa.Table:
-        """The first ``num_docs`` rows (default: all published) as an Arrow table; see the module docstring."""
+    def snapshot(self, num_docs: int | None = None, *, first_doc: int = 0,
+                 columns: Sequence[str] | None = None) -> pa.Table:
+        """The first ``num_docs`` rows (default: all published) as an Arrow table; see the module docstring.
+        ``first_doc``: only the rows from it on (a block of rows: only their null masks, booleans and
+        multi-value offsets are converted, so a reader of the newest rows pays for those alone); ``columns``: only
+        these, in this order (default: every column, in schema order)."""
         count = self._visible(num_docs)
-        arrays = [column.to_arrow(count) for column in self._columns.values()]
-        return pa.Table.from_arrays(arrays, names=list(self._columns))
+        if not 0 <= first_doc <= count:
+            raise ValueError(f"first_doc {first_doc} is outside 0..{count}")
+        names = list(self._columns) if columns is None else list(columns)
+        arrays = [self._column(name).to_arrow(count, first_doc) for name in names]
+        return pa.Table.from_arrays(arrays, names=names)
 
     def dictionary(self, column: str) -> pa.Array:
         """A dictionary-encoded column's values in id order."""

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ from cuvee.server.consuming.fsm import (
     UploadSucceeded,
     Wait,
 )
-from cuvee.server.queryable import encoded_logical_table
+from cuvee.server.consuming.blocks import ConsumingScan, SealedBlock
 from cuvee.spi.deepstore import DeepStore
 from cuvee.stream import open_consumer
 from cuvee.upsert.table import TableUpsert
@@ -142,6 +142,7 @@ class ConsumingSegment:
         self._row_limit = row_limit
         self._mutable: MutableSegment | None = MutableSegment(
             schema, table.indexing, row_limit + config.headroom_rows, name=self.name, time_column=table.time_column)
+        self._scan: ConsumingScan | None = ConsumingScan(self._mutable, schema, config.scan_block_rows)
         self._interrupt = threading.Event()
         self._closing = threading.Event()  # stop() was called: a go_online download gives up
         self._force = threading.Event()
@@ -200,6 +201,9 @@ class ConsumingSegment:
                 self._fsm.handle(Stop(), self._clock())
             self._consumer.close()
             self._mutable = None
+            if self._scan is not None:
+                self._scan.release()
+            self._scan = None
 
     def force_commit(self) -> None:
         """End consumption now (reason forceCommit); ignored once the segment stopped consuming."""
@@ -271,13 +275,21 @@ class ConsumingSegment:
     def to_arrow(self) -> pa.Table:
         return self.snapshot()
 
-    def encoded_snapshot(self, *, past_cap: bool = False) -> pa.Table:
+    def encoded_snapshot(self, *, past_cap: bool = False, columns: Collection[str] | None = None) -> pa.Table:
         """The same prefix with single-value dictionary columns left encoded: what queries read (DuckDB reads them
-        as plain values, and decoding per query was the main cost of a query)."""
-        mutable = self._mutable
-        if mutable is None:
-            return self.schema.arrow_schema().empty_table()
-        return encoded_logical_table(mutable.snapshot(self._visible(mutable, past_cap)), self.schema.arrow_schema())
+        as plain values, and decoding per query was the main cost of a query); sealed blocks' conversions are
+        kept (``cuvee.server.consuming.blocks``); ``columns``: only those (schema order), default all."""
+        mutable, scan = self._mutable, self._scan
+        if mutable is None or scan is None:
+            empty = self.schema.arrow_schema().empty_table()
+            return empty if columns is None else empty.select([n for n in empty.schema.names if n in columns])
+        return scan.table(self._visible(mutable, past_cap), columns)
+
+    def sealed_blocks(self, count: int) -> list[SealedBlock]:
+        """The sealed blocks among the first ``count`` rows a query read (``encoded_snapshot``): the rows a DuckDB
+        copy of each may answer for."""
+        scan = self._scan
+        return [] if scan is None else scan.blocks(count)
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
@@ -327,6 +339,9 @@ class ConsumingSegment:
         at, seen_rows, value = self._memory_seen
         if now - at > _MEMORY_REFRESH_SECONDS or (seen_rows == 0 and rows > 0):
             value = mutable.bytes_used()
+            scan = self._scan
+            for name, kept in (scan.bytes_kept() if scan is not None else {}).items():
+                value[name] = value.get(name, 0) + kept  # multi-value columns sealed blocks keep decoded
             self._memory_seen = (now, rows, value)
         return value
 

@@ -1,0 +1,148 @@
+"""A consuming segment's rows as queries read them: sealed blocks converted once, only the open tail per query.
+
+A query over a consuming segment used to read the whole published prefix as Arrow, every time: cheap to build
+(single-value columns are views over the segment's buffers), but DuckDB scanned every row through its Arrow
+reader (dictionary ids, pyarrow filters), two to five times slower than the DuckDB copy of the same rows
+committed (``cuvee.server.native_copies``), and multi-value columns were decoded whole on every query.
+
+The rows a segment has published never change (the writer only appends; dictionary ids are never reassigned),
+so they are cut into blocks of ``block_rows`` (by default one DuckDB row group: the cheapest copy, see
+``ConsumerConfig``). A block is *sealed* once all its rows are published, and is then immutable:
+
+- each sealed block is a ``SealedBlock``, which the server's DuckDB copies take like a committed segment (its
+  rows decoded once, by the copies' worker, in the background). A query that reads natively scans the copied
+  blocks in DuckDB and only the rest as Arrow: the open tail (rows since the last seal) and blocks whose copy is
+  not made yet. The copies count against ``native_copy_bytes`` like committed ones, and are deleted when the
+  block is collected (the segment committed or released);
+- multi-value columns, which every query decodes (DuckDB does not read lists of dictionary ids), are decoded once
+  per sealed block and kept (``bytes_kept``, counted in the segment's ``memoryBytes``); the tail's per query.
+
+A query sees a consistent prefix: it reads ``count`` rows once, and every block it uses ends at or below it.
+Blocks are cut at fixed multiples of ``block_rows`` (never where a batch happened to end), made by the first
+reader that needs them: the consume thread does no extra work.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+
+import pyarrow as pa
+
+from cuvee.config import Schema
+from cuvee.segment.mutable import MutableSegment
+from cuvee.server.consuming.build import logical_table
+from cuvee.server.consuming.config import DEFAULT_BLOCK_ROWS
+from cuvee.server.queryable import encoded_logical_table
+
+_SHAPES_KEPT = 256  # lists of columns remembered per segment (``ConsumingScan._shape``)
+
+
+class SealedBlock:
+    """Rows ``start`` to ``end`` of a consuming segment, all published: what its DuckDB copy is made from."""
+
+    def __init__(self, scan: ConsumingScan, index: int, start: int, end: int) -> None:
+        self.name = f"{scan.mutable.name}#{index}"
+        self.start, self.end = start, end
+        self._scan = scan
+        self._multi: dict[str, pa.Array] = {}  # multi-value columns decoded
+
+    @property
+    def total_docs(self) -> int:
+        return self.end - self.start
+
+    def to_arrow(self, decode: bool = True) -> pa.Table:
+        """The block's rows in the schema's logical types (dictionaries decoded): its native copy's rows."""
+        scan = self._scan
+        return logical_table(scan.mutable.snapshot(self.end, first_doc=self.start), scan.schema)
+
+    def multi_value(self, name: str) -> pa.Array:
+        """Multi-value column ``name`` of the block, decoded (on first use, then kept)."""
+        found = self._multi.get(name)
+        if found is None:  # two first readers may both decode: the same values, one kept
+            found = self._multi.setdefault(name, self._scan.decoded(name, self.start, self.end))
+        return found
+
+    def bytes_kept(self) -> dict[str, int]:
+        return {name: array.nbytes for name, array in list(self._multi.items())}
+
+    def __repr__(self) -> str:
+        return f"SealedBlock({self.name!r}, rows {self.start}..{self.end})"
+
+
+class ConsumingScan:
+    """The query view of one consuming segment's ``mutable`` under ``schema``, in blocks of ``block_rows``."""
+
+    def __init__(self, mutable: MutableSegment, schema: Schema, block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
+        if block_rows <= 0:
+            raise ValueError(f"block_rows must be positive, got {block_rows}")
+        self.mutable = mutable
+        self.schema = schema
+        self.block_rows = block_rows
+        self._logical = schema.arrow_schema()
+        self._blocks: list[SealedBlock] = []
+        self._lock = threading.Lock()
+        self._shapes: dict[tuple[str, ...] | None, tuple[pa.Schema, pa.Schema, list[str]]] = {}
+
+    def blocks(self, count: int) -> list[SealedBlock]:
+        """The sealed blocks among the first ``count`` published rows, in row order."""
+        sealed = count // self.block_rows
+        blocks = self._blocks
+        if len(blocks) < sealed:
+            with self._lock:
+                while len(self._blocks) < sealed:
+                    index = len(self._blocks)
+                    start = index * self.block_rows
+                    self._blocks = self._blocks + [SealedBlock(self, index, start, start + self.block_rows)]
+                blocks = self._blocks
+        return blocks[:sealed]
+
+    def table(self, count: int, columns: Collection[str] | None = None) -> pa.Table:
+        """The first ``count`` rows for queries (``columns`` only, in schema order; default all): single-value
+        dictionary columns left encoded (views over the segment's buffers), multi-value columns decoded (sealed
+        blocks' kept, the tail's now)."""
+        logical, single, multi = self._shape(columns)
+        encoded = encoded_logical_table(self.mutable.snapshot(count, columns=single.names), single)
+        if not multi:
+            return encoded
+        blocks = self.blocks(count)
+        tail = blocks[-1].end if blocks else 0
+        arrays: dict[str, pa.ChunkedArray] = {}
+        for name in multi:
+            chunks = [block.multi_value(name) for block in blocks] + [self.decoded(name, tail, count)]
+            arrays[name] = pa.chunked_array(chunks, type=chunks[-1].type)
+        out = [arrays[f.name] if f.name in arrays else encoded.column(f.name) for f in logical]
+        fields = [f if f.name in arrays else encoded.schema.field(f.name) for f in logical]
+        return pa.Table.from_arrays(out, schema=pa.schema(fields))
+
+    def _shape(self, columns: Collection[str] | None) -> tuple[pa.Schema, pa.Schema, list[str]]:
+        """The columns read (schema order), the single-value ones among them, the multi-value ones' names:
+        remembered per list of columns (a query's, repeated; building them cost more than the rest of a view)."""
+        key = None if columns is None else tuple(columns)
+        shape = self._shapes.get(key)
+        if shape is None:
+            logical = self._logical if columns is None else pa.schema([f for f in self._logical if f.name in columns])
+            shape = (logical, pa.schema([f for f in logical if not pa.types.is_list(f.type)]),
+                     [f.name for f in logical if pa.types.is_list(f.type)])
+            if len(self._shapes) >= _SHAPES_KEPT:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        return shape
+
+    def decoded(self, name: str, start: int, end: int) -> pa.Array:
+        """Multi-value column ``name``'s rows ``start`` to ``end``, decoded to its logical type."""
+        rows = self.mutable.snapshot(end, first_doc=start, columns=[name])
+        return encoded_logical_table(rows, pa.schema([self._logical.field(name)])).column(0).chunk(0)
+
+    def bytes_kept(self) -> dict[str, int]:
+        """What the sealed blocks keep beside the segment's buffers, per column (decoded multi-value columns)."""
+        kept: dict[str, int] = {}
+        for block in self._blocks:
+            for name, size in block.bytes_kept().items():
+                kept[name] = kept.get(name, 0) + size
+        return kept
+
+    def release(self) -> None:
+        """The segment leaves: its blocks go (their DuckDB copies are deleted once no query holds them)."""
+        with self._lock:
+            self._blocks = []

@@ -1,0 +1,73 @@
+"""Sealed blocks through a whole cluster (in one process): a consuming segment fed through the stream answers the
+broker's queries as DuckDB does over the rows produced, with its sealed blocks copied into the server's DuckDB
+database, and the copies go when the segment is committed."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from cuvee.testing.cluster import InProcessCluster
+from cuvee.testing.waiting import wait_until
+
+SCHEMA = {
+    "schemaName": "fresh",
+    "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}, {"name": "city", "dataType": "STRING"},
+                            {"name": "tags", "dataType": "STRING", "singleValueField": False}],
+    "metricFieldSpecs": [{"name": "v", "dataType": "INT"}],
+}
+BLOCK = 16
+QUERIES = [  # (Pinot SQL, the same over the produced rows in DuckDB)
+    ("SELECT COUNT(*), SUM(v), MIN(id), MAX(id) FROM fresh WHERE v > 1", None),
+    ("SELECT city, COUNT(*) FROM fresh GROUP BY city ORDER BY city LIMIT 10",
+     "SELECT city, COUNT(*) FROM fresh GROUP BY city ORDER BY city"),
+    ("SELECT COUNT(*) FROM fresh WHERE tags = 'b'", "SELECT COUNT(*) FROM fresh WHERE list_contains(tags, 'b')"),
+]
+
+
+def event(i: int) -> dict[str, Any]:
+    return {"id": i, "city": ["paris", "lyon", "nice"][i % 3], "tags": ["a", "b"][: i % 3], "v": i % 5}
+
+
+def copies(natives: Any) -> int:
+    return natives.summary()[0].get("fresh_REALTIME", (0, 0))[0]
+
+
+def answer(cluster: InProcessCluster, sql: str) -> list[list[Any]]:
+    got = cluster.query(sql)
+    assert not got["exceptions"], got["exceptions"]
+    return got["resultTable"]["rows"]
+
+
+def test_a_consuming_segment_answers_from_its_copied_blocks_and_its_tail(tmp_path: Path) -> None:
+    server = {"consumer": {"scan_block_rows": BLOCK}, "native_copy_min_rows": 1}
+    with InProcessCluster(tmp_path, servers=1, server=server) as cluster:
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=200)
+        natives = cluster.servers[0].natives
+        produced: list[dict[str, Any]] = []
+        for batch in (5, 20, 30, 7):  # tails of 5, 9, 7 and 14 rows behind 0, 1, 3 and 4 blocks
+            rows = [event(len(produced) + i) for i in range(batch)]
+            cluster.produce(configs, rows, key_field="id")
+            produced += rows
+            wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM fresh") == len(produced), 30)
+            con = duckdb.connect()
+            con.register("fresh", pa.Table.from_pylist(produced))
+            for copied in (False, True):  # the first queries ask for the new blocks' copies, made in the background
+                for sql, ref in QUERIES:
+                    assert [tuple(r) for r in answer(cluster, sql)] == con.sql(ref or sql).fetchall(), \
+                        (len(produced), sql, copied)
+                wait_until(lambda: copies(natives) == len(produced) // BLOCK, 30)
+        assert len(cluster.committed_segments("fresh")) == 0  # all that time, one consuming segment
+        cluster.produce(configs, [event(len(produced) + i) for i in range(200)], key_field="id")
+        wait_until(lambda: len(cluster.committed_segments("fresh")) == 1, 30)
+        wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM fresh") == len(produced) + 200, 30)
+
+        def blocks_gone() -> bool:
+            gc.collect()
+            return copies(natives) <= 1  # at most the committed segment's
+
+        wait_until(blocks_gone, 30, message="the committed segment's blocks kept their copies")
