@@ -148,7 +148,8 @@ def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
         numSegmentsQueried=stats.numSegmentsQueried, numSegmentsProcessed=stats.numSegmentsProcessed,
         numSegmentsMatched=stats.numSegmentsMatched, numConsumingSegmentsQueried=stats.numConsumingSegmentsQueried,
         minConsumingFreshnessTimeMs=stats.minConsumingFreshnessTimeMs,
-        numGroupsLimitReached=stats.numGroupsLimitReached, groupsTrimmed=stats.groupsTrimmed)
+        numGroupsLimitReached=stats.numGroupsLimitReached, groupsTrimmed=stats.groupsTrimmed,
+        numSegmentsPrunedByServer=stats.numSegmentsPrunedByServer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,11 +197,11 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
         return ServerQueryRequest(request_id, target.entry.name, plan.whole_sql, segments, remaining_ms,
                                   plan.count_sql if counted else plan.docs_scanned_sql, None, target.time_filter,
                                   asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None,
-                                  null_handling=asked.null_handling)
+                                  null_handling=asked.null_handling, prune_filter=plan.prune_filter)
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan),
-                              null_handling=asked.null_handling)
+                              null_handling=asked.null_handling, prune_filter=plan.prune_filter)
 
 
 def _selection_limit(plan: QueryPlan) -> int | None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from cuvee.pruning.predicate import Predicate, from_where
 from cuvee.query.aggregate_call import MergeSpec, fill
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
@@ -215,6 +216,9 @@ class QueryPlan:
     # The rows passing WHERE counted alone (None without a WHERE): what a one-step answer left without rows (by
     # HAVING, LIMIT 0 or OFFSET) reports as numDocsScanned
     count_sql: str | None = None
+    # What of WHERE segment metadata can rule out (``cuvee.pruning``): sent to the servers, which skip the committed
+    # segments whose min/max, partitions or bloom filters prove no row passes; None: nothing to prune by
+    prune_filter: Predicate | None = None
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -273,7 +277,7 @@ def plan_query(parsed: ParsedQuery) -> QueryPlan:
                      # a one-row merge in Arrow costs less than the longer statement (and a bare COUNT(*) is
                      # answered from row counts)
                      whole_sql=whole if kind is QueryKind.GROUP_BY or (whole and simple is None) else None,
-                     count_sql=count_sql)
+                     count_sql=count_sql, prune_filter=from_where(where.this) if where is not None else None)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:
