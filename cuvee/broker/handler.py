@@ -40,6 +40,7 @@ from cuvee.broker.errors import query_error
 from cuvee.broker.lookups import lookup_requests, with_schemas
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
+from cuvee.broker.segment_pruning import prune_routing
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter, server_session
 from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
@@ -162,6 +163,7 @@ class _Gathered:
     num_calls: int
     whole: bool = False  # one server answered the query in one step (``QueryPlan.whole_sql``): nothing to merge
     deadline: float | None = None  # the query's (the handler's clock): the merge is stopped past it, plus grace
+    pruned_by_broker: int = 0  # segments routing left out by their partitions (``cuvee.broker.segment_pruning``)
 
 
 @dataclasses.dataclass
@@ -452,6 +454,10 @@ class QueryHandler:
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
         routings = [target.entry.route(frozenset(servers), number) for target in targets]
+        # segments whose recorded partitions rule the query out are never asked for (segmentPrunerTypes)
+        pruned = [prune_routing(routing, plan.prune_filter, target.entry.pruning_facts)
+                  for target, routing in zip(targets, routings)]
+        routings = [routing for routing, _ in pruned]
         # all of the query's segments on one server: it answers the whole query, the broker merges nothing (not
         # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
         whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
@@ -475,7 +481,8 @@ class QueryHandler:
             num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
-        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline)
+        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline,
+                         sum(count for _, count in pruned))
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
                            principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -659,6 +666,7 @@ class QueryHandler:
                         run: _StageRun) -> dict[str, Any]:
         replies = [reply for g in run.gathered for reply in g.replies]
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
+        stats = dataclasses.replace(stats, numSegmentsPrunedByBroker=sum(g.pruned_by_broker for g in run.gathered))
         return broker_response(
             request_id=str(number), time_used_ms=self._elapsed_ms(started), table=answer,
             column_names=names if answer is not None else None, stats=stats,
@@ -805,7 +813,7 @@ class QueryHandler:
             exceptions.append(exc if exc.code == QueryErrorCode.QUERY_VALIDATION else
                               QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
-        return merged, exceptions, stats
+        return merged, exceptions, dataclasses.replace(stats, numSegmentsPrunedByBroker=gathered.pruned_by_broker)
 
     def _monotonic(self, deadline: float | None) -> float | None:
         """A query's deadline on the handler's clock as a ``time.monotonic()`` time, with the servers' grace (what

@@ -19,7 +19,7 @@ PINOT_FIELDS = {
     "requestId", "numServersQueried", "numServersResponded", "numDocsScanned", "totalDocs",
     "numEntriesScannedInFilter", "numEntriesScannedPostFilter", "numSegmentsQueried", "numSegmentsProcessed",
     "numSegmentsMatched", "numConsumingSegmentsQueried", "minConsumingFreshnessTimeMs", "traceInfo",
-    "numSegmentsPrunedByServer",
+    "numSegmentsPrunedByBroker", "numSegmentsPrunedByServer",
 }
 
 
