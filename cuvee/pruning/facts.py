@@ -18,8 +18,8 @@ def facts_of(segment: ImmutableSegment) -> SegmentFacts:
     def bloom(column: str, value: Value) -> bool:
         try:
             return segment.bloom_might_contain(column, value)
-        except (SegmentError, OSError, pa.ArrowException):  # no filter, a value the type cannot hold, an unreadable file: maybe
-            return True
+        except (SegmentError, OSError, pa.ArrowException):
+            return True  # no filter, a value the column's type cannot hold, an unreadable file: maybe
 
     return SegmentFacts(metadata.total_docs, metadata.columns,
                         SegmentPartitions.from_json(metadata.custom.get(PARTITIONS_KEY)), bloom)

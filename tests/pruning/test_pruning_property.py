@@ -82,7 +82,7 @@ def _matching(table: pa.Table, condition: str) -> int:
         con.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.lists(rows, min_size=1, max_size=40), cuts=st.lists(st.integers(0, 40), max_size=3),
        by_partition=st.booleans(), condition=conditions)
 @example(data=[{**ROW, "f": 0.1}], cuts=[], by_partition=False, condition="f = 0.1")  # DuckDB rounds 0.1 to FLOAT
