@@ -92,12 +92,14 @@ def _extract(node: exp.Expression, depth: int) -> Predicate | None:
         return None
     while isinstance(node, exp.Paren):
         node = node.this
+    # a chain of one connective (``a AND b AND c`` parses as nested pairs) is one level: flatten() walks it
+    # without recursion, so a long chain does not run into MAX_DEPTH
     if isinstance(node, exp.And):
-        known = [p for p in (_extract(node.left, depth + 1), _extract(node.right, depth + 1)) if p is not None]
+        known = [p for p in (_extract(part, depth + 1) for part in node.flatten()) if p is not None]
         return _joined(And, known) if known else None
     if isinstance(node, exp.Or):
-        left, right = _extract(node.left, depth + 1), _extract(node.right, depth + 1)
-        return None if left is None or right is None else _joined(Or, [left, right])
+        parts = [_extract(part, depth + 1) for part in node.flatten()]
+        return None if any(p is None for p in parts) else _joined(Or, [p for p in parts if p is not None])
     if isinstance(node, exp.Between):
         column, low, high = _column(node.this), _literal(node.args.get("low")), _literal(node.args.get("high"))
         if column is None or low is None or high is None:
@@ -125,7 +127,7 @@ def _extract(node: exp.Expression, depth: int) -> Predicate | None:
 
 
 def _joined(kind: type[And] | type[Or], parts: list[Predicate]) -> Predicate:
-    """One node for a chain of the same connective (``a AND b AND c`` parses as nested pairs)."""
+    """One node for the parts (a part of the same connective, from parentheses, is merged in)."""
     if len(parts) == 1:
         return parts[0]
     flat: list[Predicate] = []

@@ -34,6 +34,12 @@ def test_unknown_parts() -> None:
     assert where_of("i = 99999999999999999999") is None  # past 64 bits
 
 
+def test_long_chains_are_one_level() -> None:
+    many = " OR ".join(f"i = {n}" for n in range(40))
+    assert where_of(many) == Or(tuple(Compare("i", "=", n) for n in range(40)))
+    assert where_of(" AND ".join(f"i > {n}" for n in range(40))) == And(tuple(Compare("i", ">", n) for n in range(40)))
+
+
 def test_too_large_is_not_pruned() -> None:
     values = ", ".join(str(v) for v in range(MAX_VALUES + 1))
     assert where_of(f"i IN ({values})") is None
