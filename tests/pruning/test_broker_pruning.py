@@ -83,3 +83,15 @@ def test_the_broker_asks_no_server_for_a_segment_of_another_partition(cluster: I
     assert (answer["numSegmentsPrunedByBroker"], answer["numSegmentsQueried"], answer["numServersQueried"]) == (1, 1, 1)
     answer = cluster.query("SELECT COUNT(*) FROM sales WHERE id = 7 OR id = 8")
     assert answer["resultTable"]["rows"] == [[2]] and answer["numSegmentsPrunedByBroker"] == 0
+
+
+def test_a_query_every_segment_of_which_is_pruned_answers_typed_and_empty(cluster: InProcessCluster) -> None:
+    for sql, rows in (("SELECT country, COUNT(*) FROM sales WHERE id > 500 GROUP BY country", []),
+                      ("SELECT COUNT(*), MAX(amount) FROM sales WHERE id > 500", [[0, None]]),
+                      ("SELECT id, country FROM sales WHERE id < -1 LIMIT 3", [])):
+        answer = cluster.query(sql)
+        assert answer["exceptions"] == [] and answer["resultTable"]["rows"] == rows, sql
+        assert answer["numSegmentsPrunedByServer"] == 2 and answer["numSegmentsProcessed"] == 0
+    answer = cluster.query("SELECT id, country FROM sales WHERE id < -1 LIMIT 3")
+    assert answer["resultTable"]["dataSchema"] == {"columnNames": ["id", "country"],
+                                                   "columnDataTypes": ["LONG", "STRING"]}
