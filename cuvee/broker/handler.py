@@ -49,6 +49,7 @@ from cuvee.multistage.engine import SPARK_HINT, Stage
 from cuvee.multistage.colocated_join import OTHER_RELATION, ColocatedJoin, colocated_joins
 from cuvee.multistage.lookup_join import lookup_joins
 from cuvee.multistage.plan import RELATION_PREFIX, MadeColumns, in_subqueries, inline_values, plan_stages
+from cuvee.pruning.predicate import Predicate, with_bound
 from cuvee.protocol.query import MAX_WIRE_INT, DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
@@ -199,11 +200,20 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
         return ServerQueryRequest(request_id, target.entry.name, plan.whole_sql, segments, remaining_ms,
                                   plan.count_sql if counted else plan.docs_scanned_sql, None, target.time_filter,
                                   asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None,
-                                  null_handling=asked.null_handling, prune_filter=plan.prune_filter)
+                                  null_handling=asked.null_handling, prune_filter=_prune_filter(plan, target))
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan),
-                              null_handling=asked.null_handling, prune_filter=plan.prune_filter)
+                              null_handling=asked.null_handling, prune_filter=_prune_filter(plan, target))
+
+
+def _prune_filter(plan: QueryPlan, target: QueryTarget) -> Predicate | None:
+    """What a server prunes its committed segments by (``cuvee.pruning``): the plan's WHERE and, for a hybrid
+    table's half, its time filter."""
+    bound = target.time_filter
+    if bound is None:
+        return plan.prune_filter
+    return with_bound(plan.prune_filter, bound.column, bound.op, bound.value)
 
 
 def _selection_limit(plan: QueryPlan) -> int | None:

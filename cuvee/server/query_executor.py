@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
-from cuvee.pruning import And, Compare, may_match
+from cuvee.pruning import may_match
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import (
@@ -731,13 +731,12 @@ def _needed(names: tuple[str, ...], texts: tuple[str, str], time_column: str | N
 
 def _unpruned(segments: Sequence[QueryableSegment], request: ServerQueryRequest,
               counts: _Counts) -> Sequence[QueryableSegment]:
-    """The held segments a query must read: committed segments whose metadata proves that no row passes its WHERE
-    (``request.prune_filter``) or its hybrid half's time filter are left out, and counted (``cuvee.pruning``);
-    consuming segments are always read (their rows are still coming: no stats to trust yet)."""
+    """The held segments a query must read: committed segments whose metadata proves that no row passes its
+    ``prune_filter`` (its WHERE and, for a hybrid half, the time filter: the broker joins them) are left out, and
+    counted (``cuvee.pruning``); consuming segments are always read (their rows are still coming: no stats to trust
+    yet). A request without one (a broker that predates it) prunes nothing, so it is never sent a count it does not
+    know."""
     predicate = request.prune_filter
-    if request.time_filter is not None:
-        bound = Compare(request.time_filter.column, request.time_filter.op, request.time_filter.value)
-        predicate = bound if predicate is None else And((predicate, bound))
     if predicate is None:
         return segments
     kept: list[QueryableSegment] = []

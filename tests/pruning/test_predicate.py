@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cuvee.pruning.predicate import (MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError, from_json,
-                                     to_json)
+                                     to_json, with_bound)
 from tests.pruning.helpers import where_of
 
 
@@ -38,6 +38,13 @@ def test_long_chains_are_one_level() -> None:
     many = " OR ".join(f"i = {n}" for n in range(40))
     assert where_of(many) == Or(tuple(Compare("i", "=", n) for n in range(40)))
     assert where_of(" AND ".join(f"i > {n}" for n in range(40))) == And(tuple(Compare("i", ">", n) for n in range(40)))
+
+
+def test_a_time_bound_joins_what_where_prunes_by() -> None:
+    assert with_bound(None, "t", ">", 5) == Compare("t", ">", 5)
+    assert with_bound(Compare("i", "=", 1), "t", "<=", 5) == And((Compare("i", "=", 1), Compare("t", "<=", 5)))
+    assert with_bound(where_of("i = 1 AND l = 2"), "t", ">", 5) == And((Compare("i", "=", 1), Compare("l", "=", 2),
+                                                                        Compare("t", ">", 5)))
 
 
 def test_too_large_is_not_pruned() -> None:

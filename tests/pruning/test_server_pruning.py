@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cuvee.config import IndexingConfig, Schema
+from cuvee.pruning.predicate import with_bound
 from cuvee.protocol.query import ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import TableInfo, merge_partials, plan_sql
 from cuvee.segment.builder import build_segment
@@ -70,8 +71,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> SegmentRegistry:
 def ask(registry: SegmentRegistry, sql: str, time_filter: TimeFilter | None = None,
         segments: tuple[str, ...] = ("a", "b", "c")) -> tuple[list[list], ServerQueryStats]:
     plan = plan_sql(sql, lambda name, **_: INFO)
+    prune = plan.prune_filter if time_filter is None else \
+        with_bound(plan.prune_filter, time_filter.column, time_filter.op, time_filter.value)  # as the broker joins them
     request = ServerQueryRequest("1", TABLE, plan.server_sql, segments, 10_000, plan.docs_scanned_sql,
-                                 plan.docs_column, time_filter, prune_filter=plan.prune_filter)
+                                 plan.docs_column, time_filter, prune_filter=prune)
     result, stats = QueryExecutor(registry).execute(request)
     assert stats.exceptions == ()
     merged = merge_partials(plan, [result] if result is not None else [], SCHEMA.arrow_schema())
@@ -96,6 +99,8 @@ def test_partitions_rule_out_the_other_partitions_values(registry: SegmentRegist
 def test_the_time_filter_of_a_hybrid_half_prunes_too(registry: SegmentRegistry) -> None:
     answer, stats = ask(registry, "SELECT COUNT(*) FROM hits", TimeFilter("day", ">", 10))
     assert answer == [[60]] and stats.numSegmentsPrunedByServer == 1
+    answer, stats = ask(registry, "SELECT COUNT(*) FROM hits WHERE user < 2", TimeFilter("day", "<=", 10))
+    assert answer == [[1]] and stats.numSegmentsPrunedByServer == 1
 
 
 def test_consuming_segments_are_never_pruned_and_all_pruned_answers_empty(registry: SegmentRegistry) -> None:
