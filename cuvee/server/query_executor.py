@@ -740,9 +740,10 @@ def _unpruned(segments: Sequence[QueryableSegment], request: ServerQueryRequest,
     if predicate is None:
         return segments
     kept: list[QueryableSegment] = []
+    asked = set(request.segments)  # an upsert table's server also reads segments not asked for: not counted
     for segment in segments:
         if isinstance(segment, CommittedSegment) and not may_match(predicate, segment.facts):
-            counts.pruned += 1
+            counts.pruned += segment.name in asked
             counts.total_docs += segment.num_docs
         else:
             kept.append(segment)
