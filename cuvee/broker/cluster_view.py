@@ -32,6 +32,7 @@ import pyarrow as pa
 from cuvee.broker.hybrid import QueryTarget, query_targets
 from cuvee.broker.partition_replicas import PartitionReplicas
 from cuvee.broker.routing import RoutingTable, route
+from cuvee.broker.segment_pruning import PARTITION_PRUNER, partition_facts
 from cuvee.cluster.records import ExternalView, IdealState, InstanceInfo, RecordFormatError, SegmentState
 from cuvee.cluster.store import ClusterStore
 from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, compute_time_boundary,
@@ -42,6 +43,7 @@ from cuvee.config.datetime_format import TimeFormatKind
 from cuvee.query.functions import strftime_pattern
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.pruning import SegmentFacts
 from cuvee.query import TableInfo
 from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partition_spec
 from cuvee.spi.metastore import MetadataStoreError, NoNodeError, Subscription, WatchEvent
@@ -80,6 +82,7 @@ class TableEntry:
     partition_spec: PartitionSpec | None = None
     partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
     timeout_ms: int | None = None  # the table config's query.timeoutMs
+    pruners: frozenset[str] = frozenset()  # routing.segmentPrunerTypes, lower case (``cuvee.broker.segment_pruning``)
     # upsert: the replica each partition was last read from, carried from entry to entry (``route``)
     replicas: PartitionReplicas = field(default_factory=PartitionReplicas, compare=False, repr=False)
 
@@ -101,6 +104,19 @@ class TableEntry:
         if not self.absent:
             return routing
         return dataclasses.replace(routing, unavailable=tuple(sorted({*routing.unavailable, *self.absent})))
+
+    @cached_property
+    def pruning_facts(self) -> Mapping[str, SegmentFacts]:
+        """Per segment, what broker-side pruning knows (its recorded partitions), when the table asks for partition
+        pruning (``segmentPrunerTypes: ["partition"]``) and has a usable ``segmentPartitionConfig``; else empty."""
+        spec = self.partition_spec
+        if PARTITION_PRUNER not in self.pruners or spec is None:
+            return {}
+        data_type = dict(self.info.value_types).get(spec.column)
+        if data_type is None:
+            return {}
+        return {segment: partition_facts(spec.column, data_type, held) for segment, held in self.partitions.items()
+                if held is not None and held.same_function(spec)}
 
     @cached_property
     def absent(self) -> tuple[str, ...]:
@@ -372,6 +388,7 @@ class ClusterView:
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {},
                           timeout_ms=config.query.timeout_ms,
+                          pruners=frozenset(t.lower() for t in config.routing.segment_pruner_types),
                           replicas=old.replicas if old is not None else PartitionReplicas())
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None

@@ -41,6 +41,7 @@ from cuvee.broker.lookups import lookup_requests, with_schemas
 from cuvee.broker.hybrid import QueryTarget
 from cuvee.broker.routing import RoutingTable
 from cuvee.broker.partitioned_distinct import disjoint_plan
+from cuvee.broker.segment_pruning import prune_routing
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter, server_session
 from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
@@ -49,6 +50,7 @@ from cuvee.multistage.engine import SPARK_HINT, Stage
 from cuvee.multistage.colocated_join import OTHER_RELATION, ColocatedJoin, colocated_joins
 from cuvee.multistage.lookup_join import lookup_joins
 from cuvee.multistage.plan import RELATION_PREFIX, MadeColumns, in_subqueries, inline_values, plan_stages
+from cuvee.pruning.predicate import Predicate, with_bound
 from cuvee.protocol.query import MAX_WIRE_INT, DimLookup, GroupLimits, ServerQueryRequest, ServerQueryStats
 from cuvee.query import (
     ExecutionStats,
@@ -149,7 +151,8 @@ def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
         numSegmentsQueried=stats.numSegmentsQueried, numSegmentsProcessed=stats.numSegmentsProcessed,
         numSegmentsMatched=stats.numSegmentsMatched, numConsumingSegmentsQueried=stats.numConsumingSegmentsQueried,
         minConsumingFreshnessTimeMs=stats.minConsumingFreshnessTimeMs,
-        numGroupsLimitReached=stats.numGroupsLimitReached, groupsTrimmed=stats.groupsTrimmed)
+        numGroupsLimitReached=stats.numGroupsLimitReached, groupsTrimmed=stats.groupsTrimmed,
+        numSegmentsPrunedByServer=stats.numSegmentsPrunedByServer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +166,7 @@ class _Gathered:
     whole: bool = False  # one server answered the query in one step (``QueryPlan.whole_sql``): nothing to merge
     deadline: float | None = None  # the query's (the handler's clock): the merge is stopped past it, plus grace
     plan: QueryPlan | None = None  # the plan the servers ran, when not the query's own (``disjoint_plan``)
+    pruned_by_broker: int = 0  # segments routing left out by their partitions (``cuvee.broker.segment_pruning``)
 
 
 @dataclasses.dataclass
@@ -198,11 +202,20 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
         return ServerQueryRequest(request_id, target.entry.name, plan.whole_sql, segments, remaining_ms,
                                   plan.count_sql if counted else plan.docs_scanned_sql, None, target.time_filter,
                                   asked.skip_upsert, lookups, docs_total_column=DOCS_TOTAL_COLUMN if counted else None,
-                                  null_handling=asked.null_handling)
+                                  null_handling=asked.null_handling, prune_filter=_prune_filter(plan, target))
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan),
-                              null_handling=asked.null_handling)
+                              null_handling=asked.null_handling, prune_filter=_prune_filter(plan, target))
+
+
+def _prune_filter(plan: QueryPlan, target: QueryTarget) -> Predicate | None:
+    """What a server prunes its committed segments by (``cuvee.pruning``): the plan's WHERE and, for a hybrid
+    table's half, its time filter."""
+    bound = target.time_filter
+    if bound is None:
+        return plan.prune_filter
+    return with_bound(plan.prune_filter, bound.column, bound.op, bound.value)
 
 
 def _selection_limit(plan: QueryPlan) -> int | None:
@@ -455,6 +468,10 @@ class QueryHandler:
         snapshot = self.view.snapshot
         servers = dict(snapshot.servers)
         routings = [target.entry.route(frozenset(servers), number) for target in targets]
+        # segments whose recorded partitions rule the query out are never asked for (segmentPrunerTypes)
+        pruned = [prune_routing(routing, plan.prune_filter, target.entry.pruning_facts)
+                  for target, routing in zip(targets, routings)]
+        routings = [routing for routing, _ in pruned]
         # all of the query's segments on one server: it answers the whole query, the broker merges nothing (not
         # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
         whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
@@ -481,7 +498,7 @@ class QueryHandler:
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
         return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline,
-                         asked_plan if asked_plan is not plan else None)
+                         asked_plan if asked_plan is not plan else None, sum(count for _, count in pruned))
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
                            principal: Principal | None, measured: list[Any]) -> dict[str, Any]:
@@ -665,6 +682,7 @@ class QueryHandler:
                         run: _StageRun) -> dict[str, Any]:
         replies = [reply for g in run.gathered for reply in g.replies]
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
+        stats = dataclasses.replace(stats, numSegmentsPrunedByBroker=sum(g.pruned_by_broker for g in run.gathered))
         return broker_response(
             request_id=str(number), time_used_ms=self._elapsed_ms(started), table=answer,
             column_names=names if answer is not None else None, stats=stats,
@@ -812,7 +830,7 @@ class QueryHandler:
             exceptions.append(exc if exc.code == QueryErrorCode.QUERY_VALIDATION else
                               QueryError(QueryErrorCode.MERGE_RESPONSE, exc.message))
         stats = ExecutionStats.combine(_execution_stats(r.stats) for r in replies if r.stats is not None)
-        return merged, exceptions, stats
+        return merged, exceptions, dataclasses.replace(stats, numSegmentsPrunedByBroker=gathered.pruned_by_broker)
 
     def _monotonic(self, deadline: float | None) -> float | None:
         """A query's deadline on the handler's clock as a ``time.monotonic()`` time, with the servers' grace (what

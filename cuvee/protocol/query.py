@@ -23,6 +23,7 @@ import orjson
 import pyarrow as pa
 
 from cuvee.errors import CuveeError
+from cuvee.pruning.predicate import Predicate, PredicateWireError, from_json, to_json
 
 SERVER_QUERY_PATH = "/query"
 ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
@@ -280,6 +281,9 @@ class ServerQueryRequest:
     # queryOptions enableNullHandling=true: a missing value reads as NULL; else as its column's default null value
     # (Pinot's answer without null handling: cuvee.query.null_defaults)
     null_handling: bool = False
+    # what of WHERE segment metadata can rule out (``cuvee.pruning``): the server skips committed segments whose
+    # stats, partitions or bloom filters prove no row passes; None: every segment is read
+    prune_filter: Predicate | None = None
 
     def __post_init__(self) -> None:
         if not self.table or not self.sql:
@@ -302,7 +306,8 @@ class ServerQueryRequest:
                 **({"topSql": self.top_sql} if self.top_sql is not None else {}),
                 **({"docsTotalColumn": self.docs_total_column} if self.docs_total_column is not None else {}),
                 **({"selectionLimit": self.selection_limit} if self.selection_limit is not None else {}),
-                **({"nullHandling": True} if self.null_handling else {})}
+                **({"nullHandling": True} if self.null_handling else {}),
+                **({"pruneFilter": to_json(self.prune_filter)} if self.prune_filter is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Any) -> ServerQueryRequest:
@@ -311,7 +316,7 @@ class ServerQueryRequest:
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
                           "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql",
-                          "docsTotalColumn", "selectionLimit", "nullHandling"}, what)
+                          "docsTotalColumn", "selectionLimit", "nullHandling", "pruneFilter"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
@@ -330,6 +335,11 @@ class ServerQueryRequest:
             raise QueryWireError(f"{what}: lookups name a relation twice")
         raw_groups = doc.get("groups")
         groups = GroupLimits.from_dict(raw_groups) if raw_groups is not None else None
+        raw_prune = doc.get("pruneFilter")
+        try:
+            prune_filter = from_json(raw_prune) if raw_prune is not None else None
+        except PredicateWireError as exc:
+            raise QueryWireError(f"{what}: {exc}") from None
         raw_colocation = doc.get("colocation")
         colocation = Colocation.from_dict(raw_colocation) if raw_colocation is not None else None
         return cls(request_id=_require(doc, "requestId", str, what), table=_require(doc, "table", str, what),
@@ -338,7 +348,8 @@ class ServerQueryRequest:
                    docs_column=docs_column, time_filter=time_filter, skip_upsert=skip_upsert, lookups=lookups,
                    groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what),
                    docs_total_column=_optional_string(doc, "docsTotalColumn", what),
-                   selection_limit=_optional_int(doc, "selectionLimit", what, 0), null_handling=null_handling)
+                   selection_limit=_optional_int(doc, "selectionLimit", what, 0), null_handling=null_handling,
+                   prune_filter=prune_filter)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())
@@ -375,6 +386,7 @@ _COUNTS = ("numDocsScanned", "totalDocs", "numSegmentsQueried", "numSegmentsProc
            "numConsumingSegmentsQueried", "numConsumingSegmentsProcessed", "minConsumingFreshnessTimeMs",
            "timeUsedMs")
 _FLAGS = ("numGroupsLimitReached", "groupsTrimmed")
+_OPTIONAL_COUNTS = ("numSegmentsPrunedByServer",)  # sent only when not 0: a broker that predates them refuses them
 
 
 @dataclass(frozen=True)
@@ -398,6 +410,7 @@ class ServerQueryStats:
     exceptions: tuple[ServerException, ...] = field(default_factory=tuple)
     numGroupsLimitReached: bool = False  # noqa: N815 - groups beyond numGroupsLimit were dropped
     groupsTrimmed: bool = False  # noqa: N815 - groups beyond the trim size were dropped, and that may change the answer
+    numSegmentsPrunedByServer: int = 0  # noqa: N815 - committed segments skipped by their metadata (``cuvee.pruning``)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
@@ -406,6 +419,9 @@ class ServerQueryStats:
         for flag in _FLAGS:  # sent only when set: a broker that predates them refuses unknown fields
             if getattr(self, flag):
                 out[flag] = True
+        for name in _OPTIONAL_COUNTS:
+            if getattr(self, name):
+                out[name] = getattr(self, name)
         return out
 
     @classmethod
@@ -415,9 +431,10 @@ class ServerQueryStats:
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {f.name for f in fields(cls)}, what)
         counts = {name: _require(doc, name, int, what) for name in _COUNTS}
-        flags = {name: _require(doc, name, bool, what) for name in _FLAGS if name in doc}
+        optional = {name: _require(doc, name, bool, what) for name in _FLAGS if name in doc}
+        optional.update({name: _require(doc, name, int, what) for name in _OPTIONAL_COUNTS if name in doc})
         raw_exceptions = _require(doc, "exceptions", list, what)
-        return cls(**counts, **flags, missingSegments=_strings(doc, "missingSegments", what),
+        return cls(**counts, **optional, missingSegments=_strings(doc, "missingSegments", what),
                    exceptions=tuple(ServerException.from_dict(e) for e in raw_exceptions))
 
 

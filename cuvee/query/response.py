@@ -40,6 +40,8 @@ class ExecutionStats:
     numSegmentsMatched: int = 0  # noqa: N815
     numConsumingSegmentsQueried: int = 0  # noqa: N815
     minConsumingFreshnessTimeMs: int = 0  # noqa: N815 - 0 when no consuming segment was queried, as in Pinot
+    numSegmentsPrunedByBroker: int = 0  # noqa: N815 - left out of the routing by their partitions (the broker's)
+    numSegmentsPrunedByServer: int = 0  # noqa: N815 - committed segments their metadata ruled out (cuvee.pruning)
     numGroupsLimitReached: bool = False  # noqa: N815 - a server dropped groups beyond numGroupsLimit
     groupsTrimmed: bool = False  # noqa: N815 - a server trimmed groups and the trim was not exact (Pinot 1.4)
 

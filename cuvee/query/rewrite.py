@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from cuvee.pruning.predicate import Predicate, from_where
 from cuvee.query.aggregate_call import MergeSpec, fill
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.functions import AggKind, AggregateCall, classify_aggregate
@@ -233,6 +234,9 @@ class QueryPlan:
     # two of the servers asked, which the broker proves from the segments' partitions
     # (``cuvee.broker.partitioned_distinct``) before it sends it.
     disjoint: Mapping[str, QueryPlan] = field(default_factory=dict)
+    # What of WHERE segment metadata can rule out (``cuvee.pruning``): sent to the servers, which skip the committed
+    # segments whose min/max, partitions or bloom filters prove no row passes; None: nothing to prune by
+    prune_filter: Predicate | None = None
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -317,7 +321,7 @@ def plan_query(parsed: ParsedQuery, disjoint: str | None = None) -> QueryPlan:
                      # a one-row merge in Arrow costs less than the longer statement (and a bare COUNT(*) is
                      # answered from row counts); not a distinct count's, which ships each server's values
                      whole_sql=whole if kind is QueryKind.GROUP_BY or (whole and not cheap_merge(simple)) else None,
-                     count_sql=count_sql)
+                     count_sql=count_sql, prune_filter=from_where(where.this) if where is not None else None)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:

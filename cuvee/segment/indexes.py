@@ -97,8 +97,9 @@ def bloom_might_contain(words: np.ndarray, num_hashes: int, value: object, arrow
     """False means the value is certainly absent; True means it may be present."""
     num_bits = len(words) * 8
     positions = _probe_positions(value_hashes(pa.array([value], arrow_type)), num_bits, num_hashes)[0]
-    bits = np.unpackbits(words, bitorder="little")
-    return bool(bits[positions].all())
+    # bit p of the little-endian packing is bit p % 8 of byte p // 8: only the probed bytes are read (unpacking
+    # the whole filter cost ~0.3 ms per probe at 200k distinct values; a query probes every segment)
+    return bool(np.all((words[positions >> 3] >> (positions & 7)) & 1))
 
 
 def _probe_positions(hashes: np.ndarray, num_bits: int, num_hashes: int) -> np.ndarray:

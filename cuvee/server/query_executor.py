@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
+from cuvee.pruning import may_match
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import (
@@ -93,6 +94,7 @@ class _Counts:
     consuming_processed: int = 0
     non_empty: int = 0
     freshness_ms: int | None = None
+    pruned: int = 0  # committed segments ruled out by their metadata (their rows still count in total_docs)
 
 
 @dataclass
@@ -276,7 +278,8 @@ class QueryExecutor:
                 if request.top_sql is not None:
                     _check_select(request.top_sql)
                 _check_placed(_misplaced(request, request.table, acquired.segments))
-                tables, used = self._views(acquired.segments, request, counts, errors, valid)
+                held = _unpruned(acquired.segments, request, counts)
+                tables, used = self._views(held, request, counts, errors, valid)
                 if tables:
                     dims.check()
                     self._check_deadline(deadline, request.timeout_ms)
@@ -297,8 +300,8 @@ class QueryExecutor:
                         except _Failed as failure:
                             if not failure.data:
                                 raise
-                            culprit = (acquired.segments[0].name if len(acquired.segments) == 1 else
-                                       self._culprit(request, acquired.segments, valid, deadline, dims.tables))
+                            culprit = (held[0].name if len(held) == 1 else
+                                       self._culprit(request, held, valid, deadline, dims.tables))
                             where = f"on segment {culprit}" if culprit else f"on one of {len(tables)} segments"
                             raise _Failed(failure.code, f"the query failed {where}: {failure.message}") from None
                     counts.processed = len(tables)
@@ -324,6 +327,7 @@ class QueryExecutor:
             numGroupsLimitReached=groups.limit_reached and result is not None,
             groupsTrimmed=groups.trimmed and result is not None and not (request.groups is not None
                                                                           and request.groups.exact),
+            numSegmentsPrunedByServer=counts.pruned,
         )
         return result, stats
 
@@ -759,6 +763,27 @@ def _needed(names: tuple[str, ...], texts: tuple[str, str], time_column: str | N
     if not named:  # COUNT(*) and the like: one column, so the view has one and the row count stays
         named = [name for name in names if name != VALID_COLUMN][:1]
     return tuple(name for name in names if name in keep or name in named)
+
+
+def _unpruned(segments: Sequence[QueryableSegment], request: ServerQueryRequest,
+              counts: _Counts) -> Sequence[QueryableSegment]:
+    """The held segments a query must read: committed segments whose metadata proves that no row passes its
+    ``prune_filter`` (its WHERE and, for a hybrid half, the time filter: the broker joins them) are left out, and
+    counted (``cuvee.pruning``); consuming segments are always read (their rows are still coming: no stats to trust
+    yet). A request without one (a broker that predates it) prunes nothing, so it is never sent a count it does not
+    know."""
+    predicate = request.prune_filter
+    if predicate is None:
+        return segments
+    kept: list[QueryableSegment] = []
+    asked = set(request.segments)  # an upsert table's server also reads segments not asked for: not counted
+    for segment in segments:
+        if isinstance(segment, CommittedSegment) and not may_match(predicate, segment.facts):
+            counts.pruned += segment.name in asked
+            counts.total_docs += segment.num_docs
+        else:
+            kept.append(segment)
+    return kept
 
 
 def _misplaced(request: ServerQueryRequest, table: str, segments: Sequence[QueryableSegment]) -> list[str]:

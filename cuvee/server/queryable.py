@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from cuvee.pruning.facts import facts_of
+from cuvee.pruning.pruner import SegmentFacts
 from cuvee.segment.encoding import combine
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.server.plain_copies import PLAIN_COPIES, Kept, PlainCopies
@@ -83,6 +86,11 @@ class CommittedSegment:
     @property
     def crc(self) -> int:
         return self.segment.crc
+
+    @cached_property
+    def facts(self) -> SegmentFacts:
+        """What pruning reads about it (``cuvee.pruning``): stats, partitions, bloom filters."""
+        return facts_of(self.segment)
 
     def to_arrow(self) -> pa.Table:
         return self.segment.to_arrow()

@@ -177,6 +177,25 @@ def test_answers_equal_duckdb_on_all_rows_whichever_replicas_answer(cluster: Clu
         assert approx(response["resultTable"]["rows"]) == want
 
 
+@pytest.mark.parametrize(("sql", "pruned"), [
+    # committed segments hold ids 0-199 (partition 0), 200-349 (partition 0, on A) and 1000-1179 (partition 1);
+    # the consuming segments (350-409, 1180-1269) are never pruned
+    ("SELECT COUNT(*), SUM(d), MIN(city) FROM events WHERE id = 1100", 2),
+    ("SELECT id, city, d FROM events WHERE id IN (5, 1500) OR id BETWEEN 1260 AND 1300 ORDER BY id LIMIT 50", 2),
+    ("SELECT city, COUNT(*) FROM events WHERE id > 1179 GROUP BY city ORDER BY city NULLS LAST LIMIT 10", 3),
+    ("SELECT COUNT(*) FROM events WHERE id >= 100 AND id < 250", 1),
+    ("SELECT COUNT(*) FROM events WHERE NOT (id = 1100)", 0),
+])
+def test_segments_whose_stats_rule_out_the_filter_are_skipped_with_the_same_answer(cluster: Cluster, sql: str,
+                                                                                   pruned: int) -> None:
+    response = cluster.query(sql)
+    assert response["exceptions"] == []
+    assert approx(response["resultTable"]["rows"]) == approx(reference(cluster.rows, sql))
+    assert response["numSegmentsPrunedByServer"] == pruned
+    assert response["numSegmentsProcessed"] == response["numSegmentsQueried"] - pruned
+    assert response["totalDocs"] == cluster.rows.num_rows  # a pruned segment's rows still count, as in Pinot
+
+
 def test_response_statistics(cluster: Cluster) -> None:
     response = cluster.query("SELECT COUNT(*) FROM events WHERE v > 0")
     assert response["numServersQueried"] == response["numServersResponded"] == 2

@@ -184,3 +184,17 @@ def test_group_flags_are_sent_only_when_set() -> None:
     assert decode_response(encode_response(None, quiet))[1] == quiet
     with pytest.raises(QueryWireError, match="'groupsTrimmed' must be a boolean"):
         ServerQueryStats.from_dict({**quiet.to_dict(), "groupsTrimmed": 1})
+
+
+def test_prune_filter_and_pruned_count_round_trip_and_are_absent_unless_used() -> None:
+    from cuvee.pruning import And, Compare, In
+
+    assert "pruneFilter" not in REQUEST.to_dict()
+    predicate = And((Compare("id", ">=", 5), In("city", ("bern", "cairo"))))
+    asked = ServerQueryRequest("5", "f_OFFLINE", "SELECT 1", ("s",), 10, prune_filter=predicate)
+    assert ServerQueryRequest.decode(asked.encode()) == asked
+    with pytest.raises(QueryWireError, match="pruning filter"):
+        ServerQueryRequest.from_dict({**asked.to_dict(), "pruneFilter": ["cmp", "id", "~", 1]})
+    assert "numSegmentsPrunedByServer" not in ServerQueryStats().to_dict()
+    stats = ServerQueryStats(numSegmentsQueried=3, numSegmentsProcessed=1, numSegmentsPrunedByServer=2)
+    assert decode_response(encode_response(None, stats))[1] == stats

@@ -94,8 +94,9 @@ def test_a_feature_switched_off_is_what_cuvee_does(keys: dict[str, Any]) -> None
 def test_hints_and_unknown_keys_are_listed_back_as_pinots_unrecognized_properties() -> None:
     doc = table(tableIndexConfig={"streamConfigs": {**STREAM_MAP, "stream.kafka.consumer.type": "lowlevel",
                                                     "stream.kafka.wat/ever": "1"},
+                                  # an empty rangeIndexColumns asks for nothing; bloomFilterColumns is honoured
                                   "loadMode": "MMAP", "rangeIndexColumns": [], "bloomFilterColumns": ["id"]},
-                routing={"segmentPrunerTypes": ["partition"], "instanceSelectorType": "replicaGroup"},
+                routing={"segmentPrunerTypes": ["partition", "time"], "instanceSelectorType": "replicaGroup"},
                 tenants={"broker": "DefaultTenant", "server": "DefaultTenant"},
                 metadata={"customConfigs": {"owner": "a"}}, typoKey=1,
                 segmentsConfig={"timeColumnName": "ts", "timeType": "MILLISECONDS", "replicasPerPartition": "2"})
@@ -106,8 +107,7 @@ def test_hints_and_unknown_keys_are_listed_back_as_pinots_unrecognized_propertie
         "/tableIndexConfig/streamConfigs/stream.kafka.consumer.type": "lowlevel",
         "/tableIndexConfig/streamConfigs/stream.kafka.wat~1ever": "1",  # JSON pointer escaping
         "/tableIndexConfig/loadMode": "MMAP",
-        "/tableIndexConfig/bloomFilterColumns": ["id"],  # an empty rangeIndexColumns asks for nothing
-        "/routing/segmentPrunerTypes": ["partition"],
+        "/routing/segmentPrunerTypes": ["partition", "time"],  # partition alone is honoured: time is the servers'
         "/routing/instanceSelectorType": "replicaGroup",
         "/metadata/customConfigs": {"owner": "a"},
         "/typoKey": 1,

@@ -157,12 +157,12 @@ def test_refused_keys_are_a_400_naming_them_and_hints_are_listed_back(leader: Co
 
     hinted = table_doc(log_dir)
     hinted["tableIndexConfig"]["loadMode"] = "MMAP"
-    hinted["routing"] = {"segmentPrunerTypes": ["partition"]}
+    hinted["routing"] = {"segmentPrunerTypes": ["partition", "time"]}
     hinted["dedupConfig"] = {"dedupEnabled": False}
     created = post(url, "/tables", hinted)
     assert created.status_code == 200, created.text
     assert created.json()["unrecognizedProperties"] == {"/tableIndexConfig/loadMode": "MMAP",
-                                                        "/routing/segmentPrunerTypes": ["partition"]}
+                                                        "/routing/segmentPrunerTypes": ["partition", "time"]}
     stored = get(url, "/tables/events").json()["REALTIME"]
     assert stored["tableIndexConfig"]["loadMode"] == "MMAP"  # kept and written back
     hinted["quota"] = {"maxQueriesPerSecond": "10"}

@@ -19,6 +19,7 @@ PINOT_FIELDS = {
     "requestId", "numServersQueried", "numServersResponded", "numDocsScanned", "totalDocs",
     "numEntriesScannedInFilter", "numEntriesScannedPostFilter", "numSegmentsQueried", "numSegmentsProcessed",
     "numSegmentsMatched", "numConsumingSegmentsQueried", "minConsumingFreshnessTimeMs", "traceInfo",
+    "numSegmentsPrunedByBroker", "numSegmentsPrunedByServer",
 }
 
 

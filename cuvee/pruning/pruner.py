@@ -1,0 +1,155 @@
+"""Whether a segment may hold a row passing a pruning filter, from what its metadata says. Pure.
+
+A segment is skipped only when its metadata *proves* no row can pass (``may_match`` is False); any doubt keeps it:
+
+- **min/max** (Pinot's ColumnValueSegmentPruner): a comparison or IN value outside ``[min, max]`` of the column's
+  non-null values cannot match. Numbers compare exactly when both sides are integers; when a float is involved the
+  bounds are widened by one ulp outward, since DuckDB may compare in doubles;
+- **partitions** (Pinot's PartitionSegmentPruner): an ``=``/``IN`` on the column the segment records its
+  partitions for (``SegmentPartitions``) cannot match unless one value falls in one of them, by the same function;
+- **bloom filter** (``bloomFilterColumns``): an ``=``/``IN`` whose every value the filter rules out cannot match.
+
+Left alone (kept): consuming segments (the caller never asks: their rows are still coming, they have no stats
+yet), columns the segment does not store (added to the schema later: read as their default value), multi-value
+columns, columns holding NULLs (a NULL reads as its column's default null value unless the query enables null
+handling, and that value is not in the stats), column types other than INT, LONG, FLOAT, DOUBLE and STRING, and a
+literal whose kind differs from the column's (a string against a number: DuckDB would cast it). An empty segment
+matches nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from cuvee.pruning.predicate import And, Compare, In, Or, Predicate, Value
+from cuvee.segment.metadata import ColumnMetadata
+from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partitions
+
+_INTEGERS = {"INT": pa.int32(), "LONG": pa.int64()}
+_FLOATS = {"FLOAT": pa.float32(), "DOUBLE": pa.float64()}
+_STRING = "STRING"
+_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.inf}  # DuckDB sorts NaN above +inf
+
+Bloom = Callable[[str, Value], bool]  # (column, value) -> False when the segment certainly lacks the value
+
+
+@dataclass(frozen=True)
+class SegmentFacts:
+    """What pruning reads about one committed segment."""
+
+    total_docs: int
+    columns: Mapping[str, ColumnMetadata]
+    partitions: SegmentPartitions | None = None
+    bloom: Bloom | None = None
+
+
+def may_match(predicate: Predicate, facts: SegmentFacts) -> bool:
+    """False only when no row of the segment can pass ``predicate`` (see the module docstring)."""
+    if facts.total_docs == 0:
+        return False
+    if isinstance(predicate, And):
+        return all(may_match(p, facts) for p in predicate.parts)
+    if isinstance(predicate, Or):
+        return any(may_match(p, facts) for p in predicate.parts)
+    meta = facts.columns.get(predicate.column)
+    if meta is None or not meta.single_value or meta.null_count or _kind(meta) is None:
+        return True
+    if isinstance(predicate, Compare):
+        if not _in_range(meta, predicate.op, predicate.value):
+            return False
+        return predicate.op != "=" or _may_hold(meta, predicate.column, [predicate.value], facts)
+    candidates = [v for v in predicate.values if _in_range(meta, "=", v)]
+    return bool(candidates) and _may_hold(meta, predicate.column, candidates, facts)
+
+
+def pruned(predicate: Predicate | None, segments: Iterable[tuple[Any, SegmentFacts | None]]) -> list[Any]:
+    """The segments (``(segment, facts)`` pairs; facts None: nothing known, kept) ``predicate`` rules out."""
+    if predicate is None:
+        return []
+    return [segment for segment, facts in segments if facts is not None and not may_match(predicate, facts)]
+
+
+def _kind(meta: ColumnMetadata) -> str | None:
+    if meta.data_type in _INTEGERS:
+        return "int"
+    if meta.data_type in _FLOATS:
+        return "float"
+    return "str" if meta.data_type == _STRING else None
+
+
+def _agrees(meta: ColumnMetadata, value: Value) -> bool:
+    """Whether ``value``'s kind may be compared with the column's values as they are (no cast by DuckDB)."""
+    return isinstance(value, str) if _kind(meta) == "str" else not isinstance(value, str)
+
+
+def _in_range(meta: ColumnMetadata, op: str, value: Value) -> bool:
+    """Whether some value in ``[min, max]`` may satisfy ``column <op> value`` (True when unsure)."""
+    if not _agrees(meta, value):
+        return True
+    low, high = _bound(meta.min), _bound(meta.max)
+    if low is None or high is None:
+        return True
+    kind = _kind(meta)
+    if kind == "int" and isinstance(value, float) or kind == "float" and isinstance(value, int) and abs(value) > 2**53:
+        # DuckDB may compare in doubles, rounding one side: the bounds are widened by one ulp outward
+        low, high, value = math.nextafter(float(low), -math.inf), math.nextafter(float(high), math.inf), float(value)
+    elif meta.data_type == "FLOAT":
+        # DuckDB may round the literal to the column's float32 instead: either comparison may be the one it makes
+        rounded = float(np.float32(value))
+        return _compares(low, op, rounded, high) or _compares(low, op, value, high)
+    return _compares(low, op, value, high)
+
+
+def _compares(low: Any, op: str, value: Any, high: Any) -> bool:
+    try:
+        if op == "=":
+            return bool(low <= value <= high)  # type: ignore[operator]
+        if op == "<":
+            return bool(low < value)  # type: ignore[operator]
+        if op == "<=":
+            return bool(low <= value)  # type: ignore[operator]
+        if op == ">":
+            return bool(high > value)  # type: ignore[operator]
+        return bool(high >= value)  # type: ignore[operator]
+    except TypeError:  # stats of an unexpected kind: unsure
+        return True
+
+
+def _bound(stat: Any) -> Any:
+    if isinstance(stat, bool):
+        return None
+    if isinstance(stat, (int, float)):
+        return stat
+    if isinstance(stat, str):
+        return _NON_FINITE.get(stat, stat)
+    return None
+
+
+def _may_hold(meta: ColumnMetadata, column: str, values: list[Value], facts: SegmentFacts) -> bool:
+    """Whether the segment may hold one of ``values`` (an ``=``/``IN`` on ``column``), by its partitions and its
+    bloom filter."""
+    exact = [v for v in values if (isinstance(v, int) and _kind(meta) == "int")
+             or (isinstance(v, str) and _kind(meta) == "str")]
+    if len(exact) < len(values):
+        return True  # a float against an integer column (or the like): neither partitions nor blooms can say
+    held = facts.partitions
+    if held is not None and held.column == column:
+        arrow_type = _INTEGERS.get(meta.data_type, pa.string())
+        try:
+            found = partitions(pa.array(exact, arrow_type),
+                               PartitionSpec(column, held.function, held.num_partitions))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            found = None  # a value the column's type cannot hold: unsure
+        if found is not None:
+            exact = [v for v, p in zip(exact, found.tolist()) if p in held.partitions]
+            if not exact:
+                return False
+    if meta.has_bloom_filter and facts.bloom is not None:
+        return any(facts.bloom(column, v) for v in exact)
+    return True

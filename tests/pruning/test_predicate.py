@@ -1,0 +1,77 @@
+"""The pruning filter taken from a WHERE: known parts kept, unknown parts never make it stricter; its wire form."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuvee.pruning.predicate import (MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError, from_json,
+                                     to_json, with_bound)
+from tests.pruning.helpers import where_of
+
+
+def test_comparisons_in_between_and_connectives() -> None:
+    assert where_of("i = 5") == Compare("i", "=", 5)
+    assert where_of("5 < i") == Compare("i", ">", 5)
+    assert where_of("d >= -2.5") == Compare("d", ">=", -2.5)
+    assert where_of("s IN ('a', 'b')") == In("s", ("a", "b"))
+    assert where_of("l BETWEEN 1 AND 3") == And((Compare("l", ">=", 1), Compare("l", "<=", 3)))
+    assert where_of("i = 1 AND l = 2 AND s = 'x'") == And((Compare("i", "=", 1), Compare("l", "=", 2),
+                                                            Compare("s", "=", "x")))
+    assert where_of("i = 1 OR (l = 2 OR l = 3)") == Or((Compare("i", "=", 1), Compare("l", "=", 2),
+                                                         Compare("l", "=", 3)))
+
+
+def test_unknown_parts() -> None:
+    # AND keeps its known parts; OR with an unknown part is unknown; NOT, <>, functions, casts, subqueries unknown
+    assert where_of("i = 1 AND NOT l > 2") == Compare("i", "=", 1)
+    assert where_of("i = 1 OR NOT l > 2") is None
+    assert where_of("i <> 1") is None
+    assert where_of("abs(i) = 1") is None
+    assert where_of("i = CAST(3 AS BIGINT)") is None
+    assert where_of("i = l") is None
+    assert where_of("m = 3") is None  # a multi-value column's comparison is planned as a list function
+    assert where_of("i IN (1, NULL)") is None
+    assert where_of("i = 99999999999999999999") is None  # past 64 bits
+
+
+def test_long_chains_are_one_level() -> None:
+    many = " OR ".join(f"i = {n}" for n in range(40))
+    assert where_of(many) == Or(tuple(Compare("i", "=", n) for n in range(40)))
+    assert where_of(" AND ".join(f"i > {n}" for n in range(40))) == And(tuple(Compare("i", ">", n) for n in range(40)))
+
+
+def test_a_time_bound_joins_what_where_prunes_by() -> None:
+    assert with_bound(None, "t", ">", 5) == Compare("t", ">", 5)
+    assert with_bound(Compare("i", "=", 1), "t", "<=", 5) == And((Compare("i", "=", 1), Compare("t", "<=", 5)))
+    assert with_bound(where_of("i = 1 AND l = 2"), "t", ">", 5) == And((Compare("i", "=", 1), Compare("l", "=", 2),
+                                                                        Compare("t", ">", 5)))
+
+
+def test_too_large_is_not_pruned() -> None:
+    values = ", ".join(str(v) for v in range(MAX_VALUES + 1))
+    assert where_of(f"i IN ({values})") is None
+
+
+def test_wire_round_trip() -> None:
+    predicate = where_of("(i = 1 OR s IN ('a', 'b')) AND d BETWEEN 0.5 AND 2")
+    assert predicate is not None
+    assert from_json(to_json(predicate)) == predicate
+
+
+@pytest.mark.parametrize("doc", [
+    None, [], ["cmp", "i", "==", 1], ["cmp", "", "=", 1], ["cmp", "i", "=", True], ["cmp", "i", "=", [1]],
+    ["cmp", "i", "=", 2**64], ["in", "i", []], ["and", [["cmp", "i", "=", 1]]], ["xor", []],
+    ["cmp", "x" * 600, "=", 1], ["in", "i", list(range(MAX_VALUES + 1))],
+    ["or", [["cmp", "i", "=", n] for n in range(MAX_NODES + 1)]],
+])
+def test_malformed_wire_form_is_refused(doc: object) -> None:
+    with pytest.raises(PredicateWireError):
+        from_json(doc)
+
+
+def test_deep_wire_form_is_refused() -> None:
+    doc: list = ["cmp", "i", "=", 1]
+    for _ in range(40):
+        doc = ["and", [doc, ["cmp", "i", "=", 1]]]
+    with pytest.raises(PredicateWireError):
+        from_json(doc)

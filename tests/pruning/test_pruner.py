@@ -1,0 +1,110 @@
+"""The pure pruner: a segment is ruled out only when its min/max, partitions or bloom filter prove no row passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuvee.pruning import SegmentFacts, may_match, pruned
+from cuvee.segment.metadata import ColumnMetadata
+from cuvee.segment.partitioning import SegmentPartitions
+from tests.pruning.helpers import where_of
+
+
+def column(name: str, data_type: str, low: Any, high: Any, *, nulls: int = 0, single: bool = True,
+           bloom: bool = False) -> ColumnMetadata:
+    return ColumnMetadata(name, data_type, single, 10, low, high, False, nulls, True, False, False, bloom, 0, 100, 1)
+
+
+FACTS = SegmentFacts(100, {
+    "i": column("i", "INT", 10, 20),
+    "l": column("l", "LONG", 2**40, 2**40 + 5),
+    "d": column("d", "DOUBLE", -1.5, 2.5),
+    "s": column("s", "STRING", "bb", "dd"),
+})
+
+
+def keeps(condition: str, facts: SegmentFacts = FACTS) -> bool:
+    predicate = where_of(condition)
+    assert predicate is not None, condition
+    return may_match(predicate, facts)
+
+
+def test_min_max_ranges() -> None:
+    for condition in ("i = 10", "i = 20", "i < 11", "i <= 10", "i > 19", "i >= 20", "i BETWEEN 0 AND 10",
+                      "i IN (1, 15)", "d = 2.5", "d > 2", "d < -1.4", "s = 'cc'", "s >= 'dd'", "s < 'bba'",
+                      "l = 1099511627776", "i = 15.5"):
+        assert keeps(condition), condition
+    for condition in ("i = 9", "i = 21", "i < 10", "i <= 9", "i > 20", "i >= 21", "i BETWEEN 21 AND 30",
+                      "i IN (1, 2, 30)", "d = 3", "d > 2.5", "d < -1.5", "s = 'a'", "s > 'dd'", "s < 'bb'",
+                      "l = 1099511627775", "i = 20.5"):
+        assert not keeps(condition), condition
+
+
+def test_connectives() -> None:
+    assert keeps("i = 15 AND s = 'cc'")
+    assert not keeps("i = 15 AND s = 'zz'")
+    assert keeps("i = 99 OR s = 'cc'")
+    assert not keeps("i = 99 OR s = 'zz'")
+    assert not keeps("(i = 99 OR s = 'zz') AND abs(d) > 1")  # an unknown part of an AND never keeps alone
+
+
+def test_doubt_keeps_the_segment() -> None:
+    assert keeps("i = '99'")  # a string against a number: DuckDB casts
+    assert keeps("s = 5")
+    assert keeps("m2 = 99")  # a column the segment does not store (added later: read as its default)
+    with_nulls = SegmentFacts(100, {"i": column("i", "INT", 10, 20, nulls=3)})
+    assert keeps("i = 99", with_nulls)  # a NULL reads as the column's default null value
+    multi = SegmentFacts(100, {"i": column("i", "INT", 10, 20, single=False)})
+    assert keeps("i = 99", multi)
+    nan = SegmentFacts(100, {"d": column("d", "DOUBLE", 1.0, "NaN")})
+    assert keeps("d > 1000", nan)  # DuckDB sorts NaN above every number
+    timestamps = SegmentFacts(100, {"i": column("i", "TIMESTAMP", 10, 20)})
+    assert keeps("i = 99", timestamps)
+
+
+def test_empty_segment_matches_nothing() -> None:
+    assert not keeps("i = 15", SegmentFacts(0, FACTS.columns))
+
+
+def test_bloom_filter_rules_out_values() -> None:
+    probed: list[tuple[str, Any]] = []
+
+    def bloom(name: str, value: Any) -> bool:
+        probed.append((name, value))
+        return value in (12, "cc")
+
+    columns = {"i": column("i", "INT", 10, 20, bloom=True), "s": column("s", "STRING", "bb", "dd", bloom=True),
+               "d": column("d", "DOUBLE", 0.0, 9.0, bloom=True)}
+    facts = SegmentFacts(100, columns, bloom=bloom)
+    assert keeps("i = 12", facts) and keeps("s IN ('bz', 'cc')", facts)
+    assert not keeps("i = 13", facts) and not keeps("s IN ('bz', 'cd')", facts)
+    assert not keeps("i IN (13, 99)", facts)
+    assert ("i", 99) not in probed  # outside min/max: never probed
+    assert keeps("i > 13", facts)  # ranges never ask the bloom filter
+    assert keeps("d = 3", facts)  # float columns: not probed
+
+
+def test_partitions_rule_out_values() -> None:
+    facts = SegmentFacts(100, {"l": column("l", "LONG", 0, 100)},
+                         partitions=SegmentPartitions("l", "Modulo", 4, (1,)))
+    assert keeps("l = 5", facts) and keeps("l IN (2, 9)", facts)
+    assert not keeps("l = 6", facts) and not keeps("l IN (2, 8)", facts)
+    assert keeps("l = 6.0", facts)  # a float: the partition function hashes the value's text, unsure
+    murmur = SegmentFacts(100, {"s": column("s", "STRING", "a", "z")},
+                          partitions=SegmentPartitions("s", "Murmur", 8, (3,)))
+    from cuvee.segment.partitioning import PartitionSpec, partitions
+    import pyarrow as pa
+    values = [f"k{n}" for n in range(40)]
+    parts = partitions(pa.array(values), PartitionSpec("s", "Murmur", 8)).tolist()
+    inside = [v for v, p in zip(values, parts) if p == 3]
+    outside = [v for v, p in zip(values, parts) if p != 3]
+    assert inside and outside
+    assert keeps(f"s = '{inside[0]}'", murmur)
+    assert not keeps(f"s = '{outside[0]}'", murmur)
+
+
+def test_pruned_lists_the_ruled_out() -> None:
+    predicate = where_of("i = 25")
+    other = SegmentFacts(100, {"i": column("i", "INT", 21, 30)})
+    assert pruned(predicate, [("a", FACTS), ("b", other), ("c", None)]) == ["a"]
+    assert pruned(None, [("a", FACTS)]) == []
