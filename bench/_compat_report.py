@@ -60,6 +60,7 @@ class Phase:
 @dataclass
 class SetResult:
     layout: str = ""
+    consuming_share: float = 0.0  # of the rows produced through the stream, those in consuming segments
     skipped: str = ""  # why the set was not served in this shape
     ingest_s: float = 0.0
     phases: dict[str, Phase] = field(default_factory=dict)
@@ -87,16 +88,17 @@ class Run:
         for name, s in doc.get("sets", {}).items():
             phases = {p: Phase({q: Timing(**t) for q, t in ph["timings"].items()}, ph.get("count_p50_ms"),
                                ph.get("started_s", 0.0)) for p, ph in s.get("phases", {}).items()}
-            sets[name] = SetResult(s.get("layout", ""), s.get("skipped", ""), s.get("ingest_s", 0.0), phases)
+            sets[name] = SetResult(s.get("layout", ""), s.get("consuming_share", 0.0), s.get("skipped", ""),
+                                   s.get("ingest_s", 0.0), phases)
         return cls(doc["shape"], doc["servers"], doc["replicas"], doc["rows"], doc.get("in_process", False), sets)
 
 
 def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:.1f}"
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _x(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}x"
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def summary_lines(suite: str, result: SetResult) -> list[str]:

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, choices=[1, 2], default=1)
     parser.add_argument("--partitions", type=int, default=0, help="stream partitions (default: one per server)")
     parser.add_argument("--set", choices=[CLICKBENCH, PINOT, "all"], default="all")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each query (0: only judged)")
     parser.add_argument("--count-runs", type=int, default=100, help="SELECT COUNT(*) runs for its p50")
     parser.add_argument("--queries", default="", help="comma-separated query numbers or ids (default: every one)")
     parser.add_argument("--native-copy-mib", type=int, default=None,
@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
                        message=lambda: f"{name}: the broker counts {_count(http, roles, name)} rows, not {args.rows}")  # noqa: B023
             ingested = time.perf_counter()
             result.ingest_s = ingested - started
-            result.layout = settled_layout(http, roles.controller, suite, layout).describe()
+            layout = settled_layout(http, roles.controller, suite, layout)
+            result.layout = layout.describe()
+            result.consuming_share = layout.consuming_rows / layout.realtime_rows if layout.realtime_rows else 0.0
             console.print(f"{name}: {args.rows:,} rows queryable {result.ingest_s:.1f} s after the load began: "
                           f"{result.layout}")
             queries = [q for q in (clickbench_queries() if suite == CLICKBENCH else pinot_queries())
@@ -161,8 +163,9 @@ def _measure(http: httpx.Client, client: BrokerClient, roles: Endpoints, native:
     phase = Phase(started_s=since_ingest)
     for query in queries:
         outcome = judge_all(http, roles.broker, native, [query])[0]
-        if outcome.verdict is not Verdict.PASS:
-            phase.timings[query.id] = Timing(outcome.verdict.value, detail=outcome.detail[:300])
+        if outcome.verdict is not Verdict.PASS or not repeat:  # (--repeat 0: answers judged, nothing timed)
+            phase.timings[query.id] = Timing(outcome.verdict.value, detail=outcome.detail[:300]
+                                             if outcome.verdict is not Verdict.PASS else "")
             continue
         limited = shape_of(query.sql, oracle_sql(query.id, query.oracle_sql)).limited_sql
         wall, used, duck = [], [], []
@@ -198,9 +201,9 @@ def _table(suite: str, run: Run, result: SetResult) -> Table:
         cells = []
         for name in PHASES:
             timing = result.phases[name].timings.get(query)
-            if timing is None or timing.verdict != "pass":
+            if timing is None or timing.verdict != "pass" or timing.ratio is None:
                 verdict = timing.verdict if timing else ""
-                style = "bold red" if verdict in ("wrong", "error") else "yellow"
+                style = "bold red" if verdict in ("wrong", "error") else "green" if verdict == "pass" else "yellow"
                 cells += [f"[{style}]{verdict}[/{style}]", "", "", (timing.detail[:30] if timing else "")]
             else:
                 cells += [f"{timing.wall_ms:.1f}", f"{timing.used_ms:.0f}", f"{timing.duckdb_ms:.1f}",

@@ -40,7 +40,7 @@ from cuvee.testing.compat.run import TIME_COLUMNS, load, table_config
 from cuvee.testing.waiting import wait_until
 
 CONSUMING_SHARE = 0.10  # at least this share of the realtime rows stays in consuming segments
-MAX_COMMITTED_PER_PARTITION = 7  # beyond it, equal segments cannot leave 10% (+ margin) consuming
+MAX_COMMITTED_PER_PARTITION = 8  # at 9, a tenth of the rows left consuming would be a segment more
 PRODUCE_CHUNK_ROWS = 50_000
 
 
@@ -91,14 +91,23 @@ class Layout:
 
 
 def realtime_segment_rows(rows: int, partitions: int, segments: int) -> int:
-    """Rows per realtime segment such that round-robin produced ``rows`` over ``partitions`` commit about
-    ``segments`` segments in all (at least one, at most ``MAX_COMMITTED_PER_PARTITION``, per partition) and leave
-    at least ``CONSUMING_SHARE`` (with a 2-point margin) of every partition's rows in its consuming segment."""
+    """Rows per realtime segment such that ``rows`` produced round-robin over ``partitions`` commit about
+    ``segments`` segments in all (at least one, at most ``MAX_COMMITTED_PER_PARTITION``, per partition) and leave at
+    least ``CONSUMING_SHARE`` of every partition's rows in its consuming segment.
+
+    A partition of ``P`` rows commits ``k`` segments of ``S`` rows and keeps ``P - kS`` consuming when
+    ``P / (k + 1) < S <= (1 - share) P / k``; ``S`` is taken in the middle of that range (fewer committed
+    segments when rounding leaves none)."""
     if rows < partitions or partitions < 1:
         raise ValueError(f"{rows} rows cannot fill {partitions} partitions")
-    per_partition = rows // partitions  # round-robin: every partition holds this many or one more
-    committed = min(max(round(segments / partitions), 1), MAX_COMMITTED_PER_PARTITION)
-    return max(1, math.floor(per_partition * (1 - CONSUMING_SHARE - 0.02) / committed))
+    smallest, largest = rows // partitions, -(-rows // partitions)  # round-robin: every partition holds either
+    for committed in range(min(max(round(segments / partitions), 1), MAX_COMMITTED_PER_PARTITION), 0, -1):
+        low, high = largest / (committed + 1), (1 - CONSUMING_SHARE) * smallest / committed
+        size = math.floor((low + high) / 2)
+        if all(p // size == committed and p - committed * size >= CONSUMING_SHARE * p for p in (smallest, largest)):
+            return size
+    raise ValueError(f"{rows} rows over {partitions} partitions are too few to commit a segment and keep "
+                     f"{CONSUMING_SHARE:.0%} consuming")
 
 
 def busiest_partitions(partitions: int, replicas: int, servers: int) -> int:
@@ -146,11 +155,10 @@ def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, 
     flush_rows = segment_rows * busiest_partitions(partitions, replicas, servers)
     configs["realtime.segment.flush.threshold.rows"] = str(flush_rows)
     _post(http, f"{controller}/tables", table_config(suite, "REALTIME", replicas=replicas, stream=configs))
-    if boundary is not None:
-        reported = int(wait_until(lambda: _time_boundary(http, controller, name), timeout,
-                                  message="the controller never reported the hybrid table's time boundary"))
-        if reported != boundary:  # the realtime half would miss rows, or hold rows no query reads
-            raise RuntimeError(f"the controller's time boundary is {reported}, Pinot's rule gives {boundary}")
+    if boundary is not None:  # once every offline segment is served; else the realtime half would miss rows
+        wait_until(lambda: _time_boundary(http, controller, name) == str(boundary), timeout,
+                   message=lambda: f"the controller's time boundary is {_time_boundary(http, controller, name)}, "
+                                   f"Pinot's rule over the offline half gives {boundary}")
     produce_json(configs, newer)
     return Layout(shape, rows.num_rows, offline_rows=older.num_rows if older is not None else 0,
                   offline_segments=offline_segments, realtime_rows=newer.num_rows, partitions=partitions,
