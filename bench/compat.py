@@ -58,8 +58,8 @@ from cuvee.testing.cluster import Endpoints, bench_cluster  # noqa: E402
 from cuvee.testing.compat.judge import Verdict, oracle_sql, shape_of  # noqa: E402
 from cuvee.testing.compat.queries import CLICKBENCH, PINOT, CompatQuery, clickbench_queries, pinot_queries  # noqa: E402
 from cuvee.testing.compat.run import ask, generated, judge_all  # noqa: E402
-from cuvee.testing.compat.shapes import (ShapeUnavailable, TableShape, load_shape,  # noqa: E402
-                                         settled_layout)
+from cuvee.testing.compat.shapes import (CONSUMING_SHARE, ShapeUnavailable, TableShape,  # noqa: E402
+                                         load_shape, settled_layout)
 from cuvee.testing.waiting import wait_until  # noqa: E402
 
 TABLES = {CLICKBENCH: "hits", PINOT: "mytable"}
@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             result.consuming_share = layout.consuming_rows / layout.realtime_rows if layout.realtime_rows else 0.0
             console.print(f"{name}: {args.rows:,} rows queryable {result.ingest_s:.1f} s after the load began: "
                           f"{result.layout}")
+            if layout.realtime_rows and result.consuming_share < CONSUMING_SHARE:  # (replicas spread unevenly)
+                console.print(f"[bold red]{name}: only {result.consuming_share:.0%} of the streamed rows are in "
+                              f"consuming segments, not the {CONSUMING_SHARE:.0%} this shape promises[/bold red]")
             queries = [q for q in (clickbench_queries() if suite == CLICKBENCH else pinot_queries())
                        if _chosen(q.id, wanted)]
             for phase_name in PHASES:

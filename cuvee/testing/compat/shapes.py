@@ -19,10 +19,10 @@ Pure sizing rules at the top; the loaders talk to a live controller over HTTP an
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ class ShapeUnavailable(Exception):
     """The set cannot be served in this shape (said why, to the user)."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Layout:
     """What a load produced, read back from the controller where it can be."""
 
@@ -173,8 +173,8 @@ def settled_layout(http: httpx.Client, controller: str, suite: str, layout: Layo
     records = http.get(f"{controller}/segments/{name}/metadata", params={"type": "REALTIME"}).json().values()
     committed = sum(int(r.get("totalDocs") or 0) for r in records if r.get("status") == "DONE")
     thresholds = {int(r["rowThreshold"]) for r in records if r.get("status") != "DONE" and r.get("rowThreshold")}
-    return Layout(**{**layout.__dict__, "committed_rows": committed,
-                     "segment_rows": max(thresholds) if thresholds else layout.segment_rows})
+    return dataclasses.replace(layout, committed_rows=committed,
+                               segment_rows=max(thresholds) if thresholds else layout.segment_rows)
 
 
 def expected_boundary(suite: str, offline_rows: pa.Table) -> int:
