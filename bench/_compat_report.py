@@ -149,10 +149,9 @@ def side_by_side(console: Console, runs: list[Run]) -> None:
             for run in runs:
                 result = run.sets.get(suite)
                 phase = result.phases.get(name) if result else None
-                if phase is None:
-                    skipped = result.skipped if result else "not run"
+                if phase is None:  # (why: below the table)
                     for cells in rows.values():
-                        cells.append(skipped[:40] if cells is rows["geomean"] else "")
+                        cells.append("not served" if result and result.skipped else "not run")
                     continue
                 worst = phase.worst()
                 rows["geomean"].append(_x(phase.geomean()))
@@ -161,3 +160,6 @@ def side_by_side(console: Console, runs: list[Run]) -> None:
             for label, cells in rows.items():
                 table.add_row(f"[bold]{name} {label}[/bold]", *cells)
         console.print(table)
+        for run in runs:
+            if suite in run.sets and run.sets[suite].skipped:
+                console.print(f"{suite} not served {run.label}: {run.sets[suite].skipped}")

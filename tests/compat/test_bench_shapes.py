@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,10 +22,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "compat.py"
 ROWS = 3_000
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_compat", BENCH)
+def _bench(path: Path = BENCH) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
     spec.loader.exec_module(module)
     return module
 
@@ -86,3 +88,24 @@ def test_hybrid_pinot_set_answers_right_fresh_and_settled_and_clickbench_is_refu
         timings = result["phases"][phase]["timings"]
         assert len(timings) == 200
         assert {q: t["verdict"] for q, t in timings.items() if t["verdict"] != "pass"} == {}
+
+
+def test_the_shapes_print_side_by_side_from_their_json() -> None:
+    """What run_all prints: each shape's settled wall time and ratio per query, wrong answers marked, a set a shape
+    could not serve named with the reason, and each phase's geometric mean, worst query and COUNT(*) p50."""
+    report = _bench(BENCH.parent / "_compat_report.py")
+    fast = report.Phase({"pinot-001": report.Timing("pass", 4.0, 3.0, 2.0),
+                         "pinot-002": report.Timing("pass", 9.0, 8.0, 1.0),
+                         "pinot-003": report.Timing("wrong", detail="got 1 row")}, 1.5, 0.0)
+    offline = report.Run("offline", 1, 1, 1000, sets={"pinot": report.SetResult("8 segments", 0.0, "", 1.0,
+                                                                                {"fresh": fast, "settled": fast})})
+    hybrid = report.Run("hybrid", 3, 1, 1000, sets={"clickbench": report.SetResult(skipped="no epoch time column")})
+    runs = [report.Run.from_json(json.loads(json.dumps(r.to_json()))) for r in (offline, hybrid)]
+    assert runs[0].sets["pinot"].phases["settled"].geomean() == pytest.approx(18 ** 0.5)  # ratios 2 and 9
+    assert runs[0].sets["pinot"].phases["settled"].worst() == ("pinot-002", 9.0)
+    console = report.Console(record=True, width=200)
+    report.side_by_side(console, runs)
+    text = console.export_text()
+    assert "4.0 (2.00x)" in text and "9.0 (9.00x)" in text and "wrong" in text
+    assert "settled geomean" in text and "4.24x" in text and "002 9.00x" in text and "1.5" in text
+    assert "clickbench not served hybrid/3: no epoch time column" in text
