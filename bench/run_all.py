@@ -8,7 +8,7 @@ side by side (client wall time against DuckDB's, settled; each shape's geometric
 ``SELECT COUNT(*)`` p50, right after ingest and settled). Its full-size figures take ``--rows 1000000`` (see its
 docstring); ``--only compat.py`` runs just it.
 
-    .venv/bin/python bench/run_all.py [--quick] [--timeout 600] [--only compat.py,e2e.py]
+    .venv/bin/python bench/run_all.py [--quick] [--timeout 1200] [--only compat.py,e2e.py]
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def run_compat(script: Path, flags: list[str], timeout: float, quick: bool) -> l
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, for a smoke run")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds allowed per script (per compat shape)")
+    parser.add_argument("--timeout", type=float, default=1200,
+                        help="seconds allowed per script (per compat shape: ~5 minutes each at 200,000 rows on a busy 2-core box)")
     parser.add_argument("--only", default="", help="comma-separated script names (default: every one)")
     args = parser.parse_args()
     only = {name.strip() for name in args.only.split(",") if name.strip()}
