@@ -17,7 +17,8 @@ user's setup; DuckDB scanning Arrow tables would flatter Cuvee).
 
 Each set is measured twice: **fresh**, as soon as the broker counts every row (consuming segments holding the
 newest rows, no DuckDB copy made yet), and **settled**, once the servers report no DuckDB copy still being made
-(``cuvee_server_native_copies_building``, asked for by the fresh run's queries). In each phase every query is
+(``cuvee_server_native_copies_building``) after every segment the rows fill has committed and every query has
+run once more (asking for the copies of what committed late). In each phase every query is
 judged against DuckDB (that run is its warm-up; a wrong answer is printed in red, never timed, and makes the
 bench exit 1), then run ``--repeat`` times alternating with DuckDB. Printed per query: the client's wall time
 (Python's ``http.client``: HTTP included), the broker's ``timeUsedMs``, DuckDB's time and the ratio of wall time
@@ -59,7 +60,7 @@ from cuvee.testing.compat.judge import Verdict, oracle_sql, shape_of  # noqa: E4
 from cuvee.testing.compat.queries import CLICKBENCH, PINOT, CompatQuery, clickbench_queries, pinot_queries  # noqa: E402
 from cuvee.testing.compat.run import ask, generated, judge_all  # noqa: E402
 from cuvee.testing.compat.shapes import (CONSUMING_SHARE, ShapeUnavailable, TableShape,  # noqa: E402
-                                         load_shape, settled_layout)
+                                         commits_done, load_shape, settled_layout)
 from cuvee.testing.waiting import wait_until  # noqa: E402
 
 TABLES = {CLICKBENCH: "hits", PINOT: "mytable"}
@@ -131,22 +132,28 @@ def main(argv: list[str] | None = None) -> int:
                        message=lambda: f"{name}: the broker counts {_count(http, roles, name)} rows, not {args.rows}")  # noqa: B023
             ingested = time.perf_counter()
             result.ingest_s = ingested - started
-            layout = settled_layout(http, roles.controller, suite, layout)
-            result.layout = layout.describe()
-            result.consuming_share = layout.consuming_rows / layout.realtime_rows if layout.realtime_rows else 0.0
-            console.print(f"{name}: {args.rows:,} rows queryable {result.ingest_s:.1f} s after the load began: "
-                          f"{result.layout}")
-            if layout.realtime_rows and result.consuming_share < CONSUMING_SHARE:  # (replicas spread unevenly)
-                console.print(f"[bold red]{name}: only {result.consuming_share:.0%} of the streamed rows are in "
-                              f"consuming segments, not the {CONSUMING_SHARE:.0%} this shape promises[/bold red]")
+            console.print(f"{name}: {args.rows:,} rows queryable {result.ingest_s:.1f} s after the load began")
             queries = [q for q in (clickbench_queries() if suite == CLICKBENCH else pinot_queries())
                        if _chosen(q.id, wanted)]
             for phase_name in PHASES:
-                if phase_name == "settled":
+                if phase_name == "settled":  # every commit done, every segment read once, its copies made
+                    wait_until(lambda: commits_done(http, roles.controller, suite, layout), args.settle_timeout,  # noqa: B023
+                               interval=0.5, message=lambda: f"{name}: segments still committing: "  # noqa: B023
+                               f"{settled_layout(http, roles.controller, suite, layout).describe()}")  # noqa: B023
+                    for query in queries if args.repeat else ():  # (nothing is timed with --repeat 0)
+                        client.post(query.sql)
                     wait_until(lambda: _copies_building(http, roles) == 0, args.settle_timeout, interval=0.5,
                                message="the servers' DuckDB copies were still being made")
                 result.phases[phase_name] = _measure(http, client, roles, native, queries, args.repeat,
                                                      args.count_runs, name, time.perf_counter() - ingested)
+            # read once settled: right after ingest the last segments to fill may still be committing
+            layout = settled_layout(http, roles.controller, suite, layout)
+            result.layout = layout.describe()
+            result.consuming_share = layout.consuming_rows / layout.realtime_rows if layout.realtime_rows else 0.0
+            console.print(f"{name}: {result.layout}")
+            if layout.realtime_rows and result.consuming_share < CONSUMING_SHARE:  # (replicas spread unevenly)
+                console.print(f"[bold red]{name}: only {result.consuming_share:.0%} of the streamed rows are in "
+                              f"consuming segments, not the {CONSUMING_SHARE:.0%} this shape promises[/bold red]")
             console.print(_table(suite, run, result))
             for line in summary_lines(suite, result):
                 console.print(line)

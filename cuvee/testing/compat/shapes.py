@@ -177,6 +177,16 @@ def settled_layout(http: httpx.Client, controller: str, suite: str, layout: Layo
                                segment_rows=max(thresholds) if thresholds else layout.segment_rows)
 
 
+def commits_done(http: httpx.Client, controller: str, suite: str, layout: Layout) -> bool:
+    """Every segment the streamed rows fill has committed (the rows left are those ``expected_consuming_rows``
+    says stay consuming)."""
+    if not layout.realtime_rows:
+        return True
+    committed = settled_layout(http, controller, suite, layout).committed_rows
+    return committed >= layout.realtime_rows - expected_consuming_rows(layout.realtime_rows, layout.partitions,
+                                                                       layout.segment_rows)
+
+
 def expected_boundary(suite: str, offline_rows: pa.Table) -> int:
     """The time boundary the broker will split ``suite``'s hybrid table at once ``offline_rows`` are served (Pinot's
     rule, ``cuvee.cluster.time_boundary``; the offline half is pushed DAILY)."""
