@@ -11,7 +11,8 @@ in this process, sharing its GIL) serves the generated rows (``--rows`` per tabl
 - ``hybrid``: the older half by the time column pushed OFFLINE, the rest produced REALTIME, split by the broker's
   time boundary (only Pinot's set: ClickBench's ``hits`` has no epoch time column, so no boundary).
 
-``--replicas`` gives each segment (and partition) that many replicas. DuckDB holds the same rows in its own tables
+``--replicas`` gives each segment (and partition) that many replicas; ``--partition-column`` keys the realtime rows
+by a column and declares the table partitioned on it (Pinot's ``segmentPartitionConfig``, Murmur). DuckDB holds the same rows in its own tables
 in memory (``--duckdb-file``: in a database file), the judge of every answer and the timing baseline (a DuckDB
 user's setup; DuckDB scanning Arrow tables would flatter Cuvee).
 
@@ -27,7 +28,7 @@ the broker (``--count-runs`` runs). ``--json`` writes the figures (``run_all.py`
 
     .venv/bin/python bench/compat.py [--table-type offline|realtime|hybrid] [--servers 1] [--replicas 1]
         [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3] [--queries 31,32] [--segments 8]
-        [--partitions N] [--native-copy-mib 4096] [--in-process] [--duckdb-file] [--json out.json]
+        [--partitions N] [--partition-column UserID] [--native-copy-mib 4096] [--in-process] [--duckdb-file] [--json out.json]
 
 Issue 28's figures: ``--table-type realtime --servers 3 --set clickbench`` at 1M and 10M rows (``--rows 10000000
 --segments 40 --native-copy-mib 8192``); ``--set pinot`` for Pinot's 200 queries. ``--queries`` runs only the
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=1)
     parser.add_argument("--replicas", type=int, choices=[1, 2], default=1)
     parser.add_argument("--partitions", type=int, default=0, help="stream partitions (default: one per server)")
+    parser.add_argument("--partition-column", default=None,
+                        help="realtime: key every row by this column and declare the table partitioned on it "
+                             "(segmentPartitionConfig, Murmur; default: no key, round-robin)")
     parser.add_argument("--set", choices=[CLICKBENCH, PINOT, "all"], default="all")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each query (0: only judged)")
     parser.add_argument("--count-runs", type=int, default=100, help="SELECT COUNT(*) runs for its p50")
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 layout = load_shape(http, roles.controller, suite, rows, shape, stream_dir=Path(tmp) / "stream",
                                     segments=args.segments, partitions=partitions, servers=args.servers,
-                                    replicas=args.replicas)
+                                    replicas=args.replicas, partition_column=args.partition_column)
             except ShapeUnavailable as exc:
                 result.skipped = str(exc)
                 console.print(f"[yellow]{suite}: not measured: {exc}[/yellow]")

@@ -16,7 +16,7 @@ import pytest
 
 from cuvee.testing.compat.judge import Outcome, Verdict
 from cuvee.testing.compat.shapes import (CONSUMING_SHARE, MAX_COMMITTED_PER_PARTITION, expected_consuming_rows,
-                                         realtime_segment_rows)
+                                         realtime_segment_rows, round_robin_sizes)
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "compat.py"
 ROWS = 3_000
@@ -43,15 +43,18 @@ def _run(tmp_path: Path, *args: str, bench: ModuleType | None = None, repeat: in
 @pytest.mark.parametrize("segments", [1, 8, 40, 400])
 def test_realtime_segments_leave_a_tenth_of_every_partition_consuming(rows: int, partitions: int,
                                                                        segments: int) -> None:
-    size = realtime_segment_rows(rows, partitions, segments)
-    for p in range(partitions):
-        mine = rows // partitions + (1 if p < rows % partitions else 0)
-        assert 1 <= mine // size <= MAX_COMMITTED_PER_PARTITION  # committed segments
-        assert mine % size >= CONSUMING_SHARE * mine  # the consuming segment's rows
-    assert expected_consuming_rows(rows, partitions, size) >= CONSUMING_SHARE * rows
+    sizes = round_robin_sizes(rows, partitions)
+    assert sum(sizes) == rows and max(sizes) - min(sizes) <= 1
+    skewed = [size + size * p // 20 for p, size in enumerate(sizes)]  # keyed: partitions up to 30% apart
+    for layout in (sizes, skewed):
+        size = realtime_segment_rows(layout, segments)
+        for mine in layout:
+            assert 1 <= mine // size <= MAX_COMMITTED_PER_PARTITION  # committed segments
+            assert mine % size >= CONSUMING_SHARE * mine  # the consuming segment's rows
+        assert expected_consuming_rows(layout, size) >= CONSUMING_SHARE * sum(layout)
 
 
-def test_realtime_clickbench_answers_right_fresh_and_settled_and_a_wrong_answer_fails_the_run(
+def test_realtime_clickbench_keyed_by_user_answers_right_fresh_and_settled_and_a_wrong_answer_fails_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bench = _bench()
     real_judge = bench.judge_all
@@ -62,10 +65,11 @@ def test_realtime_clickbench_answers_right_fresh_and_settled_and_a_wrong_answer_
                 for o in outcomes]
 
     monkeypatch.setattr(bench, "judge_all", one_wrong)
-    code, run = _run(tmp_path, "--table-type", "realtime", "--set", "clickbench", bench=bench)
+    code, run = _run(tmp_path, "--table-type", "realtime", "--set", "clickbench", "--partition-column", "UserID",
+                     bench=bench)
     assert code == 1  # the planted wrong answer fails the run
     result = run["sets"]["clickbench"]
-    assert result["consuming_share"] >= 0.10, result["layout"]
+    assert "keyed by UserID" in result["layout"] and result["consuming_share"] >= 0.10, result["layout"]
     for phase in ("fresh", "settled"):
         timings = result["phases"][phase]["timings"]
         assert len(timings) == 43

@@ -2,8 +2,8 @@
 
 - **offline**: every row in ``segments`` pushed OFFLINE segments (``run.load``): the shape a batch user has, and
   the kindest to a query (every segment committed, copied into DuckDB once the servers settle).
-- **realtime**: every row produced through the stream (the embedded log, round-robin over ``partitions``, as JSON,
-  as a producer sends it) into a REALTIME table whose ``realtime.segment.flush.threshold.rows`` leaves at least
+- **realtime**: every row produced through the stream (the embedded log, round-robin over ``partitions`` or keyed
+  by a partition column, as JSON, as a producer sends it) into a REALTIME table whose ``realtime.segment.flush.threshold.rows`` leaves at least
   ``CONSUMING_SHARE`` of each partition's rows in its consuming segment: fresh rows are part of every answer, as
   they are for Pinot's realtime users. The segment size is chosen from the row count and the partitions
   (``realtime_segment_rows``); the figures actually reached are read back from the controller (``Layout``).
@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import httpx
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuvee.cluster.time_boundary import compute_time_boundary, millis_per_value
-from cuvee.config import Schema
+from cuvee.config import Schema, TableConfig
+from cuvee.segment.partitioning import partition_spec
+from cuvee.segment.partitioning import partitions as partition_of
 from cuvee.stream import open_admin, open_producer
 from cuvee.testing.cluster import log_stream_configs
 from cuvee.testing.compat.queries import schema
@@ -63,7 +67,8 @@ class Layout:
     offline_rows: int = 0
     offline_segments: int = 0
     realtime_rows: int = 0  # rows produced to the stream
-    partitions: int = 0
+    partition_sizes: tuple[int, ...] = ()  # each stream partition's rows
+    partition_column: str | None = None  # the stream key and the table's segmentPartitionConfig (Murmur)
     flush_threshold_rows: int = 0  # the table config's value (per server, divided among its partitions)
     segment_rows: int = 0  # the rows each realtime segment commits at
     committed_rows: int = 0  # realtime rows in committed segments, once ingest ended
@@ -79,7 +84,9 @@ class Layout:
             parts.append(f"{self.offline_rows:,} rows in {self.offline_segments} offline segments")
         if self.realtime_rows:
             share = self.consuming_rows / self.realtime_rows
-            parts.append(f"{self.realtime_rows:,} rows through the stream ({self.partitions} partitions, "
+            keyed = f"keyed by {self.partition_column}" if self.partition_column else "round-robin"
+            parts.append(f"{self.realtime_rows:,} rows through the stream ({len(self.partition_sizes)} partitions "
+                         f"{keyed}, "
                          f"{self.segment_rows:,}-row segments: flush.threshold.rows {self.flush_threshold_rows:,}), "
                          f"{self.consuming_rows:,} ({share:.0%}) in consuming segments")
         if self.boundary is not None:
@@ -90,24 +97,30 @@ class Layout:
 # ---- pure sizing -----------------------------------------------------------------------------------------------
 
 
-def realtime_segment_rows(rows: int, partitions: int, segments: int) -> int:
-    """Rows per realtime segment such that ``rows`` produced round-robin over ``partitions`` commit about
-    ``segments`` segments in all (at least one, at most ``MAX_COMMITTED_PER_PARTITION``, per partition) and leave at
-    least ``CONSUMING_SHARE`` of every partition's rows in its consuming segment.
+def round_robin_sizes(rows: int, partitions: int) -> list[int]:
+    """Each partition's rows when ``rows`` are produced without a key (round-robin)."""
+    return [rows // partitions + (1 if p < rows % partitions else 0) for p in range(partitions)]
+
+
+def realtime_segment_rows(sizes: Sequence[int], segments: int) -> int:
+    """Rows per realtime segment such that partitions of ``sizes`` rows commit about ``segments`` segments in all
+    (at least one, at most ``MAX_COMMITTED_PER_PARTITION``, per partition) and each keeps at least
+    ``CONSUMING_SHARE`` of its rows in its consuming segment.
 
     A partition of ``P`` rows commits ``k`` segments of ``S`` rows and keeps ``P - kS`` consuming when
-    ``P / (k + 1) < S <= (1 - share) P / k``; ``S`` is taken in the middle of that range (fewer committed
-    segments when rounding leaves none)."""
-    if rows < partitions or partitions < 1:
-        raise ValueError(f"{rows} rows cannot fill {partitions} partitions")
-    smallest, largest = rows // partitions, -(-rows // partitions)  # round-robin: every partition holds either
-    for committed in range(min(max(round(segments / partitions), 1), MAX_COMMITTED_PER_PARTITION), 0, -1):
+    ``P / (k + 1) < S <= (1 - share) P / k``; ``S`` is taken in the middle of that range over the smallest and the
+    largest partition (fewer committed segments when no size fits them all)."""
+    smallest, largest = min(sizes, default=0), max(sizes, default=0)
+    if smallest < 1:
+        raise ValueError(f"partitions of {list(sizes)} rows: every partition needs rows")
+    for committed in range(min(max(round(segments / len(sizes)), 1), MAX_COMMITTED_PER_PARTITION), 0, -1):
         low, high = largest / (committed + 1), (1 - CONSUMING_SHARE) * smallest / committed
         size = math.floor((low + high) / 2)
-        if all(p // size == committed and p - committed * size >= CONSUMING_SHARE * p for p in (smallest, largest)):
+        if size >= 1 and all(p // size == committed and p - committed * size >= CONSUMING_SHARE * p
+                             for p in (smallest, largest)):
             return size
-    raise ValueError(f"{rows} rows over {partitions} partitions are too few to commit a segment and keep "
-                     f"{CONSUMING_SHARE:.0%} consuming")
+    raise ValueError(f"partitions of {smallest:,} to {largest:,} rows cannot all commit a segment of one size and "
+                     f"keep {CONSUMING_SHARE:.0%} consuming")
 
 
 def busiest_partitions(partitions: int, replicas: int, servers: int) -> int:
@@ -116,9 +129,9 @@ def busiest_partitions(partitions: int, replicas: int, servers: int) -> int:
     return math.ceil(partitions * replicas / servers)
 
 
-def expected_consuming_rows(rows: int, partitions: int, segment_rows: int) -> int:
-    """Rows left in consuming segments once ``rows`` round-robin rows are consumed at ``segment_rows`` a segment."""
-    sizes = [rows // partitions + (1 if p < rows % partitions else 0) for p in range(partitions)]
+def expected_consuming_rows(sizes: Sequence[int], segment_rows: int) -> int:
+    """Rows left in consuming segments once partitions of ``sizes`` rows are consumed at ``segment_rows`` a
+    segment."""
     return sum(size % segment_rows for size in sizes)
 
 
@@ -127,9 +140,15 @@ def expected_consuming_rows(rows: int, partitions: int, segment_rows: int) -> in
 
 def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, shape: TableShape, *,
                stream_dir: Path, segments: int, partitions: int, servers: int, replicas: int,
-               timeout: float = 600) -> Layout:
+               partition_column: str | None = None, timeout: float = 600) -> Layout:
     """Serve ``rows`` in ``shape``; returns once every row is produced or pushed (not yet queryable: the caller
-    waits on the broker's count). Raises ``ShapeUnavailable`` for a set the shape cannot serve."""
+    waits on the broker's count). ``partition_column`` (realtime only): each row's stream key is that column's
+    value, and the table declares it partitioned on it (Murmur, as Kafka's producers place keys). Raises
+    ``ShapeUnavailable`` for a set the shape cannot serve."""
+    if partition_column is not None and (shape is not TableShape.REALTIME
+                                         or partition_column not in rows.column_names):
+        raise ShapeUnavailable(f"{schema(suite)['schemaName']!r} cannot be partitioned on {partition_column!r} "
+                               f"in the {shape.value} shape (a column of the table, realtime only)")
     if shape is TableShape.OFFLINE:
         load(http, controller, suite, rows, segments, replicas=replicas)
         return Layout(shape, rows.num_rows, offline_rows=rows.num_rows, offline_segments=segments)
@@ -151,17 +170,28 @@ def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, 
         newer = rows.filter(pc.greater(rows[time_column], pa.scalar(boundary, rows.schema.field(time_column).type)))
     else:
         _post(http, f"{controller}/schemas", schema(suite))  # (load posts it for the offline half)
-    segment_rows = realtime_segment_rows(newer.num_rows, partitions, segments)
+    table = table_config(suite, "REALTIME", replicas=replicas, stream=configs)
+    if partition_column is None:
+        sizes = round_robin_sizes(newer.num_rows, partitions)
+    else:
+        table["tableIndexConfig"]["segmentPartitionConfig"] = {"columnPartitionMap": {
+            partition_column: {"functionName": "Murmur", "numPartitions": partitions}}}
+        spec = partition_spec(TableConfig.from_json(table).indexing.extra, Schema.from_json(schema(suite)))
+        assert spec is not None
+        placed = partition_of(newer.column(partition_column).combine_chunks(), spec)
+        sizes = [int(n) for n in np.bincount(placed, minlength=partitions)]
+    segment_rows = realtime_segment_rows(sizes, segments)
     flush_rows = segment_rows * busiest_partitions(partitions, replicas, servers)
-    configs["realtime.segment.flush.threshold.rows"] = str(flush_rows)
-    _post(http, f"{controller}/tables", table_config(suite, "REALTIME", replicas=replicas, stream=configs))
+    table["tableIndexConfig"]["streamConfigs"]["realtime.segment.flush.threshold.rows"] = str(flush_rows)
+    _post(http, f"{controller}/tables", table)
     if boundary is not None:  # once every offline segment is served; else the realtime half would miss rows
         wait_until(lambda: _time_boundary(http, controller, name) == str(boundary), timeout,
                    message=lambda: f"the controller's time boundary is {_time_boundary(http, controller, name)}, "
                                    f"Pinot's rule over the offline half gives {boundary}")
-    produce_json(configs, newer)
+    produce_json(configs, newer, partition_column)
     return Layout(shape, rows.num_rows, offline_rows=older.num_rows if older is not None else 0,
-                  offline_segments=offline_segments, realtime_rows=newer.num_rows, partitions=partitions,
+                  offline_segments=offline_segments, realtime_rows=newer.num_rows, partition_sizes=tuple(sizes),
+                  partition_column=partition_column,
                   flush_threshold_rows=flush_rows, segment_rows=segment_rows, boundary=boundary)
 
 
@@ -183,8 +213,7 @@ def commits_done(http: httpx.Client, controller: str, suite: str, layout: Layout
     if not layout.realtime_rows:
         return True
     committed = settled_layout(http, controller, suite, layout).committed_rows
-    return committed >= layout.realtime_rows - expected_consuming_rows(layout.realtime_rows, layout.partitions,
-                                                                       layout.segment_rows)
+    return committed >= layout.realtime_rows - expected_consuming_rows(layout.partition_sizes, layout.segment_rows)
 
 
 def expected_boundary(suite: str, offline_rows: pa.Table) -> int:
@@ -199,15 +228,18 @@ def expected_boundary(suite: str, offline_rows: pa.Table) -> int:
     return boundary
 
 
-def produce_json(stream_configs: Mapping[str, str], rows: pa.Table) -> int:
-    """Every row as a JSON object (DuckDB's ``to_json``: a producer's message), without a key (round-robin)."""
+def produce_json(stream_configs: Mapping[str, str], rows: pa.Table, key_column: str | None = None) -> int:
+    """Every row as a JSON object (DuckDB's ``to_json``: a producer's message), keyed by ``key_column``'s value
+    as text (the stream places it by its murmur2 hash), or without a key (round-robin)."""
     con = duckdb.connect()
     sent = 0
     with open_producer(stream_configs) as producer:
         for start in range(0, rows.num_rows, PRODUCE_CHUNK_ROWS):
             chunk = rows.slice(start, PRODUCE_CHUNK_ROWS)  # noqa: F841 (DuckDB reads it by name)
             values = con.sql("SELECT to_json(c) AS j FROM chunk AS c").to_arrow_table().column("j")
-            sent += producer.produce_many((None, v) for v in values.cast(pa.binary()).to_pylist())
+            keys = ([str(k).encode() for k in chunk.column(key_column).to_pylist()] if key_column is not None
+                    else itertools.repeat(None))
+            sent += producer.produce_many(zip(keys, values.cast(pa.binary()).to_pylist(), strict=False))
         producer.flush()
     con.close()
     return sent
