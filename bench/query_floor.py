@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import argparse
 import gc
-import http.client
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-import orjson
 
-from cuvee.testing.cluster import bench_cluster
-from cuvee.testing.compat.run import generated, load
-from cuvee.testing.waiting import wait_until
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _broker_client import BrokerClient  # noqa: E402
+
+from cuvee.testing.cluster import bench_cluster  # noqa: E402
+from cuvee.testing.compat.run import generated, load  # noqa: E402
+from cuvee.testing.waiting import wait_until  # noqa: E402
 
 QUERIES = [
     "SELECT COUNT(*) FROM mytable",
@@ -56,16 +58,11 @@ def main() -> int:
         gc.freeze()
         print(f"{args.rows} rows in 8 segments, {args.servers} server(s), "
               f"{'one process' if args.in_process else 'a process per role'}")
-        host, port = roles.broker.split("//")[1].rsplit(":", 1)
-        lean = http.client.HTTPConnection(host, int(port))  # Python's own client: httpx adds ~2 ms of its own CPU
-
-        def lean_post(sql: str) -> dict[str, object]:
-            lean.request("POST", "/query/sql", orjson.dumps({"sql": sql}), {"content-type": "application/json"})
-            return orjson.loads(lean.getresponse().read())
+        lean = BrokerClient(roles.broker)  # Python's own client: httpx adds ~2 ms of its own CPU
 
         for sql in QUERIES:
             for name, post in (("httpx", lambda q: client.post(url, json={"sql": q}).json()),
-                               ("http.client", lean_post)):
+                               ("http.client", lean.post)):
                 lean.close()  # idle while httpx ran: the broker may have closed it (keep-alive 5 s)
                 for _ in range(20):
                     post(sql)

@@ -37,6 +37,12 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str
     return out
 
 
+def log_stream_configs(topic: str, stream_dir: Path, **extra: str) -> dict[str, str]:
+    """Stream configs of ``topic`` in the embedded log under ``stream_dir``, read from its start."""
+    return {"streamType": "log", "stream.log.topic.name": topic, "stream.log.dir": str(stream_dir),
+            "stream.log.consumer.prop.auto.offset.reset": "smallest", **extra}
+
+
 class InProcessCluster:
     """Start with ``with InProcessCluster(tmp_path, servers=2) as cluster: ...``."""
 
@@ -129,8 +135,7 @@ class InProcessCluster:
         return [i for i in ids if i.startswith("Server_")]
 
     def log_stream_configs(self, topic: str, **extra: str) -> dict[str, str]:
-        return {"streamType": "log", "stream.log.topic.name": topic, "stream.log.dir": str(self.stream_dir),
-                "stream.log.consumer.prop.auto.offset.reset": "smallest", **extra}
+        return log_stream_configs(topic, self.stream_dir, **extra)
 
     def create_topic(self, topic: str, partitions: int) -> None:
         with open_admin(self.log_stream_configs(topic)) as admin:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,23 +28,28 @@ TIME_COLUMNS = {CLICKBENCH: None, "pinot": "DaysSinceEpoch"}
 GENERATORS: dict[str, Callable[[int, int], pa.Table]] = {CLICKBENCH: data.hits, "pinot": data.ontime}
 
 
-def table_config(suite: str) -> dict[str, Any]:
+def table_config(suite: str, table_type: str = "OFFLINE", *, replicas: int = 1,
+                 stream: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The suite's table: OFFLINE, or REALTIME consuming ``stream`` (its ``streamConfigs``)."""
     name = schema(suite)["schemaName"]
-    segments: dict[str, Any] = {"replication": "1"}
+    segments: dict[str, Any] = {"replication" if table_type == "OFFLINE" else "replicasPerPartition": str(replicas)}
     if TIME_COLUMNS[suite]:
         segments["timeColumnName"] = TIME_COLUMNS[suite]
-    return {"tableName": name, "tableType": "OFFLINE", "segmentsConfig": segments}
+    doc: dict[str, Any] = {"tableName": name, "tableType": table_type, "segmentsConfig": segments}
+    if stream is not None:
+        doc["tableIndexConfig"] = {"streamConfigs": dict(stream)}
+    return doc
 
 
-def load(http: httpx.Client, controller: str, suite: str, rows: pa.Table, segments: int) -> None:
+def load(http: httpx.Client, controller: str, suite: str, rows: pa.Table, segments: int, *, replicas: int = 1) -> None:
     """The suite's schema, an OFFLINE table and ``rows`` split into ``segments`` pushed segments."""
     doc = schema(suite)
     for response in (http.post(f"{controller}/schemas", json=doc),
-                     http.post(f"{controller}/tables", json=table_config(suite))):
+                     http.post(f"{controller}/tables", json=table_config(suite, replicas=replicas))):
         if response.status_code >= 300:
             raise RuntimeError(f"setting up {doc['schemaName']}: {response.status_code} {response.text[:500]}")
     parsed = Schema.from_json(doc)
-    config = TableConfig.from_json(table_config(suite))
+    config = TableConfig.from_json(table_config(suite, replicas=replicas))
     per = -(-rows.num_rows // segments)
     with tempfile.TemporaryDirectory(prefix="cuvee-compat-") as tmp:
         for i in range(segments):
