@@ -234,24 +234,37 @@ class QueryExecutor:
             return None
 
     def count_now(self, request: ServerQueryRequest) -> tuple[pa.Table, ServerQueryStats] | None:
-        """``SELECT COUNT(*)`` over committed segments of an OFFLINE table, from their row counts
-        — no rows read, nothing that can block, so the route runs it on the event loop (a worker thread's hop cost
-        more than the answer). None for anything else (a consuming or missing segment, a filter, LOOKUP): that
-        takes ``execute``. Segments are looked up, not held: only their fixed row counts are read."""
-        if not _counts_rows_only(request) or request.lookups or not request.segments or \
-                request.table.endswith("_REALTIME"):  # an upsert table's rows are its valid docs (a lookup on
-            return None  # the loop could read the metadata store): execute decides those
+        """``SELECT COUNT(*)`` from the segments' row counts — committed segments' fixed counts and consuming
+        segments' published rows below their cap, as a scan of them would see — with no row read and nothing that
+        can block, so the route runs it on the event loop (a worker thread's hop cost more than the answer). None
+        for anything else (a missing segment, a filter, LOOKUP, an upsert table, whose rows are its valid docs,
+        or a REALTIME table not yet known here not to be one: finding out could read the metadata store): that
+        takes ``execute``. Segments are looked up, not held: only their row counts are read."""
+        if not _counts_rows_only(request) or request.lookups or not request.segments:
+            return None
+        if request.table.endswith("_REALTIME") and not self._known_not_upsert(request.table):
+            return None
         started = self._clock()
         found = [self.registry.get(request.table, name) for name in request.segments]
-        committed = [s for s in found if isinstance(s, CommittedSegment)]
-        if len(committed) != len(found):
+        if any(s is None for s in found):
             return None
-        docs = [s.num_docs for s in committed]
+        docs = [s.num_docs for s in found if s is not None]
         rows = sum(docs)
+        consuming = [s for s in found if s is not None and s.is_consuming]
+        fresh = [self._wall_ms() if s.last_ingestion_ms is None else s.last_ingestion_ms for s in consuming]
         stats = ServerQueryStats(
             numDocsScanned=rows, totalDocs=rows, numSegmentsQueried=len(found), numSegmentsProcessed=len(found),
-            numSegmentsMatched=sum(1 for n in docs if n), timeUsedMs=int((self._clock() - started) * 1000))
+            numSegmentsMatched=sum(1 for n in docs if n), numConsumingSegmentsQueried=len(consuming),
+            numConsumingSegmentsProcessed=len(consuming), minConsumingFreshnessTimeMs=min(fresh, default=0),
+            timeUsedMs=int((self._clock() - started) * 1000))
         return pa.table({"__p0": pa.array([rows], pa.int64())}), stats
+
+    def _known_not_upsert(self, table: str) -> bool:
+        """Whether this server already decided ``table`` is not an upsert table (no lookup: the event loop asks)."""
+        if self._upserts is None:
+            return True
+        known = self._upserts.known()
+        return table in known and known[table] is None
 
     def execute(self, request: ServerQueryRequest) -> tuple[pa.Table | None, ServerQueryStats]:
         """The partial result (None if nothing ran) and the statistics; never raises for a bad query."""

@@ -238,26 +238,33 @@ def test_count_star_without_a_filter_is_answered_from_the_rows_held_without_a_sc
     assert merge_partials(plan, [result], schema().arrow_schema()).to_pylist() == [{"count(*)": rows.num_rows}]
 
 
-def test_count_now_answers_count_star_of_committed_segments_as_execute_does(loaded) -> None:
-    """The route answers these on its event loop: the answer and statistics must be execute's, and anything that
-    could block or needs rows (a consuming segment, a missing one, a filter) must go to execute."""
+def test_count_now_answers_count_star_of_committed_and_consuming_segments_as_execute_does(loaded) -> None:
+    """The route answers these on its event loop: the answer and statistics must be execute's (a consuming
+    segment's published rows, its freshness), and anything that could block or needs rows (a missing segment, a
+    filter, a REALTIME table this server has not yet decided is not an upsert table) must go to execute."""
+    from cuvee.upsert.table import UpsertTables
+
     realtime, _, names = loaded
-    registry = SegmentRegistry()
-    for name in names:  # the same segments as an OFFLINE table's (a REALTIME one's rows may be an upsert's)
-        registry.put("events_OFFLINE", realtime.get(TABLE, name))
-    executor = QueryExecutor(registry)
-    _, on_realtime = plan_request("SELECT COUNT(*) FROM events", names[:2])
-    assert QueryExecutor(realtime).count_now(on_realtime) is None
-    counted = replace(on_realtime, table="events_OFFLINE")
-    now = executor.count_now(counted)
-    assert now is not None
-    result, stats = executor.execute(counted)
-    assert now[0].equals(result) and replace(now[1], timeUsedMs=0) == replace(stats, timeUsedMs=0)
-    for segments in (names, [*names[:2], "gone"], []):  # a consuming segment; a segment not held; none
-        asked = replace(plan_request("SELECT COUNT(*) FROM events", segments)[1], table="events_OFFLINE")
-        assert executor.count_now(asked) is None
+    assert any(realtime.get(TABLE, n).is_consuming for n in names)
+    executor = QueryExecutor(realtime)
+    for segments in (names, names[:2]):  # with the consuming segment; committed ones only
+        counted = plan_request("SELECT COUNT(*) FROM events", segments)[1]
+        now = executor.count_now(counted)
+        assert now is not None
+        result, stats = executor.execute(counted)
+        assert now[0].equals(result) and replace(now[1], timeUsedMs=0) == replace(stats, timeUsedMs=0)
+    for segments in ([*names[:2], "gone"], []):  # a segment not held; none
+        assert executor.count_now(plan_request("SELECT COUNT(*) FROM events", segments)[1]) is None
     filtered = plan_request("SELECT COUNT(*) FROM events WHERE v > 1", names[:2])[1]
-    assert executor.count_now(replace(filtered, table="events_OFFLINE")) is None
+    assert executor.count_now(filtered) is None
+    asked = plan_request("SELECT COUNT(*) FROM events", names)[1]
+    upserts = UpsertTables(lambda table: pytest.fail(f"the event loop looked {table} up"))
+    aware = QueryExecutor(realtime, upserts=upserts)
+    assert aware.count_now(asked) is None  # not known yet: execute finds out
+    upserts._tables[TABLE] = object()  # type: ignore[assignment]  # known to be an upsert table
+    assert aware.count_now(asked) is None
+    upserts._tables[TABLE] = None  # known not to be one
+    assert aware.count_now(asked) is not None
 
 
 def test_only_the_columns_a_query_names_are_given_to_duckdb(loaded, monkeypatch) -> None:
