@@ -13,6 +13,8 @@ appends them to the view of each segment it reads, so a query that does not name
 They are left out of ``SELECT *``, as in Pinot. DuckDB reads ``$name`` as a prepared statement's parameter, so the
 broker turns each ``$name`` of a query into the quoted column ``"$name"`` before resolving columns; the planner
 writes them quoted, and a server finds the ones it must add by their quoted names in the SQL it is sent.
+A table whose schema was stored before Cuvee answered them may hold a column of such a name (new schemas may
+not: ``cuvee.config.names``): its stored column wins, as in Pinot, and the virtual one is not added.
 Pure: names, types and Arrow arrays; the server and the broker wire them in.
 """
 
@@ -55,8 +57,8 @@ def as_columns(query: exp.Expression) -> exp.Expression:
 
 def with_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with the virtual columns a table's rows may be asked for (those it lacks), as servers type them."""
-    present = set(schema.names)
-    return pa.schema([*schema, *(pa.field(name, _TYPES[name]) for name in VIRTUAL_COLUMNS if name not in present)])
+    present = {name.lower() for name in schema.names}
+    return pa.schema([*schema, *(pa.field(name, _TYPES[name]) for name in VIRTUAL_COLUMNS if name.lower() not in present)])
 
 
 def named(texts: Iterable[str]) -> tuple[str, ...]:
@@ -68,11 +70,15 @@ def named(texts: Iterable[str]) -> tuple[str, ...]:
 
 def appended(table: pa.Table, names: Iterable[str], segment: str, host: str, *, before: str | None = None) -> pa.Table:
     """``table`` (a segment's rows in doc order) with the virtual columns ``names``, placed before column
-    ``before`` when it has one (a server's own column that must stay last), else after the others."""
+    ``before`` when it has one (a server's own column that must stay last), else after the others. A name the
+    table stores (in any letter case) is not added: the stored column wins."""
     rows = table.num_rows
     index = table.schema.get_field_index(before) if before is not None else -1
     at = index if index >= 0 else table.num_columns
+    stored = {column.lower() for column in table.schema.names}
     for name in names:
+        if name.lower() in stored:
+            continue
         if name == DOC_ID:
             column: pa.Array = pa.array(np.arange(rows, dtype=np.int32))
         else:
