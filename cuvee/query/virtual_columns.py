@@ -41,16 +41,23 @@ def canonical(name: str) -> str | None:
     return _BY_FOLDED.get(name.lower())
 
 
+def _named_parameter(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Placeholder) and bool(node.name)
+
+
 def as_columns(query: exp.Expression) -> exp.Expression:
     """``query`` with every named parameter ``$name`` as the quoted column ``"$name"`` (a virtual column, or an
-    unknown column the resolver refuses by name), never a parameter DuckDB would ask a value for."""
-    if not any(isinstance(node, exp.Placeholder) and node.name for node in query.find_all(exp.Placeholder)):
+    unknown column the resolver refuses by name), never a parameter DuckDB would ask a value for. A qualified
+    one (``t.$docId``) becomes the name under its column."""
+    if not any(_named_parameter(node) for node in query.find_all(exp.Placeholder)):
         return query
 
     def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Placeholder) and node.name:
-            return exp.column(f"${node.name}", quoted=True)
-        return node
+        if not _named_parameter(node):
+            return node
+        if isinstance(node.parent, exp.Column):  # t.$docId: the placeholder is the column's name
+            return exp.to_identifier(f"${node.name}", quoted=True)
+        return exp.column(f"${node.name}", quoted=True)
 
     return query.transform(swap)
 

@@ -64,6 +64,8 @@ def test_segment_counts_match_the_segment_metadata(cluster: InProcessCluster) ->
 def test_filter_on_segment_name_and_doc_ids(cluster: InProcessCluster) -> None:
     segment = cluster.committed_segments(TABLE)[-1]
     assert _rows(cluster, f"SELECT COUNT(*) FROM {TABLE} WHERE $segmentName = '{segment}'") == [[50]]
+    assert _rows(cluster, f"SELECT COUNT(*), MAX({TABLE}.$docId) FROM {TABLE} WHERE {TABLE}.$segmentName = "
+                          f"'{segment}'") == [[50, 49]]  # qualified by the table's name
     # a segment's doc ids are its row positions: 0 .. totalDocs - 1, each once
     ids = _rows(cluster, f"SELECT $docId FROM {TABLE} WHERE $segmentName = '{segment}' ORDER BY $docId LIMIT 100")
     assert [row[0] for row in ids] == list(range(50))
