@@ -20,6 +20,7 @@ Pure: names, types and Arrow arrays; the server and the broker wire them in.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import numpy as np
@@ -30,6 +31,7 @@ from cuvee.config.schema import VIRTUAL_COLUMN_NAMES
 
 DOC_ID, HOST_NAME, SEGMENT_NAME = VIRTUAL_COLUMN_NAMES
 VIRTUAL_COLUMNS = VIRTUAL_COLUMN_NAMES
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _BY_FOLDED = {name.lower(): name for name in VIRTUAL_COLUMNS}
 # the Arrow types a segment view gives them: the two names as one-value dictionaries (a row costs its index)
 _TYPES = {DOC_ID: pa.int32(), HOST_NAME: pa.dictionary(pa.int32(), pa.string()),
@@ -42,13 +44,14 @@ def canonical(name: str) -> str | None:
 
 
 def _named_parameter(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Placeholder) and bool(node.name)
+    """Whether ``node`` is a parameter named like a column (``$docId``): not ``?`` nor ``$1``."""
+    return isinstance(node, exp.Placeholder) and _IDENTIFIER.fullmatch(node.name) is not None
 
 
 def as_columns(query: exp.Expression) -> exp.Expression:
     """``query`` with every named parameter ``$name`` as the quoted column ``"$name"`` (a virtual column, or an
     unknown column the resolver refuses by name), never a parameter DuckDB would ask a value for. A qualified
-    one (``t.$docId``) becomes the name under its column."""
+    one (``t.$docId``) becomes the name under its column; ``?`` and ``$1`` stay parameters (refused later)."""
     if not any(_named_parameter(node) for node in query.find_all(exp.Placeholder)):
         return query
 

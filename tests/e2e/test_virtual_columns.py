@@ -101,6 +101,10 @@ def test_star_leaves_them_out_and_plain_queries_still_answer(cluster: InProcessC
         [[float(sum(i % 7 for i in range(ROWS))), ROWS]]
     unknown = cluster.query(f"SELECT $partition FROM {TABLE}")
     assert unknown["exceptions"][0]["errorCode"] == 710
+    for sql in (f"SELECT id FROM {TABLE} WHERE $docId = ?", f"SELECT id FROM {TABLE} WHERE id = ?"):
+        [error] = cluster.query(sql)["exceptions"]  # a parameter with no value, not an unknown column '$?'
+        assert error["errorCode"] == 700 and "prepared statement parameters" in error["message"], error
+        assert "Traceback" not in error["message"] and "$?" not in error["message"]
 
 
 def test_a_schema_column_may_not_be_named_like_one(cluster: InProcessCluster) -> None:

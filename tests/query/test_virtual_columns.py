@@ -28,3 +28,13 @@ def test_a_virtual_column_of_another_table_is_refused() -> None:
     with pytest.raises(QueryError) as raised:
         _server_sql("SELECT u.$docId FROM t")
     assert raised.value.code == 150 and "refers to a table not in FROM" in str(raised.value)
+
+
+@pytest.mark.parametrize("sql, kept", [
+    ("SELECT id FROM t WHERE $docId = ?", 'WHERE "$docId" = ?'),
+    ("SELECT id FROM t WHERE id = ?", 'WHERE "id" = ?'),
+    ("SELECT id FROM t WHERE id = $1", 'WHERE "id" = $1'),
+])
+def test_only_parameters_named_like_columns_become_columns(sql: str, kept: str) -> None:
+    # ? and $1 stay parameters (a server refuses them: no values are given), never a column "$?" or "$1"
+    assert kept in _server_sql(sql)
