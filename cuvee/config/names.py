@@ -6,6 +6,10 @@ is a file in each segment directory (``<column percent-encoded>.<kind>.arrow``, 
 File systems refuse names past 255 bytes and S3 keys past 1024, so a name is bounded when a table or schema is
 created or updated (``creation_issues``, called by the controller), with a clear error, instead of a table that
 can never commit (or a delete that fails forever) later. Configs already stored are read as they are.
+
+Pinot's virtual column names (``$docId``, ``$hostName``, ``$segmentName``, in any letter case: queries match
+column names case-insensitively) are refused here too, not by the schema parser: a schema stored before Cuvee
+answered them must still load (its column then wins over the virtual one).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from cuvee.config.errors import ConfigIssue
-from cuvee.config.schema import Schema
+from cuvee.config.schema import VIRTUAL_COLUMN_NAMES, Schema
 from cuvee.config.table import TableConfig, raw_table_name
 
 MAX_TABLE_NAME = 128  # characters of a raw table name (letters, digits, '_' and '-'): segment names stay < 200
 MAX_SCHEMA_NAME = 128
 MAX_COLUMN_FILE_NAME = 243  # a column name percent-encoded, as its files spell it: + ".range.arrow" = 255
+_RESERVED = {name.lower(): name for name in VIRTUAL_COLUMN_NAMES}
 
 
 def name_problem(kind: str, name: str, limit: int) -> str | None:
@@ -31,10 +36,12 @@ def name_problem(kind: str, name: str, limit: int) -> str | None:
 
 
 def column_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a column name (its files could not be written), else None. Any other character is
-    fine: file names spell it percent-encoded."""
+    """Why ``name`` cannot be a new column's name (its files could not be written, or it is a virtual column's),
+    else None. Any other character is fine: file names spell it percent-encoded."""
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         return "column name must not hold control characters"
+    if name.lower() in _RESERVED:
+        return f"{name!r} is reserved: {_RESERVED[name.lower()]} is Pinot's virtual column, which every table answers"
     encoded = len(quote(name, safe=""))
     if encoded > MAX_COLUMN_FILE_NAME:
         return (f"column name is {encoded} characters once percent-encoded for its file names; at most "

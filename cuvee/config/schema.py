@@ -20,9 +20,9 @@ from cuvee.config.datetime_format import DateTimeFormat, TimeFormatKind, parse_d
 from cuvee.config.errors import ConfigIssue, ConfigValidationError
 
 # Pinot's built-in virtual columns, which every table answers (``cuvee.query.virtual_columns``): no column of a
-# schema may be named like them (in any letter case: queries match column names case-insensitively).
+# schema created or updated may be named like them (``cuvee.config.names``); a schema stored before they existed
+# still loads, and its column wins over the virtual one.
 VIRTUAL_COLUMN_NAMES = ("$docId", "$hostName", "$segmentName")
-_RESERVED = {name.lower(): name for name in VIRTUAL_COLUMN_NAMES}
 
 
 class DataType(str, enum.Enum):
@@ -287,10 +287,6 @@ def _parse_field(spec: Any, role: FieldRole, path: str, issues: list[ConfigIssue
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         issues.append(ConfigIssue(f"{path}.name", "required, a non-empty string"))
-        ok = False
-    elif name.lower() in _RESERVED:
-        issues.append(ConfigIssue(f"{path}.name", f"{name!r} is reserved: {_RESERVED[name.lower()]} is Pinot's "
-                                                  "virtual column, which every table answers"))
         ok = False
     raw_type = spec.get("dataType")
     try:

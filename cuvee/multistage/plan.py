@@ -492,7 +492,10 @@ def _columns_needed(tree: exp.Expression, table: exp.Table, info: TableInfo) -> 
             return list(info.columns)
     named = {c.name.lower() for c in tree.find_all(exp.Column) if not isinstance(c.this, exp.Star)}
     named |= {i.name.lower() for join in tree.find_all(exp.Join) for i in join.args.get("using") or []}
-    columns = [c for c in (*info.columns, *VIRTUAL_COLUMNS) if c.lower() in named]  # Pinot's virtual columns too
+    # Pinot's virtual columns too (a stored column of such a name wins: listed once)
+    stored = {c.lower() for c in info.columns}
+    columns = [c for c in (*info.columns, *(v for v in VIRTUAL_COLUMNS if v.lower() not in stored))
+               if c.lower() in named]
     return columns or list(info.columns[:1])
 
 

@@ -13,11 +13,14 @@ appends them to the view of each segment it reads, so a query that does not name
 They are left out of ``SELECT *``, as in Pinot. DuckDB reads ``$name`` as a prepared statement's parameter, so the
 broker turns each ``$name`` of a query into the quoted column ``"$name"`` before resolving columns; the planner
 writes them quoted, and a server finds the ones it must add by their quoted names in the SQL it is sent.
+A table whose schema was stored before Cuvee answered them may hold a column of such a name (new schemas may
+not: ``cuvee.config.names``): its stored column wins, as in Pinot, and the virtual one is not added.
 Pure: names, types and Arrow arrays; the server and the broker wire them in.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import numpy as np
@@ -28,6 +31,7 @@ from cuvee.config.schema import VIRTUAL_COLUMN_NAMES
 
 DOC_ID, HOST_NAME, SEGMENT_NAME = VIRTUAL_COLUMN_NAMES
 VIRTUAL_COLUMNS = VIRTUAL_COLUMN_NAMES
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _BY_FOLDED = {name.lower(): name for name in VIRTUAL_COLUMNS}
 # the Arrow types a segment view gives them: the two names as one-value dictionaries (a row costs its index)
 _TYPES = {DOC_ID: pa.int32(), HOST_NAME: pa.dictionary(pa.int32(), pa.string()),
@@ -39,24 +43,32 @@ def canonical(name: str) -> str | None:
     return _BY_FOLDED.get(name.lower())
 
 
+def _named_parameter(node: exp.Expression) -> bool:
+    """Whether ``node`` is a parameter named like a column (``$docId``): not ``?`` nor ``$1``."""
+    return isinstance(node, exp.Placeholder) and _IDENTIFIER.fullmatch(node.name) is not None
+
+
 def as_columns(query: exp.Expression) -> exp.Expression:
     """``query`` with every named parameter ``$name`` as the quoted column ``"$name"`` (a virtual column, or an
-    unknown column the resolver refuses by name), never a parameter DuckDB would ask a value for."""
-    if not any(isinstance(node, exp.Placeholder) and node.name for node in query.find_all(exp.Placeholder)):
+    unknown column the resolver refuses by name), never a parameter DuckDB would ask a value for. A qualified
+    one (``t.$docId``) becomes the name under its column; ``?`` and ``$1`` stay parameters (refused later)."""
+    if not any(_named_parameter(node) for node in query.find_all(exp.Placeholder)):
         return query
 
     def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Placeholder) and node.name:
-            return exp.column(f"${node.name}", quoted=True)
-        return node
+        if not _named_parameter(node):
+            return node
+        if isinstance(node.parent, exp.Column):  # t.$docId: the placeholder is the column's name
+            return exp.to_identifier(f"${node.name}", quoted=True)
+        return exp.column(f"${node.name}", quoted=True)
 
     return query.transform(swap)
 
 
 def with_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with the virtual columns a table's rows may be asked for (those it lacks), as servers type them."""
-    present = set(schema.names)
-    return pa.schema([*schema, *(pa.field(name, _TYPES[name]) for name in VIRTUAL_COLUMNS if name not in present)])
+    present = {name.lower() for name in schema.names}
+    return pa.schema([*schema, *(pa.field(name, _TYPES[name]) for name in VIRTUAL_COLUMNS if name.lower() not in present)])
 
 
 def named(texts: Iterable[str]) -> tuple[str, ...]:
@@ -68,11 +80,15 @@ def named(texts: Iterable[str]) -> tuple[str, ...]:
 
 def appended(table: pa.Table, names: Iterable[str], segment: str, host: str, *, before: str | None = None) -> pa.Table:
     """``table`` (a segment's rows in doc order) with the virtual columns ``names``, placed before column
-    ``before`` when it has one (a server's own column that must stay last), else after the others."""
+    ``before`` when it has one (a server's own column that must stay last), else after the others. A name the
+    table stores (in any letter case) is not added: the stored column wins."""
     rows = table.num_rows
     index = table.schema.get_field_index(before) if before is not None else -1
     at = index if index >= 0 else table.num_columns
+    stored = {column.lower() for column in table.schema.names}
     for name in names:
+        if name.lower() in stored:
+            continue
         if name == DOC_ID:
             column: pa.Array = pa.array(np.arange(rows, dtype=np.int32))
         else:

@@ -37,3 +37,12 @@ def test_column_names_must_fit_their_file_names() -> None:
     assert creation_issues(schema=_schema(column="名" * 24)) == []  # 216 characters encoded: fits
     for bad in ("c" * 250, "é" * 41, "tab\there"):  # too long; 41 that encode to 246; a control character
         assert [i.path for i in creation_issues(schema=_schema(column=bad))] == ["$.dimensionFieldSpecs[1].name"]
+
+
+def test_virtual_column_names_are_refused_to_create_but_a_stored_schema_still_loads() -> None:
+    for name in ("$docId", "$DOCID", "$hostName", "$segmentname"):
+        schema = _schema(column=name)  # parsed: a schema stored before Cuvee answered them must load
+        assert schema.column(name).name == name
+        [issue] = creation_issues(schema=schema)
+        assert issue.path == "$.dimensionFieldSpecs[1].name" and "reserved" in issue.message
+    assert creation_issues(schema=_schema(column="docId")) == []

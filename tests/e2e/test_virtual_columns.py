@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from cuvee.config import Schema
+from cuvee.controller.catalog import Catalog
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
 
@@ -62,6 +64,8 @@ def test_segment_counts_match_the_segment_metadata(cluster: InProcessCluster) ->
 def test_filter_on_segment_name_and_doc_ids(cluster: InProcessCluster) -> None:
     segment = cluster.committed_segments(TABLE)[-1]
     assert _rows(cluster, f"SELECT COUNT(*) FROM {TABLE} WHERE $segmentName = '{segment}'") == [[50]]
+    assert _rows(cluster, f"SELECT COUNT(*), MAX({TABLE}.$docId) FROM {TABLE} WHERE {TABLE}.$segmentName = "
+                          f"'{segment}'") == [[50, 49]]  # qualified by the table's name
     # a segment's doc ids are its row positions: 0 .. totalDocs - 1, each once
     ids = _rows(cluster, f"SELECT $docId FROM {TABLE} WHERE $segmentName = '{segment}' ORDER BY $docId LIMIT 100")
     assert [row[0] for row in ids] == list(range(50))
@@ -97,12 +101,41 @@ def test_star_leaves_them_out_and_plain_queries_still_answer(cluster: InProcessC
         [[float(sum(i % 7 for i in range(ROWS))), ROWS]]
     unknown = cluster.query(f"SELECT $partition FROM {TABLE}")
     assert unknown["exceptions"][0]["errorCode"] == 710
+    for sql in (f"SELECT id FROM {TABLE} WHERE $docId = ?", f"SELECT id FROM {TABLE} WHERE id = ?"):
+        [error] = cluster.query(sql)["exceptions"]  # a parameter with no value, not an unknown column '$?'
+        assert error["errorCode"] == 700 and "prepared statement parameters" in error["message"], error
+        assert "Traceback" not in error["message"] and "$?" not in error["message"]
 
 
 def test_a_schema_column_may_not_be_named_like_one(cluster: InProcessCluster) -> None:
     schema = {"schemaName": "clash", "dimensionFieldSpecs": [{"name": "$DocId", "dataType": "INT"}]}
     response = cluster.http.post(f"{cluster.controller_url}/schemas", json=schema)
     assert response.status_code == 400 and "$docId" in response.text
+
+
+def test_a_column_stored_under_such_a_name_before_the_upgrade_wins(tmp_path: Path) -> None:
+    # a schema stored before Cuvee answered virtual columns (written to the metadata store as it was then, past
+    # today's create-time check) still loads on every role, and its column answers, not the virtual one
+    legacy = {"schemaName": "legacy", "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"},
+                                                             {"name": "$docId", "dataType": "INT"}]}
+    with InProcessCluster(tmp_path, servers=1) as cluster:
+        Catalog(cluster.controller.store).create_schema(Schema.from_json(legacy))
+        cluster.create_topic("legacy", 1)
+        configs = cluster.log_stream_configs("legacy", **{"realtime.segment.flush.threshold.rows": "5"})
+        cluster.add_table({"tableName": "legacy", "tableType": "REALTIME",
+                           "segmentsConfig": {"replicasPerPartition": "1"},
+                           "tableIndexConfig": {"streamConfigs": configs}})
+        cluster.produce(configs, ({"id": i, "$docId": 100 + i} for i in range(12)), key_field="id")
+        wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM legacy") == 12, 30)
+        wait_until(lambda: len(cluster.committed_segments("legacy")) >= 2, 30, message="segments never committed")
+        cluster.add_server(host="127.0.0.2")  # a server starting with the schema stored
+        expected = [[i, 100 + i] for i in range(12)]
+        assert _rows(cluster, "SELECT id, $docId FROM legacy ORDER BY id LIMIT 20") == expected
+        assert _rows(cluster, "SELECT id, $DOCID FROM legacy WHERE $docId >= 105 ORDER BY id LIMIT 3 "
+                              "OPTION(useMultistageEngine=true)") == expected[5:8]
+        assert _rows(cluster, "SELECT $segmentName, COUNT(*) FROM legacy GROUP BY 1 LIMIT 10")  # the others still
+        answer = cluster.http.post(f"{cluster.controller_url}/schemas", json={**legacy, "schemaName": "other"})
+        assert answer.status_code == 400 and "reserved" in answer.text
 
 
 def test_multi_stage_queries_read_them_in_their_leaves(cluster: InProcessCluster) -> None:

@@ -5,6 +5,8 @@ running query, and one database per table."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from cuvee.metrics.server import ServerMetrics
 from cuvee.protocol.query import ServerQueryRequest, TimeFilter
 from cuvee.query import merge_partials, plan_sql
-from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, copy_bytes
+from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead, copy_bytes
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment
 from cuvee.server.registry import SegmentRegistry
@@ -96,7 +98,8 @@ def test_queries_answer_alike_over_copies_views_and_both(segments: list[Committe
     natives.close()
 
 
-def test_virtual_columns_answer_beside_copies(segments: list[CommittedSegment]) -> None:
+def test_virtual_columns_answer_beside_copies(segments: list[CommittedSegment],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Every segment copied: a query naming a virtual column reads the segments' views (the copies hold no doc ids
     nor names) and answers as without copies; the others still read the copies."""
     registry = _registry(segments)
@@ -104,6 +107,16 @@ def test_virtual_columns_answer_beside_copies(segments: list[CommittedSegment]) 
     for segment in segments:
         natives.want(natives.token(segment), TABLE, segment.segment)
     names = [s.name for s in segments]
+    read: list[set[int]] = []  # the copies each query read
+    reading = natives.reading
+
+    @contextmanager
+    def counted(table: str, tokens: Sequence[int]) -> Iterator[NativeRead | None]:
+        with reading(table, tokens) as held:
+            read.append(set() if held is None else set(held.tokens))
+            yield held
+
+    monkeypatch.setattr(natives, "reading", counted)
     copied, plain = QueryExecutor(registry, natives=natives, host_name="h1"), QueryExecutor(registry, host_name="h1")
     per_segment = ("SELECT $segmentName, $hostName, COUNT(*), MIN($docId), MAX($docId) FROM events "
                    "GROUP BY 1, 2 ORDER BY 1")
@@ -112,7 +125,9 @@ def test_virtual_columns_answer_beside_copies(segments: list[CommittedSegment]) 
     picked = "SELECT id, $docId FROM events WHERE $docId BETWEEN 5 AND 6 AND $segmentName <> '{}' ORDER BY id"
     assert _answer(copied, picked.format(names[0]), names) == _answer(plain, picked.format(names[0]), names)
     assert [row[1] for row in _answer(copied, picked.format(names[0]), names)[0]] == [5, 6, 5, 6]
+    assert not any(read)  # no query naming a virtual column read a copy
     assert _answer(copied, QUERIES[0], names) == _answer(plain, QUERIES[0], names)
+    assert read[-1] == {natives.token(segment) for segment in segments}  # the others read every copy
     natives.close()
 
 
