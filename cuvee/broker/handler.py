@@ -206,7 +206,8 @@ def _request(request_id: str, plan: QueryPlan, target: QueryTarget, segments: tu
     return ServerQueryRequest(request_id, target.entry.name, plan.server_sql, segments, remaining_ms,
                               plan.docs_scanned_sql, plan.docs_column, target.time_filter, asked.skip_upsert, lookups,
                               _group_limits(plan, asked), top_sql=plan.top_sql, selection_limit=_selection_limit(plan),
-                              null_handling=asked.null_handling, prune_filter=_prune_filter(plan, target))
+                              null_handling=asked.null_handling, prune_filter=_prune_filter(plan, target),
+                              stops_at_limit=plan.unordered_selection and _selection_limit(plan) is not None)
 
 
 def _prune_filter(plan: QueryPlan, target: QueryTarget) -> Predicate | None:

@@ -278,6 +278,9 @@ class ServerQueryRequest:
     # a selection's LIMIT plus OFFSET (``sql`` answers at most this many rows): an answer with fewer rows holds
     # every row passing WHERE, so numDocsScanned is their count and ``docs_scanned_sql`` is not run
     selection_limit: int | None = None
+    # the selection has no ORDER BY: a server stops at ``selection_limit`` rows, and an answer that full reports
+    # its rows as numDocsScanned (Pinot's early termination), instead of counting every row passing WHERE again
+    stops_at_limit: bool = False
     # queryOptions enableNullHandling=true: a missing value reads as NULL; else as its column's default null value
     # (Pinot's answer without null handling: cuvee.query.null_defaults)
     null_handling: bool = False
@@ -307,6 +310,7 @@ class ServerQueryRequest:
                 **({"docsTotalColumn": self.docs_total_column} if self.docs_total_column is not None else {}),
                 **({"selectionLimit": self.selection_limit} if self.selection_limit is not None else {}),
                 **({"nullHandling": True} if self.null_handling else {}),
+                **({"stopsAtLimit": True} if self.stops_at_limit else {}),
                 **({"pruneFilter": to_json(self.prune_filter)} if self.prune_filter is not None else {})}
 
     @classmethod
@@ -316,11 +320,15 @@ class ServerQueryRequest:
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"requestId", "table", "sql", "segments", "timeoutMs", "docsScannedSql", "docsColumn",
                           "timeFilter", "skipUpsert", "lookups", "groups", "colocation", "topSql",
-                          "docsTotalColumn", "selectionLimit", "nullHandling", "pruneFilter"}, what)
+                          "docsTotalColumn", "selectionLimit", "nullHandling", "pruneFilter",
+                          "stopsAtLimit"}, what)
         skip_upsert = doc.get("skipUpsert", False)
         if not isinstance(skip_upsert, bool):
             raise QueryWireError(f"{what}: skipUpsert must be a boolean")
         null_handling = doc.get("nullHandling", False)
+        stops_at_limit = doc.get("stopsAtLimit", False)
+        if not isinstance(stops_at_limit, bool):
+            raise QueryWireError(f"{what}: stopsAtLimit must be a boolean")
         if not isinstance(null_handling, bool):
             raise QueryWireError(f"{what}: nullHandling must be a boolean")
         docs_sql = _optional_string(doc, "docsScannedSql", what)
@@ -349,7 +357,7 @@ class ServerQueryRequest:
                    groups=groups, colocation=colocation, top_sql=_optional_string(doc, "topSql", what),
                    docs_total_column=_optional_string(doc, "docsTotalColumn", what),
                    selection_limit=_optional_int(doc, "selectionLimit", what, 0), null_handling=null_handling,
-                   prune_filter=prune_filter)
+                   prune_filter=prune_filter, stops_at_limit=stops_at_limit)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_dict())

@@ -237,6 +237,9 @@ class QueryPlan:
     # What of WHERE segment metadata can rule out (``cuvee.pruning``): sent to the servers, which skip the committed
     # segments whose min/max, partitions or bloom filters prove no row passes; None: nothing to prune by
     prune_filter: Predicate | None = None
+    # A selection without ORDER BY: any LIMIT rows answer it, so a server's full answer reports its rows as
+    # numDocsScanned (Pinot stops scanning there too) instead of counting every row passing WHERE again
+    unordered_selection: bool = False
 
 
 def plan_sql(sql: str, resolve: TableResolver) -> QueryPlan:
@@ -321,7 +324,8 @@ def plan_query(parsed: ParsedQuery, disjoint: str | None = None) -> QueryPlan:
                      # a one-row merge in Arrow costs less than the longer statement (and a bare COUNT(*) is
                      # answered from row counts); not a distinct count's, which ships each server's values
                      whole_sql=whole if kind is QueryKind.GROUP_BY or (whole and not cheap_merge(simple)) else None,
-                     count_sql=count_sql, prune_filter=from_where(where.this) if where is not None else None)
+                     count_sql=count_sql, prune_filter=from_where(where.this) if where is not None else None,
+                     unordered_selection=kind is QueryKind.SELECTION and not order)
 
 
 def _multi_value_groups(group: list[exp.Expression], multi_value: frozenset[str], where_sql: str | None) -> str:

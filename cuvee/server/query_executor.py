@@ -245,12 +245,13 @@ class QueryExecutor:
         if request.table.endswith("_REALTIME") and not self._known_not_upsert(request.table):
             return None
         started = self._clock()
-        found = [self.registry.get(request.table, name) for name in request.segments]
-        if any(s is None for s in found):
+        held = [self.registry.get(request.table, name) for name in request.segments]
+        found = [s for s in held if isinstance(s, (CommittedSegment, ConsumingView))]  # row counts that never block
+        if len(found) != len(held):
             return None
-        docs = [s.num_docs for s in found if s is not None]
+        docs = [s.num_docs for s in found]
         rows = sum(docs)
-        consuming = [s for s in found if s is not None and s.is_consuming]
+        consuming = [s for s in found if s.is_consuming]
         fresh = [self._wall_ms() if s.last_ingestion_ms is None else s.last_ingestion_ms for s in consuming]
         stats = ServerQueryStats(
             numDocsScanned=rows, totalDocs=rows, numSegmentsQueried=len(found), numSegmentsProcessed=len(found),
@@ -517,8 +518,11 @@ class QueryExecutor:
             elif request.docs_column is not None:
                 result, docs = _take_docs_column(result, request.docs_column)
             elif request.docs_scanned_sql is not None or request.time_filter is not None:
-                if request.selection_limit is not None and result.num_rows < request.selection_limit:
-                    docs = result.num_rows  # a selection short of its LIMIT answered every row passing WHERE
+                if request.selection_limit is not None and (result.num_rows < request.selection_limit
+                                                            or request.stops_at_limit):
+                    # short of its LIMIT: it answered every row passing WHERE; full and unordered: the rows it
+                    # stopped at (Pinot's early termination: a point lookup is not counted in a second scan)
+                    docs = result.num_rows
                 elif request.docs_scanned_sql is not None:
                     docs = _count(con, prefix + request.docs_scanned_sql)
                 else:  # no WHERE: the rows of this half, not the segments' total

@@ -316,3 +316,27 @@ def test_scan_block_rows_is_a_server_setting_of_positive_integers() -> None:
     for bad in (0, -5, 2.5, True):
         with pytest.raises((ValueError, ConfigValidationError), match="scan_block_rows"):
             load_config(ServerConfig, None, {"consumer.scan_block_rows": bad})
+
+
+def test_count_star_of_a_consuming_segment_is_answered_from_its_rows_as_execute_does(
+        consuming: ConsumingSegment) -> None:
+    """``count_now`` (the route's event-loop answer) counts a consuming segment's published rows, with the same
+    statistics as a scan of them (freshness included), at every size: no worker thread, no view built."""
+    from dataclasses import replace as changed
+
+    from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL
+
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry)
+    request = ServerQueryRequest("1", TABLE, COUNT_ROWS_SERVER_SQL, (consuming.name,), 10_000)
+    every = rows(0, BLOCK + 3)
+    for count in (0, 1, BLOCK, BLOCK + 3):
+        append(consuming, every.slice(consuming.num_docs, count - consuming.num_docs))
+        now = executor.count_now(request)
+        assert now is not None and now[0].column(0).to_pylist() == [count]
+        result, stats = executor.execute(request)
+        assert now[0].equals(result)
+        assert changed(now[1], timeUsedMs=0, minConsumingFreshnessTimeMs=0) == changed(
+            stats, timeUsedMs=0, minConsumingFreshnessTimeMs=0)
+        assert now[1].numConsumingSegmentsQueried == 1 and now[1].minConsumingFreshnessTimeMs > 0
