@@ -34,7 +34,7 @@ from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partiti
 _INTEGERS = {"INT": pa.int32(), "LONG": pa.int64()}
 _FLOATS = {"FLOAT": pa.float32(), "DOUBLE": pa.float64()}
 _STRING = "STRING"
-_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.inf}  # DuckDB sorts NaN above +inf
+_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf}
 
 Bloom = Callable[[str, Value], bool]  # (column, value) -> False when the segment certainly lacks the value
 
@@ -122,12 +122,17 @@ def _compares(low: Any, op: str, value: Any, high: Any) -> bool:
 
 
 def _bound(stat: Any) -> Any:
+    """A stat as a comparable bound; None (unsure) when it is not one. A NaN stat, either side, is unsure: a NaN
+    with its sign bit set (``inf * 0`` in a transform makes one) is stored as the *min* "NaN", though DuckDB sorts
+    every NaN above +inf, so neither end says where the column's other values lie."""
     if isinstance(stat, bool):
+        return None
+    if isinstance(stat, float) and math.isnan(stat):
         return None
     if isinstance(stat, (int, float)):
         return stat
     if isinstance(stat, str):
-        return _NON_FINITE.get(stat, stat)
+        return None if stat == "NaN" else _NON_FINITE.get(stat, stat)
     return None
 
 
