@@ -13,7 +13,8 @@ kinds agree (a string literal against an integer column, which DuckDB would cast
 The wire form (``to_json``/``from_json``) is nested lists: ``["and", [..]]``, ``["or", [..]]``,
 ``["cmp", column, op, value]``, ``["in", column, [values]]``. ``from_json`` checks every node and bounds the tree
 (``MAX_NODES`` nodes, ``MAX_DEPTH`` levels, ``MAX_VALUES`` literals, names of ``MAX_NAME`` characters): a server
-reads it from the network. The broker's extraction keeps to the same bounds (a larger WHERE is simply not pruned).
+reads it from the network. The broker's extraction keeps inside the same bounds with room for a hybrid half's time
+bound (``with_bound``): a larger WHERE is simply not pruned.
 """
 
 from __future__ import annotations
@@ -78,11 +79,13 @@ Predicate = Union[Compare, In, And, Or]
 
 def from_where(where: exp.Expression | None) -> Predicate | None:
     """What of ``where`` (a planned WHERE's condition, columns as canonical identifiers) pruning can use; None when
-    nothing (no WHERE, or only unknown parts), or when the tree would pass the wire bounds."""
+    nothing (no WHERE, or only unknown parts), or when the tree would pass the wire bounds once ``with_bound`` has
+    joined a hybrid half's time bound to it (room is left for that: 2 nodes, 1 value, 1 level)."""
     if where is None:
         return None
     found = _extract(where, 0)
-    if found is None or _size(found) > MAX_NODES or _values(found) > MAX_VALUES:
+    if found is None or _size(found) > MAX_NODES - 2 or _values(found) > MAX_VALUES - 1 \
+            or _depth(found) > MAX_DEPTH - 1:
         return None
     return found
 
@@ -170,6 +173,13 @@ def _size(predicate: Predicate) -> int:
     if isinstance(predicate, (And, Or)):
         return 1 + sum(_size(p) for p in predicate.parts)
     return 1
+
+
+def _depth(predicate: Predicate) -> int:
+    """Levels below the root, as ``from_json`` counts them (a leaf alone: 0)."""
+    if isinstance(predicate, (And, Or)):
+        return 1 + max(_depth(p) for p in predicate.parts)
+    return 0
 
 
 def _values(predicate: Predicate) -> int:
