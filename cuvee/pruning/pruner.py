@@ -3,8 +3,9 @@
 A segment is skipped only when its metadata *proves* no row can pass (``may_match`` is False); any doubt keeps it:
 
 - **min/max** (Pinot's ColumnValueSegmentPruner): a comparison or IN value outside ``[min, max]`` of the column's
-  non-null values cannot match. Numbers compare exactly when both sides are integers; when a float is involved the
-  bounds are widened by one ulp outward, since DuckDB may compare in doubles;
+  non-null values cannot match. Numbers compare exactly when both sides are integers; a literal with a fraction
+  widens the bounds by ``_WIDEN_ULPS`` ulps of the column's precision (DuckDB's DECIMAL casts are not correctly
+  rounded, and it may compare an integer column in doubles); a NaN min or max is unsure;
 - **partitions** (Pinot's PartitionSegmentPruner): an ``=``/``IN`` on the column the segment records its
   partitions for (``SegmentPartitions``) cannot match unless one value falls in one of them, by the same function;
 - **bloom filter** (``bloomFilterColumns``): an ``=``/``IN`` whose every value the filter rules out cannot match.
@@ -96,14 +97,40 @@ def _in_range(meta: ColumnMetadata, op: str, value: Value) -> bool:
     if low is None or high is None:
         return True
     kind = _kind(meta)
-    if kind == "int" and isinstance(value, float) or kind == "float" and isinstance(value, int) and abs(value) > 2**53:
-        # DuckDB may compare in doubles, rounding one side: the bounds are widened by one ulp outward
+    if isinstance(value, float) and kind != "str":
+        if not isinstance(low, (int, float)) or not isinstance(high, (int, float)):
+            return True  # stats of an unexpected kind: unsure
+        # a decimal literal: DuckDB casts it DECIMAL -> DOUBLE (or FLOAT) without correct rounding (0.514397298150616225
+        # is not the double Python reads), and may compare an integer column in doubles: the bounds are widened
+        # outward by a few ulps of the precision the comparison may be made in
+        low, high = _widened(low, -math.inf, meta.data_type == "FLOAT"), _widened(high, math.inf,
+                                                                                  meta.data_type == "FLOAT")
+    elif kind == "float" and isinstance(value, int) and abs(value) > 2**53:
+        # DuckDB may compare in doubles, rounding the integer: the bounds are widened by one ulp outward
         low, high, value = math.nextafter(float(low), -math.inf), math.nextafter(float(high), math.inf), float(value)
-    elif meta.data_type == "FLOAT":
+    if meta.data_type == "FLOAT":
         # DuckDB may round the literal to the column's float32 instead: either comparison may be the one it makes
         rounded = float(np.float32(value))
         return _compares(low, op, rounded, high) or _compares(low, op, value, high)
     return _compares(low, op, value, high)
+
+
+_WIDEN_ULPS = 2  # DuckDB's DECIMAL casts were seen off by one ulp; one more for margin
+
+
+def _widened(bound: float, toward: float, single: bool) -> float:
+    """``bound`` moved ``_WIDEN_ULPS`` ulps ``toward`` an infinity, in float32 ulps when ``single`` (a FLOAT column:
+    its stats are float32 values; one step more covers the rounding of one that is not)."""
+    if single:
+        with np.errstate(over="ignore"):
+            wide = np.float32(bound)
+        for _ in range(_WIDEN_ULPS + 1):
+            wide = np.nextafter(wide, np.float32(toward))
+        return float(wide)
+    wide = float(bound)
+    for _ in range(_WIDEN_ULPS):
+        wide = math.nextafter(wide, toward)
+    return wide
 
 
 def _compares(low: Any, op: str, value: Any, high: Any) -> bool:

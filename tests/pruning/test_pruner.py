@@ -32,10 +32,10 @@ def keeps(condition: str, facts: SegmentFacts = FACTS) -> bool:
 def test_min_max_ranges() -> None:
     for condition in ("i = 10", "i = 20", "i < 11", "i <= 10", "i > 19", "i >= 20", "i BETWEEN 0 AND 10",
                       "i IN (1, 15)", "d = 2.5", "d > 2", "d < -1.4", "s = 'cc'", "s >= 'dd'", "s < 'bba'",
-                      "l = 1099511627776", "i = 15.5"):
+                      "l = 1099511627776", "i = 15.5", "d > 2.5", "d < -1.5"):  # a decimal at a bound: unsure
         assert keeps(condition), condition
     for condition in ("i = 9", "i = 21", "i < 10", "i <= 9", "i > 20", "i >= 21", "i BETWEEN 21 AND 30",
-                      "i IN (1, 2, 30)", "d = 3", "d > 2.5", "d < -1.5", "s = 'a'", "s > 'dd'", "s < 'bb'",
+                      "i IN (1, 2, 30)", "d = 3", "d > 2.5000001", "d < -1.5000001", "s = 'a'", "s > 'dd'", "s < 'bb'",
                       "l = 1099511627775", "i = 20.5"):
         assert not keeps(condition), condition
 
@@ -108,3 +108,16 @@ def test_pruned_lists_the_ruled_out() -> None:
     other = SegmentFacts(100, {"i": column("i", "INT", 21, 30)})
     assert pruned(predicate, [("a", FACTS), ("b", other), ("c", None)]) == ["a"]
     assert pruned(None, [("a", FACTS)]) == []
+
+
+def test_decimal_literals_allow_for_duckdbs_casts() -> None:
+    """DuckDB's DECIMAL -> DOUBLE/FLOAT casts are not correctly rounded: a literal within a few ulps (of the column's
+    precision) of a bound keeps the segment."""
+    facts = SegmentFacts(100, {"d": column("d", "DOUBLE", 0.5143972981506163, 0.9),
+                               "f": column("f", "FLOAT", 0.0, 0.8500000238418579),
+                               "g": column("g", "FLOAT", 240.70285034179688, 300.0)})
+    for condition in ("d <= 0.514397298150616225", "d = 0.514397298150616225", "f > 0.8500000238418579",
+                      "g = 240.702858", "g <= 240.702858"):
+        assert keeps(condition, facts), condition
+    for condition in ("d < 0.5143", "f > 0.850001", "g < 240.7028"):
+        assert not keeps(condition, facts), condition
