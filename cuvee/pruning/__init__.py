@@ -3,6 +3,6 @@ a segment only when its min/max, partitions or bloom filter prove no row passes 
 plans the filter once per query text and sends it to the servers, which apply it to their committed segments."""
 
 from cuvee.pruning.predicate import And, Compare, In, Or, Predicate, from_where
-from cuvee.pruning.pruner import SegmentFacts, may_match, pruned
+from cuvee.pruning.pruner import SegmentFacts, Work, may_match, pruned
 
-__all__ = ["And", "Compare", "In", "Or", "Predicate", "SegmentFacts", "from_where", "may_match", "pruned"]
+__all__ = ["And", "Compare", "In", "Or", "Predicate", "SegmentFacts", "Work", "from_where", "may_match", "pruned"]

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuvee.pruning import SegmentFacts, may_match, pruned
+import numpy as np
+import pyarrow as pa
+
+from cuvee.pruning import SegmentFacts, Work, may_match, pruned
+from cuvee.pruning.pruner import BLOOM_COST
+from cuvee.segment.indexes import value_hashes
 from cuvee.segment.metadata import ColumnMetadata
 from cuvee.segment.partitioning import SegmentPartitions
 from tests.pruning.helpers import where_of
@@ -21,6 +26,10 @@ FACTS = SegmentFacts(100, {
     "d": column("d", "DOUBLE", -1.5, 2.5),
     "s": column("s", "STRING", "bb", "dd"),
 })
+
+
+def hash_of(value: Any) -> int:
+    return int(value_hashes(pa.array([value]))[0])
 
 
 def keeps(condition: str, facts: SegmentFacts = FACTS) -> bool:
@@ -68,10 +77,13 @@ def test_empty_segment_matches_nothing() -> None:
 
 def test_bloom_filter_rules_out_values() -> None:
     probed: list[tuple[str, Any]] = []
+    present = {hash_of(12): 12, hash_of("cc"): "cc", hash_of(13): 13, hash_of(99): 99, hash_of("bz"): "bz",
+               hash_of("cd"): "cd"}
 
-    def bloom(name: str, value: Any) -> bool:
-        probed.append((name, value))
-        return value in (12, "cc")
+    def bloom(name: str, hashes: np.ndarray) -> bool:
+        values = [present[h] for h in hashes.tolist()]
+        probed.extend((name, v) for v in values)
+        return any(v in (12, "cc") for v in values)
 
     columns = {"i": column("i", "INT", 10, 20, bloom=True), "s": column("s", "STRING", "bb", "dd", bloom=True),
                "d": column("d", "DOUBLE", 0.0, 9.0, bloom=True)}
@@ -121,3 +133,24 @@ def test_decimal_literals_allow_for_duckdbs_casts() -> None:
         assert keeps(condition, facts), condition
     for condition in ("d < 0.5143", "f > 0.850001", "g < 240.7028"):
         assert not keeps(condition, facts), condition
+
+
+def test_a_query_hashes_each_in_list_once_and_its_work_is_bounded() -> None:
+    calls: list[int] = []
+
+    def bloom(name: str, hashes: np.ndarray) -> bool:
+        calls.append(len(hashes))
+        return False
+
+    facts = SegmentFacts(100, {"s": column("s", "STRING", "a", "z", bloom=True)}, bloom=bloom)
+    predicate = where_of("s IN ('b', 'c', 'd')")
+    assert predicate is not None
+    work = Work()
+    assert not any(may_match(predicate, facts, work) for _ in range(10))
+    assert calls == [3] * 10  # one probe a segment, of every value at once
+    assert len(work._hashes) == 1  # hashed once for the query
+    # a budget for two segments' checks (3 values and a probe each): the third segment is kept unprobed
+    small = Work(2 * (3 + BLOOM_COST))
+    calls.clear()
+    assert [may_match(predicate, facts, small) for _ in range(3)] == [False, False, True]
+    assert calls == [3, 3]

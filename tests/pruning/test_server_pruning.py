@@ -109,3 +109,18 @@ def test_consuming_segments_are_never_pruned_and_all_pruned_answers_empty(regist
     assert (stats.numSegmentsPrunedByServer, stats.numSegmentsProcessed) == (2, 1)
     answer, stats = ask(registry, "SELECT user, city FROM hits WHERE user > 500 LIMIT 5", segments=("a", "b"))
     assert answer == [] and (stats.numSegmentsPrunedByServer, stats.numSegmentsProcessed) == (2, 0)
+
+
+def test_pruning_stops_at_the_query_deadline(registry: SegmentRegistry) -> None:
+    """The deadline is checked before each segment is pruned: a clock past it after the first check times out."""
+    plan = plan_sql("SELECT COUNT(*) FROM hits WHERE city IN ('x', 'y')", lambda name, **_: INFO)
+    request = ServerQueryRequest("1", TABLE, plan.server_sql, ("a", "b"), 100, plan.docs_scanned_sql,
+                                 plan.docs_column, None, prune_filter=plan.prune_filter)
+    ticks = iter([0.0, 0.0, 5.0])  # started, first segment within the deadline, the second past it
+
+    def clock() -> float:
+        return next(ticks, 5.0)
+
+    result, stats = QueryExecutor(registry, clock=clock).execute(request)
+    assert result is None and stats.numSegmentsPrunedByServer == 1
+    assert [e.message for e in stats.exceptions] == ["query timed out: 100 ms passed before it ran"]
