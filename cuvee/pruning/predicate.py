@@ -2,10 +2,11 @@
 
 Only what a segment's column statistics, partition metadata or bloom filter can answer is kept: comparisons of a
 column with a literal (``=``, ``<``, ``<=``, ``>``, ``>=``, either side), ``IN`` lists of literals, ``BETWEEN`` (two
-comparisons), and ``AND``/``OR`` of those. Everything else (``NOT``, ``<>``, functions, expressions over columns,
-subqueries, casts, NULL) is *unknown*: it may match any segment. An ``AND`` keeps its known parts (a segment that
-cannot match one of them cannot match the whole); an ``OR`` with an unknown part is unknown as a whole. So the tree
-is never stricter than the WHERE it was taken from, which is what makes pruning by it safe.
+comparisons), and ``AND``/``OR`` of those. Everything else (``NOT``, ``<>``, ``BETWEEN SYMMETRIC``, functions,
+expressions over columns, subqueries, casts, NULL) is *unknown*: it may match any segment. An ``AND`` keeps its
+known parts (a segment that cannot match one of them cannot match the whole); an ``OR`` with an unknown part is
+unknown as a whole. So the tree is never stricter than the WHERE it was taken from, which is what makes pruning by
+it safe.
 
 Literals keep their kind (integer, float, string): the pruner compares a literal with a column only when the
 kinds agree (a string literal against an integer column, which DuckDB would cast, is unknown there).
@@ -104,6 +105,8 @@ def _extract(node: exp.Expression, depth: int) -> Predicate | None:
         parts = [_extract(part, depth + 1) for part in node.flatten()]
         return None if any(p is None for p in parts) else _joined(Or, [p for p in parts if p is not None])
     if isinstance(node, exp.Between):
+        if node.args.get("symmetric"):
+            return None  # BETWEEN SYMMETRIC swaps its bounds when low > high: not two plain comparisons
         column, low, high = _column(node.this), _literal(node.args.get("low")), _literal(node.args.get("high"))
         if column is None or low is None or high is None:
             return None

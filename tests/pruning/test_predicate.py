@@ -104,3 +104,9 @@ def test_deep_wire_form_is_refused() -> None:
         doc = ["and", [doc, ["cmp", "i", "=", 1]]]
     with pytest.raises(PredicateWireError):
         from_json(doc)
+
+
+def test_between_symmetric_is_unknown() -> None:
+    """``i BETWEEN SYMMETRIC 20 AND 10`` matches 10..20: read as plain BETWEEN it would rule out every segment."""
+    assert where_of("i BETWEEN SYMMETRIC 20 AND 10") is None
+    assert where_of("i BETWEEN SYMMETRIC 20 AND 10 AND l = 1") == Compare("l", "=", 1)

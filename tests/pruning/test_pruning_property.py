@@ -60,6 +60,8 @@ leaf = st.one_of(
     .map(lambda t: f"{t[0]} IN ({', '.join(literal(v) for v in t[1])})"),
     st.tuples(st.sampled_from(["i", "l", "d"]), numbers, numbers)
     .map(lambda t: f"{t[0]} BETWEEN {literal(t[1])} AND {literal(t[2])}"),
+    st.tuples(st.sampled_from(["i", "l", "d"]), numbers, numbers)
+    .map(lambda t: f"{t[0]} BETWEEN SYMMETRIC {literal(t[1])} AND {literal(t[2])}"),
     st.tuples(numbers, st.sampled_from(["<", ">="]), st.sampled_from(["i", "l"]))
     .map(lambda t: f"{literal(t[0])} {t[1]} {t[2]}"),
     st.integers(0, 5).map(lambda v: f"m = {v}"),
