@@ -12,8 +12,9 @@ A segment is skipped only when its metadata *proves* no row can pass (``may_matc
 
 Left alone (kept): consuming segments (the caller never asks: their rows are still coming, they have no stats
 yet), columns the segment does not store (added to the schema later: read as their default value), multi-value
-columns, columns holding NULLs (a NULL reads as its column's default null value unless the query enables null
-handling, and that value is not in the stats), column types other than INT, LONG, FLOAT, DOUBLE and STRING, and a
+columns, columns stored under another type than the table serves them as (a forced schema update), columns holding
+NULLs (a NULL reads as its column's default null value unless the query enables null handling, and that value is
+not in the stats), column types other than INT, LONG, FLOAT, DOUBLE and STRING, and a
 literal whose kind differs from the column's (a string against a number: DuckDB would cast it). An empty segment
 matches nothing.
 """
@@ -51,10 +52,13 @@ BLOOM_COST = 50
 
 class Work:
     """One query's pruning work: each IN list hashed once (not once per segment), and a budget of value checks
-    (``MAX_CHECKS``) past which every segment is kept, so pruning stays a small part of a query's time."""
+    (``MAX_CHECKS``) past which every segment is kept, so pruning stays a small part of a query's time.
+    ``served``: ``{column: (data type, single-value)}`` as the table is served (None: as stored); a column a
+    segment stores under another type (a forced schema update changed it: the scan casts) is unknown."""
 
-    def __init__(self, checks: int = MAX_CHECKS) -> None:
+    def __init__(self, checks: int = MAX_CHECKS, served: Mapping[str, tuple[str, bool]] | None = None) -> None:
         self.left = checks
+        self.served = served
         self._hashes: dict[tuple[int, str], tuple[Compare | In, dict[Value, int]]] = {}
 
     def spend(self, count: int) -> bool:
@@ -102,6 +106,8 @@ def _may_match(predicate: Predicate, facts: SegmentFacts, work: Work) -> bool:
     meta = facts.columns.get(predicate.column)
     if meta is None or not meta.single_value or meta.null_count or _kind(meta) is None:
         return True
+    if work.served is not None and work.served.get(predicate.column, (meta.data_type, True)) != (meta.data_type, True):
+        return True  # stored under another type than it is served as: its stats are not of the values compared
     if not work.spend(1 if isinstance(predicate, Compare) else len(predicate.values)):
         return True  # past the query's budget: kept
     if isinstance(predicate, Compare):

@@ -293,7 +293,8 @@ class QueryExecutor:
                     _check_select(request.top_sql)
                 _check_placed(_misplaced(request, request.table, acquired.segments))
                 held = _unpruned(acquired.segments, request, counts,
-                                 lambda: self._check_deadline(deadline, request.timeout_ms))
+                                 lambda: self._check_deadline(deadline, request.timeout_ms),
+                                 self._served(request.table))
                 tables, used = self._views(held, request, counts, errors, valid)
                 if tables:
                     dims.check()
@@ -784,18 +785,21 @@ def _needed(names: tuple[str, ...], texts: tuple[str, str], time_column: str | N
 
 
 def _unpruned(segments: Sequence[QueryableSegment], request: ServerQueryRequest, counts: _Counts,
-              check_deadline: Callable[[], None]) -> Sequence[QueryableSegment]:
+              check_deadline: Callable[[], None], served: ServedSchema | None) -> Sequence[QueryableSegment]:
     """The held segments a query must read: committed segments whose metadata proves that no row passes its
     ``prune_filter`` (its WHERE and, for a hybrid half, the time filter: the broker joins them) are left out, and
     counted (``cuvee.pruning``); consuming segments are always read (their rows are still coming: no stats to trust
     yet). A request without one (a broker that predates it) prunes nothing, so it is never sent a count it does not
-    know. The work is the query's (``pruning.Work``: bounded), and its deadline is checked before each segment."""
+    know. The work is the query's (``pruning.Work``: bounded, by the ``served`` schema's column types), and its
+    deadline is checked before each segment."""
     predicate = request.prune_filter
     if predicate is None:
         return segments
     kept: list[QueryableSegment] = []
     asked = set(request.segments)  # an upsert table's server also reads segments not asked for: not counted
-    work = Work()
+    work = Work(served=None if served is None else
+                {name: (spec.data_type.value, spec.single_value) for name in served.names
+                 if (spec := served.spec(name)) is not None})
     for segment in segments:
         check_deadline()
         if isinstance(segment, CommittedSegment) and not may_match(predicate, segment.facts, work):
