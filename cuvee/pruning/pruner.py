@@ -1,4 +1,5 @@
-"""Whether a segment may hold a row passing a pruning filter, from what its metadata says. Pure.
+"""Whether a segment may hold a row passing a pruning filter, from what its metadata says. Pure (a bloom filter is
+asked through the facts' callback).
 
 A segment is skipped only when its metadata *proves* no row can pass (``may_match`` is False); any doubt keeps it:
 
