@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cuvee.pruning.predicate import (MAX_DEPTH, MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError, from_json,
+from cuvee.pruning.predicate import (MAX_DEPTH, MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError,
+                                     from_json,
                                      to_json, with_bound)
 from tests.pruning.helpers import where_of
 
@@ -54,7 +55,8 @@ def test_too_large_is_not_pruned() -> None:
 
 def _in_lists(count: int) -> list[str]:
     """``count`` values as IN lists of 63 (a longer list is planned as one raw text, which pruning does not read)."""
-    return [f"i IN ({', '.join(str(v) for v in range(start, min(start + 63, count)))})" for start in range(0, count, 63)]
+    return [f"i IN ({', '.join(str(v) for v in range(start, min(start + 63, count)))})"
+            for start in range(0, count, 63)]
 
 
 def _nested(level: int, top: int) -> str:
