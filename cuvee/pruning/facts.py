@@ -3,9 +3,9 @@ on first use (a probe maps the column's filter file once; a segment without the 
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
-from cuvee.pruning.predicate import Value
 from cuvee.pruning.pruner import SegmentFacts
 from cuvee.segment.errors import SegmentError
 from cuvee.segment.immutable import ImmutableSegment
@@ -15,11 +15,11 @@ from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 def facts_of(segment: ImmutableSegment) -> SegmentFacts:
     metadata = segment.metadata
 
-    def bloom(column: str, value: Value) -> bool:
+    def bloom(column: str, hashes: np.ndarray) -> bool:
         try:
-            return segment.bloom_might_contain(column, value)
+            return segment.bloom_might_contain_any(column, hashes)
         except (SegmentError, OSError, pa.ArrowException):
-            return True  # no filter, a value the column's type cannot hold, an unreadable file: maybe
+            return True  # no filter, an unreadable file: maybe
 
     return SegmentFacts(metadata.total_docs, metadata.columns,
                         SegmentPartitions.from_json(metadata.custom.get(PARTITIONS_KEY)), bloom)

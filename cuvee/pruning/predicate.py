@@ -2,10 +2,11 @@
 
 Only what a segment's column statistics, partition metadata or bloom filter can answer is kept: comparisons of a
 column with a literal (``=``, ``<``, ``<=``, ``>``, ``>=``, either side), ``IN`` lists of literals, ``BETWEEN`` (two
-comparisons), and ``AND``/``OR`` of those. Everything else (``NOT``, ``<>``, functions, expressions over columns,
-subqueries, casts, NULL) is *unknown*: it may match any segment. An ``AND`` keeps its known parts (a segment that
-cannot match one of them cannot match the whole); an ``OR`` with an unknown part is unknown as a whole. So the tree
-is never stricter than the WHERE it was taken from, which is what makes pruning by it safe.
+comparisons), and ``AND``/``OR`` of those. Everything else (``NOT``, ``<>``, ``BETWEEN SYMMETRIC``, functions,
+expressions over columns, subqueries, casts, NULL) is *unknown*: it may match any segment. An ``AND`` keeps its
+known parts (a segment that cannot match one of them cannot match the whole); an ``OR`` with an unknown part is
+unknown as a whole. So the tree is never stricter than the WHERE it was taken from, which is what makes pruning by
+it safe.
 
 Literals keep their kind (integer, float, string): the pruner compares a literal with a column only when the
 kinds agree (a string literal against an integer column, which DuckDB would cast, is unknown there).
@@ -13,7 +14,8 @@ kinds agree (a string literal against an integer column, which DuckDB would cast
 The wire form (``to_json``/``from_json``) is nested lists: ``["and", [..]]``, ``["or", [..]]``,
 ``["cmp", column, op, value]``, ``["in", column, [values]]``. ``from_json`` checks every node and bounds the tree
 (``MAX_NODES`` nodes, ``MAX_DEPTH`` levels, ``MAX_VALUES`` literals, names of ``MAX_NAME`` characters): a server
-reads it from the network. The broker's extraction keeps to the same bounds (a larger WHERE is simply not pruned).
+reads it from the network. The broker's extraction keeps inside the same bounds with room for a hybrid half's time
+bound (``with_bound``): a larger WHERE is simply not pruned.
 """
 
 from __future__ import annotations
@@ -78,11 +80,13 @@ Predicate = Union[Compare, In, And, Or]
 
 def from_where(where: exp.Expression | None) -> Predicate | None:
     """What of ``where`` (a planned WHERE's condition, columns as canonical identifiers) pruning can use; None when
-    nothing (no WHERE, or only unknown parts), or when the tree would pass the wire bounds."""
+    nothing (no WHERE, or only unknown parts), or when the tree would pass the wire bounds once ``with_bound`` has
+    joined a hybrid half's time bound to it (room is left for that: 2 nodes, 1 value, 1 level)."""
     if where is None:
         return None
     found = _extract(where, 0)
-    if found is None or _size(found) > MAX_NODES or _values(found) > MAX_VALUES:
+    if found is None or _size(found) > MAX_NODES - 2 or _values(found) > MAX_VALUES - 1 \
+            or _depth(found) > MAX_DEPTH - 1:
         return None
     return found
 
@@ -101,6 +105,8 @@ def _extract(node: exp.Expression, depth: int) -> Predicate | None:
         parts = [_extract(part, depth + 1) for part in node.flatten()]
         return None if any(p is None for p in parts) else _joined(Or, [p for p in parts if p is not None])
     if isinstance(node, exp.Between):
+        if node.args.get("symmetric"):
+            return None  # BETWEEN SYMMETRIC swaps its bounds when low > high: not two plain comparisons
         column, low, high = _column(node.this), _literal(node.args.get("low")), _literal(node.args.get("high"))
         if column is None or low is None or high is None:
             return None
@@ -170,6 +176,13 @@ def _size(predicate: Predicate) -> int:
     if isinstance(predicate, (And, Or)):
         return 1 + sum(_size(p) for p in predicate.parts)
     return 1
+
+
+def _depth(predicate: Predicate) -> int:
+    """Levels below the root, as ``from_json`` counts them (a leaf alone: 0)."""
+    if isinstance(predicate, (And, Or)):
+        return 1 + max(_depth(p) for p in predicate.parts)
+    return 0
 
 
 def _values(predicate: Predicate) -> int:

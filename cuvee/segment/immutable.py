@@ -171,6 +171,15 @@ class ImmutableSegment:
         probe = self._probe(column, value, value_type)
         return indexes.bloom_might_contain(words, meta.bloom_hashes, probe[0].as_py(), value_type)
 
+    def bloom_might_contain_any(self, column: str, hashes: np.ndarray) -> bool:
+        """Whether the segment may have a row with one of the values ``hashes`` are the ``indexes.value_hashes``
+        of (False: certainly none)."""
+        meta = self.column_metadata(column)
+        if not meta.has_bloom_filter:
+            raise SegmentError(f"column {column!r} of segment {self.name!r} has no bloom filter")
+        words = self._index(column, ColumnFile.BLOOM).column(0).to_numpy()
+        return indexes.bloom_might_contain_any(words, meta.bloom_hashes, hashes)
+
     # ------------------------------------------------------------------ internals
 
     def _read(self, column: str, kind: ColumnFile) -> pa.Array:

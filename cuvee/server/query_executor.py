@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from cuvee.config import raw_table_name
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
-from cuvee.pruning import may_match
+from cuvee.pruning import Work, may_match
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
 from cuvee.query import SERVER_RELATION, QueryErrorCode
 from cuvee.query.execute import (
@@ -292,7 +292,9 @@ class QueryExecutor:
                 if request.top_sql is not None:
                     _check_select(request.top_sql)
                 _check_placed(_misplaced(request, request.table, acquired.segments))
-                held = _unpruned(acquired.segments, request, counts)
+                held = _unpruned(acquired.segments, request, counts,
+                                 lambda: self._check_deadline(deadline, request.timeout_ms),
+                                 self._served(request.table))
                 tables, used = self._views(held, request, counts, errors, valid)
                 if tables:
                     dims.check()
@@ -782,20 +784,25 @@ def _needed(names: tuple[str, ...], texts: tuple[str, str], time_column: str | N
     return tuple(name for name in names if name in keep or name in named)
 
 
-def _unpruned(segments: Sequence[QueryableSegment], request: ServerQueryRequest,
-              counts: _Counts) -> Sequence[QueryableSegment]:
+def _unpruned(segments: Sequence[QueryableSegment], request: ServerQueryRequest, counts: _Counts,
+              check_deadline: Callable[[], None], served: ServedSchema | None) -> Sequence[QueryableSegment]:
     """The held segments a query must read: committed segments whose metadata proves that no row passes its
     ``prune_filter`` (its WHERE and, for a hybrid half, the time filter: the broker joins them) are left out, and
     counted (``cuvee.pruning``); consuming segments are always read (their rows are still coming: no stats to trust
     yet). A request without one (a broker that predates it) prunes nothing, so it is never sent a count it does not
-    know."""
+    know. The work is the query's (``pruning.Work``: bounded, by the ``served`` schema's column types), and its
+    deadline is checked before each segment."""
     predicate = request.prune_filter
     if predicate is None:
         return segments
     kept: list[QueryableSegment] = []
     asked = set(request.segments)  # an upsert table's server also reads segments not asked for: not counted
+    work = Work(served=None if served is None else
+                {name: (spec.data_type.value, spec.single_value) for name in served.names
+                 if (spec := served.spec(name)) is not None})
     for segment in segments:
-        if isinstance(segment, CommittedSegment) and not may_match(predicate, segment.facts):
+        check_deadline()
+        if isinstance(segment, CommittedSegment) and not may_match(predicate, segment.facts, work):
             counts.pruned += segment.name in asked
             counts.total_docs += segment.num_docs
         else:

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from cuvee.pruning.predicate import MAX_NODES
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
 from tests.offline.support import add_hybrid_sales, metadata_push
@@ -69,6 +70,10 @@ def test_hybrid_counts_every_row_once(cluster: InProcessCluster, tmp_path: Path)
     groups = cluster.query("SELECT country, COUNT(*) FROM sales GROUP BY country ORDER BY country")
     assert [r[1] for r in groups["resultTable"]["rows"]] == [
         sum(1 for r in every.values() if r["country"] == c) for c in ("fr", "us")]
+    # a WHERE at the pruning filter's bounds, with each half's time bound joined to it, is still one servers accept
+    for terms in (MAX_NODES - 3, MAX_NODES - 1):
+        ors = " OR ".join(f"id = {n}" for n in range(terms))
+        assert answer(cluster, f"SELECT COUNT(*) FROM sales WHERE {ors}") == [sum(1 for i in every if i < terms)]
 
     # an explicit boundary wins until it is cleared
     assert http.post(f"{ctl}/tables/sales/timeBoundary", params={"timeValue": 2 * DAY - 1}).status_code == 200

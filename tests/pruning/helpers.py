@@ -6,8 +6,8 @@ from cuvee.pruning import Predicate, from_where
 from cuvee.query import TableInfo
 from cuvee.query.parse import parse_query
 
-COLUMNS = ("i", "l", "d", "s", "f", "m", "m2")
-INFO = TableInfo("t_OFFLINE", COLUMNS, frozenset(), frozenset({"m"}), (), frozenset({"i", "l", "d", "f"}))
+COLUMNS = ("i", "l", "d", "s", "f", "m", "m2", "g")
+INFO = TableInfo("t_OFFLINE", COLUMNS, frozenset(), frozenset({"m"}), (), frozenset({"i", "l", "d", "f", "g"}))
 
 
 def where_of(condition: str) -> Predicate | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cuvee.pruning.predicate import (MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError, from_json,
+from cuvee.pruning.predicate import (MAX_DEPTH, MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError,
+                                     from_json,
                                      to_json, with_bound)
 from tests.pruning.helpers import where_of
 
@@ -52,6 +53,36 @@ def test_too_large_is_not_pruned() -> None:
     assert where_of(f"i IN ({values})") is None
 
 
+def _in_lists(count: int) -> list[str]:
+    """``count`` values as IN lists of 63 (a longer list is planned as one raw text, which pruning does not read)."""
+    return [f"i IN ({', '.join(str(v) for v in range(start, min(start + 63, count)))})"
+            for start in range(0, count, 63)]
+
+
+def _nested(level: int, top: int) -> str:
+    """Connectives nested ``top`` levels deep (OR and AND alternating, so no level flattens into another)."""
+    if level == top:
+        return f"i = {level}"
+    return f"(i = {level} {'OR' if level % 2 == 0 else 'AND'} {_nested(level + 1, top)})"
+
+
+@pytest.mark.parametrize("condition, kept", [
+    (" OR ".join(f"i = {n}" for n in range(MAX_NODES - 3)), True),
+    (" OR ".join(f"i = {n}" for n in range(MAX_NODES - 2)), False),
+    (" OR ".join(_in_lists(MAX_VALUES - 1)), True),
+    (" OR ".join(_in_lists(MAX_VALUES)), False),
+    (_nested(0, MAX_DEPTH - 1), True),
+    (_nested(0, MAX_DEPTH), False),
+])
+def test_room_is_left_for_a_hybrid_time_bound(condition: str, kept: bool) -> None:
+    """A WHERE at the bounds is extracted only when a server still accepts it with the time bound joined."""
+    predicate = where_of(condition)
+    assert (predicate is not None) is kept
+    if predicate is not None:
+        bounded = with_bound(predicate, "t", "<=", 100)
+        assert from_json(to_json(bounded)) == bounded
+
+
 def test_wire_round_trip() -> None:
     predicate = where_of("(i = 1 OR s IN ('a', 'b')) AND d BETWEEN 0.5 AND 2")
     assert predicate is not None
@@ -75,3 +106,9 @@ def test_deep_wire_form_is_refused() -> None:
         doc = ["and", [doc, ["cmp", "i", "=", 1]]]
     with pytest.raises(PredicateWireError):
         from_json(doc)
+
+
+def test_between_symmetric_is_unknown() -> None:
+    """``i BETWEEN SYMMETRIC 20 AND 10`` matches 10..20: read as plain BETWEEN it would rule out every segment."""
+    assert where_of("i BETWEEN SYMMETRIC 20 AND 10") is None
+    assert where_of("i BETWEEN SYMMETRIC 20 AND 10 AND l = 1") == Compare("l", "=", 1)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuvee.pruning import SegmentFacts, may_match, pruned
+import numpy as np
+import pyarrow as pa
+
+from cuvee.pruning import SegmentFacts, Work, may_match, pruned
+from cuvee.pruning.pruner import BLOOM_COST
+from cuvee.segment.indexes import value_hashes
 from cuvee.segment.metadata import ColumnMetadata
 from cuvee.segment.partitioning import SegmentPartitions
 from tests.pruning.helpers import where_of
@@ -23,6 +28,10 @@ FACTS = SegmentFacts(100, {
 })
 
 
+def hash_of(value: Any) -> int:
+    return int(value_hashes(pa.array([value]))[0])
+
+
 def keeps(condition: str, facts: SegmentFacts = FACTS) -> bool:
     predicate = where_of(condition)
     assert predicate is not None, condition
@@ -32,10 +41,10 @@ def keeps(condition: str, facts: SegmentFacts = FACTS) -> bool:
 def test_min_max_ranges() -> None:
     for condition in ("i = 10", "i = 20", "i < 11", "i <= 10", "i > 19", "i >= 20", "i BETWEEN 0 AND 10",
                       "i IN (1, 15)", "d = 2.5", "d > 2", "d < -1.4", "s = 'cc'", "s >= 'dd'", "s < 'bba'",
-                      "l = 1099511627776", "i = 15.5"):
+                      "l = 1099511627776", "i = 15.5", "d > 2.5", "d < -1.5"):  # a decimal at a bound: unsure
         assert keeps(condition), condition
     for condition in ("i = 9", "i = 21", "i < 10", "i <= 9", "i > 20", "i >= 21", "i BETWEEN 21 AND 30",
-                      "i IN (1, 2, 30)", "d = 3", "d > 2.5", "d < -1.5", "s = 'a'", "s > 'dd'", "s < 'bb'",
+                      "i IN (1, 2, 30)", "d = 3", "d > 2.5000001", "d < -1.5000001", "s = 'a'", "s > 'dd'", "s < 'bb'",
                       "l = 1099511627775", "i = 20.5"):
         assert not keeps(condition), condition
 
@@ -68,10 +77,13 @@ def test_empty_segment_matches_nothing() -> None:
 
 def test_bloom_filter_rules_out_values() -> None:
     probed: list[tuple[str, Any]] = []
+    present = {hash_of(12): 12, hash_of("cc"): "cc", hash_of(13): 13, hash_of(99): 99, hash_of("bz"): "bz",
+               hash_of("cd"): "cd"}
 
-    def bloom(name: str, value: Any) -> bool:
-        probed.append((name, value))
-        return value in (12, "cc")
+    def bloom(name: str, hashes: np.ndarray) -> bool:
+        values = [present[h] for h in hashes.tolist()]
+        probed.extend((name, v) for v in values)
+        return any(v in (12, "cc") for v in values)
 
     columns = {"i": column("i", "INT", 10, 20, bloom=True), "s": column("s", "STRING", "bb", "dd", bloom=True),
                "d": column("d", "DOUBLE", 0.0, 9.0, bloom=True)}
@@ -108,3 +120,37 @@ def test_pruned_lists_the_ruled_out() -> None:
     other = SegmentFacts(100, {"i": column("i", "INT", 21, 30)})
     assert pruned(predicate, [("a", FACTS), ("b", other), ("c", None)]) == ["a"]
     assert pruned(None, [("a", FACTS)]) == []
+
+
+def test_decimal_literals_allow_for_duckdbs_casts() -> None:
+    """DuckDB's DECIMAL -> DOUBLE/FLOAT casts are not correctly rounded: a literal within a few ulps (of the column's
+    precision) of a bound keeps the segment."""
+    facts = SegmentFacts(100, {"d": column("d", "DOUBLE", 0.5143972981506163, 0.9),
+                               "f": column("f", "FLOAT", 0.0, 0.8500000238418579),
+                               "g": column("g", "FLOAT", 240.70285034179688, 300.0)})
+    for condition in ("d <= 0.514397298150616225", "d = 0.514397298150616225", "f > 0.8500000238418579",
+                      "g = 240.702858", "g <= 240.702858"):
+        assert keeps(condition, facts), condition
+    for condition in ("d < 0.5143", "f > 0.850001", "g < 240.7028"):
+        assert not keeps(condition, facts), condition
+
+
+def test_a_query_hashes_each_in_list_once_and_its_work_is_bounded() -> None:
+    calls: list[int] = []
+
+    def bloom(name: str, hashes: np.ndarray) -> bool:
+        calls.append(len(hashes))
+        return False
+
+    facts = SegmentFacts(100, {"s": column("s", "STRING", "a", "z", bloom=True)}, bloom=bloom)
+    predicate = where_of("s IN ('b', 'c', 'd')")
+    assert predicate is not None
+    work = Work()
+    assert not any(may_match(predicate, facts, work) for _ in range(10))
+    assert calls == [3] * 10  # one probe a segment, of every value at once
+    assert len(work._hashes) == 1  # hashed once for the query
+    # a budget for two segments' checks (3 values and a probe each): the third segment is kept unprobed
+    small = Work(2 * (3 + BLOOM_COST))
+    calls.clear()
+    assert [may_match(predicate, facts, small) for _ in range(3)] == [False, False, True]
+    assert calls == [3, 3]

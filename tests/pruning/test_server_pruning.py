@@ -16,6 +16,7 @@ from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment
 from cuvee.server.registry import SegmentRegistry
+from cuvee.server.served_schemas import ServedSchemas
 
 TABLE = "hits_OFFLINE"
 SCHEMA = Schema.from_json({
@@ -109,3 +110,49 @@ def test_consuming_segments_are_never_pruned_and_all_pruned_answers_empty(regist
     assert (stats.numSegmentsPrunedByServer, stats.numSegmentsProcessed) == (2, 1)
     answer, stats = ask(registry, "SELECT user, city FROM hits WHERE user > 500 LIMIT 5", segments=("a", "b"))
     assert answer == [] and (stats.numSegmentsPrunedByServer, stats.numSegmentsProcessed) == (2, 0)
+
+
+def test_pruning_stops_at_the_query_deadline(registry: SegmentRegistry) -> None:
+    """The deadline is checked before each segment is pruned: a clock past it after the first check times out."""
+    plan = plan_sql("SELECT COUNT(*) FROM hits WHERE city IN ('x', 'y')", lambda name, **_: INFO)
+    request = ServerQueryRequest("1", TABLE, plan.server_sql, ("a", "b"), 100, plan.docs_scanned_sql,
+                                 plan.docs_column, None, prune_filter=plan.prune_filter)
+    ticks = iter([0.0, 0.0, 5.0])  # started, first segment within the deadline, the second past it
+
+    def clock() -> float:
+        return next(ticks, 5.0)
+
+    result, stats = QueryExecutor(registry, clock=clock).execute(request)
+    assert result is None and stats.numSegmentsPrunedByServer == 1
+    assert [e.message for e in stats.exceptions] == ["query timed out: 100 ms passed before it ran"]
+
+
+def test_a_column_whose_type_a_forced_update_changed_is_not_pruned(tmp_path: Path) -> None:
+    """Stored as STRING ('10', '9'), served as LONG: the stored stats (min '10', max '9') would rule out x = '010',
+    which DuckDB casts to 10 against the served LONG."""
+    old = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [{"name": "x", "dataType": "STRING"}]})
+    new = Schema.from_json({"schemaName": "t", "dimensionFieldSpecs": [{"name": "x", "dataType": "LONG"}]})
+
+    class Source:
+        def served_version(self, table: str) -> tuple[str, int]:
+            return "t", 2
+
+        def schema_at(self, name: str, version: int) -> Schema:
+            return new
+
+        def get(self, table: str) -> None:
+            raise AssertionError("the served version is recorded")
+
+    held = SegmentRegistry()
+    held.put("t_OFFLINE", CommittedSegment(build_segment(pa.table({"x": ["10", "9"]}), old, IndexingConfig(),
+                                                         tmp_path, "s0", table_name="t_OFFLINE")))
+    schemas = ServedSchemas(Source())
+    schemas.ensure("t_OFFLINE")
+    info = TableInfo("t_OFFLINE", ("x",), frozenset(), frozenset(), (), frozenset({"x"}))
+    plan = plan_sql("SELECT COUNT(*) FROM t WHERE x = '010'", lambda name, **_: info)
+    assert plan.prune_filter is not None
+    request = ServerQueryRequest("1", "t_OFFLINE", plan.server_sql, ("s0",), 10_000, plan.docs_scanned_sql,
+                                 plan.docs_column, None, prune_filter=plan.prune_filter)
+    result, stats = QueryExecutor(held, schemas=schemas).execute(request)
+    assert stats.exceptions == () and stats.numSegmentsPrunedByServer == 0
+    assert merge_partials(plan, [result], new.arrow_schema()).to_pylist() == [{"count(*)": 1}]
