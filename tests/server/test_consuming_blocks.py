@@ -340,3 +340,27 @@ def test_count_star_of_a_consuming_segment_is_answered_from_its_rows_as_execute_
         assert changed(now[1], timeUsedMs=0, minConsumingFreshnessTimeMs=0) == changed(
             stats, timeUsedMs=0, minConsumingFreshnessTimeMs=0)
         assert now[1].numConsumingSegmentsQueried == 1 and now[1].minConsumingFreshnessTimeMs > 0
+
+
+def test_a_segment_stopped_between_taking_its_blocks_copies_and_binding_them_still_answers(
+        consuming: ConsumingSegment, natives: NativeCopies, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit's swap (or a table's delete, or shutdown) stops the segment after a query took its sealed blocks'
+    copies and before it binds them: the query binds the blocks it took (the stopped segment has none left), and
+    answers its rows."""
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 2 * BLOCK + 3)
+    append(consuming, every)
+    sql = QUERIES[1][0]
+    assert run(executor, sql, [consuming.name]) == reference(sql, every)  # asks for the blocks' copies (made)
+    assert natives.summary()[0][TABLE][0] == 2
+    real = query_executor._bind_native
+
+    def stopping(*args: Any, **kwargs: Any) -> str:
+        consuming.stop()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(query_executor, "_bind_native", stopping)
+    assert run(executor, sql, [consuming.name]) == reference(sql, every)
+    assert consuming.sealed_blocks(every.num_rows) == []  # stopped indeed: a second look would find no block
