@@ -494,6 +494,8 @@ class QueryExecutor:
             else:  # a consuming segment's sealed blocks, copied like committed segments
                 for block in blocks:
                     token = natives.token(block)
+                    if natives.ready(token):  # read from DuckDB from now on: its decoded columns need not be kept
+                        block.copied()
                     natives.want(token, request.table, block, any_size=True)
                     tokens.append(token)
         return natives.reading(request.table, tokens) if tokens else nullcontext(None)

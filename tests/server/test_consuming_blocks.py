@@ -364,3 +364,40 @@ def test_a_segment_stopped_between_taking_its_blocks_copies_and_binding_them_sti
     monkeypatch.setattr(query_executor, "_bind_native", stopping)
     assert run(executor, sql, [consuming.name]) == reference(sql, every)
     assert consuming.sealed_blocks(every.num_rows) == []  # stopped indeed: a second look would find no block
+
+
+def test_the_memory_limit_counts_the_multi_value_columns_blocks_keep(consuming: ConsumingSegment) -> None:
+    """The consumer ends a segment at its memory share by what ``memoryBytes`` reports: the segment's buffers and
+    the multi-value columns its sealed blocks keep decoded (a share between the two ends it)."""
+    from cuvee.server.consuming.consume import EndCriteria, StopReason
+
+    append(consuming, rows(0, 3 * BLOCK + 2))
+    consuming.encoded_snapshot()  # a query reading tags: the sealed blocks keep it decoded
+    scan, mutable = consuming._scan, consuming._mutable
+    assert scan is not None and mutable is not None and scan.bytes_kept()["tags"] > 0
+    buffers = sum(mutable.bytes_used().values())
+    assert consuming.info()["memoryBytes"] == buffers + scan.bytes_kept()["tags"]
+    share = buffers + scan.bytes_kept()["tags"] // 2
+    end = EndCriteria(row_limit=1_000_000, deadline=None, force=lambda: False, paused=lambda: False,
+                      memory_limit=lambda: share)
+    assert consuming._consumer.consume(end) == StopReason.MEMORY_LIMIT  # before any fetch (there is no stream)
+
+
+def test_a_block_copied_into_duckdb_no_longer_keeps_its_multi_value_columns(
+        consuming: ConsumingSegment, natives: NativeCopies) -> None:
+    """Once a sealed block's DuckDB copy is ready, queries read its rows there: its decoded multi-value columns are
+    dropped (and not kept again by a query reading it as Arrow), and the answers stay the rows'."""
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 3 * BLOCK + 2)
+    append(consuming, every)
+    scan = consuming._scan
+    assert scan is not None
+    sql, ref = QUERIES[4]  # reads tags
+    assert run(executor, sql, [consuming.name]) == reference(ref, every)  # asks for the copies (made: no thread)
+    assert scan.bytes_kept()["tags"] > 0 and natives.summary()[0][TABLE][0] == 3
+    assert run(executor, sql, [consuming.name]) == reference(ref, every)  # reads the copies
+    assert scan.bytes_kept() == {}
+    assert consuming.encoded_snapshot().column("tags").to_pylist() == every.column("tags").to_pylist()
+    assert scan.bytes_kept() == {}
