@@ -67,11 +67,13 @@ def rows(start: int, count: int) -> pa.Table:
 
 @pytest.fixture
 def consuming(tmp_path: Path) -> Any:
-    """A real ConsumingSegment (not started: the test appends its rows) with blocks of ``BLOCK`` rows."""
-    config = replace(FAST, scan_block_rows=BLOCK)
-    client = SegmentCompletionClient(config, leader_url="http://127.0.0.1:9")  # never called
+    """A real ConsumingSegment (not started: the test appends its rows) with blocks of ``BLOCK`` rows (set on its
+    scan: the server setting's floor, ``MIN_BLOCK_ROWS``, would make every-tail-size tests slow)."""
+    client = SegmentCompletionClient(FAST, leader_url="http://127.0.0.1:9")  # never called
     replica = make_replica(tmp_path, tmp_path / "log", record(rows=5_000), instance="s1", client=client,
-                           config=config)
+                           config=FAST)
+    assert replica.segment._scan is not None
+    replica.segment._scan.block_rows = BLOCK  # no block is cut yet
     yield replica.segment
     replica.segment.stop()
 
@@ -309,13 +311,16 @@ def test_a_column_added_since_the_segment_began_reads_its_default_beside_copied_
     assert [tuple(r.values()) for r in result.to_pylist()] == [("none", every.num_rows, clicks)]
 
 
-def test_scan_block_rows_is_a_server_setting_of_positive_integers() -> None:
-    config = load_config(ServerConfig, None, {"consumer.scan_block_rows": 1000})
-    assert config.consumer.scan_block_rows == 1000
+def test_scan_block_rows_is_a_server_setting_of_integers_from_duckdbs_vector_size() -> None:
+    config = load_config(ServerConfig, None, {"consumer.scan_block_rows": 2048})
+    assert config.consumer.scan_block_rows == 2048
     assert ServerConfig().consumer.scan_block_rows == 122_880
-    for bad in (0, -5, 2.5, True):
+    for bad in (2.5, True):
         with pytest.raises((ValueError, ConfigValidationError), match="scan_block_rows"):
             load_config(ServerConfig, None, {"consumer.scan_block_rows": bad})
+    for small in (0, -5, 1, 1000, 2047):  # tiny blocks made queries far slower: refused, naming key and floor
+        with pytest.raises((ValueError, ConfigValidationError), match=r"consumer\.scan_block_rows .*>= 2048"):
+            load_config(ServerConfig, None, {"consumer.scan_block_rows": small})
 
 
 def test_count_star_of_a_consuming_segment_is_answered_from_its_rows_as_execute_does(
