@@ -472,9 +472,9 @@ class QueryExecutor:
                      segments: Sequence[QueryableSegment], sealed: Sequence[Sequence[SealedBlock]],
                      upsert: bool) -> AbstractContextManager[NativeRead | None]:
         """The DuckDB copies of the committed segments and of the consuming segments' ``sealed`` blocks (per
-        segment) a large scan reads (asking for those not made yet), or nothing: an upsert table's valid docs (a view of a segment all of whose docs are valid carries no mask,
-        so only the table's kind tells), small inputs and segments of different columns (a column added since
-        some were built) take the Arrow views."""
+        segment) a large scan reads (asking for those not made yet), or nothing: an upsert table's valid docs (a
+        view of a segment all of whose docs are valid carries no mask, so only the table's kind tells), small
+        inputs and segments of different columns (a column added since some were built) take the Arrow views."""
         natives = self._natives
         if natives is None or upsert or not projected or sum(t.num_rows for t in projected) < natives.min_rows:
             return nullcontext(None)

@@ -21,7 +21,10 @@ so they are cut into blocks of ``block_rows`` (by default one DuckDB row group: 
 
 A query sees a consistent prefix: it reads ``count`` rows once, and every block it uses ends at or below it.
 Blocks are cut at fixed multiples of ``block_rows`` (never where a batch happened to end), made by the first
-reader that needs them: the consume thread does no extra work.
+reader that needs them: a query, or — for a partial-upsert table only — the consume thread itself, which reads the
+previous versions of updated keys from the segment (``cuvee.upsert.table._rows_at``, through
+``encoded_snapshot``), cutting blocks and decoding their multi-value columns there. Otherwise the consume thread
+does no extra work: blocks are copied by the copies' worker, their columns decoded by queries.
 """
 
 from __future__ import annotations
