@@ -1,11 +1,14 @@
-"""Committed segments copied into DuckDB's own storage, for the queries that scan many rows.
+"""Committed segments, and consuming segments' sealed blocks, copied into DuckDB's own storage, for the queries that
+scan many rows.
 
 DuckDB scans its own tables faster than Arrow ones: a filter runs on its vectors with zone maps instead of being
 handed to pyarrow's compute kernels, nothing crosses the Python layer, and in a database file its columns are
 compressed (dictionaries, FSST), so a string function or a LIKE runs once per distinct value instead of once per
 row. So a server may keep, beside its committed segments, a copy of their rows in DuckDB database files, and a
 query over many rows scans the copies (and the Arrow views of the segments not copied yet, in the same
-``UNION ALL``).
+``UNION ALL``). A consuming segment's sealed blocks (``cuvee.server.consuming.blocks.SealedBlock``: rows that never
+change) are copied the same way, each like a segment of its own however few its rows; a query scans a consuming
+segment's copied blocks here and the rest of its rows as Arrow.
 
 - **Bounded**: ``native_copy_bytes`` (ServerConfig, 4 GiB by default) bounds the copies by their rows' decoded
   Arrow bytes (on disk DuckDB compresses them, ~10x smaller on ClickBench's rows, though incompressible columns —
@@ -27,7 +30,8 @@ query over many rows scans the copies (and the Arrow views of the segments not c
   access disabled and locked, as the shared query databases), and a query runs there on a private cursor: the
   SQL a query brings can read, at worst, other segments of the table it was allowed to read, never another table.
 - **Built in the background**, by one thread that makes every change (copies, deletes, compactions): a query's
-  first read of a segment of at least ``min_rows`` rows asks for its copy and never waits for it.
+  first read of a segment of at least ``min_rows`` rows (a sealed block: however few) asks for its copy and never
+  waits for it.
 - **Room** is made as for plain copies (``cuvee.server.plain_copies``): only from copies idle for
   ``min_idle_seconds``, least recently read first; a segment finding none is declined for that long. A copy
   that leaves (evicted, or its segment gone) is deleted from its table; deleted rows count against the budget
@@ -121,7 +125,7 @@ class NativeRead:
 
 
 class NativeCopies:
-    """The copies of one server's committed segments. Thread-safe; ``close`` drops them all."""
+    """The copies of one server's committed segments and sealed blocks. Thread-safe; ``close`` drops them all."""
 
     def __init__(self, max_bytes: int = 0, min_idle_seconds: float = 60.0,
                  min_rows: int = SMALL_INPUT_ROWS, clock: Callable[[], float] = time.monotonic,
@@ -178,8 +182,9 @@ class NativeCopies:
             return tables, self.bytes, len(self._pending)
 
     def token(self, segment: Any) -> int:
-        """``segment``'s token (a ``CommittedSegment``: one copy per object), its copy deleted when the object is
-        collected."""
+        """``segment``'s token (a ``CommittedSegment`` or a consuming segment's ``SealedBlock``: one copy per
+        object), its copy deleted when the object is collected (a block's: when its segment commits or is
+        released)."""
         with self._lock:
             token = self._owners.get(segment)
             if token is not None:

@@ -60,6 +60,7 @@ from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_N
 from cuvee.query import virtual_columns
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
+from cuvee.server.consuming.blocks import SealedBlock
 from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
@@ -423,7 +424,11 @@ class QueryExecutor:
         version of every key)."""
         projected = [_columns_read(table, request) for table in tables]
         filled = self._filled(request, projected)
-        with self._native_read(request, projected, segments, upsert) as native:
+        # each consuming segment's sealed blocks, taken once: the copies asked for and the rows bound are the same
+        # (a segment stopped in between answers no block: its rows read would lose their copied part)
+        sealed = [segment.sealed_blocks(table.num_rows) if isinstance(segment, ConsumingView)
+                  and self._natives is not None else [] for segment, table in zip(segments, projected)]
+        with self._native_read(request, projected, segments, sealed, upsert) as native:
             if native is None:
                 try:
                     union = _union(_alike(projected, segments, request))
@@ -450,8 +455,8 @@ class QueryExecutor:
             assert self._natives is not None
             natives = self._natives
             return self._run_on(native.cursor, request, deadline, total_docs, dims,
-                                lambda: _bind_native(native, projected, segments, natives, request.time_filter,
-                                                     request, filled), lost=native.lose)
+                                lambda: _bind_native(native, projected, segments, sealed, natives,
+                                                     request.time_filter, request, filled), lost=native.lose)
 
     def _filled(self, request: ServerQueryRequest, projected: list[pa.Table]) -> dict[str, str]:
         """The columns whose NULLs read as their default null value (``cuvee.query.null_defaults``): those holding
@@ -466,12 +471,12 @@ class QueryExecutor:
         return filled_columns(projected[0].schema.names, served.spec, projected)
 
     def _native_read(self, request: ServerQueryRequest, projected: list[pa.Table],
-                     segments: Sequence[QueryableSegment],
+                     segments: Sequence[QueryableSegment], sealed: Sequence[Sequence[SealedBlock]],
                      upsert: bool) -> AbstractContextManager[NativeRead | None]:
-        """The DuckDB copies of the committed segments a large scan reads (asking for those not made yet), or
-        nothing: an upsert table's valid docs (a view of a segment all of whose docs are valid carries no mask,
-        so only the table's kind tells), small inputs and segments of different columns (a column added since
-        some were built) take the Arrow views."""
+        """The DuckDB copies of the committed segments and of the consuming segments' ``sealed`` blocks (per
+        segment) a large scan reads (asking for those not made yet), or nothing: an upsert table's valid docs (a
+        view of a segment all of whose docs are valid carries no mask, so only the table's kind tells), small
+        inputs and segments of different columns (a column added since some were built) take the Arrow views."""
         natives = self._natives
         if natives is None or upsert or not projected or sum(t.num_rows for t in projected) < natives.min_rows:
             return nullcontext(None)
@@ -483,14 +488,16 @@ class QueryExecutor:
         if not all(_stored_as_read(segment, table) for segment, table in zip(segments, projected)):
             return nullcontext(None)  # a column served as its default (added since the segment was built), or cast
         tokens = []
-        for segment, table in zip(segments, projected):
+        for segment, blocks in zip(segments, sealed):
             if isinstance(segment, CommittedSegment):
                 token = natives.token(segment)
                 natives.want(token, request.table, segment.segment)
                 tokens.append(token)
-            elif isinstance(segment, ConsumingView):  # its sealed blocks, copied like committed segments
-                for block in segment.sealed_blocks(table.num_rows):
+            else:  # a consuming segment's sealed blocks, copied like committed segments
+                for block in blocks:
                     token = natives.token(block)
+                    if natives.ready(token):  # read from DuckDB from now on: its decoded columns need not be kept
+                        block.copied()
                     natives.want(token, request.table, block, any_size=True)
                     tokens.append(token)
         return natives.reading(request.table, tokens) if tokens else nullcontext(None)
@@ -653,21 +660,22 @@ _REST = "cuvee_rest"
 
 
 def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequence[QueryableSegment],
-                 natives: NativeCopies, time_filter: TimeFilter | None, request: ServerQueryRequest,
-                 filled: Mapping[str, str] | None = None) -> str:
+                 sealed: Sequence[Sequence[SealedBlock]], natives: NativeCopies, time_filter: TimeFilter | None,
+                 request: ServerQueryRequest, filled: Mapping[str, str] | None = None) -> str:
     """``cuvee_segments`` on the table database's cursor as ``_bind`` makes it: the rows of the held copies (by
-    their segment ids) and the Arrow views of the other segments (not copied yet), in one ``UNION ALL`` of the
-    columns read (every view has the same: ``_native_read``). Returned as a ``WITH`` clause to put before each
+    their segment ids; the consuming segments' blocks ``_native_read`` was given in ``sealed``) and the Arrow
+    views of the other rows (not copied yet), in one ``UNION ALL`` of the columns read (every view has the same:
+    ``_native_read``). Returned as a ``WITH`` clause to put before each
     statement (a TEMP view is a catalog write: ~1.3 ms of a filtered COUNT's server step over 1M rows), or bound as
     a TEMP view (returning "") when a statement does not start with SELECT."""
     names = projected[0].schema.names
     columns = ", ".join('"' + name.replace('"', '""') + '"' for name in names)
     copied: list[int] = []
     rest: list[pa.Table] = []
-    for table, segment in zip(projected, segments):
+    for table, segment, blocks in zip(projected, segments, sealed):
         if isinstance(segment, ConsumingView):
             at = 0  # a consuming segment: its copied sealed blocks from DuckDB, every other row as Arrow
-            for block in segment.sealed_blocks(table.num_rows):
+            for block in blocks:
                 token = natives.token(block)
                 if token in native.tokens:
                     if block.start > at:
@@ -682,11 +690,13 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
             copied.append(token)
         else:
             rest.append(table)
-    ids = ", ".join(str(int(token)) for token in copied)
-    selects = [f'SELECT {columns} FROM "{native.relation}" WHERE {SEGMENT_COLUMN} IN ({ids})']
+    selects = []
+    if copied:  # an empty IN list is not SQL
+        ids = ", ".join(str(int(token)) for token in copied)
+        selects.append(f'SELECT {columns} FROM "{native.relation}" WHERE {SEGMENT_COLUMN} IN ({ids})')
     con = native.cursor
-    if rest:
-        register(con, _REST, _union(rest))
+    if rest or not copied:
+        register(con, _REST, _union(rest) if rest else projected[0].schema.empty_table())
         selects.append(f"SELECT {columns} FROM {_REST}")
     source = " UNION ALL ".join(selects)
     if time_filter is not None:

@@ -31,6 +31,9 @@ def test_consuming_segments_end_at_their_share_of_the_budget(tmp_path: Path) -> 
         # CI once caught one mid-roll); every replica that reports says its memory
         reported = [r for replicas in info["_segmentToConsumingInfoMap"].values() for r in replicas
                     if r["consumerState"] not in ("NOT_REPORTED", "NOT_REACHABLE")]
-        assert all(r["memoryBytes"] <= BUDGET // 2 + 32 * 1024 for r in reported)  # its share, give a batch
+        # its share, give a batch: half the budget while both partitions' segments are held, the whole budget while
+        # the other partition's next segment is not started yet (a segment that ends leaves its share to the
+        # others: ``Server._memory_share``), which a loaded machine made long enough to fill it; never more
+        assert all(r["memoryBytes"] <= BUDGET + 32 * 1024 for r in reported), reported
         story = cluster.http.get(f"{cluster.controller_url}/segments/{TABLE}/{done[0]['segmentName']}/story").json()
         assert any(e.get("reason") == "memoryLimit" for e in story["events"] if e["kind"] == "segmentConsumed")

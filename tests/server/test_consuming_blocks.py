@@ -67,11 +67,13 @@ def rows(start: int, count: int) -> pa.Table:
 
 @pytest.fixture
 def consuming(tmp_path: Path) -> Any:
-    """A real ConsumingSegment (not started: the test appends its rows) with blocks of ``BLOCK`` rows."""
-    config = replace(FAST, scan_block_rows=BLOCK)
-    client = SegmentCompletionClient(config, leader_url="http://127.0.0.1:9")  # never called
+    """A real ConsumingSegment (not started: the test appends its rows) with blocks of ``BLOCK`` rows (set on its
+    scan: the server setting's floor, ``MIN_BLOCK_ROWS``, would make every-tail-size tests slow)."""
+    client = SegmentCompletionClient(FAST, leader_url="http://127.0.0.1:9")  # never called
     replica = make_replica(tmp_path, tmp_path / "log", record(rows=5_000), instance="s1", client=client,
-                           config=config)
+                           config=FAST)
+    assert replica.segment._scan is not None
+    replica.segment._scan.block_rows = BLOCK  # no block is cut yet
     yield replica.segment
     replica.segment.stop()
 
@@ -309,13 +311,16 @@ def test_a_column_added_since_the_segment_began_reads_its_default_beside_copied_
     assert [tuple(r.values()) for r in result.to_pylist()] == [("none", every.num_rows, clicks)]
 
 
-def test_scan_block_rows_is_a_server_setting_of_positive_integers() -> None:
-    config = load_config(ServerConfig, None, {"consumer.scan_block_rows": 1000})
-    assert config.consumer.scan_block_rows == 1000
+def test_scan_block_rows_is_a_server_setting_of_integers_from_duckdbs_vector_size() -> None:
+    config = load_config(ServerConfig, None, {"consumer.scan_block_rows": 2048})
+    assert config.consumer.scan_block_rows == 2048
     assert ServerConfig().consumer.scan_block_rows == 122_880
-    for bad in (0, -5, 2.5, True):
+    for bad in (2.5, True):
         with pytest.raises((ValueError, ConfigValidationError), match="scan_block_rows"):
             load_config(ServerConfig, None, {"consumer.scan_block_rows": bad})
+    for small in (0, -5, 1, 1000, 2047):  # tiny blocks made queries far slower: refused, naming key and floor
+        with pytest.raises((ValueError, ConfigValidationError), match=r"consumer\.scan_block_rows .*>= 2048"):
+            load_config(ServerConfig, None, {"consumer.scan_block_rows": small})
 
 
 def test_count_star_of_a_consuming_segment_is_answered_from_its_rows_as_execute_does(
@@ -340,3 +345,64 @@ def test_count_star_of_a_consuming_segment_is_answered_from_its_rows_as_execute_
         assert changed(now[1], timeUsedMs=0, minConsumingFreshnessTimeMs=0) == changed(
             stats, timeUsedMs=0, minConsumingFreshnessTimeMs=0)
         assert now[1].numConsumingSegmentsQueried == 1 and now[1].minConsumingFreshnessTimeMs > 0
+
+
+def test_a_segment_stopped_between_taking_its_blocks_copies_and_binding_them_still_answers(
+        consuming: ConsumingSegment, natives: NativeCopies, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit's swap (or a table's delete, or shutdown) stops the segment after a query took its sealed blocks'
+    copies and before it binds them: the query binds the blocks it took (the stopped segment has none left), and
+    answers its rows."""
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 2 * BLOCK + 3)
+    append(consuming, every)
+    sql = QUERIES[1][0]
+    assert run(executor, sql, [consuming.name]) == reference(sql, every)  # asks for the blocks' copies (made)
+    assert natives.summary()[0][TABLE][0] == 2
+    real = query_executor._bind_native
+
+    def stopping(*args: Any, **kwargs: Any) -> str:
+        consuming.stop()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(query_executor, "_bind_native", stopping)
+    assert run(executor, sql, [consuming.name]) == reference(sql, every)
+    assert consuming.sealed_blocks(every.num_rows) == []  # stopped indeed: a second look would find no block
+
+
+def test_the_memory_limit_counts_the_multi_value_columns_blocks_keep(consuming: ConsumingSegment) -> None:
+    """The consumer ends a segment at its memory share by what ``memoryBytes`` reports: the segment's buffers and
+    the multi-value columns its sealed blocks keep decoded (a share between the two ends it)."""
+    from cuvee.server.consuming.consume import EndCriteria, StopReason
+
+    append(consuming, rows(0, 3 * BLOCK + 2))
+    consuming.encoded_snapshot()  # a query reading tags: the sealed blocks keep it decoded
+    scan, mutable = consuming._scan, consuming._mutable
+    assert scan is not None and mutable is not None and scan.bytes_kept()["tags"] > 0
+    buffers = sum(mutable.bytes_used().values())
+    assert consuming.info()["memoryBytes"] == buffers + scan.bytes_kept()["tags"]
+    share = buffers + scan.bytes_kept()["tags"] // 2
+    end = EndCriteria(row_limit=1_000_000, deadline=None, force=lambda: False, paused=lambda: False,
+                      memory_limit=lambda: share)
+    assert consuming._consumer.consume(end) == StopReason.MEMORY_LIMIT  # before any fetch (there is no stream)
+
+
+def test_a_block_copied_into_duckdb_no_longer_keeps_its_multi_value_columns(
+        consuming: ConsumingSegment, natives: NativeCopies) -> None:
+    """Once a sealed block's DuckDB copy is ready, queries read its rows there: its decoded multi-value columns are
+    dropped (and not kept again by a query reading it as Arrow), and the answers stay the rows'."""
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 3 * BLOCK + 2)
+    append(consuming, every)
+    scan = consuming._scan
+    assert scan is not None
+    sql, ref = QUERIES[4]  # reads tags
+    assert run(executor, sql, [consuming.name]) == reference(ref, every)  # asks for the copies (made: no thread)
+    assert scan.bytes_kept()["tags"] > 0 and natives.summary()[0][TABLE][0] == 3
+    assert run(executor, sql, [consuming.name]) == reference(ref, every)  # reads the copies
+    assert scan.bytes_kept() == {}
+    assert consuming.encoded_snapshot().column("tags").to_pylist() == every.column("tags").to_pylist()
+    assert scan.bytes_kept() == {}

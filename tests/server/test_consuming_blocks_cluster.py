@@ -20,7 +20,8 @@ SCHEMA = {
                             {"name": "tags", "dataType": "STRING", "singleValueField": False}],
     "metricFieldSpecs": [{"name": "v", "dataType": "INT"}],
 }
-BLOCK = 16
+BLOCK = 2048  # the server setting's floor (MIN_BLOCK_ROWS)
+FLUSH = 5 * BLOCK
 QUERIES = [  # (Pinot SQL, the same over the produced rows in DuckDB)
     ("SELECT COUNT(*), SUM(v), MIN(id), MAX(id) FROM fresh WHERE v > 1", None),
     ("SELECT city, COUNT(*) FROM fresh GROUP BY city ORDER BY city LIMIT 10",
@@ -46,10 +47,10 @@ def answer(cluster: InProcessCluster, sql: str) -> list[list[Any]]:
 def test_a_consuming_segment_answers_from_its_copied_blocks_and_its_tail(tmp_path: Path) -> None:
     server = {"consumer": {"scan_block_rows": BLOCK}, "native_copy_min_rows": 1}
     with InProcessCluster(tmp_path, servers=1, server=server) as cluster:
-        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=200)
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=FLUSH)
         natives = cluster.servers[0].natives
         produced: list[dict[str, Any]] = []
-        for batch in (5, 20, 30, 7):  # tails of 5, 9, 7 and 14 rows behind 0, 1, 3 and 4 blocks
+        for batch in (5, BLOCK + 4, 2 * BLOCK - 2, BLOCK + 7):  # tails of 5, 9, 7 and 14 rows behind 0, 1, 3, 4 blocks
             rows = [event(len(produced) + i) for i in range(batch)]
             cluster.produce(configs, rows, key_field="id")
             produced += rows
@@ -62,9 +63,9 @@ def test_a_consuming_segment_answers_from_its_copied_blocks_and_its_tail(tmp_pat
                         (len(produced), sql, copied)
                 wait_until(lambda: copies(natives) == len(produced) // BLOCK, 30)
         assert len(cluster.committed_segments("fresh")) == 0  # all that time, one consuming segment
-        cluster.produce(configs, [event(len(produced) + i) for i in range(200)], key_field="id")
+        cluster.produce(configs, [event(len(produced) + i) for i in range(FLUSH)], key_field="id")
         wait_until(lambda: len(cluster.committed_segments("fresh")) == 1, 30)
-        wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM fresh") == len(produced) + 200, 30)
+        wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM fresh") == len(produced) + FLUSH, 30)
 
         def blocks_gone() -> bool:
             gc.collect()

@@ -15,11 +15,16 @@ so they are cut into blocks of ``block_rows`` (by default one DuckDB row group: 
   not made yet. The copies count against ``native_copy_bytes`` like committed ones, and are deleted when the
   block is collected (the segment committed or released);
 - multi-value columns, which every query decodes (DuckDB does not read lists of dictionary ids), are decoded once
-  per sealed block and kept (``bytes_kept``, counted in the segment's ``memoryBytes``); the tail's per query.
+  per sealed block and kept until the block's DuckDB copy is seen ready (``SealedBlock.copied``: queries then read
+  its rows there; one reading it as Arrow decodes them for itself); the tail's per query. What blocks keep
+  (``bytes_kept``) is part of the segment's ``bytes_used``: its ``memoryBytes`` and its memory-limit end check.
 
 A query sees a consistent prefix: it reads ``count`` rows once, and every block it uses ends at or below it.
 Blocks are cut at fixed multiples of ``block_rows`` (never where a batch happened to end), made by the first
-reader that needs them: the consume thread does no extra work.
+reader that needs them: a query, or — for a partial-upsert table only — the consume thread itself, which reads the
+previous versions of updated keys from the segment (``cuvee.upsert.table._rows_at``, through
+``encoded_snapshot``), cutting blocks and decoding their multi-value columns there. Otherwise the consume thread
+does no extra work: blocks are copied by the copies' worker, their columns decoded by queries.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class SealedBlock:
         self.start, self.end = start, end
         self._scan = scan
         self._multi: dict[str, pa.Array] = {}  # multi-value columns decoded
+        self._copied = False  # its DuckDB copy was seen ready: decoded columns are no longer kept
 
     @property
     def total_docs(self) -> int:
@@ -57,11 +63,19 @@ class SealedBlock:
         return logical_table(scan.mutable.snapshot(self.end, first_doc=self.start), scan.schema)
 
     def multi_value(self, name: str) -> pa.Array:
-        """Multi-value column ``name`` of the block, decoded (on first use, then kept)."""
+        """Multi-value column ``name`` of the block, decoded (on first use, then kept until ``copied``)."""
         found = self._multi.get(name)
-        if found is None:  # two first readers may both decode: the same values, one kept
-            found = self._multi.setdefault(name, self._scan.decoded(name, self.start, self.end))
+        if found is None:
+            found = self._scan.decoded(name, self.start, self.end)
+            if not self._copied:  # two first readers may both decode: the same values, one kept
+                found = self._multi.setdefault(name, found)
         return found
+
+    def copied(self) -> None:
+        """Its DuckDB copy is ready: queries reading natively take its rows there, so its decoded multi-value
+        columns are dropped and no longer kept (a query reading it as Arrow decodes them for itself)."""
+        self._copied = True
+        self._multi = {}
 
     def bytes_kept(self) -> dict[str, int]:
         return {name: array.nbytes for name, array in list(self._multi.items())}
@@ -141,6 +155,15 @@ class ConsumingScan:
             for name, size in block.bytes_kept().items():
                 kept[name] = kept.get(name, 0) + size
         return kept
+
+    def bytes_used(self) -> dict[str, int]:
+        """What the segment uses per column: its buffers (``MutableSegment.bytes_used``) and what its blocks keep.
+        The one measure of a consuming segment's memory: its ``memoryBytes`` and the consumer's memory-limit end
+        check (``consuming_memory_bytes``) both read it."""
+        used = self.mutable.bytes_used()
+        for name, kept in self.bytes_kept().items():
+            used[name] = used.get(name, 0) + kept
+        return used
 
     def release(self) -> None:
         """The segment leaves: its blocks go (their DuckDB copies are deleted once no query holds them)."""

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 # blocks of 122,880, ~1.9 s in blocks of 50,000, ~4.6 s in blocks of 16,384; a committed segment's copy costs
 # about the first).
 DEFAULT_BLOCK_ROWS = 122_880
+# Its floor: DuckDB's vector size. Each block is a copy of its own (a write, a checkpoint, a token held per query)
+# and a run of Arrow slices per query; blocks of a few rows made a query over 5,000 rows take seconds.
+MIN_BLOCK_ROWS = 2_048
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,9 @@ class ConsumerConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"consumer.{name} must be a positive number, got {value!r}")
         blocks = self.scan_block_rows
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-            raise ValueError(f"consumer.scan_block_rows must be an integer >= 1, got {blocks!r}")
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < MIN_BLOCK_ROWS:
+            raise ValueError(f"consumer.scan_block_rows must be an integer >= {MIN_BLOCK_ROWS} (DuckDB's vector "
+                             f"size; smaller blocks make queries slower), got {blocks!r}")
         for name in ("stream_error_retries", "bad_records_kept", "lease_margin_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

@@ -81,6 +81,7 @@ class PartitionConsumer:
         decoder: Decoder,
         segment: MutableSegment,
         bad_records: BadRecordLog,
+        bytes_used: Callable[[], dict[str, int]] | None = None,
         config: ConsumerConfig,
         clock: Callable[[], float],
         interrupted: threading.Event,
@@ -95,6 +96,9 @@ class PartitionConsumer:
         self.effective_start = start_offset  # moves up if retention removed the first messages before we read them
         self.decoder = decoder
         self.segment = segment
+        # what the rows use per column, checked against a memory limit (the segment's buffers, and what its sealed
+        # blocks keep: ``ConsumingScan.bytes_used``)
+        self._bytes_used = segment.bytes_used if bytes_used is None else bytes_used
         self.bad_records = bad_records
         self.config = config
         self.clock = clock
@@ -168,7 +172,7 @@ class PartitionConsumer:
                 return StopReason.TIME_LIMIT
             fitting = None
             if end.memory_limit is not None and (limit := end.memory_limit()) is not None:
-                used = sum(self.segment.bytes_used().values()) if self.rows else 0
+                used = sum(self._bytes_used().values()) if self.rows else 0
                 if self.rows and used >= limit:
                     return StopReason.MEMORY_LIMIT
                 fitting = _rows_that_fit(limit, used, self.rows)

@@ -155,7 +155,8 @@ class ConsumingSegment:
             start_offset=record.start_offset,
             decoder=build_decoder(table.stream.decoder, decode_schema(schema, transformer), source=self.name,
                                   registry_timeout_seconds=config.schema_registry_timeout_seconds),
-            segment=self._mutable, bad_records=self.bad_records, config=config, clock=clock,
+            segment=self._mutable, bytes_used=self._scan.bytes_used, bad_records=self.bad_records, config=config,
+            clock=clock,
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
@@ -338,10 +339,8 @@ class ConsumingSegment:
         now, rows = time.monotonic(), mutable.num_docs
         at, seen_rows, value = self._memory_seen
         if now - at > _MEMORY_REFRESH_SECONDS or (seen_rows == 0 and rows > 0):
-            value = mutable.bytes_used()
-            scan = self._scan
-            for name, kept in (scan.bytes_kept() if scan is not None else {}).items():
-                value[name] = value.get(name, 0) + kept  # multi-value columns sealed blocks keep decoded
+            scan = self._scan  # the buffers and the multi-value columns sealed blocks keep decoded
+            value = scan.bytes_used() if scan is not None else mutable.bytes_used()
             self._memory_seen = (now, rows, value)
         return value
 
