@@ -99,7 +99,8 @@ class TableEntry:
         routed to while those serve them (``replicas``): a query never reads a partition from a replica behind
         the one the previous query read."""
         routing = route(self.visible, available, request_number, hold_back=self.hold_back, strict=self.strict,
-                        upsert=self.upsert, sticky=self.replicas.get() if self.upsert else None)
+                        upsert=self.upsert, sticky=self.replicas.get() if self.upsert else None,
+                        now_ms=int(time.time() * 1000))
         self.replicas.remember(routing.replicas)
         if not self.absent:
             return routing

@@ -93,8 +93,12 @@ def _partition_key(segment: str) -> tuple[str, int, int]:
     return (f"{name.table}\x00{name.partition}", name.sequence, 0)
 
 
+UNLISTED_GRACE_MS = 120_000  # how long an upsert partition waits on its replica for its newest segment's listing
+
+
 def route(view: Assignment, available: Set[str], request_number: int = 0, *, hold_back: bool = True,
-          strict: bool = False, upsert: bool = False, sticky: Mapping[str, str] | None = None) -> RoutingTable:
+          strict: bool = False, upsert: bool = False, sticky: Mapping[str, str] | None = None,
+          now_ms: int | None = None) -> RoutingTable:
     """Route one query over the external view ``view`` ({segment: {instance: state}}). ``hold_back=False`` for
     pauseless tables: every CONSUMING segment ONLINE nowhere is read, not just a partition's first. ``strict``
     (upsert tables, ``instanceSelectorType: strictReplicaGroup``): all routed segments of a stream partition are
@@ -102,7 +106,9 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
     decisions are consistent with each other (``_one_replica_per_partition``). ``upsert``: the chosen replica
     reads its own copy of a segment mid-commit, even one still CONSUMING there (its server reads the partition
     whole, consistently); a strict table without upsert reads only the copies routing chose. ``sticky`` (upsert):
-    the replica each partition group was last read from (``RoutingTable.replicas`` of earlier queries)."""
+    the replica each partition group was last read from (``RoutingTable.replicas`` of earlier queries);
+    ``now_ms``: the wall clock, which bounds how long a partition waits for its replica to list its newest segment
+    (``UNLISTED_GRACE_MS`` from the segment's creation minute; None: no bound, for tests of the rule alone)."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for segment in view:
         group, sequence, _ = _partition_key(segment)
@@ -135,7 +141,7 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
     replicas: dict[str, str] = {}
     if strict:
         choices, split, later, replicas = _one_replica_per_partition(choices, view, available, request_number,
-                                                                     upsert, sticky or {})
+                                                                     upsert, sticky or {}, now_ms)
         unavailable += split
         held_back += later
     servers: dict[str, list[str]] = {}
@@ -156,8 +162,8 @@ def route(view: Assignment, available: Set[str], request_number: int = 0, *, hol
 
 
 def _one_replica_per_partition(choices: list[_Choice], view: Assignment, available: Set[str], request_number: int,
-                               upsert: bool, sticky: Mapping[str, str]
-                               ) -> tuple[list[_Choice], list[str], dict[str, str]]:
+                               upsert: bool, sticky: Mapping[str, str], now_ms: int | None = None
+                               ) -> tuple[list[_Choice], list[str], list[str], dict[str, str]]:
     """Each partition's choices narrowed to one instance: one that serves all of them, else the one serving most,
     the segments it does not serve then unavailable (mixing replicas could show two versions of a key, or none).
     For an upsert table a segment mid-commit (ONLINE on one replica, still CONSUMING on another) is read from
@@ -186,7 +192,7 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
             state_of = {True: SegmentState.CONSUMING, False: SegmentState.ONLINE}
             serving = {m.segment: {i: state_of[m.consuming] for i in m.candidates} for m in members}
         instance = sticky.get(group) if upsert else None
-        later = _newest_consuming_not_listed(members, serving, view, instance) if instance is not None else []
+        later = _newest_consuming_not_listed(members, serving, view, instance, now_ms) if instance is not None else []
         if instance is None or any(instance not in replicas_of for s, replicas_of in serving.items()
                                    if s not in later):
             counts = Counter(i for replicas_of in serving.values() for i in replicas_of)
@@ -209,24 +215,37 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
 
 
 def _newest_consuming_not_listed(members: list[_Choice], serving: Mapping[str, Mapping[str, SegmentState]],
-                                 view: Assignment, instance: str) -> list[str]:
+                                 view: Assignment, instance: str, now_ms: int | None = None) -> list[str]:
     """An upsert partition's newest segments, CONSUMING elsewhere, that its ``sticky`` replica does not list at all
     yet while it serves every older one: that replica is not behind, its report is (a new consuming segment is
     listed once the previous one's commit finished there, and its server reads the partition whole, unlisted
     consuming segments included). Moving the partition for them would go to a replica that lists the segment
     but may not have read it yet: a key's newest version, seen a query before, would vanish. Empty when the
-    replica misses any other segment (then the partition moves) or lists the segment in another state (ERROR)."""
+    replica misses any other segment (then the partition moves) or lists the segment in another state (ERROR),
+    and once a segment is older than ``UNLISTED_GRACE_MS`` (by ``now_ms``): a replica that does not list it by then
+    is stuck (its transitions queued behind downloads, a failing start), not late to report, and reading it
+    would hide that segment's rows with no error while another replica serves them."""
     ordered = sorted(members, key=lambda m: _partition_key(m.segment)[1])
     later: list[str] = []
     for m in reversed(ordered):
         if instance in serving[m.segment]:
             break
-        if not m.consuming or instance in view[m.segment]:
+        if not m.consuming or instance in view[m.segment] or _older_than_grace(m.segment, now_ms):
             return []
         later.append(m.segment)
     if len(later) == len(ordered) or any(instance not in serving[m.segment] for m in ordered[:len(ordered) - len(later)]):
         return []
     return later
+
+
+def _older_than_grace(segment: str, now_ms: int | None) -> bool:
+    if now_ms is None:
+        return False
+    try:
+        created = LLCSegmentName.parse(segment).created_ms
+    except InvalidSegmentNameError:
+        return True
+    return now_ms - created > UNLISTED_GRACE_MS
 
 
 def _capped(candidates: tuple[str, ...], successor: Mapping[str, SegmentState],

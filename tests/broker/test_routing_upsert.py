@@ -95,6 +95,24 @@ def test_a_partition_stays_while_only_its_newest_consuming_segment_is_not_listed
     assert replica_of(upsert_route({N: {"A": CO, "B": ON}, N1: {"B": CO}}, frozenset({"B"}), 0, sticky=on_a)) == "B"
 
 
+def test_a_partition_waits_for_its_replica_to_list_the_newest_segment_only_for_a_grace_period() -> None:
+    """A replica that still does not list the newest segment long after it was created is stuck (its transition
+    queued behind downloads, a failing start), not late to report: the partition moves to the replica serving
+    it, rather than hiding that segment's rows with no error."""
+    from cuvee.broker.routing import UNLISTED_GRACE_MS
+    from cuvee.protocol.segment_name import LLCSegmentName
+
+    servers = frozenset({"A", "B"})
+    on_a = {next(iter(upsert_route({N: {"A": CO, "B": CO}}, servers, 0).replicas)): "A"}
+    lagging = {N: {"A": ON, "B": ON}, N1: {"B": CO}}
+    created = LLCSegmentName.parse(N1).created_ms
+    for now, replica in ((created + 1_000, "A"), (created + UNLISTED_GRACE_MS - 1, "A"),
+                         (created + UNLISTED_GRACE_MS + 1, "B")):
+        routed = route(lagging, servers, 5, hold_back=False, strict=True, upsert=True, sticky=on_a, now_ms=now)
+        assert replica_of(routed) == replica, now - created
+        assert routed.held_back == ((N1,) if replica == "A" else ())
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[ClusterStore]:
     meta = open_metastore(f"sqlite://{tmp_path / 'meta.db'}?{FAST_META}")
