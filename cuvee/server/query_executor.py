@@ -526,12 +526,13 @@ class QueryExecutor:
                     docs = _count(con, prefix + request.docs_scanned_sql)
             elif request.docs_column is not None:
                 result, docs = _take_docs_column(result, request.docs_column)
+            elif request.stops_at_limit and request.selection_limit is not None:
+                # unordered: the rows it stopped at, every row passing WHERE when short of its LIMIT (Pinot's early
+                # termination, with or without WHERE: a point lookup is not counted again in a second scan)
+                docs = result.num_rows
             elif request.docs_scanned_sql is not None or request.time_filter is not None:
-                if request.selection_limit is not None and (result.num_rows < request.selection_limit
-                                                            or request.stops_at_limit):
-                    # short of its LIMIT: it answered every row passing WHERE; full and unordered: the rows it
-                    # stopped at (Pinot's early termination: a point lookup is not counted in a second scan)
-                    docs = result.num_rows
+                if request.selection_limit is not None and result.num_rows < request.selection_limit:
+                    docs = result.num_rows  # a selection short of its LIMIT answered every row passing WHERE
                 elif request.docs_scanned_sql is not None:
                     docs = _count(con, prefix + request.docs_scanned_sql)
                 else:  # no WHERE: the rows of this half, not the segments' total

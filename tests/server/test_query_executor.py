@@ -138,7 +138,8 @@ def test_a_selection_short_of_its_limit_counts_its_answer_rows(loaded, monkeypat
 
 
 @pytest.mark.parametrize("sql", ["SELECT id FROM events WHERE v > 0 LIMIT 5 OFFSET 2",
-                                 "SELECT id, city FROM events WHERE v > 0 LIMIT 0"])
+                                 "SELECT id, city FROM events WHERE v > 0 LIMIT 0",
+                                 "SELECT id FROM events LIMIT 5"])
 def test_a_full_selection_without_order_by_reports_the_rows_it_stopped_at(loaded, monkeypatch: pytest.MonkeyPatch,
                                                                           sql: str) -> None:
     """Pinot stops an unordered selection at its LIMIT and reports the docs it read: a point lookup that finds
