@@ -63,6 +63,10 @@ def reload_router(server: Server) -> APIRouter:
             if not differ:
                 continue
             state = getattr(consuming, "state", ConsumerState.CONSUMING)
+            if state is not ConsumerState.CONSUMING and getattr(consuming, "force_requested", False):
+                # force-committed already, for the same reason (the follower's pass saw the served version first)
+                committed.append(consuming.name)
+                continue
             if state is not ConsumerState.CONSUMING:  # its end is reached or fixed: its commit is under way
                 log.info("reload %s: %s consumes under other columns than served (%s) and already ends (%s): its "
                          "successor is made under the served version", body.jobId, consuming.name,

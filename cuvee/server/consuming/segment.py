@@ -210,6 +210,11 @@ class ConsumingSegment:
         """End consumption now (reason forceCommit); ignored once the segment stopped consuming."""
         self._force.set()
 
+    @property
+    def force_requested(self) -> bool:
+        """Whether a force commit was asked of this segment (by a reload, a follower's pass or the API)."""
+        return self._force.is_set()
+
     def set_paused(self, paused: bool) -> None:
         (self._paused.set if paused else self._paused.clear)()
 
