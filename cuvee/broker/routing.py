@@ -201,6 +201,7 @@ def _one_replica_per_partition(choices: list[_Choice], view: Assignment, availab
             spread = zlib.crc32(group.encode())
             turn = spread if upsert or any(m.consuming for m in members) else request_number + spread
             instance = ordered[turn % len(ordered)]
+            later = []  # a replica chosen afresh holds nothing back
         if upsert:
             replicas[group] = instance
         for m in members:
@@ -233,9 +234,7 @@ def _newest_consuming_not_listed(members: list[_Choice], serving: Mapping[str, M
         if not m.consuming or instance in view[m.segment] or _older_than_grace(m.segment, now_ms):
             return []
         later.append(m.segment)
-    if len(later) == len(ordered) or any(instance not in serving[m.segment] for m in ordered[:len(ordered) - len(later)]):
-        return []
-    return later
+    return [] if len(later) == len(ordered) else later  # a replica missing an older one moves (the caller's rule)
 
 
 def _older_than_grace(segment: str, now_ms: int | None) -> bool:
