@@ -119,17 +119,21 @@ def _on_cursor(work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
     """``work`` on a cursor of the ingestion database, closed after. Should DuckDB fail inside itself (its database
     invalidated, here or by a statement on another thread), the database is replaced and ``work`` runs once more
     there: a batch's rows are stored, not turned into bad records, and a table's setup does not fail for it."""
-    for attempt in (1, 2):
-        con = sandboxed_cursor(exact_try=True)
-        try:
-            return work(con)
-        except duckdb.Error as exc:
-            if attempt == 2 or engine_failure(exc) is None:
-                raise
-            log.warning("ingestion expressions met a failed DuckDB database; running them again on a new one")
-        finally:
-            con.close()
-    raise AssertionError("unreachable")
+    try:
+        return _with_cursor(work)
+    except duckdb.Error as exc:
+        if engine_failure(exc) is None:
+            raise
+    log.warning("ingestion expressions met a failed DuckDB database; running them again on a new one")
+    return _with_cursor(work)
+
+
+def _with_cursor(work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    con = sandboxed_cursor(exact_try=True)
+    try:
+        return work(con)
+    finally:
+        con.close()
 
 
 def _reasons(con: duckdb.DuckDBPyConnection, rows: np.ndarray, flags: list[np.ndarray],
