@@ -498,7 +498,7 @@ class QueryExecutor:
                     token = natives.token(block)
                     if natives.ready(token):  # read from DuckDB from now on: its decoded columns need not be kept
                         block.copied()
-                    natives.want(token, request.table, block, any_size=True)
+                    natives.want(token, request.table, block)
                     tokens.append(token)
         return natives.reading(request.table, tokens) if tokens else nullcontext(None)
 
