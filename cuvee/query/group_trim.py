@@ -66,15 +66,35 @@ NUM_GROUPS_LIMIT_OPTION = "numGroupsLimit"
 MIN_SERVER_GROUP_TRIM_SIZE_OPTION = "minServerGroupTrimSize"
 
 
+COMBINED_BY = {"count": "sum", "countsum": "sum", "sum": "sum", "max": "max", "min": "min"}  # simple-merge kinds
+
+
+@dataclass(frozen=True)
+class RankBound:
+    """What the broker needs to bound a trimmed group's merged ranking value (``cuvee.query.exact_trim``): the
+    query's first ORDER BY term is a bare COUNT, SUM, MIN or MAX whose merged value ``combine``s (sum, max, min)
+    the servers' values of partial column ``column``; ``non_negative``: every partial is >= 0 (a COUNT);
+    ``single_term``: the ORDER BY has no other term, so groups that tie on it may answer in any order."""
+
+    column: str
+    combine: str
+    descending: bool
+    non_negative: bool
+    single_term: bool
+
+
 @dataclass(frozen=True)
 class GroupTrim:
     """How a server ranks its groups when it keeps fewer than it has. ``rows`` is LIMIT + OFFSET when the query may
     be trimmed (ORDER BY evaluable on partials, no HAVING), else None (only ``numGroupsLimit`` cuts, and
-    ``order_sql`` ranks nothing); ``exact``: the ranking is by group keys, so a trim cannot change the answer."""
+    ``order_sql`` ranks nothing); ``exact``: the ranking is by group keys, so a trim cannot change the answer;
+    ``bound``: for a trim that is not exact, how the broker makes its answer exact in a second round (None: the
+    ranking gives it nothing to bound, so a query on several servers is not trimmed)."""
 
     order_sql: str
     rows: int | None
     exact: bool
+    bound: RankBound | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +131,13 @@ def cut(groups: int, trim: GroupTrim, num_groups_limit: int, min_trim_size: int)
 
 
 def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str, str | None], having: bool,
-              rows: int) -> tuple[GroupTrim, list[exp.Ordered]]:
+              rows: int, merged_by: Mapping[str, tuple[str, str]] | None = None) -> tuple[GroupTrim, list[exp.Ordered]]:
     """The ranking of a GROUP BY's groups on a server, and the tie-breakers the broker's ORDER BY must append.
 
     ``order`` is the query's ORDER BY over merged columns (``__g<i>`` keys, ``__f<k>`` aggregations);
     ``on_partials`` gives each ``__f<k>`` as SQL over one server row's partial columns, or None when it cannot be
-    evaluated there; ``rows`` is LIMIT + OFFSET."""
+    evaluated there; ``rows`` is LIMIT + OFFSET; ``merged_by``: the ``__f<k>`` that are one partial column merged
+    by a simple kind (``count``, ``sum``, ``min``, ``max``, ``countsum``) -> (kind, partial column)."""
     if not order and not having and keys and rows <= KEY_RANKED_ROWS:
         # Any LIMIT groups may answer (SQL, and Pinot, promise no order), so the same ones everywhere: the first by
         # their keys. A server then keeps groups whole or not at all among the broker's first, as for ORDER BY keys.
@@ -132,7 +153,22 @@ def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str,
     breakers = _tie_breakers(ranked, keys)
     terms = ", ".join(t.sql(dialect=DIALECT) for t in [*ranked, *breakers])
     order_sql = f"SELECT * FROM {GROUPS_RELATION} ORDER BY {terms}"
-    return GroupTrim(order_sql=order_sql, rows=rows, exact=exact), (breakers if exact else [])
+    bound = None if exact else _rank_bound(order, merged_by or {})
+    return GroupTrim(order_sql=order_sql, rows=rows, exact=exact, bound=bound), (breakers if exact else [])
+
+
+def _rank_bound(order: Sequence[exp.Ordered], merged_by: Mapping[str, tuple[str, str]]) -> RankBound | None:
+    """The bound of the first ORDER BY term, when it is a bare aggregation merged by a simple kind."""
+    first = order[0].this
+    while isinstance(first, exp.Paren):
+        first = first.this
+    if not _merged_column(first, "__f") or first.name not in merged_by:
+        return None
+    kind, column = merged_by[first.name]
+    if kind not in COMBINED_BY:
+        return None
+    return RankBound(column=column, combine=COMBINED_BY[kind], descending=bool(order[0].args.get("desc")),
+                     non_negative=kind in ("count", "countsum"), single_term=len(order) == 1)
 
 
 def _merged_column(node: exp.Expression, prefix: str) -> bool:
