@@ -41,6 +41,7 @@ from cuvee.query.group_trim import (
     DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
     DEFAULT_NUM_GROUPS_LIMIT,
     GROUPS_RELATION,
+    WANTED_KEY,
     GroupCut,
     GroupTrim,
     cut,
@@ -271,7 +272,6 @@ def keep_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, trim: GroupTri
 
 
 WANTED_RELATION = "cuvee_wanted"  # a second round's group keys (``cuvee.query.exact_trim``)
-WANTED_KEY = re.compile(r"__g[0-9]{1,4}")  # the key columns ``wanted`` may name (the planner's)
 
 
 def wanted_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, wanted: pa.Table) -> pa.Table:

@@ -44,6 +44,7 @@ like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,7 +63,11 @@ INT_MAX = 2**31 - 1  # Pinot's options are Java ints; the same bounds here
 # cut sends fewer groups than asked anyway (and flags it), and a multi-stage leaf, which asks for every group, would
 # pay a sort of them all at the broker for nothing
 KEY_RANKED_ROWS = DEFAULT_NUM_GROUPS_LIMIT
+WANTED_KEY = re.compile(r"__g[0-9]{1,4}")  # the key columns a second round's wanted groups name (the planner's)
 NUM_GROUPS_LIMIT_OPTION = "numGroupsLimit"
+# true (default): a trimmed GROUP BY … ORDER BY on several servers is made exact (cuvee.query.exact_trim); false:
+# Pinot's single approximate round, reported as groupsTrimmed. Named after Pinot's accurateGroupByWithoutOrderBy.
+ACCURATE_GROUP_BY_OPTION = "accurateGroupByWithOrderBy"
 MIN_SERVER_GROUP_TRIM_SIZE_OPTION = "minServerGroupTrimSize"
 
 
