@@ -31,15 +31,18 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
 - ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE, DISTINCTCOUNT (and its HLL, SUM and AVG forms) or
   expressions of them (and keys): on the server's partials (AVG as partial sum / partial count, a distinct count
   as the length of the server's distinct list: each aggregation's final value over that server's rows, as Pinot's
-  TableResizer ranks), Pinot's approximate semantics: a group whose rows are spread over servers can rank low on
-  each and be cut everywhere, or be cut on one server and arrive short. Exact when each group's rows are on one
-  server (one server, or a table partitioned on the keys).
+  TableResizer ranks), Pinot's approximate semantics on each server: a group whose rows are spread over servers
+  can rank low on each and be cut everywhere, or be cut on one server and arrive short. Exact when each group's
+  rows are on one server (one server, or a table partitioned on the keys); on several servers the broker makes
+  the answer exact (``cuvee.query.exact_trim``: a second round when a server cut, bounded by ``RankBound`` when
+  the first ORDER BY term is a bare COUNT, SUM, MIN or MAX; other rankings are not trimmed there at all), unless
+  the query asks for Pinot's single round (``accurateGroupByWithOrderBy=false``).
 - anything else (PERCENTILE…: the server's own percentile says little about the merged one) is not trimmed; nor
   is a query with HAVING (the broker filters merged groups, and the groups a trim keeps may all fail it, even when
   ordering by keys). They are not ranked at all.
 
-``groupsTrimmed`` (Pinot 1.4's flag) is reported when a server trimmed and trimming was not exact; an exact trim,
-like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` and applies ``cut``.
+``groupsTrimmed`` (Pinot 1.4's flag) is reported when a server trimmed and trimming was not exact (nor made exact
+by the broker); an exact trim, like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` and applies ``cut``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from cuvee.query import merge_partials, plan_sql, run_server_step
 from cuvee.query.exact_trim import Decision, decide
+from cuvee.query.execute import sandboxed_cursor, wanted_groups
 from cuvee.testing.compat.judge import canon_rows
 from tests.query.helpers import SCHEMA, resolve
 
@@ -126,3 +127,14 @@ def test_what_cannot_be_bounded_is_asked_untrimmed() -> None:
                 "SELECT city, COUNT(*) FROM events GROUP BY city ORDER BY 2 LIMIT 1"):
         _, decision, cut = _answer(sql, tables)
         assert cut and decision.untrimmed == (0, 1)
+
+
+def test_wanted_groups_match_null_keys_and_nothing_else() -> None:
+    con = sandboxed_cursor(0)
+    try:
+        groups = pa.table({"__g0": ["a", None, "b", "c"], "__g1": [1, 1, None, 2], "__p0": [10, 20, 30, 40]})
+        wanted = pa.table({"__g0": [None, "b", "c"], "__g1": [1, None, 3]})
+        got = wanted_groups(con, groups, wanted)
+    finally:
+        con.close()
+    assert sorted(got.column("__p0").to_pylist()) == [20, 30]
