@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from cuvee.broker.scatter import ServerCall, ServerReply
 from cuvee.protocol.query import ServerQueryStats
 from cuvee.query.exact_trim import decide
 from cuvee.query.group_trim import GroupTrim
+
+log = logging.getLogger(__name__)
 
 Ask = Callable[[list[ServerCall]], Awaitable[list[ServerReply]]]
 
@@ -55,8 +58,12 @@ async def exact_groups(trim: GroupTrim | None, calls: Sequence[ServerCall], repl
             sum(1 for r in replies if r.table is not None) < 2:
         return replies, 0
     assert trim is not None and trim.rows is not None
-    decision = await asyncio.to_thread(decide, trim.bound, trim.rows, [r.table for r in replies],
-                                       [_cut(r) for r in replies])
+    try:
+        decision = await asyncio.to_thread(decide, trim.bound, trim.rows, [r.table for r in replies],
+                                           [_cut(r) for r in replies])
+    except Exception:  # noqa: BLE001 - a bug here must cost the exactness (still reported), never the query
+        log.warning("bounding the trimmed groups failed; answering from the first round", exc_info=True)
+        return replies, 0
     again: list[tuple[int, ServerCall]] = []
     for i, keys in decision.wanted.items():
         again.append((i, _with_groups(calls[i], remaining_ms, wanted=keys)))
