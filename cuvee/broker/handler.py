@@ -153,6 +153,14 @@ def _group_limits(plan: QueryPlan, asked: _Asked) -> GroupLimits | None:
                        asked.groups.min_server_group_trim_size)
 
 
+def _first_round(asked: _Asked, plan: QueryPlan, routings: Sequence[RoutingTable]) -> _Asked:
+    """``asked`` for the first round: the servers' trim off when the query reaches several servers and its ranking
+    gives the broker nothing to bound (``trim_rounds.untrimmed_first``; never for one server: nothing to undo)."""
+    if asked.accurate and untrimmed_first(plan.group_trim, sum(len(r.servers) for r in routings)):
+        return asked.untrimmed()
+    return asked
+
+
 def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
     return ExecutionStats(
         numDocsScanned=stats.numDocsScanned, totalDocs=stats.totalDocs,
@@ -486,8 +494,7 @@ class QueryHandler:
         whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
         asked_plan = plan if whole else disjoint_plan(plan, targets, routings)  # distinct counts summed if provable
         exact = asked.accurate and not whole  # a trim that may change the answer is undone (trim_rounds)
-        if exact and untrimmed_first(asked_plan.group_trim, sum(len(r.servers) for r in routings)):
-            asked = asked.untrimmed()
+        asked = _first_round(asked, asked_plan, routings)
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
         # a hybrid table: both halves at once, each server told its side of the boundary
@@ -503,8 +510,7 @@ class QueryHandler:
             # (or the distinct counts of a partition that replica then shares) cannot be merged with theirs, so it
             # is asked again for its partial result (rare: a move under way)
             whole, asked_plan, exact = False, plan, asked.accurate
-            if exact and untrimmed_first(plan.group_trim, sum(len(r.servers) for r in routings)):
-                asked = asked.untrimmed()
+            asked = _first_round(asked, plan, routings)
             calls = self._calls(str(number), plan, targets[0], routings[0], servers, deadline, asked)
             wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
             replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes)
