@@ -13,6 +13,10 @@ wanted (``GroupLimits.wanted``: their partials, none cut) or the trim off (``min
   ``numGroupsLimit`` is still reported as ``numGroupsLimitReached``, and a server that cut by that limit alone is
   not asked untrimmed again: it would cut the same).
 
+Each group's partial from a server comes from one round only, so none is counted twice; on a realtime table rows
+that arrive between the two rounds may be in a candidate's second-round partial and not in the first round's
+groups (an answer as fresh as its second round, as any query's is as fresh as its scan).
+
 The upfront half of the rule (a ranking the broker cannot bound is not trimmed at all on several servers) is the
 handler's, when it builds the first round's requests (``untrimmed_first``).
 """
