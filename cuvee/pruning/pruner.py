@@ -22,6 +22,7 @@ matches nothing.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ Bloom = Callable[[str, np.ndarray], bool]
 # ~0.1 s of work at most, however many IN values and segments a query brings
 MAX_CHECKS = 100_000
 BLOOM_COST = 50
+# an IN list's values in a segment's [min, max] whose partitions are computed (a hash each); more are kept as far
+# as partitions go (so many values nearly always fall in every partition anyway)
+MAX_PARTITIONED = 256
 
 
 class Work:
@@ -61,11 +65,25 @@ class Work:
         self.left = checks
         self.served = served
         self._hashes: dict[tuple[int, str], tuple[Compare | In, dict[Value, int]]] = {}
+        self._sorted: dict[tuple[int, str], tuple[In, list[Value] | None]] = {}
 
     def spend(self, count: int) -> bool:
         """Whether ``count`` more checks fit the budget (they are taken from it)."""
         self.left -= count
         return self.left >= 0
+
+    def ordered(self, node: In, kind: str | None) -> list[Value] | None:
+        """``node``'s values sorted, when all are exactly of ``kind`` ("int" or "str": compared with the column's
+        stats as they are, without DuckDB's casts); else None. Sorted once per node (kept with the node)."""
+        if kind not in ("int", "str"):
+            return None
+        key = (id(node), "sorted-" + kind)
+        held = self._sorted.get(key)
+        if held is None:
+            same = all(isinstance(v, str) for v in node.values) if kind == "str" else \
+                all(isinstance(v, int) for v in node.values)
+            held = self._sorted[key] = (node, sorted(node.values) if same else None)
+        return held[1]
 
     def hashes(self, node: Compare | In, kind: str, wanted: list[Value]) -> np.ndarray:
         """The ``value_hashes`` of ``wanted`` (values of ``node``, all of ``kind``), from a table built once per node
@@ -109,12 +127,21 @@ def _may_match(predicate: Predicate, facts: SegmentFacts, work: Work) -> bool:
         return True
     if work.served is not None and work.served.get(predicate.column, (meta.data_type, True)) != (meta.data_type, True):
         return True  # stored under another type than it is served as: its stats are not of the values compared
-    if not work.spend(1 if isinstance(predicate, Compare) else len(predicate.values)):
-        return True  # past the query's budget: kept
+    if not work.spend(1 if isinstance(predicate, Compare) else len(predicate.values).bit_length()):
+        return True  # past the query's budget: kept (an IN's values are charged as they are looked at)
     if isinstance(predicate, Compare):
         if not _in_range(meta, predicate.op, predicate.value):
             return False
         return predicate.op != "=" or _may_hold(meta, predicate, [predicate.value], facts, work)
+    ordered = work.ordered(predicate, _kind(meta))
+    if ordered is not None:  # values all of the column's kind: those in [min, max] found by bisection
+        low, high = _bound(meta.min), _bound(meta.max)
+        if isinstance(low, str) == isinstance(high, str) == (_kind(meta) == "str") and low is not None \
+                and high is not None:
+            candidates = ordered[bisect.bisect_left(ordered, low):bisect.bisect_right(ordered, high)]
+            return bool(candidates) and _may_hold(meta, predicate, candidates, facts, work)
+    if not work.spend(len(predicate.values)):
+        return True
     candidates = [v for v in predicate.values if _in_range(meta, "=", v)]
     return bool(candidates) and _may_hold(meta, predicate, candidates, facts, work)
 
@@ -223,7 +250,8 @@ def _may_hold(meta: ColumnMetadata, node: Compare | In, values: list[Value], fac
     if len(exact) < len(values):
         return True  # a float against an integer column (or the like): neither partitions nor blooms can say
     held = facts.partitions
-    if held is not None and held.column == column:
+    if held is not None and held.column == column and len(exact) <= MAX_PARTITIONED \
+            and work.spend(len(exact)):
         arrow_type = _INTEGERS.get(meta.data_type, pa.string())
         try:
             found = partitions(pa.array(exact, arrow_type),

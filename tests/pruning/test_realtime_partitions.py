@@ -115,6 +115,12 @@ def test_a_point_lookup_prunes_committed_and_consuming_segments_of_other_partiti
     assert answer["resultTable"]["rows"] == _oracle(ROWS, sql)
     assert answer["numSegmentsPrunedByBroker"] == sum(1 for s in ideal if int(s.split("__")[1]) not in
                                                       {_partition(u) for u in (3, 4, 9, 600)})
+    # an IN list of 64 values or more (planned as raw text) prunes too
+    listed = [u for u in range(0, 900) if _partition(u) == 2][:80]
+    sql = f"SELECT COUNT(*), SUM(ms) FROM hits WHERE uid IN ({', '.join(map(str, listed))})"
+    answer = _answer(cluster, sql)
+    assert answer["resultTable"]["rows"] == _oracle(ROWS, sql) and answer["resultTable"]["rows"][0][0] > 0
+    assert answer["numSegmentsPrunedByBroker"] == sum(1 for s in ideal if int(s.split("__")[1]) != 2)
 
 
 def test_a_distinct_count_of_the_partition_column_is_summed_per_server(cluster: InProcessCluster,
