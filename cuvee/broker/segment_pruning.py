@@ -5,9 +5,9 @@ asked for them. Pure, over the routing and what the broker's view read from the 
 Only the partition column is known here (the broker reads no column statistics): its type from the schema, no
 min/max, so ``cuvee.pruning.may_match`` decides by partitions alone. A REALTIME table's segments are pruned too:
 committed ones by the partitions their records carry, consuming ones by their stream partition when the view
-knows it to hold that partition alone (``cuvee.pruning.stream_partitions``: it has facts only then). The servers prune again, by everything their
-segments' metadata says. Pinot's ``time`` pruner is not run here: the servers prune by the time column's min/max
-in each committed segment (and a hybrid half's time filter) instead.
+knows it to hold that partition alone (``cuvee.pruning.stream_partitions``: it has facts only then). The servers
+prune again, by everything their segments' metadata says. Pinot's ``time`` pruner is not run here: the servers
+prune by the time column's min/max in each committed segment (and a hybrid half's time filter) instead.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cuvee.pruning.predicate import (MAX_DEPTH, MAX_IN_VALUES, MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError,
-                                     from_json,
-                                     to_json, with_bound)
+from cuvee.pruning.predicate import (MAX_DEPTH, MAX_IN_VALUES, MAX_NODES, MAX_VALUES, And, Compare, In, Or,
+                                     PredicateWireError, from_json, to_json, with_bound)
 from tests.pruning.helpers import where_of
 
 
@@ -54,9 +53,11 @@ def test_a_long_in_list_set_aside_as_text_is_read_for_membership_then_for_its_ra
     assert where_of(f"i IN ({', '.join(map(str, values))})") == In("i", tuple(dict.fromkeys(values)))
     values = list(range(-70, 70, 2))
     texts = [f"a,{n}" for n in range(80)] + ["o'k"]
-    assert where_of("s IN (" + ", ".join("'" + t.replace("'", "''") + "'" for t in texts) + ")") == In("s", tuple(texts))
+    quoted = ", ".join("'" + t.replace("'", "''") + "'" for t in texts)
+    assert where_of(f"s IN ({quoted})") == In("s", tuple(texts))
     mixed = where_of(f"d IN ({', '.join(str(v / 4) for v in range(70))}, -3, +4, -2.5e1)")
-    assert isinstance(mixed, In) and mixed.values[-2:] == (-3, -25.0) and 4.0 in mixed.values and mixed.values[1] == 0.25
+    assert isinstance(mixed, In) and mixed.values[-2:] == (-3, -25.0) and 4.0 in mixed.values
+    assert mixed.values[1] == 0.25
     # past MAX_IN_VALUES distinct values: the range from the smallest to the largest (min/max pruning only)
     many = ", ".join(str(v) for v in range(MAX_IN_VALUES, -1, -1))
     assert where_of(f"i IN ({many}) AND s = 'a'") == And((Compare("i", ">=", 0), Compare("i", "<=", MAX_IN_VALUES),
