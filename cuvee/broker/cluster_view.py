@@ -84,6 +84,7 @@ class TableEntry:
     # it alone (``cuvee.pruning.stream_partitions``); None or missing: not known
     partition_spec: PartitionSpec | None = None
     partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
+    stream_partitions: int = 0  # a partitioned REALTIME table's stream partitions, as its segments' names show
     timeout_ms: int | None = None  # the table config's query.timeoutMs
     pruners: frozenset[str] = frozenset()  # routing.segmentPrunerTypes, lower case (``cuvee.broker.segment_pruning``)
     # upsert: the replica each partition was last read from, carried from entry to entry (``route``)
@@ -397,13 +398,15 @@ class ClusterView:
             except UserError as exc:  # not partitioned, as far as joins go
                 log.warning("table %s: segmentPartitionConfig is not usable: %s", name, exc)
                 spec = None
+        count = 0
         if spec is not None and ideal is None:
-            partitions = self._realtime_partitions(name, view, spec, mixed, old)
+            partitions, count = self._realtime_partitions(name, view, spec, mixed, old)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, step, config.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {},
+                          stream_partitions=count,
                           timeout_ms=config.query.timeout_ms,
                           pruners=frozenset(t.lower() for t in config.routing.segment_pruner_types),
                           replicas=old.replicas if old is not None else PartitionReplicas())
@@ -442,16 +445,18 @@ class ClusterView:
         return end_times, read_for, partitions
 
     def _realtime_partitions(self, name: str, view: ExternalView, spec: PartitionSpec, mixed: frozenset[str],
-                             old: TableEntry | None) -> dict[str, SegmentPartitions | None]:
-        """A partitioned REALTIME table's segments' partitions: a committed segment's from its record (read once:
-        a committed segment's rows do not change), a consuming one's by ``consuming_partitions``."""
+                             old: TableEntry | None) -> tuple[dict[str, SegmentPartitions | None], int]:
+        """A partitioned REALTIME table's segments' partitions, and its stream's partition count: a committed segment's from its record (read once:
+        a committed segment's rows do not change), a consuming one's by ``consuming_partitions``. The stream's
+        partition count is carried from the last refresh and grown by the segments new since (it never shrinks;
+        one too large only stops consuming segments from being pruned)."""
         known = old.partitions if old is not None else {}
-        count = stream_partition_count(view.segments)
+        count = max(old.stream_partitions if old is not None else 0,
+                    stream_partition_count(s for s in view.segments if s not in known))
         partitions: dict[str, SegmentPartitions | None] = {}
         for segment, replicas in view.segments.items():
             if segment in mixed:
-                partitions[segment] = None  # a replica saw rows of another partition in it: not known
-                continue
+                continue  # a replica saw rows of another partition in it: not known (read again once committed)
             if not any(state is SegmentState.ONLINE for state in replicas.values()):
                 partitions[segment] = consuming_partitions(segment, spec, count, mixed)
                 continue
@@ -465,7 +470,7 @@ class ClusterView:
                 continue
             if found is not None and not found.record.is_consuming:
                 partitions[segment] = found.record.partitions
-        return partitions
+        return partitions, count
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

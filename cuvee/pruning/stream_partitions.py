@@ -27,7 +27,7 @@ Pure: the node's record and the rules; the server and the broker do the I/O.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,24 +90,25 @@ def consuming_partitions(segment: str, spec: PartitionSpec, stream_partitions: i
     known: never pruned, never taken as disjoint)."""
     if spec.num_partitions != stream_partitions or segment in mixed:
         return None
-    try:
-        partition = LLCSegmentName.parse(segment).partition
-    except InvalidSegmentNameError:
-        return None
-    if not 0 <= partition < spec.num_partitions:
+    partition = stream_partition(segment)
+    if partition is None or not 0 <= partition < spec.num_partitions:
         return None
     return SegmentPartitions(spec.column, spec.function, spec.num_partitions, (partition,))
 
 
-def stream_partition_count(segments: Collection[str]) -> int:
+def stream_partition_count(segments: Iterable[str]) -> int:
     """The stream's partition count as a table's segments show it (its largest stream partition + 1; 0: none)."""
-    found = -1
-    for segment in segments:
-        try:
-            found = max(found, LLCSegmentName.parse(segment).partition)
-        except InvalidSegmentNameError:
-            continue
-    return found + 1
+    return max((p for p in map(stream_partition, segments) if p is not None), default=-1) + 1
+
+
+def stream_partition(segment: str) -> int | None:
+    """The stream partition an LLC segment name gives (``<table>__<partition>__<sequence>__<time>``), or None.
+    Read without ``LLCSegmentName.parse`` (which checks every part, ~20 µs): a broker reads every segment's at
+    each refresh of a partitioned REALTIME table."""
+    parts = segment.split("__")
+    if len(parts) != 4 or not parts[1].isascii() or not parts[1].isdigit():
+        return None
+    return int(parts[1])
 
 
 class StrayCheck:
