@@ -195,12 +195,15 @@ class ConsumingSegment:
         if report is None or spec is None:
             return None
         check = StrayCheck(spec, self.partition)
+        reported = threading.Event()
 
         def before_append(rows: pa.RecordBatch) -> None:
-            if check.first is not None or spec.column not in rows.schema.names:
+            if reported.is_set() or spec.column not in rows.schema.names:
                 return  # reported already: nothing more to learn
-            if check.strays(rows.column(spec.column)) and check.first is not None:
-                report(self.name, check.first)
+            check.strays(rows.column(spec.column))
+            if check.first is not None:  # a row of another partition, in this batch or one not published
+                report(self.name, check.first)  # raises when it cannot: these rows are then not published
+                reported.set()
                 self._tell("rowsOfOtherPartitions", partition=check.first, streamPartition=self.partition)
 
         self._consumer.before_append = before_append
