@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from cuvee.broker.routing import RoutingTable
-from cuvee.pruning import Predicate, SegmentFacts, may_match
+from cuvee.pruning import Predicate, SegmentFacts, Work, may_match
 from cuvee.segment.metadata import ColumnMetadata
 from cuvee.segment.partitioning import SegmentPartitions
 
@@ -38,8 +38,9 @@ def prune_routing(routing: RoutingTable, predicate: Predicate | None,
         return routing, 0
     servers: dict[str, tuple[str, ...]] = {}
     pruned = 0
+    work = Work()  # the query's: its IN lists hashed once, its checks within one budget
     for instance, segments in routing.servers.items():
-        kept = tuple(s for s in segments if s not in facts or may_match(predicate, facts[s]))
+        kept = tuple(s for s in segments if s not in facts or may_match(predicate, facts[s], work))
         pruned += len(segments) - len(kept)
         if kept:
             servers[instance] = kept

@@ -50,9 +50,6 @@ Bloom = Callable[[str, np.ndarray], bool]
 # ~0.1 s of work at most, however many IN values and segments a query brings
 MAX_CHECKS = 100_000
 BLOOM_COST = 50
-# an IN list's values in a segment's [min, max] whose partitions are computed (a hash each); more are kept as far
-# as partitions go (so many values nearly always fall in every partition anyway)
-MAX_PARTITIONED = 256
 
 
 class Work:
@@ -66,6 +63,7 @@ class Work:
         self.served = served
         self._hashes: dict[tuple[int, str], tuple[Compare | In, dict[Value, int]]] = {}
         self._sorted: dict[tuple[int, str], tuple[In, list[Value] | None]] = {}
+        self._partitions: dict[tuple[int, str, str, int], tuple[Compare | In, dict[Value, int]]] = {}
 
     def spend(self, count: int) -> bool:
         """Whether ``count`` more checks fit the budget (they are taken from it)."""
@@ -84,6 +82,23 @@ class Work:
                 all(isinstance(v, int) for v in node.values)
             held = self._sorted[key] = (node, sorted(node.values) if same else None)
         return held[1]
+
+    def partitions(self, node: Compare | In, kind: str, held: SegmentPartitions) -> dict[Value, int]:
+        """Each of ``node``'s values of ``kind`` -> its partition under ``held``'s function and count, computed once
+        per node and function (an IN list holds at most ``MAX_IN_VALUES`` distinct values: a bounded cost, paid
+        once per query however many segments are checked)."""
+        key = (id(node), kind, held.function, held.num_partitions)
+        found = self._partitions.get(key)
+        if found is None:
+            listed = node.values if isinstance(node, In) else (node.value,)
+            same = [v for v in dict.fromkeys(listed) if (isinstance(v, str) if kind == "str" else isinstance(v, int))]
+            try:
+                of = partitions(pa.array(same, pa.string() if kind == "str" else pa.int64()),
+                                PartitionSpec(node.column, held.function, held.num_partitions)).tolist()
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                of, same = [], []  # values the function cannot take (Modulo of a string): unsure, none known
+            found = self._partitions[key] = (node, dict(zip(same, of)))
+        return found[1]
 
     def hashes(self, node: Compare | In, kind: str, wanted: list[Value]) -> np.ndarray:
         """The ``value_hashes`` of ``wanted`` (values of ``node``, all of ``kind``), from a table built once per node
@@ -250,18 +265,11 @@ def _may_hold(meta: ColumnMetadata, node: Compare | In, values: list[Value], fac
     if len(exact) < len(values):
         return True  # a float against an integer column (or the like): neither partitions nor blooms can say
     held = facts.partitions
-    if held is not None and held.column == column and len(exact) <= MAX_PARTITIONED \
-            and work.spend(len(exact)):
-        arrow_type = _INTEGERS.get(meta.data_type, pa.string())
-        try:
-            found = partitions(pa.array(exact, arrow_type),
-                               PartitionSpec(column, held.function, held.num_partitions))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            found = None  # a value the column's type cannot hold: unsure
-        if found is not None:
-            exact = [v for v, p in zip(exact, found.tolist()) if p in held.partitions]
-            if not exact:
-                return False
+    if held is not None and held.column == column and work.spend(len(exact)):
+        of = work.partitions(node, "str" if _kind(meta) == "str" else "int", held)
+        exact = [v for v in exact if v not in of or of[v] in held.partitions]  # not in it: unsure, kept
+        if not exact:
+            return False
     if meta.has_bloom_filter and facts.bloom is not None:
         if not work.spend(BLOOM_COST):
             return True

@@ -203,3 +203,24 @@ def test_a_100k_value_in_list_prunes_within_a_bounded_time() -> None:
     expected = [n for n, f in segments if not any(100 <= v <= 100 + 3 * (MAX_IN_VALUES - 1) and (v - 100) % 3 == 0
                                                   for v in range(n * 10, n * 10 + 6))]
     assert out == expected and len(expected) > 10
+
+
+def test_an_in_lists_partitions_are_computed_once_per_query() -> None:
+    """The broker checks every routed segment's partitions: the list's values are hashed once for the query."""
+    import pyarrow as pa
+
+    from cuvee.segment.partitioning import PartitionSpec, partitions
+
+    values = [f"k{n}" for n in range(100)]
+    of = partitions(pa.array(values), PartitionSpec("s", "Murmur", 8)).tolist()
+    predicate = where_of(f"s IN ({', '.join(repr(v) for v, p in zip(values, of) if p in (1, 2))})")
+    assert predicate is not None
+    work = Work()
+    segments = [SegmentFacts(-1, {"s": column("s", "STRING", None, None)},
+                             partitions=SegmentPartitions("s", "Murmur", 8, (p,))) for p in range(8)] * 20
+    assert [may_match(predicate, facts, work) for facts in segments[:8]] == [p in (1, 2) for p in range(8)]
+    assert all(may_match(predicate, facts, work) == (facts.partitions.single in (1, 2)) for facts in segments)
+    assert len(work._partitions) == 1
+    odd = SegmentFacts(100, {"s": column("s", "STRING", None, None)},
+                       partitions=SegmentPartitions("s", "Modulo", 8, (3,)))  # Modulo of strings: unsure
+    assert may_match(predicate, odd, work)
