@@ -32,8 +32,8 @@ from cuvee.decode.factory import build_decoder
 from cuvee.decode.transform import compile_ingestion, decode_schema
 from cuvee.protocol.completion import Request, StopReason
 from cuvee.protocol.segment_name import LLCSegmentName
-from cuvee.segment.immutable import ImmutableSegment
 from cuvee.pruning.stream_partitions import StrayCheck
+from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
 from cuvee.segment.partitioning import partition_spec
 from cuvee.server.consuming import build as building
@@ -187,7 +187,8 @@ class ConsumingSegment:
 
     def _stray_check(self, report: Callable[[str, int], None] | None) -> StrayCheck | None:
         """A partitioned table's check of each row's partition against the stream partition, wired into the
-        consumer (``report`` runs once, on the first row of another partition)."""
+        consumer (``report`` runs on the first row of another partition, before any row of its batch is published,
+        until it succeeds)."""
         try:
             spec = partition_spec(self.table.indexing.extra, self.schema)
         except UserError:
