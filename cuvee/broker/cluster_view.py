@@ -448,8 +448,8 @@ class ClusterView:
                              old: TableEntry | None) -> tuple[dict[str, SegmentPartitions | None], int]:
         """A partitioned REALTIME table's segments' partitions, and its stream's partition count: a committed
         segment's from its record (read once: a committed segment's rows do not change), a consuming one's by
-        ``consuming_partitions``. The stream's partition count is carried from the last refresh and grown by the segments new since (it never shrinks;
-        one too large only stops consuming segments from being pruned)."""
+        ``consuming_partitions``. The stream's partition count is carried from the last refresh and grown by the
+        segments new since (it never shrinks; one too large only stops consuming segments from being pruned)."""
         known = old.partitions if old is not None else {}
         count = max(old.stream_partitions if old is not None else 0,
                     stream_partition_count(s for s in view.segments if s not in known))

@@ -115,8 +115,8 @@ def delete_table_state(store: ClusterStore, table: str) -> None:
     last rebalance's record, the reload and force-commit jobs, the served schema version (the schema's versions
     stay: ``cuvee.cluster.schemas``), the consuming segments reported to hold other partitions' rows (a recreated
     table's segments may take their names) and the maintenance tasks' watermarks — for an OFFLINE half also the
-    REALTIME half's RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a recreated offline
-    half would get only rows after it, and the time boundary would hide the rest."""
+    REALTIME half's RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a
+    recreated offline half would get only rows after it, and the time boundary would hide the rest."""
     paths = store.paths
     store.delete(paths.ideal_state(table))
     store.delete(paths.segments(table))
