@@ -28,6 +28,16 @@ class Timing:
     used_ms: float | None = None
     duckdb_ms: float | None = None
     detail: str = ""
+    cpu_ms: float | None = None  # the broker's and servers' processes' CPU time per run (a process per role only)
+    duckdb_cpu_ms: float | None = None  # DuckDB's CPU time per run (every thread of the bench's process)
+
+    @property
+    def cpu_ratio(self) -> float | None:
+        """CPU spent by the cluster against DuckDB's for the same answer: what the roles cost whatever the cores
+        (on a 2-core machine 3 servers and a broker share two; wall time then follows CPU time)."""
+        if self.cpu_ms is None or self.duckdb_cpu_ms is None:
+            return None
+        return max(self.cpu_ms, FLOOR_MS) / max(self.duckdb_cpu_ms, FLOOR_MS)
 
     @property
     def ratio(self) -> float | None:
@@ -47,6 +57,10 @@ class Phase:
 
     def geomean(self) -> float | None:
         ratios = list(self.ratios().values())
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+
+    def cpu_geomean(self) -> float | None:
+        ratios = [r for t in self.timings.values() if t.verdict == "pass" and (r := t.cpu_ratio) is not None]
         return math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
 
     def worst(self) -> tuple[str, float] | None:
@@ -113,7 +127,8 @@ def summary_lines(suite: str, result: SetResult) -> list[str]:
         lines.append(f"{suite} {name} (from {phase.started_s:.0f} s after ingest): {right}/{len(phase.timings)} "
                      f"right; client wall / DuckDB geometric mean {_x(phase.geomean())}, worst "
                      f"{worst[0] + ' ' + _x(worst[1]) if worst else '-'}; SELECT COUNT(*) p50 "
-                     f"{_ms(phase.count_p50_ms)} ms")
+                     f"{_ms(phase.count_p50_ms)} ms"
+                     + (f"; cluster CPU / DuckDB CPU geometric mean {_x(cpu)}" if (cpu := phase.cpu_geomean()) else ""))
     fresh, settled = result.phases.get("fresh"), result.phases.get("settled")
     if fresh and settled and (f := fresh.geomean()) and (s := settled.geomean()):
         lines.append(f"{suite}: fresh / settled geometric mean {f / s:.2f}x")

@@ -23,8 +23,10 @@ run once more (asking for the copies of what committed late). In each phase ever
 judged against DuckDB (that run is its warm-up; a wrong answer is printed in red, never timed, and makes the
 bench exit 1), then run ``--repeat`` times alternating with DuckDB. Printed per query: the client's wall time
 (Python's ``http.client``: HTTP included), the broker's ``timeUsedMs``, DuckDB's time and the ratio of wall time
-to DuckDB's (medians); per phase the ratios' geometric mean and the worst, and ``SELECT COUNT(*)``'s p50 through
-the broker (``--count-runs`` runs). ``--json`` writes the figures (``run_all.py`` prints shapes side by side).
+to DuckDB's (medians), and the CPU ratio: the broker's and servers' processes' CPU time for the query (from
+``/proc``, summed over the repeats) against DuckDB's (the bench process's, every thread) — what the roles cost
+whatever the machine: with 3 servers and a broker on 2 cores, wall time follows CPU time; per phase the ratios'
+geometric means and the worst, and ``SELECT COUNT(*)``'s p50 through the broker (``--count-runs`` runs). ``--json`` writes the figures (``run_all.py`` prints shapes side by side).
 
     .venv/bin/python bench/compat.py [--table-type offline|realtime|hybrid] [--servers 1] [--replicas 1]
         [--rows 1000000] [--set clickbench|pinot|all] [--repeat 3] [--queries 31,32] [--segments 8]
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -183,19 +186,25 @@ def _measure(http: httpx.Client, client: BrokerClient, roles: Endpoints, native:
             continue
         limited = shape_of(query.sql, oracle_sql(query.id, query.oracle_sql)).limited_sql
         wall, used, duck = [], [], []
+        cluster_cpu = duck_cpu = 0.0
         for _ in range(repeat):
+            before = _cpu_seconds(roles.pids)
             answer, ms = client.timed(query.sql)
+            cluster_cpu += _cpu_seconds(roles.pids) - before
             if answer.get("exceptions"):  # right when judged, failing now: reported, never timed
                 phase.timings[query.id] = Timing(Verdict.ERROR.value, detail=str(answer["exceptions"])[:300])
                 break
             wall.append(ms)
             used.append(float(answer.get("timeUsedMs", 0)))
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             native.execute(limited).fetchall()
             duck.append((time.perf_counter() - began) * 1000)
+            duck_cpu += time.process_time() - began_cpu
         else:
             phase.timings[query.id] = Timing(Verdict.PASS.value, statistics.median(wall), statistics.median(used),
-                                             statistics.median(duck))
+                                             statistics.median(duck),
+                                             cpu_ms=cluster_cpu * 1000 / repeat if roles.pids else None,
+                                             duckdb_cpu_ms=duck_cpu * 1000 / repeat)
     count_sql = f"SELECT COUNT(*) FROM {table}"
     for _ in range(10):
         client.post(count_sql)
@@ -203,12 +212,28 @@ def _measure(http: httpx.Client, client: BrokerClient, roles: Endpoints, native:
     return phase
 
 
+def _cpu_seconds(pids: tuple[int, ...]) -> float:
+    """User + system CPU seconds of ``pids`` so far (Linux ``/proc``; 10 ms ticks, so summed over the repeats;
+    0 where it cannot be read)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def _table(suite: str, run: Run, result: SetResult) -> Table:
     table = Table(title=f"{suite}: {run.rows:,} rows, {run.label}, medians of the repeats "
                         f"(wall: the client's, HTTP included; used: the broker's timeUsedMs)")
     table.add_column("query")
     for name in PHASES:
-        for column in ("wall ms", "used ms", "duckdb ms", "ratio"):
+        for column in ("wall ms", "used ms", "duckdb ms", "ratio", "cpu ratio"):
             table.add_column(f"{name} {column}", justify="right")
     fresh = result.phases["fresh"].timings
     for query in fresh:
@@ -218,10 +243,10 @@ def _table(suite: str, run: Run, result: SetResult) -> Table:
             if timing is None or timing.verdict != "pass" or timing.ratio is None:
                 verdict = timing.verdict if timing else ""
                 style = "bold red" if verdict in ("wrong", "error") else "green" if verdict == "pass" else "yellow"
-                cells += [f"[{style}]{verdict}[/{style}]", "", "", (timing.detail[:30] if timing else "")]
+                cells += [f"[{style}]{verdict}[/{style}]", "", "", (timing.detail[:30] if timing else ""), ""]
             else:
                 cells += [f"{timing.wall_ms:.1f}", f"{timing.used_ms:.0f}", f"{timing.duckdb_ms:.1f}",
-                          f"{timing.ratio:.2f}"]
+                          f"{timing.ratio:.2f}", "-" if timing.cpu_ratio is None else f"{timing.cpu_ratio:.2f}"]
         table.add_row(query, *cells)
     return table
 

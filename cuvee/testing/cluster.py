@@ -215,6 +215,7 @@ class Endpoints:
     controller: str
     broker: str
     servers: tuple[str, ...]
+    pids: tuple[int, ...] = ()  # the broker's and servers' processes (none when every role is in this process)
 
 
 @contextlib.contextmanager
@@ -231,6 +232,7 @@ def bench_cluster(root: Path, servers: int, *, in_process: bool,
 
     info = up(LocalClusterSpec(dir=root, servers=servers, overrides={"server": dict(server or {})}))
     try:
-        yield Endpoints(info["controller"], info["broker"], tuple(info["servers"]))
+        yield Endpoints(info["controller"], info["broker"], tuple(info["servers"]),
+                        tuple(pid for name, pid in info.get("pids", {}).items() if name != "controller"))
     finally:
         down(root)
