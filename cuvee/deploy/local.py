@@ -189,9 +189,12 @@ def _write_private(path: Path, text: str) -> None:
 def _plan_roles(spec: LocalClusterSpec) -> list[_Role]:
     common = {"cluster": spec.cluster, "metadata": spec.metadata_uri, "host": spec.host, **_security(spec)}
     roles = [_Role("controller", "controller", 0, {**common, "deep_store": spec.deep_store_uri})]
+    # the servers share this machine's cores: each queries with its share (unless overridden below)
+    threads = {"query_threads": max(1, (os.cpu_count() or 1) // spec.servers)} if spec.servers > 1 else {}
     for i in range(spec.servers):
         data_dir = str(spec.dir.resolve() / "data" / f"server-{i}")
-        roles.append(_Role(f"server-{i}", "server", 0, {**common, "deep_store": spec.deep_store_uri, "data_dir": data_dir}))
+        roles.append(_Role(f"server-{i}", "server", 0, {**common, "deep_store": spec.deep_store_uri, "data_dir": data_dir,
+                                                        **threads}))
     roles.append(_Role("broker", "broker", 0, dict(common)))
     # A restart reuses each role's port: a server's instance id (Server_<host>_<port>) is how the ideal state
     # names it, so the same port means it takes back its segments.

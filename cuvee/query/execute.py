@@ -65,6 +65,21 @@ def memory_limit(share: float = MEMORY_SHARE) -> str | None:
 
 _databases: dict[tuple[bool, bool], duckdb.DuckDBPyConnection] = {}
 _database_lock = threading.Lock()
+_large_threads = 0  # DuckDB threads of the database for large inputs (0: every core; set_query_threads)
+
+
+def set_query_threads(threads: int) -> None:
+    """The DuckDB threads a large input's work may use in this process (a server's ``query_threads``; 0: every
+    core). Taken when that database is made: set it before the first query (a server does at start). A process
+    holds one such database, so with several servers in one process (tests) the first one's value stands."""
+    global _large_threads
+    with _database_lock:
+        if (False, False) in _databases or (False, True) in _databases:
+            if threads != _large_threads:
+                log.warning("query_threads %d not applied: this process's query database was made with %d",
+                            threads, _large_threads)
+            return
+        _large_threads = threads
 
 
 def sandboxed_cursor(rows: int | None = None, *, exact_try: bool = False) -> duckdb.DuckDBPyConnection:
@@ -83,6 +98,8 @@ def sandboxed_cursor(rows: int | None = None, *, exact_try: bool = False) -> duc
                 config["disabled_optimizers"] = "common_subexpressions"
             if small:
                 config["threads"] = 1
+            elif _large_threads:
+                config["threads"] = _large_threads
             limit = memory_limit(INGESTION_MEMORY_SHARE if exact_try else MEMORY_SHARE)
             if limit is not None:
                 config["memory_limit"] = limit

@@ -131,13 +131,14 @@ class NativeCopies:
 
     def __init__(self, max_bytes: int = 0, min_idle_seconds: float = 60.0,
                  min_rows: int = SMALL_INPUT_ROWS, clock: Callable[[], float] = time.monotonic,
-                 background: bool = True, directory: Path | None = None):
+                 background: bool = True, directory: Path | None = None, threads: int = 0):
         """``directory`` holds the database files (emptied now: files left by an earlier process are stale); None
         uses a temporary directory of its own, removed by ``close``. ``background`` False makes every change in
         the caller (tests; ``drain`` runs what is queued)."""
         if max_bytes < 0:
             raise ValueError("native_copy_bytes must be 0 (none kept) or positive")
         self.max_bytes = max_bytes
+        self._threads = threads  # DuckDB threads of each table's database (0: every core)
         self._directory = directory
         self._own_directory = directory is None
         if directory is not None:
@@ -518,7 +519,7 @@ class NativeCopies:
                 self._directory = Path(tempfile.mkdtemp(prefix="cuvee-native-copies-"))
             path = self._directory / f"copies-{uuid.uuid4().hex}.duckdb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _Table(table, _new_database(path), path)
+        return _Table(table, _new_database(path, self._threads), path)
 
     def _version_name(self) -> str:
         """A name no table version of this server had before: a late drop of an old version (a reader's) can
@@ -672,8 +673,10 @@ def _close_cursor(cursor: duckdb.DuckDBPyConnection) -> None:
         log.debug("a cursor on a lost database of native copies was closed already")
 
 
-def _new_database(path: Path) -> duckdb.DuckDBPyConnection:
+def _new_database(path: Path, threads: int = 0) -> duckdb.DuckDBPyConnection:
     config: dict[str, str | bool | int] = {"enable_external_access": False}
+    if threads:
+        config["threads"] = threads
     limit = memory_limit()
     if limit is not None:
         config["memory_limit"] = limit

@@ -42,6 +42,7 @@ from cuvee.server.memory import tune_allocators
 from cuvee.server.download import Backoff, SegmentFetcher
 from cuvee.server.follower import IdealStateFollower
 from cuvee.server.handlers import Consuming, ConsumingFactory, SegmentTransitions
+from cuvee.query.execute import set_query_threads
 from cuvee.server.native_copies import NATIVE_COPIES_DIR, NativeCopies
 from cuvee.server.plain_copies import PlainCopies
 from cuvee.server.local import UPSERT_SNAPSHOTS, LocalSegments
@@ -91,7 +92,9 @@ class Server:
                                     read_cache_bytes=config.upsert_read_cache_bytes)
         # committed segments' DuckDB copies for large scans (cuvee.server.native_copies; off at 0 bytes)
         self.natives = NativeCopies(config.native_copy_bytes, config.native_copy_min_idle_seconds,
-                                    config.native_copy_min_rows, directory=Path(config.data_dir) / NATIVE_COPIES_DIR)
+                                    config.native_copy_min_rows, directory=Path(config.data_dir) / NATIVE_COPIES_DIR,
+                                    threads=config.query_threads)
+        set_query_threads(config.query_threads)  # the Arrow views' scans (cuvee.query.execute)
         self._make_consuming_override = make_consuming
         self._clock = clock  # when ERROR replicas are retried (tests pass a fake clock)
         builds = config.max_parallel_segment_builds
