@@ -32,7 +32,7 @@ from cuvee.query import TableInfo, plan_sql
 from cuvee.query.rewrite import DOCS_TOTAL_COLUMN
 from cuvee.segment.builder import build_segment
 from cuvee.segment.mutable import MutableSegment
-from cuvee.server.consuming.blocks import DEFAULT_BLOCK_ROWS, ConsumingScan, SealedBlock
+from cuvee.server.consuming.blocks import DEFAULT_BLOCK_ROWS, ConsumingScan, OpenBlock, SealedBlock
 from cuvee.server.native_copies import NativeCopies
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment, ConsumingView
@@ -70,6 +70,9 @@ class _Consuming:
 
     def sealed_blocks(self, count: int) -> list[SealedBlock]:
         return self.scan.blocks(count)
+
+    def open_blocks(self, count: int) -> dict[int, OpenBlock]:
+        return self.scan.open_blocks(count)
 
 
 def _request(sql: str, segment: str) -> ServerQueryRequest:

@@ -56,11 +56,12 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from cuvee.query import duckdb_functions
@@ -71,6 +72,9 @@ log = logging.getLogger(__name__)
 DEFAULT_NATIVE_COPY_BYTES = 4 << 30  # a server's default (ServerConfig.native_copy_bytes): 4 GiB of decoded rows
 SEGMENT_COLUMN = "__cuvee_segment"
 _SOURCE = "cuvee_native_source"
+TAILS = "cuvee_tails"  # the in-memory database attached to each table's database: consuming segments' tail tables
+DOC_COLUMN = "__cuvee_doc"  # a tail table's row numbers in its segment: a query reads those below its count
+_TAIL_SOURCE = "cuvee_tail_source"
 
 
 NATIVE_COPIES_DIR = ".native-copies"  # in a server's data directory (a dot: not taken for a table's directory)
@@ -101,6 +105,21 @@ class _Version:
 
 
 @dataclass
+class _Tail:
+    """An ``OpenBlock``'s rows in a DuckDB table of the ``TAILS`` database (beside its table's copies)."""
+
+    owner: _Table  # the database holding it
+    token: int  # its OpenBlock's
+    name: str  # its table's, in TAILS (made by the first append)
+    appended: int  # its rows are the block's from its start up to this one
+    made: bool = False
+    bytes: int = 0  # counted against the budget (decoded Arrow bytes, as a copy's)
+    readers: int = 0
+    dropping: bool = False  # its block's copy is ready, its segment gone, or it failed: dropped once unread
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one append at a time
+
+
+@dataclass
 class _Table:
     name: str  # the Cuvee table whose copies it holds
     con: duckdb.DuckDBPyConnection
@@ -122,6 +141,9 @@ class NativeRead:
     relation: str
     tokens: set[int]
     lose: Callable[[], None]  # the query found the database failed for good (``NativeCopies.lose``)
+    # (an OpenBlock, the query's row count) -> the relation holding the block's rows up to that count (perhaps
+    # more: read those whose DOC_COLUMN is below the count), held until the read ends; None: read them as Arrow
+    tail: Callable[[Any, int], str | None] = lambda block, count: None
 
 
 class NativeCopies:
@@ -153,6 +175,7 @@ class NativeCopies:
         self._pending: set[int] = set()  # asked for, not made yet
         self._gone: set[int] = set()  # pending tokens whose segment left
         self._tables: dict[str, _Table] = {}
+        self._tails: dict[int, _Tail] = {}  # by their OpenBlock's token
         self._owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._tokens = 0
         self._versions = 0
@@ -218,6 +241,7 @@ class NativeCopies:
     def reading(self, table: str, tokens: Sequence[int]) -> Iterator[NativeRead | None]:
         """The copies of ``tokens`` that are ready, held until the block ends (None when there are none)."""
         held: list[_Copy] = []
+        tails: list[_Tail] = []
         version: _Version | None = None
         cursor = None
         with self._lock:
@@ -238,8 +262,12 @@ class NativeCopies:
                     copies.readers += 1
                     cursor = copies.con.cursor()
         try:
-            yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(copies)) \
-                if cursor is not None and version is not None and copies is not None else None
+            if cursor is not None and version is not None and copies is not None:
+                on = (copies, cursor)
+                yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(on[0]),
+                                 lambda block, count: self._tail(on[0], on[1], tails, block, count))
+            else:
+                yield None
         finally:
             if cursor is not None:
                 _close_cursor(cursor)
@@ -247,6 +275,9 @@ class NativeCopies:
                 for copy in held:
                     copy.readers -= 1
                 gone = [copy for copy in held if copy.dropping and copy.readers == 0]
+                for tail in tails:
+                    tail.readers -= 1
+                unread_tails = [tail for tail in tails if tail.dropping and tail.readers == 0]
                 retired = empty = unread = False
                 if version is not None and copies is not None:
                     version.readers -= 1
@@ -262,6 +293,8 @@ class NativeCopies:
                 self._submit(("reap", None))
             for copy in gone:
                 self._submit(("delete", copy))
+            for tail in unread_tails:
+                self._submit(("drop_tail", tail))
             if retired and version is not None:
                 self._submit(("drop", (table, version)))
             if empty:
@@ -284,6 +317,7 @@ class NativeCopies:
         with self._lock:
             self._closed = True
             self._copies.clear()
+            self._tails.clear()  # in the databases closed below
             for copies in self._tables.values():
                 copies.lost = True
                 self._lost.append(copies)
@@ -321,6 +355,7 @@ class NativeCopies:
                     copy.bytes = 0  # released: its late delete (a reader's) has nothing more to give back
             self.bytes -= copies.dead_bytes
             copies.dead_bytes = 0
+            self._release_tails(copies)
             copies.lost = True
             self._lost.append(copies)
 
@@ -332,6 +367,104 @@ class NativeCopies:
             self._lost = [copies for copies in self._lost if copies.readers > 0]
         for copies in unread:
             _close(copies)
+
+    # ---- consuming segments' tails: appended by the queries that read them ------------------------------------
+
+    def _tail(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, held: list[_Tail], block: Any,
+              count: int) -> str | None:
+        """The relation holding ``block``'s rows (an ``OpenBlock``: ``start``, ``end``, ``rows(start, end)``) up
+        to ``count`` at least, in ``copies``' database, appended now with the rows published since the last query
+        that read it; held by the read (``held``) until it ends. None when the block's rows are read as Arrow: its
+        table failed, or would not fit the budget, or the table's copies are not read alike."""
+        token = self.token(block)
+        end = min(count, block.end)
+        with self._lock:
+            if self._closed or self._tables.get(copies.name) is not copies or copies.schema is None:
+                return None
+            tail = self._tails.get(token)
+            if tail is None:
+                self._versions += 1
+                tail = self._tails[token] = _Tail(copies, token, f"tail_{self._versions}", block.start)
+            if tail.owner is not copies or tail.dropping:
+                return None  # made in a database given up since (its segment's next blocks get new ones), or failed
+            if tail not in held:
+                tail.readers += 1
+                held.append(tail)
+        with tail.lock:
+            if tail.appended < end and not self._append(copies, cursor, tail, block, end):
+                return None
+        return f'{TAILS}."{tail.name}"'
+
+    def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int) -> bool:
+        """Under ``tail.lock``: append ``block``'s rows from ``tail.appended`` to ``end`` (the first time: make the
+        table). A failure (or no room in the budget) has the tail dropped: its block's rows are read as Arrow."""
+        rows = block.rows(tail.appended, end)
+        size = copy_bytes(rows)
+        with self._lock:
+            fits = not tail.dropping and self.bytes + size <= self.max_bytes
+            if fits:
+                self.bytes += size
+                tail.bytes += size
+            else:
+                tail.dropping = True
+        if not fits:
+            return False
+        relation = f'{TAILS}."{tail.name}"'
+        done = False
+        try:
+            if DOC_COLUMN in rows.schema.names or SEGMENT_COLUMN in rows.schema.names:
+                return False
+            register(cursor, _TAIL_SOURCE, rows.append_column(
+                DOC_COLUMN, pa.array(np.arange(tail.appended, end, dtype=np.int64))))
+            if not tail.made:
+                schema = cursor.sql(f"SELECT * EXCLUDE ({DOC_COLUMN}) FROM {_TAIL_SOURCE} LIMIT 0").to_arrow_table()
+                if schema.schema != copies.schema:
+                    return False  # not read alike: the block's rows stay Arrow
+                cursor.execute(f"CREATE TABLE {relation} AS SELECT * FROM {_TAIL_SOURCE}")
+                tail.made = True
+            else:
+                cursor.execute(f"INSERT INTO {relation} SELECT * FROM {_TAIL_SOURCE}")
+            tail.appended = end
+            done = True
+            return True
+        except duckdb.Error as exc:
+            if isinstance(exc, (duckdb.FatalException, duckdb.InternalException)):  # the database invalidated
+                self.lose(copies)
+            else:
+                log.exception("cannot append a consuming segment's rows to its DuckDB tail; they are read as Arrow")
+            return False
+        finally:
+            try:
+                cursor.unregister(_TAIL_SOURCE)
+            except duckdb.Error:
+                log.debug("a tail's source could not be unregistered (its database failed)")
+            if not done:
+                with self._lock:
+                    tail.dropping = True
+                    if self._tables.get(copies.name) is copies and not self._closed:
+                        self.bytes -= size  # the failed append's reservation (a lost database released them)
+                        tail.bytes -= size
+
+    def _drop_tail(self, tail: _Tail) -> None:
+        """Drop a tail table no query reads (the worker, or ``_forget``)."""
+        with self._lock:
+            current = self._tables.get(tail.owner.name) is tail.owner and not self._closed
+            if current:
+                self.bytes -= tail.bytes
+            tail.bytes = 0
+            made, tail.made = tail.made, False
+        if current and made:
+            self._statement(tail.owner, f'DROP TABLE IF EXISTS {TAILS}."{tail.name}"')
+
+    def _release_tails(self, copies: _Table) -> None:
+        """Under the lock: ``copies``' database goes (given up or closed), and its tail tables with it."""
+        for token, tail in list(self._tails.items()):
+            if tail.owner is copies:
+                del self._tails[token]
+                tail.dropping = True
+                self.bytes -= tail.bytes
+                tail.bytes = 0
+                tail.made = False
 
     # ---- the worker: every change ---------------------------------------------------------------------------
 
@@ -383,6 +516,8 @@ class NativeCopies:
             self._drop_version(table, version)
         elif kind == "close":
             self._close_if_empty(arg)
+        elif kind == "drop_tail":
+            self._drop_tail(arg)
         # "reap": nothing more than what _do does after every change
 
     def _copy(self, token: int, table: str, segment: Any) -> None:
@@ -547,7 +682,16 @@ class NativeCopies:
         return victims
 
     def _forget(self, token: int) -> None:
-        """The segment object is gone: its copy leaves (now, or when its last reader ends)."""
+        """The segment object is gone: its copy leaves (now, or when its last reader ends); an OpenBlock's tail
+        table likewise."""
+        with self._lock:
+            tail = self._tails.pop(token, None)
+            if tail is not None:
+                tail.dropping = True
+            unread = tail is not None and tail.readers == 0  # else its last reader has it dropped
+        if unread:
+            assert tail is not None
+            self._drop_tail(tail)
         with self._lock:
             self._declined.pop(token, None)
             self._never.discard(token)
@@ -647,6 +791,7 @@ class NativeCopies:
                 return
             del self._tables[table]
             self.bytes -= copies.dead_bytes
+            self._release_tails(copies)  # no read holds the database: none holds its tails
         _close(copies)
 
 
@@ -678,6 +823,7 @@ def _new_database(path: Path) -> duckdb.DuckDBPyConnection:
     database = duckdb.connect(str(path), config=config)
     try:
         duckdb_functions.register(database)
+        database.execute(f"ATTACH ':memory:' AS {TAILS}")  # consuming segments' tails, in memory only
         database.execute("SET lock_configuration = true")
     except BaseException:
         database.close()

@@ -73,15 +73,37 @@ class SealedBlock:
 
     def copied(self) -> None:
         """Its DuckDB copy is ready: queries reading natively take its rows there, so its decoded multi-value
-        columns are dropped and no longer kept (a query reading it as Arrow decodes them for itself)."""
+        columns are dropped and no longer kept (a query reading it as Arrow decodes them for itself), and so is
+        its ``OpenBlock`` (its DuckDB tail table goes once no query reads it)."""
         self._copied = True
         self._multi = {}
+        self._scan.forget_open(self.start // self._scan.block_rows)
 
     def bytes_kept(self) -> dict[str, int]:
         return {name: array.nbytes for name, array in list(self._multi.items())}
 
     def __repr__(self) -> str:
         return f"SealedBlock({self.name!r}, rows {self.start}..{self.end})"
+
+
+class OpenBlock:
+    """Block ``index`` of a consuming segment while rows are still published into it (and, once sealed, until its
+    copy is ready): what its DuckDB tail table is made from (``NativeCopies`` ``tail``), the rows published since
+    the last query appended to it each time a query reads it. Its table goes when the object is collected: once
+    the sealed block's copy is seen ready (``SealedBlock.copied``) or the segment leaves (``release``)."""
+
+    def __init__(self, scan: ConsumingScan, index: int) -> None:
+        self.name = f"{scan.mutable.name}#{index}+"
+        self.start = index * scan.block_rows
+        self.end = self.start + scan.block_rows  # its table never holds a row past the block
+        self._scan = scan
+
+    def rows(self, start: int, end: int) -> pa.Table:
+        """Rows ``start`` to ``end`` (all published) in the schema's logical types: the rows of a block's copy."""
+        return logical_table(self._scan.mutable.snapshot(end, first_doc=start), self._scan.schema)
+
+    def __repr__(self) -> str:
+        return f"OpenBlock({self.name!r}, rows from {self.start})"
 
 
 class ConsumingScan:
@@ -95,6 +117,7 @@ class ConsumingScan:
         self.block_rows = block_rows
         self._logical = schema.arrow_schema()
         self._blocks: list[SealedBlock] = []
+        self._open: dict[int, OpenBlock] = {}  # by block index: the open block's, and sealed ones' not copied yet
         self._lock = threading.Lock()
         self._shapes: dict[tuple[str, ...] | None, tuple[pa.Schema, pa.Schema, list[str]]] = {}
 
@@ -110,6 +133,22 @@ class ConsumingScan:
                     self._blocks = self._blocks + [SealedBlock(self, index, start, start + self.block_rows)]
                 blocks = self._blocks
         return blocks[:sealed]
+
+    def open_blocks(self, count: int) -> dict[int, OpenBlock]:
+        """The ``OpenBlock`` of each block a query of the first ``count`` rows may read from a DuckDB tail table
+        (by block index): the block still open at ``count`` (made now), and blocks sealed since whose copies were
+        not seen ready yet (made while they were open; a sealed block never gets one anew — copying it is the
+        copies' worker's job, not a query's)."""
+        index, rows = divmod(count, self.block_rows)
+        with self._lock:
+            if rows and index not in self._open:
+                self._open[index] = OpenBlock(self, index)
+            return {i: block for i, block in self._open.items() if i * self.block_rows < count}
+
+    def forget_open(self, index: int) -> None:
+        """Block ``index``'s tail table is no longer read (its copy is ready)."""
+        with self._lock:
+            self._open.pop(index, None)
 
     def table(self, count: int, columns: Collection[str] | None = None) -> pa.Table:
         """The first ``count`` rows for queries (``columns`` only, in schema order; default all): single-value
@@ -166,6 +205,8 @@ class ConsumingScan:
         return used
 
     def release(self) -> None:
-        """The segment leaves: its blocks go (their DuckDB copies are deleted once no query holds them)."""
+        """The segment leaves: its blocks go (their DuckDB copies and tail tables are deleted once no query holds
+        them)."""
         with self._lock:
             self._blocks = []
+            self._open = {}

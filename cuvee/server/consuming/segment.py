@@ -66,7 +66,7 @@ from cuvee.server.consuming.fsm import (
     UploadSucceeded,
     Wait,
 )
-from cuvee.server.consuming.blocks import ConsumingScan, SealedBlock
+from cuvee.server.consuming.blocks import ConsumingScan, OpenBlock, SealedBlock
 from cuvee.spi.deepstore import DeepStore
 from cuvee.stream import open_consumer
 from cuvee.upsert.table import TableUpsert
@@ -296,6 +296,12 @@ class ConsumingSegment:
         copy of each may answer for."""
         scan = self._scan
         return [] if scan is None else scan.blocks(count)
+
+    def open_blocks(self, count: int) -> dict[int, OpenBlock]:
+        """The blocks among the first ``count`` rows a query read that a DuckDB tail table may answer for (by block
+        index; ``ConsumingScan.open_blocks``)."""
+        scan = self._scan
+        return {} if scan is None else scan.open_blocks(count)
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
