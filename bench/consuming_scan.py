@@ -9,9 +9,14 @@ builder, its copy made first, as a settled server reads it; ``--arrow`` also tim
 query's server step is timed ``--runs`` times after a warm-up, the two taking turns so that a shared machine's load
 falls on both alike; printed: the best wall time and the median CPU time of the process (all of DuckDB's threads:
 less sensitive to other processes' load than wall time), and their ratios. The tail (rows since the last seal)
-is ``--rows`` modulo ``--block``. Issue 28's target: consuming ≤ 1.3× committed at 500,000 rows.
+is ``--rows`` modulo ``--block``; it is read from a DuckDB tail table appended by the queries (see
+``cuvee.server.consuming.blocks``). ``--fresh N`` appends N more rows before each timed consuming query, as on a
+server ingesting between queries (each query then appends them to the tail table first: the worst case, one
+append per query; the consuming segment grows by N rows a query, its committed twin does not). Issue 28's
+target: consuming ≤ 1.3× committed at 500,000 rows.
 
     .venv/bin/python bench/consuming_scan.py [--rows 500000] [--block 50000] [--batch 10000] [--runs 25] [--arrow]
+        [--fresh 1000]
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import numpy as np
@@ -86,15 +91,19 @@ def _request(sql: str, segment: str) -> ServerQueryRequest:
     return ServerQueryRequest("1", TABLE, plan.server_sql, (segment,), 60_000, plan.docs_scanned_sql, plan.docs_column)
 
 
-def _timed(pairs: list[tuple[QueryExecutor, ServerQueryRequest]], runs: int) -> list[list[tuple[float, float]]]:
+def _timed(pairs: list[tuple[QueryExecutor, ServerQueryRequest]], runs: int,
+           fresh: Callable[[], None] = lambda: None) -> list[list[tuple[float, float]]]:
     """Each request's server step, ``runs`` times after a warm-up, the requests taking turns (a shared machine's
-    load then falls on each alike): (wall ms, CPU ms of this process: every DuckDB thread, load or not)."""
+    load then falls on each alike): (wall ms, CPU ms of this process: every DuckDB thread, load or not);
+    ``fresh`` runs (untimed) before the first request's each time."""
     for executor, request in pairs:
         _, stats = executor.execute(request)  # warm-up (plain copies, caches)
         assert not stats.exceptions, stats.exceptions
     times: list[list[tuple[float, float]]] = [[] for _ in pairs]
     for _ in range(runs):
-        for (executor, request), kept in zip(pairs, times):
+        for index, ((executor, request), kept) in enumerate(zip(pairs, times)):
+            if index == 0:
+                fresh()
             wall, cpu = time.perf_counter(), time.process_time()
             executor.execute(request)
             kept.append(((time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000))
@@ -108,11 +117,19 @@ def main() -> int:
     parser.add_argument("--block", type=int, default=DEFAULT_BLOCK_ROWS, help="the consuming segment's scan_block_rows")
     parser.add_argument("--runs", type=int, default=25)
     parser.add_argument("--arrow", action="store_true", help="also time the committed segment without its copy")
+    parser.add_argument("--fresh", type=int, default=0, help="rows appended before each timed consuming query")
     args = parser.parse_args()
-    mutable = MutableSegment(SCHEMA, IndexingConfig(), args.rows, name="events__0__0__20261129T0000Z",
+    more = args.fresh * (args.runs + 1) * len(QUERIES)
+    mutable = MutableSegment(SCHEMA, IndexingConfig(), args.rows + more, name="events__0__0__20261129T0000Z",
                              time_column="ts")
     for i, batch in enumerate(event_batches(args.rows, args.batch)):
         mutable.append(batch, np.arange(i * args.batch, i * args.batch + batch.num_rows))
+    arriving = iter(event_batches(more, args.fresh, seed=8) if args.fresh else [])
+
+    def fresh() -> None:
+        batch = next(arriving, None)
+        if batch is not None:
+            mutable.append(batch, np.arange(mutable.num_docs, mutable.num_docs + batch.num_rows))
     with tempfile.TemporaryDirectory(prefix="cuvee-bench-consuming-") as tmp:
         built = build_segment(mutable.snapshot(), SCHEMA, IndexingConfig(), Path(tmp), "events__0__0__committed",
                               table_name=TABLE, time_column="ts")
@@ -121,6 +138,7 @@ def main() -> int:
         consuming.put(TABLE, view)
         segment = CommittedSegment(built)
         committed.put(TABLE, segment)
+        base = mutable.num_docs
         natives = NativeCopies(max_bytes=4 << 30, min_rows=1, directory=Path(tmp) / "native")
         try:
             on_consuming = QueryExecutor(consuming, natives=natives)
@@ -128,11 +146,12 @@ def main() -> int:
             on_arrow = QueryExecutor(committed)
             on_committed.execute(_request(QUERIES[1], built.name))  # asks for the copies
             on_consuming.execute(_request(QUERIES[1], mutable.name))
-            blocks = view.sealed_blocks(args.rows)
+            blocks = view.sealed_blocks(base)
             wait_until(lambda: all(natives.ready(natives.token(s)) for s in [segment, *blocks]), 300, interval=0.1)
             print(f"{args.rows} rows appended in batches of {args.batch}: {len(blocks)} sealed blocks of "
                   f"{args.block}, a tail of {args.rows - len(blocks) * args.block}; server step, median of "
-                  f"{args.runs}, turn about (ms)")
+                  f"{args.runs}, turn about (ms)" + (f"; {args.fresh} more rows appended before each consuming "
+                                                    f"query ({more} in all)" if args.fresh else ""))
             print(f"{'query':<72} {'consuming':>15} {'committed':>15} {'ratio':>11}" +
                   ("  arrow (best)" if args.arrow else ""))
             print(f"{'':<72} {'wall   CPU':>15} {'wall   CPU':>15} {'wall   CPU':>11}")
@@ -141,7 +160,7 @@ def main() -> int:
                 pairs = [(on_consuming, _request(sql, mutable.name)), (on_committed, _request(sql, built.name))]
                 if args.arrow:
                     pairs.append((on_arrow, _request(sql, built.name)))
-                times = _timed(pairs, args.runs)
+                times = _timed(pairs, args.runs, fresh)
                 (live_wall, live_cpu), (done_wall, done_cpu) = [
                     (min(w for w, _ in t), statistics.median(c for _, c in t)) for t in times[:2]]
                 walls.append(live_wall / done_wall)

@@ -8,7 +8,17 @@ row. So a server may keep, beside its committed segments, a copy of their rows i
 query over many rows scans the copies (and the Arrow views of the segments not copied yet, in the same
 ``UNION ALL``). A consuming segment's sealed blocks (``cuvee.server.consuming.blocks.SealedBlock``: rows that never
 change) are copied the same way, each like a segment of its own however few its rows; a query scans a consuming
-segment's copied blocks here and the rest of its rows as Arrow.
+segment's copied blocks here, and its open block's rows (``OpenBlock``) from a *tail table*.
+
+- **Tail tables**: each table's database has an in-memory database attached (``TAILS``) holding, per open block
+  of a consuming segment, a table of its rows with their row numbers (``DOC_COLUMN``). The query that reads it
+  appends the rows published since the last append, in its own thread, one append at a time (it needs them now:
+  the worker would be too late), and reads ``WHERE DOC_COLUMN < <its row count>``, so it sees exactly the rows
+  published when it started even after a later query appended more. Its rows count against ``native_copy_bytes``
+  like a copy's (decoded Arrow bytes; a tail that would not fit is not made: its rows are read as Arrow); it is
+  dropped once no query reads it, when its block's copy is ready or its segment leaves (the ``OpenBlock``
+  collected), and with its database. Only while the table has a database (a copy exists): a segment's first
+  rows, before any copy, are scanned as Arrow.
 
 - **Bounded**: ``native_copy_bytes`` (ServerConfig, 4 GiB by default) bounds the copies by their rows' decoded
   Arrow bytes (on disk DuckDB compresses them, ~10x smaller on ClickBench's rows, though incompressible columns —
@@ -165,7 +175,7 @@ class NativeCopies:
         self._lost: list[_Table] = []  # out of use, closed by the worker once no query reads them
         self.min_idle_seconds = min_idle_seconds
         self.min_rows = min_rows
-        self.bytes = 0  # live copies, copies being made and deleted rows not compacted yet
+        self.bytes = 0  # live copies, copies being made, deleted rows not compacted yet, tail tables
         self._clock = clock
         self._background = background
         self._lock = threading.Lock()
@@ -194,8 +204,8 @@ class NativeCopies:
             return len(self._pending)
 
     def summary(self) -> tuple[dict[str, tuple[int, int]], int, int]:
-        """({table: (copies ready, their bytes)}, the bytes counted against the budget (deleted rows too), copies
-        being made): what the server's metrics show."""
+        """({table: (copies ready, their bytes)}, the bytes counted against the budget (deleted rows and tail
+        tables too), copies being made): what the server's metrics show."""
         with self._lock:
             tables: dict[str, tuple[int, int]] = {}
             for copy in self._copies.values():
@@ -410,7 +420,7 @@ class NativeCopies:
         if not fits:
             return False
         relation = f'{TAILS}."{tail.name}"'
-        done = False
+        done = interrupted = False
         try:
             if DOC_COLUMN in rows.schema.names or SEGMENT_COLUMN in rows.schema.names:
                 return False
@@ -427,6 +437,9 @@ class NativeCopies:
             tail.appended = end
             done = True
             return True
+        except duckdb.InterruptException:  # the query's deadline: nothing appended, the tail stays for the next
+            interrupted = True
+            raise
         except duckdb.Error as exc:
             if isinstance(exc, (duckdb.FatalException, duckdb.InternalException)):  # the database invalidated
                 self.lose(copies)
@@ -440,7 +453,7 @@ class NativeCopies:
                 log.debug("a tail's source could not be unregistered (its database failed)")
             if not done:
                 with self._lock:
-                    tail.dropping = True
+                    tail.dropping = tail.dropping or not interrupted
                     if self._tables.get(copies.name) is copies and not self._closed:
                         self.bytes -= size  # the failed append's reservation (a lost database released them)
                         tail.bytes -= size
