@@ -205,3 +205,26 @@ def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
         copies.close()
     assert failures == []
     assert all(kept == sorted(kept) and kept[-1] == total for kept in seen)
+
+
+def test_answers_equal_the_committed_segments_of_the_same_rows(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path) -> None:
+    """At several tail sizes behind sealed blocks (the tail read from its table), each query answers as the
+    segment committed from the same rows does (its DuckDB copy read: one database of copies for both)."""
+    registry = SegmentRegistry()
+    registry.put(TABLE, ConsumingView(consuming))
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 3 * BLOCK + 7)
+    for count in (BLOCK + 1, 2 * BLOCK + 3, 3 * BLOCK, 3 * BLOCK + 7):
+        append(consuming, every.slice(consuming.num_docs, count - consuming.num_docs))
+        name = f"events__0__9__{count}"
+        built = build_segment(every.slice(0, count), schema(), consuming.table.indexing, tmp_path / name, name)
+        committed = CommittedSegment(built)
+        registry.put(TABLE, committed)
+        for sql, _ in QUERIES:
+            assert run(executor, sql, [name]) == run(executor, sql, [consuming.name]) == \
+                run(executor, sql, [name]), (count, sql)
+        if count % BLOCK:
+            assert natives.ready(natives.token(committed))  # compared with its copy
+            assert len(tail_tables(natives)) >= 1
+        registry.remove(TABLE, name)
