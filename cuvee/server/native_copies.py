@@ -123,6 +123,7 @@ class _Tail:
     name: str  # its table's, in TAILS (made by the first append)
     appended: int  # its rows are the block's from its start up to this one
     made: bool = False
+    following: int = 0  # rows published up to here, to append in the background (``follow``); 0: none queued
     bytes: int = 0  # counted against the budget (decoded Arrow bytes, as a copy's)
     readers: int = 0
     dropping: bool = False  # its block's copy is ready, its segment gone, or it failed: dropped once unread
@@ -151,9 +152,10 @@ class NativeRead:
     relation: str
     tokens: set[int]
     lose: Callable[[], None]  # the query found the database failed for good (``NativeCopies.lose``)
-    # (an OpenBlock, the query's row count) -> the relation holding the block's rows up to that count (perhaps
-    # more: read those whose DOC_COLUMN is below the count), held until the read ends; None: read them as Arrow
-    tail: Callable[[Any, int], str | None] = lambda block, count: None
+    # (an OpenBlock, the query's row count) -> (the relation holding the block's rows, the row up to which the
+    # query reads them there: those whose DOC_COLUMN is below it; the rest of the block's rows below the count as
+    # Arrow), held until the read ends; None: read them all as Arrow
+    tail: Callable[[Any, int], tuple[str, int] | None] = lambda block, count: None
 
 
 class NativeCopies:
@@ -381,11 +383,13 @@ class NativeCopies:
     # ---- consuming segments' tails: appended by the queries that read them ------------------------------------
 
     def _tail(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, held: list[_Tail], block: Any,
-              count: int) -> str | None:
-        """The relation holding ``block``'s rows (an ``OpenBlock``: ``start``, ``end``, ``rows(start, end)``) up
-        to ``count`` at least, in ``copies``' database, appended now with the rows published since the last query
-        that read it; held by the read (``held``) until it ends. None when the block's rows are read as Arrow: its
-        table failed, or would not fit the budget, or the table's copies are not read alike."""
+              count: int) -> tuple[str, int] | None:
+        """(the relation holding ``block``'s rows (an ``OpenBlock``: ``start``, ``end``, ``rows(start, end)``) in
+        ``copies``' database, the row up to which the query reads them there), held by the read (``held``) until
+        it ends. Up to ``count`` (the block's end at most), the table made or appended now if need be — unless the
+        worker is appending those rows already (``follow``): then up to the rows appended so far, the query reading
+        the rest as Arrow rather than waiting. None when the block's rows are read as Arrow: its table failed, or
+        would not fit the budget, or the table's copies are not read alike."""
         token = self.token(block)
         end = min(count, block.end)
         with self._lock:
@@ -400,10 +404,58 @@ class NativeCopies:
             if tail not in held:
                 tail.readers += 1
                 held.append(tail)
-        with tail.lock:
+        relation = f'{TAILS}."{tail.name}"'
+        appended = tail.appended  # rows committed to the table (set after each append commits)
+        if appended >= end:
+            return relation, end
+        if tail.made and tail.following >= end or not tail.lock.acquire(blocking=False):
+            return (relation, appended) if tail.made else None  # the worker (or a query) is appending them now
+        try:
             if tail.appended < end and not self._append(copies, cursor, tail, block, end):
                 return None
-        return f'{TAILS}."{tail.name}"'
+        finally:
+            tail.lock.release()
+        return relation, end
+
+    def follow(self, block: Any, count: int) -> None:
+        """``block``'s rows (an ``OpenBlock``) up to ``count`` are published: if a query made its tail table, the
+        worker appends them, so the next query finds them there instead of appending them itself. Any thread (the
+        consume thread, after each batch): it only enqueues, once per tail until the worker takes it."""
+        with self._lock:
+            token = self._owners.get(block)
+            tail = None if token is None else self._tails.get(token)
+            if tail is None or tail.dropping or not tail.made or self._closed:
+                return
+            wanted = min(count, block.end)
+            if wanted <= max(tail.appended, tail.following):
+                return
+            queued, tail.following = tail.following > 0, wanted
+        if not queued:
+            self._submit(("follow", (tail, weakref.ref(block))))
+
+    def _follow(self, tail: _Tail, ref: weakref.ref[Any]) -> None:
+        """The worker appends the rows ``follow`` asked for (the rows a query would otherwise append)."""
+        with self._lock:
+            wanted, tail.following = tail.following, 0
+            current = self._tables.get(tail.owner.name) is tail.owner and not self._closed and not tail.dropping
+        block = ref()
+        if block is None or not current:
+            return
+        with tail.lock:
+            if tail.appended < wanted and not tail.dropping:
+                cursor = None
+                try:
+                    cursor = tail.owner.con.cursor()
+                    self._append(tail.owner, cursor, tail, block, wanted)
+                except duckdb.Error:
+                    log.debug("a tail table could not be appended in the background; a query appends its rows")
+                finally:
+                    if cursor is not None:
+                        _close_cursor(cursor)
+        with self._lock:
+            unread = tail.dropping and tail.readers == 0
+        if unread:  # it failed: nothing else would drop it
+            self._drop_tail(tail)
 
     def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int) -> bool:
         """Under ``tail.lock``: append ``block``'s rows from ``tail.appended`` to ``end`` (the first time: make the
@@ -531,6 +583,8 @@ class NativeCopies:
             self._close_if_empty(arg)
         elif kind == "drop_tail":
             self._drop_tail(arg)
+        elif kind == "follow":
+            self._follow(*arg)
         # "reap": nothing more than what _do does after every change
 
     def _copy(self, token: int, table: str, segment: Any) -> None:

@@ -689,12 +689,16 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
                     copied.append(token)
                     continue
                 open_block = opened.get(start)
-                relation = native.tail(open_block, count) if open_block is not None else None
-                if relation is None:
+                found = native.tail(open_block, count) if open_block is not None else None
+                if found is None:
                     rest.append(table.slice(start, end - start))
-                else:  # its table may hold rows published after this query's count: never read them
-                    tails.append(f"SELECT {columns} FROM {relation}" +
-                                 (f" WHERE {DOC_COLUMN} < {int(count)}" if end < open_block.end else ""))
+                    continue
+                segment.follow(natives.follow)  # its table is appended as rows arrive, not by the next query
+                relation, upto = found  # its table may hold rows published after this query's count: not read
+                tails.append(f"SELECT {columns} FROM {relation}" +
+                             (f" WHERE {DOC_COLUMN} < {int(upto)}" if upto < open_block.end else ""))
+                if upto < end:  # rows the worker is appending right now: as Arrow, not waited for
+                    rest.append(table.slice(upto, end - upto))
             continue
         token = natives.token(segment) if isinstance(segment, CommittedSegment) else None
         if token is not None and token in native.tokens:

@@ -27,7 +27,7 @@ a column finding no room is scanned encoded for a while (no thrashing when the c
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -177,6 +177,11 @@ class ConsumingView:
         """The blocks among the first ``count`` rows of a query table not sealed or not copied yet, whose rows a
         DuckDB tail table may hold (``cuvee.server.consuming.blocks.OpenBlock``), by block index."""
         return self.consuming.open_blocks(count)
+
+    def follow(self, follower: Callable[[OpenBlock, int], None]) -> None:
+        """Have ``follower`` told, after each batch, of the rows the open block then holds: a DuckDB tail table
+        appended ahead of the next query (``NativeCopies.follow``)."""
+        self.consuming.follow(follower)
 
     def __repr__(self) -> str:
         return f"ConsumingView({self.name!r}, docs={self.num_docs})"

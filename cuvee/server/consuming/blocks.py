@@ -38,7 +38,7 @@ does no extra work: blocks are copied by the copies' worker, their columns decod
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import pyarrow as pa
 
@@ -126,6 +126,7 @@ class ConsumingScan:
         self._logical = schema.arrow_schema()
         self._blocks: list[SealedBlock] = []
         self._open: dict[int, OpenBlock] = {}  # by block index: the open block's, and sealed ones' not copied yet
+        self._follower: Callable[[OpenBlock, int], None] | None = None
         self._lock = threading.Lock()
         self._shapes: dict[tuple[str, ...] | None, tuple[pa.Schema, pa.Schema, list[str]]] = {}
 
@@ -152,6 +153,22 @@ class ConsumingScan:
             if rows and index not in self._open:
                 self._open[index] = OpenBlock(self, index)
             return {i: block for i, block in self._open.items() if i * self.block_rows < count}
+
+    def follow(self, follower: Callable[[OpenBlock, int], None]) -> None:
+        """Call ``follower(block, count)`` after each batch published from now on, for each ``OpenBlock`` holding
+        rows below ``count`` (the server's DuckDB copies, once a query made a tail table: they append the rows in
+        the background, so the next query finds them there)."""
+        self._follower = follower
+
+    def published(self, count: int) -> None:
+        """The consume thread published rows up to ``count``: tell the follower (it only enqueues), if any."""
+        follower = self._follower
+        if follower is None:
+            return
+        with self._lock:
+            blocks = [block for block in self._open.values() if block.start < count]
+        for block in blocks:
+            follower(block, count)
 
     def forget_open(self, index: int) -> None:
         """Block ``index``'s tail table is no longer read (its copy is ready)."""
@@ -218,3 +235,4 @@ class ConsumingScan:
         with self._lock:
             self._blocks = []
             self._open = {}
+            self._follower = None

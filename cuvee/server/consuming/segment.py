@@ -160,6 +160,7 @@ class ConsumingSegment:
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
+        self._consumer.after_publish = self._scan.published  # tail tables follow the rows (one enqueue a batch)
         self._metrics = metrics
         self._story = story
         # (when, rows, bytes per column)
@@ -302,6 +303,12 @@ class ConsumingSegment:
         index; ``ConsumingScan.open_blocks``)."""
         scan = self._scan
         return {} if scan is None else scan.open_blocks(count)
+
+    def follow(self, follower: Callable[[OpenBlock, int], None]) -> None:
+        """Tell ``follower`` of the rows published from now on (``ConsumingScan.follow``)."""
+        scan = self._scan
+        if scan is not None:
+            scan.follow(follower)
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
