@@ -166,7 +166,10 @@ def test_no_tail_table_past_the_budget_the_rows_are_read_as_arrow(
 def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
         consuming: ConsumingSegment, tmp_path: Path) -> None:
     """A writer appends batches of 1..20 rows while two threads query (copies made in the background, the tail
-    tables appended by whichever query comes first): every answer is a whole prefix's, and each thread's grow."""
+    tables appended by the copies' worker after each batch or by a query that comes first): every answer is a
+    whole prefix's, and each thread's grow."""
+    scan = consuming._scan
+    assert scan is not None
     registry, _ = with_committed(consuming, tmp_path)
     copies = NativeCopies(max_bytes=1 << 30, min_rows=1, directory=tmp_path / "native")
     executor = QueryExecutor(registry, natives=copies)
@@ -184,6 +187,7 @@ def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
                 break
             append(consuming, every.slice(at, min(int(size), total - at)))
             at = min(at + int(size), total)
+            scan.published(at)  # as the consume loop does: the worker appends to the tail tables queries made
         done.set()
 
     def read(kept: list[int]) -> None:
@@ -228,3 +232,51 @@ def test_answers_equal_the_committed_segments_of_the_same_rows(
             assert natives.ready(natives.token(committed))  # compared with its copy
             assert len(tail_tables(natives)) >= 1
         registry.remove(TABLE, name)
+
+
+def test_rows_published_after_a_query_made_the_tail_are_appended_by_the_copies_not_the_next_query(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consume loop tells the scan of each batch (``after_publish``): once a query made the open block's tail
+    table, the copies' worker appends each batch to it, and the next query appends nothing and reads no Arrow."""
+    assert consuming._scan is not None and consuming._consumer.after_publish == consuming._scan.published
+    registry, _ = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 2 * BLOCK + 7)
+    append(consuming, every.slice(0, 2 * BLOCK + 2))
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 2)  # makes the tail (2 rows)
+    append(consuming, every.slice(2 * BLOCK + 2, 3))
+    consuming._scan.published(2 * BLOCK + 5)  # what the consume loop does: the worker appends (no thread: now)
+    assert list(tail_rows(natives).values()) == [5]
+    appends: list[int] = []
+    real_append = NativeCopies._append
+    monkeypatch.setattr(NativeCopies, "_append", lambda self, *args: appends.append(args[-1]) or
+                        real_append(self, *args))
+    arrow_rows: list[int] = []
+    real_register = query_executor.register
+    monkeypatch.setattr(query_executor, "register", lambda con, name, table: (
+        arrow_rows.append(table.num_rows), real_register(con, name, table)))
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 5)
+    assert appends == [] and arrow_rows == []
+
+
+def test_a_query_does_not_wait_for_the_worker_appending_its_rows(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows the worker was asked to append (``follow``) and has not yet: the query reads them as Arrow beside the
+    rows the table holds, answers all of them, and appends nothing itself."""
+    registry, _ = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, 2 * BLOCK + 6)
+    append(consuming, every.slice(0, 2 * BLOCK + 1))
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 1)
+    [tail] = natives._tails.values()
+    append(consuming, every.slice(2 * BLOCK + 1, 5))
+    tail.following = 2 * BLOCK + 6  # asked, not done: the worker busy with a copy
+    arrow_rows: list[int] = []
+    real_register = query_executor.register
+    monkeypatch.setattr(query_executor, "register", lambda con, name, table: (
+        arrow_rows.append(table.num_rows), real_register(con, name, table)))
+    for sql, ref in QUERIES[1:]:
+        arrow_rows.clear()
+        assert run(executor, sql, [consuming.name]) == reference(ref or sql, every), sql
+        assert arrow_rows == [5], sql
+    assert list(tail_rows(natives).values()) == [1]
