@@ -11,10 +11,12 @@ change) are copied the same way, each like a segment of its own however few its 
 segment's copied blocks here, and its open block's rows (``OpenBlock``) from a *tail table*.
 
 - **Tail tables**: each table's database has an in-memory database attached (``TAILS``) holding, per open block
-  of a consuming segment, a table of its rows with their row numbers (``DOC_COLUMN``). The query that reads it
-  appends the rows published since the last append, in its own thread, one append at a time (it needs them now:
-  the worker would be too late), and reads ``WHERE DOC_COLUMN < <its row count>``, so it sees exactly the rows
-  published when it started even after a later query appended more. Its rows count against ``native_copy_bytes``
+  of a consuming segment, a table of its rows with their row numbers (``DOC_COLUMN``). The first query that reads
+  the block makes it (in its own thread: it needs the rows now); then the worker appends each batch the consume
+  loop publishes (``follow``: one insert per batch however many queries), one append at a time. A query reads
+  ``WHERE DOC_COLUMN < <its row count>`` (or below the rows appended so far, the rest as Arrow, when the worker is
+  appending them right then: it does not wait), so it sees exactly the rows published when it started even after
+  later rows were appended. Its rows count against ``native_copy_bytes``
   like a copy's (decoded Arrow bytes; a tail that would not fit is not made: its rows are read as Arrow); it is
   dropped once no query reads it, when its block's copy is ready or its segment leaves (the ``OpenBlock``
   collected), and with its database. Only while the table has a database (a copy exists): a segment's first

@@ -19,10 +19,11 @@ so they are cut into blocks of ``block_rows`` (by default one DuckDB row group: 
   its rows there; one reading it as Arrow decodes them for itself); the tail's per query. What blocks keep
   (``bytes_kept``) is part of the segment's ``bytes_used``: its ``memoryBytes`` and its memory-limit end check.
 
-- the open block (rows since the last seal) is an ``OpenBlock`` whose rows a query reading natively appends to a
-  DuckDB *tail table* beside the copies (``NativeCopies``: only the rows published since the last query that read
-  it, in the query's thread) and scans there: scanning those rows as an Arrow table beside DuckDB's own cost a
-  roughly fixed ~1.5–2.5 ms per query, whatever their number. A block keeps its tail table once sealed, until its
+- the open block (rows since the last seal) is an ``OpenBlock`` whose rows a query reading natively scans from a
+  DuckDB *tail table* beside the copies (``NativeCopies``): scanning them as an Arrow table beside DuckDB's own
+  cost a roughly fixed ~1.5–2.5 ms per query, whatever their number. The first query that reads the block makes
+  the table; after that the consume thread tells the scan of each batch (``published``: one enqueue) and the
+  copies' worker appends it (``follow``), so queries find the rows there. A block keeps its tail table once sealed, until its
   copy is seen ready (``SealedBlock.copied``) or the segment leaves; a block sealed without one (its rows never
   read while open) is read as Arrow until its copy is made — a query never inserts a whole block.
 
