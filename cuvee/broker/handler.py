@@ -43,6 +43,7 @@ from cuvee.broker.routing import RoutingTable
 from cuvee.broker.partitioned_distinct import disjoint_plan
 from cuvee.broker.segment_pruning import prune_routing
 from cuvee.broker.scatter import ServerCall, ServerReply, scatter, server_session
+from cuvee.broker.trim_rounds import exact_groups, untrimmed_first
 from cuvee.cluster.records import SegmentState
 from cuvee.config.table import raw_table_name
 from cuvee.metrics.broker import BrokerMetrics
@@ -73,7 +74,7 @@ from cuvee.query.functions import DIALECT
 from cuvee.query.gapfill import GapfillQuery, mentions_gapfill, plan_gapfill
 from cuvee.query.gapfill import finish as finish_gapfill
 from cuvee.query.lookup import SERVER_RELATION
-from cuvee.query.group_trim import GroupOptions, group_options
+from cuvee.query.group_trim import ACCURATE_GROUP_BY_OPTION, GroupOptions, group_options
 from cuvee.query.parse import MultiStageRequired, TableInfo, split_query
 from cuvee.query.plan_cache import PlanCache
 from cuvee.query.rewrite import DOCS_TOTAL_COLUMN, cheap_merge
@@ -98,30 +99,37 @@ def _timeout_ms(options: Mapping[str, str], default: int, maximum: int) -> int:
     return default
 
 
-def _flag_option(options: Mapping[str, str], name: str) -> bool:
-    """A true/false query option (any case), false when not given; anything else is 150."""
+def _flag_option(options: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """A true/false query option (any case), ``default`` when not given; anything else is 150."""
     for key, value in options.items():
         if key.lower() == name.lower():
             if value.strip().lower() not in ("true", "false"):
                 raise QueryError(QueryErrorCode.SQL_PARSING, f"{name} must be true or false, got {value[:40]!r}")
             return value.strip().lower() == "true"
-    return False
+    return default
 
 
 @dataclasses.dataclass(frozen=True)
 class _Asked:
     """What a query's options tell every server: skipUpsert, enableNullHandling (a missing value reads as NULL,
     not as its column's default: ``cuvee.query.null_defaults``), and the GROUP BY bounds that override the servers'
-    defaults (numGroupsLimit, minServerGroupTrimSize)."""
+    defaults (numGroupsLimit, minServerGroupTrimSize); ``accurate``: a GROUP BY … ORDER BY whose servers trimmed
+    is made exact (``cuvee.broker.trim_rounds``; ``accurateGroupByWithOrderBy=false``: Pinot's one round)."""
 
     skip_upsert: bool = False
     groups: GroupOptions = GroupOptions()
     null_handling: bool = False
+    accurate: bool = True
 
     @staticmethod
     def of(options: Mapping[str, str]) -> _Asked:
         return _Asked(_flag_option(options, "skipUpsert"), group_options(options),
-                      _flag_option(options, "enableNullHandling"))
+                      _flag_option(options, "enableNullHandling"),
+                      _flag_option(options, ACCURATE_GROUP_BY_OPTION, default=True))
+
+    def untrimmed(self) -> _Asked:
+        """These options with the servers' trim off (numGroupsLimit still bounds their groups)."""
+        return dataclasses.replace(self, groups=GroupOptions(self.groups.num_groups_limit, 0))
 
     @property
     def bounds_groups(self) -> bool:
@@ -143,6 +151,14 @@ def _group_limits(plan: QueryPlan, asked: _Asked) -> GroupLimits | None:
         return None
     return GroupLimits(trim.order_sql, trim.rows, trim.exact, asked.groups.num_groups_limit,
                        asked.groups.min_server_group_trim_size)
+
+
+def _first_round(asked: _Asked, plan: QueryPlan, routings: Sequence[RoutingTable]) -> _Asked:
+    """``asked`` for the first round: the servers' trim off when the query reaches several servers and its ranking
+    gives the broker nothing to bound (``trim_rounds.untrimmed_first``; never for one server: nothing to undo)."""
+    if asked.accurate and untrimmed_first(plan.group_trim, sum(len(r.servers) for r in routings)):
+        return asked.untrimmed()
+    return asked
 
 
 def _execution_stats(stats: ServerQueryStats) -> ExecutionStats:
@@ -477,6 +493,8 @@ class QueryHandler:
         # when the query bounds the servers' groups itself: it asks for Pinot's cut, and is told about it)
         whole = answered_whole(plan, [len(r.servers) for r in routings], asked)
         asked_plan = plan if whole else disjoint_plan(plan, targets, routings)  # distinct counts summed if provable
+        exact = asked.accurate and not whole  # a trim that may change the answer is undone (trim_rounds)
+        asked = _first_round(asked, asked_plan, routings)
         calls: list[ServerCall] = []
         called: list[QueryTarget] = []  # each call's table half
         # a hybrid table: both halves at once, each server told its side of the boundary
@@ -491,14 +509,21 @@ class QueryHandler:
             # the server no longer held some segments, which another replica will answer for: its one-step answer
             # (or the distinct counts of a partition that replica then shares) cannot be merged with theirs, so it
             # is asked again for its partial result (rare: a move under way)
-            whole, asked_plan = False, plan
+            whole, asked_plan, exact = False, plan, asked.accurate
+            asked = _first_round(asked, plan, routings)
             calls = self._calls(str(number), plan, targets[0], routings[0], servers, deadline, asked)
             wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
             replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes)
             num_calls += len(calls)
         replies, retried = await self._ask_again(str(number), plan, calls, called, replies, servers, deadline,
                                                  asked)
-        return _Gathered(targets[0].entry, routings, replies, num_calls + retried, whole, deadline,
+        if exact:
+            replies, again = await exact_groups(
+                asked_plan.group_trim, calls + retried, replies, max(int((deadline - self._clock()) * 1000), 1),
+                lambda more: scatter(self._http(), more, max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds,
+                                     max_bytes=cfg.max_server_response_bytes))
+            num_calls += again
+        return _Gathered(targets[0].entry, routings, replies, num_calls + len(retried), whole, deadline,
                          asked_plan if asked_plan is not plan else None, sum(count for _, count in pruned))
 
     async def _multi_stage(self, number: int, started: float, sql: str, options: dict[str, str],
@@ -692,17 +717,17 @@ class QueryHandler:
 
     async def _ask_again(self, request_id: str, plan: QueryPlan, calls: list[ServerCall], called: list[QueryTarget],
                          replies: list[ServerReply], servers: Mapping[str, str], deadline: float,
-                         asked: _Asked) -> tuple[list[ServerReply], int]:
+                         asked: _Asked) -> tuple[list[ServerReply], list[ServerCall]]:
         """Segments a server no longer held (it dropped them after the broker's view was taken: a rebalance, a
         deletion) are asked once more of another ONLINE replica the view lists, within what is left of the query's
         time, so a move never costs a query its rows (consuming copies are not asked: their ends differ).
         Not for upsert tables (a partition is read whole from one replica). Returns the replies (the first ones
-        without what the second found) and how many servers were asked again."""
+        without what the second found) and the calls made again (their replies follow the first ones)."""
         if self._clock() >= deadline:  # no time left: what is missing is reported (235)
-            return replies, 0
+            return replies, []
         again = self._elsewhere(calls, called, replies, servers)
         if not again:
-            return replies, 0
+            return replies, []
         halves = {id(target): target for target in called}
         remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
         lookups = lookup_requests(plan, self.view)
@@ -717,7 +742,7 @@ class QueryHandler:
         kept = [dataclasses.replace(reply, stats=dataclasses.replace(
                     reply.stats, missingSegments=tuple(s for s in reply.stats.missingSegments if s not in found)))
                 if reply.stats is not None and reply.stats.missingSegments else reply for reply in replies]
-        return kept + second, len(retry_calls)
+        return kept + second, retry_calls
 
     @staticmethod
     def _elsewhere(calls: list[ServerCall], called: list[QueryTarget], replies: list[ServerReply],

@@ -41,6 +41,7 @@ from cuvee.query.group_trim import (
     DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
     DEFAULT_NUM_GROUPS_LIMIT,
     GROUPS_RELATION,
+    WANTED_KEY,
     GroupCut,
     GroupTrim,
     cut,
@@ -235,10 +236,11 @@ def _union(tables: Sequence[pa.Table], schema: pa.Schema | None) -> pa.Table:
 def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Schema | None = None,
                     lookups: Mapping[str, pa.Table] | None = None, *,
                     num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
-                    min_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE) -> pa.Table:
+                    min_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
+                    wanted: pa.Table | None = None) -> pa.Table:
     """A server's partial result over the union of its segments (``schema`` types the union of none) and the
     dimension tables its LOOKUPs read (relation -> rows; default: none of their rows), its groups bounded as a
-    server bounds them (``keep_groups``)."""
+    server bounds them (``keep_groups``), or only the ``wanted`` ones (``wanted_groups``)."""
     if lookups is None:
         lookups = {lookup.relation: lookup.empty() for lookup in plan.lookups}
     partial = run_sql(plan.server_sql, SERVER_RELATION, _union(segments, schema), lookups)
@@ -246,6 +248,8 @@ def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Sc
         return partial
     con = sandboxed_cursor(partial.num_rows)
     try:
+        if wanted is not None:
+            return wanted_groups(con, partial, wanted)
         return keep_groups(con, partial, plan.group_trim, num_groups_limit, min_trim_size)[0]
     except duckdb.Error as e:
         if (failure := engine_failure(e)) is not None:
@@ -265,6 +269,21 @@ def keep_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, trim: GroupTri
     register(con, GROUPS_RELATION, groups)
     # the LIMIT on its own line: a trailing comment in the (checked) SELECT cannot swallow it
     return con.sql(f"{trim.order_sql}\nLIMIT {int(decided.keep)}").to_arrow_table(), decided
+
+
+WANTED_RELATION = "cuvee_wanted"  # a second round's group keys (``cuvee.query.exact_trim``)
+
+
+def wanted_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, wanted: pa.Table) -> pa.Table:
+    """The rows of a server's ``groups`` whose keys are among ``wanted``'s rows (its columns: ``__g<i>`` keys), all
+    of them, untrimmed: the exact partials of the groups a broker's second round asks for
+    (``cuvee.query.exact_trim``). A NULL key matches a NULL key, as groups do."""
+    if not wanted.num_columns or not all(WANTED_KEY.fullmatch(name) for name in wanted.column_names):
+        raise ValueError("wanted groups are named by key columns __g<i>")
+    register(con, GROUPS_RELATION, groups)
+    register(con, WANTED_RELATION, wanted)
+    on = " AND ".join(f"g.{key} IS NOT DISTINCT FROM w.{key}" for key in wanted.column_names)
+    return con.sql(f"SELECT g.* FROM {GROUPS_RELATION} AS g SEMI JOIN {WANTED_RELATION} AS w ON {on}").to_arrow_table()
 
 
 def _named_columns(plan: QueryPlan, schema: pa.Schema) -> pa.Schema:

@@ -31,19 +31,23 @@ How a server ranks its groups (``GroupTrim.order_sql``, over ``GROUPS_RELATION``
 - ORDER BY COUNT, SUM, MIN, MAX, AVG, MINMAXRANGE, DISTINCTCOUNT (and its HLL, SUM and AVG forms) or
   expressions of them (and keys): on the server's partials (AVG as partial sum / partial count, a distinct count
   as the length of the server's distinct list: each aggregation's final value over that server's rows, as Pinot's
-  TableResizer ranks), Pinot's approximate semantics: a group whose rows are spread over servers can rank low on
-  each and be cut everywhere, or be cut on one server and arrive short. Exact when each group's rows are on one
-  server (one server, or a table partitioned on the keys).
+  TableResizer ranks), Pinot's approximate semantics on each server: a group whose rows are spread over servers
+  can rank low on each and be cut everywhere, or be cut on one server and arrive short. Exact when each group's
+  rows are on one server (one server, or a table partitioned on the keys); on several servers the broker makes
+  the answer exact (``cuvee.query.exact_trim``: a second round when a server cut, bounded by ``RankBound`` when
+  the first ORDER BY term is a bare COUNT, SUM, MIN or MAX; other rankings are not trimmed there at all), unless
+  the query asks for Pinot's single round (``accurateGroupByWithOrderBy=false``).
 - anything else (PERCENTILE…: the server's own percentile says little about the merged one) is not trimmed; nor
   is a query with HAVING (the broker filters merged groups, and the groups a trim keeps may all fail it, even when
   ordering by keys). They are not ranked at all.
 
-``groupsTrimmed`` (Pinot 1.4's flag) is reported when a server trimmed and trimming was not exact; an exact trim,
-like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` and applies ``cut``.
+``groupsTrimmed`` (Pinot 1.4's flag) is reported when a server trimmed and trimming was not exact (nor made exact
+by the broker); an exact trim, like Pinot's "safe trim", is not reported. Pure: the server runs ``order_sql`` and applies ``cut``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,19 +66,43 @@ INT_MAX = 2**31 - 1  # Pinot's options are Java ints; the same bounds here
 # cut sends fewer groups than asked anyway (and flags it), and a multi-stage leaf, which asks for every group, would
 # pay a sort of them all at the broker for nothing
 KEY_RANKED_ROWS = DEFAULT_NUM_GROUPS_LIMIT
+WANTED_KEY = re.compile(r"__g[0-9]{1,4}")  # the key columns a second round's wanted groups name (the planner's)
 NUM_GROUPS_LIMIT_OPTION = "numGroupsLimit"
+# true (default): a trimmed GROUP BY … ORDER BY on several servers is made exact (cuvee.query.exact_trim); false:
+# Pinot's single approximate round, reported as groupsTrimmed. Named after Pinot's accurateGroupByWithoutOrderBy.
+ACCURATE_GROUP_BY_OPTION = "accurateGroupByWithOrderBy"
 MIN_SERVER_GROUP_TRIM_SIZE_OPTION = "minServerGroupTrimSize"
+
+
+COMBINED_BY = {"count": "sum", "countsum": "sum", "sum": "sum", "max": "max", "min": "min"}  # simple-merge kinds
+
+
+@dataclass(frozen=True)
+class RankBound:
+    """What the broker needs to bound a trimmed group's merged ranking value (``cuvee.query.exact_trim``): the
+    query's first ORDER BY term is a bare COUNT, SUM, MIN or MAX whose merged value ``combine``s (sum, max, min)
+    the servers' values of partial column ``column``; ``non_negative``: every partial is >= 0 (a COUNT);
+    ``single_term``: the ORDER BY has no other term, so groups that tie on it may answer in any order."""
+
+    column: str
+    combine: str
+    descending: bool
+    non_negative: bool
+    single_term: bool
 
 
 @dataclass(frozen=True)
 class GroupTrim:
     """How a server ranks its groups when it keeps fewer than it has. ``rows`` is LIMIT + OFFSET when the query may
     be trimmed (ORDER BY evaluable on partials, no HAVING), else None (only ``numGroupsLimit`` cuts, and
-    ``order_sql`` ranks nothing); ``exact``: the ranking is by group keys, so a trim cannot change the answer."""
+    ``order_sql`` ranks nothing); ``exact``: the ranking is by group keys, so a trim cannot change the answer;
+    ``bound``: for a trim that is not exact, how the broker makes its answer exact in a second round (None: the
+    ranking gives it nothing to bound, so a query on several servers is not trimmed)."""
 
     order_sql: str
     rows: int | None
     exact: bool
+    bound: RankBound | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +139,13 @@ def cut(groups: int, trim: GroupTrim, num_groups_limit: int, min_trim_size: int)
 
 
 def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str, str | None], having: bool,
-              rows: int) -> tuple[GroupTrim, list[exp.Ordered]]:
+              rows: int, merged_by: Mapping[str, tuple[str, str]] | None = None) -> tuple[GroupTrim, list[exp.Ordered]]:
     """The ranking of a GROUP BY's groups on a server, and the tie-breakers the broker's ORDER BY must append.
 
     ``order`` is the query's ORDER BY over merged columns (``__g<i>`` keys, ``__f<k>`` aggregations);
     ``on_partials`` gives each ``__f<k>`` as SQL over one server row's partial columns, or None when it cannot be
-    evaluated there; ``rows`` is LIMIT + OFFSET."""
+    evaluated there; ``rows`` is LIMIT + OFFSET; ``merged_by``: the ``__f<k>`` that are one partial column merged
+    by a simple kind (``count``, ``sum``, ``min``, ``max``, ``countsum``) -> (kind, partial column)."""
     if not order and not having and keys and rows <= KEY_RANKED_ROWS:
         # Any LIMIT groups may answer (SQL, and Pinot, promise no order), so the same ones everywhere: the first by
         # their keys. A server then keeps groups whole or not at all among the broker's first, as for ORDER BY keys.
@@ -132,7 +161,22 @@ def plan_trim(order: Sequence[exp.Ordered], keys: int, on_partials: Mapping[str,
     breakers = _tie_breakers(ranked, keys)
     terms = ", ".join(t.sql(dialect=DIALECT) for t in [*ranked, *breakers])
     order_sql = f"SELECT * FROM {GROUPS_RELATION} ORDER BY {terms}"
-    return GroupTrim(order_sql=order_sql, rows=rows, exact=exact), (breakers if exact else [])
+    bound = None if exact else _rank_bound(order, merged_by or {})
+    return GroupTrim(order_sql=order_sql, rows=rows, exact=exact, bound=bound), (breakers if exact else [])
+
+
+def _rank_bound(order: Sequence[exp.Ordered], merged_by: Mapping[str, tuple[str, str]]) -> RankBound | None:
+    """The bound of the first ORDER BY term, when it is a bare aggregation merged by a simple kind."""
+    first = order[0].this
+    while isinstance(first, exp.Paren):
+        first = first.this
+    if not _merged_column(first, "__f") or first.name not in merged_by:
+        return None
+    kind, column = merged_by[first.name]
+    if kind not in COMBINED_BY:
+        return None
+    return RankBound(column=column, combine=COMBINED_BY[kind], descending=bool(order[0].args.get("desc")),
+                     non_negative=kind in ("count", "countsum"), single_term=len(order) == 1)
 
 
 def _merged_column(node: exp.Expression, prefix: str) -> bool:

@@ -652,7 +652,10 @@ def _plan_aggregation(kind: QueryKind, items: list[exp.Expression], names: tuple
     trim = None
     if group:
         rows = (limit or 0) + offset
-        trim, breakers = plan_trim(merged_order, len(group), merger.on_partials, having is not None, rows)
+        merged_by = {f"__f{i}": (kind, columns[0]) for i, (kind, columns) in merger.simple.items()
+                     if len(columns) == 1 and merger.finals[i][1] == "{a}"}
+        trim, breakers = plan_trim(merged_order, len(group), merger.on_partials, having is not None, rows,
+                                   merged_by)
         order_terms += [b.sql(dialect=DIALECT) for b in breakers]
     keys = [f"{g.sql(dialect=DIALECT)} AS __g{i}" for i, g in enumerate(group)]
     partials = [f"{p} AS __p{i}" for i, p in enumerate(merger.partials)]

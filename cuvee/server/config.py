@@ -72,7 +72,8 @@ class ServerConfig:
     # Committed segments copied into DuckDB database files (<data_dir>/.native-copies), which queries over at
     # least native_copy_min_rows rows scan instead of the Arrow views (cuvee.server.native_copies: filters, string
     # functions and wide scans run several times faster), bounded by the copied rows' decoded bytes (on disk they
-    # are compressed); 0: none. Segments of fewer rows are not copied; copies idle for
+    # are compressed); 0: none. A query over fewer rows asks for no copies (the Arrow views answer it as fast);
+    # one over more asks for copies of every segment it reads, however small; copies idle for
     # native_copy_min_idle_seconds make room for others.
     native_copy_bytes: int = DEFAULT_NATIVE_COPY_BYTES
     native_copy_min_rows: int = SMALL_INPUT_ROWS

@@ -27,6 +27,7 @@ from cuvee.server.current_state import CurrentStates
 from cuvee.server.download import SegmentFetcher
 from cuvee.server.local import LocalSegments
 from cuvee.server.memory import RELEASER
+from cuvee.server.native_copies import NativeCopies
 from cuvee.server.plain_copies import PLAIN_COPIES, PlainCopies
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
@@ -109,7 +110,9 @@ class SegmentTransitions:
         story: StoryWriter | None = None,
         plain_copies: PlainCopies = PLAIN_COPIES,
         schemas: ServedSchemas | None = None,
+        natives: NativeCopies | None = None,
     ):
+        self._natives = natives  # committed segments of large tables are copied into DuckDB as they arrive
         self._schemas = schemas  # what each table is served under: read again whenever one of its segments arrives
         self._story = story  # transitions to CONSUMING and ONLINE, and failures, go into the segment's story
         self._plain_copies = plain_copies  # committed segments' plain copies, under the server's budget
@@ -472,16 +475,28 @@ class SegmentTransitions:
         if self._schemas is not None and read_schema:  # the table's served version, as the controller recorded it
             self._schemas.ensure(table)
 
-        def publish() -> None:
-            self._registry.put(table, CommittedSegment(segment, self._plain_copies),
-                               on_release=_once(lambda: self._committed_released(key)))
+        def publish() -> CommittedSegment:
+            served = CommittedSegment(segment, self._plain_copies)
+            self._registry.put(table, served, on_release=_once(lambda: self._committed_released(key)))
+            return served
 
         upsert = self._upsert(table, refresh=True)
         if upsert is None:
-            publish()
+            self._copy_when_large(table, publish())
             return
         # the key map re-decides the segment's keys from this copy, in one step with the registry swap
         upsert.serve(segment.name, segment, segment.to_arrow(upsert.columns), publish)
+
+    def _copy_when_large(self, table: str, served: CommittedSegment) -> None:
+        """Ask for the DuckDB copy of a segment as it arrives when this server's part of the table is large enough
+        for its queries to read copies (``native_copy_min_rows``), rather than at the first query that scans it:
+        the queries right after a commit (fresh rows are what realtime users ask for) then find it made, instead
+        of scanning Arrow while their own reads build it. An upsert table's queries never read copies."""
+        natives = self._natives
+        if natives is None or not natives.enabled:
+            return
+        if sum(s.num_docs for s in self._registry.segments(table)) >= natives.min_rows:
+            natives.want(natives.token(served), table, served.segment)
 
     def _upsert(self, table: str, *, refresh: bool = False) -> TableUpsert | None:
         """The table's upsert state (``refresh``: when a segment arrives, so a re-created table is seen afresh)."""

@@ -42,8 +42,10 @@ segment's copied blocks here, and its open block's rows (``OpenBlock``) from a *
   access disabled and locked, as the shared query databases), and a query runs there on a private cursor: the
   SQL a query brings can read, at worst, other segments of the table it was allowed to read, never another table.
 - **Built in the background**, by one thread that makes every change (copies, deletes, compactions): a query's
-  first read of a segment of at least ``min_rows`` rows (a sealed block: however few) asks for its copy and never
-  waits for it.
+  query that scans at least ``min_rows`` rows (``QueryExecutor``) asks for copies of the segments it reads, however
+  few rows each holds, and never waits for them. The bound is the query's, not a segment's: a realtime table's
+  segments end at any size (a ClickBench table of 1M rows streamed into 3 partitions commits ~90k-row segments),
+  and a 100k-row floor per segment left every one of them scanned as Arrow.
 - **Room** is made as for plain copies (``cuvee.server.plain_copies``): only from copies idle for
   ``min_idle_seconds``, least recently read first; a segment finding none is declined for that long. A copy
   that leaves (evicted, or its segment gone) is deleted from its table; deleted rows count against the budget
@@ -231,11 +233,11 @@ class NativeCopies:
         weakref.finalize(segment, self._queue.put, ("forget", token))  # no lock in a finalizer: the worker does it
         return token
 
-    def want(self, token: int, table: str, segment: Any, *, any_size: bool = False) -> None:
+    def want(self, token: int, table: str, segment: Any) -> None:
         """Copy ``segment`` (an ``ImmutableSegment``: ``total_docs``, ``to_arrow(decode=True)``; or a consuming
-        segment's sealed block, ``any_size``: a part of a larger segment, copied however few its rows) of ``table``
-        unless it is copied, being copied, declined lately, too small, or cannot be copied alike."""
-        if not self.enabled or (segment.total_docs < self.min_rows and not any_size):
+        segment's sealed block) of ``table`` unless it is copied, being copied, declined lately, or cannot be copied
+        alike. Whether a query is large enough to read copies (``min_rows``) is the caller's call."""
+        if not self.enabled:
             return
         with self._lock:
             if self._closed or token in self._copies or token in self._pending or token in self._never:

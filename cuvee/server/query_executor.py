@@ -17,7 +17,8 @@ pass WHERE.
 
 A GROUP BY request's ``groups`` bounds the groups sent back (``cuvee.query.group_trim``): every group is computed,
 counted for ``numDocsScanned``, then ranked by the request's ``orderSql`` and cut to ``numGroupsLimit`` and, for a
-trimmable query, to Pinot's trim size. Both sizes default to this server's configuration.
+trimmable query, to Pinot's trim size. Both sizes default to this server's configuration. A broker's second round
+(``cuvee.query.exact_trim``) names the groups it wants instead: exactly those are sent, none cut.
 
 Pinot's virtual columns (``$docId``, ``$hostName``, ``$segmentName``: ``cuvee.query.virtual_columns``) that the SQL
 names are appended to each segment's view, after the upsert mask (an upsert table's valid docs then go to the scan
@@ -54,6 +55,7 @@ from cuvee.query.execute import (
     sandboxed_cursor,
     set_deadline,
     user_message,
+    wanted_groups,
 )
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
@@ -498,7 +500,7 @@ class QueryExecutor:
                     token = natives.token(block)
                     if natives.ready(token):  # read from DuckDB from now on: its decoded columns need not be kept
                         block.copied()
-                    natives.want(token, request.table, block, any_size=True)
+                    natives.want(token, request.table, block)
                     tokens.append(token)
         return natives.reading(request.table, tokens) if tokens else nullcontext(None)
 
@@ -567,7 +569,9 @@ class QueryExecutor:
     def _cut_groups(self, con: duckdb.DuckDBPyConnection, result: pa.Table,
                     limits: GroupLimits) -> tuple[pa.Table, GroupCut]:
         """The groups this server sends (``keep_groups``), bounded by the query's options or else this server's
-        defaults."""
+        defaults; in a broker's second round, exactly the wanted ones (``wanted_groups``)."""
+        if limits.wanted is not None:
+            return wanted_groups(con, result, limits.wanted), _NO_CUT
         return keep_groups(con, result, GroupTrim(limits.order_sql, limits.trim_rows, limits.exact),
                            self._num_groups_limit if limits.num_groups_limit is None else limits.num_groups_limit,
                            self._min_trim_size if limits.min_trim_size is None else limits.min_trim_size)

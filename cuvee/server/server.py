@@ -148,7 +148,8 @@ class Server:
                                               plain_copies=self.plain_copies,
                                               fetcher=self.fetcher, states=self.states,
                                               make_consuming=self._make_consuming_override or self._make_consuming,
-                                              upserts=self.upserts, story=self.story, schemas=self.schemas)
+                                              upserts=self.upserts, story=self.story, schemas=self.schemas,
+                                              natives=self.natives)
         go_live(self.metastore, self.store.paths.live(self.instance_id), self.instance_id,
                 own_sessions=self._sessions, create=False)  # the id is free, before its record and states change
         self._register_instance()

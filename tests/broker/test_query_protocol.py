@@ -159,6 +159,22 @@ def test_group_limits_round_trip_and_are_absent_unless_grouping() -> None:
     assert ServerQueryRequest.decode(defaults.encode()) == defaults
 
 
+def test_wanted_groups_travel_as_arrow_keys_and_are_absent_unless_asked() -> None:
+    """A broker's second round (``cuvee.query.exact_trim``) names the groups it wants by their typed keys."""
+    keys = pa.table({"__g0": pa.array(["a", None, "c"]), "__g1": pa.array([1, 2, None], pa.int64())})
+    asked = ServerQueryRequest("7", "t_OFFLINE", "SELECT 1", ("s",), 10,
+                               groups=GroupLimits("SELECT * FROM cuvee_groups", trim_rows=3, wanted=keys))
+    decoded = ServerQueryRequest.decode(asked.encode())
+    assert decoded.groups is not None and decoded.groups.wanted is not None
+    assert decoded.groups.wanted.equals(keys)
+    assert "wanted" not in orjson.loads(ServerQueryRequest(
+        "8", "t_OFFLINE", "SELECT 1", ("s",), 10, groups=GroupLimits("SELECT 1")).encode())["groups"]
+    with pytest.raises(QueryWireError, match="group key columns"):  # names reach SQL: only the planner's
+        GroupLimits("SELECT 1", wanted=pa.table({'x" = 1 OR "y': [1]}))
+    with pytest.raises(QueryWireError, match="not a base64 Arrow IPC stream"):
+        GroupLimits.from_dict({"orderSql": "SELECT 1", "exact": False, "wanted": "bm90IGFycm93"})
+
+
 @pytest.mark.parametrize(("groups", "error"), [
     ([], "must be a JSON object"),
     ({"orderSql": "", "exact": False}, "orderSql must be a non-empty string"),

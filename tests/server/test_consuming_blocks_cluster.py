@@ -72,3 +72,20 @@ def test_a_consuming_segment_answers_from_its_copied_blocks_and_its_tail(tmp_pat
             return copies(natives) <= 1  # at most the committed segment's
 
         wait_until(blocks_gone, 30, message="the committed segment's blocks kept their copies")
+
+
+def test_a_committed_segment_of_a_large_table_is_copied_as_it_arrives_without_a_query(tmp_path: Path) -> None:
+    """The queries right after a commit should find the copy made (a realtime table's users ask for fresh rows), not
+    scan Arrow while their own reads build it; a table too small for its queries to read copies gets none."""
+    server = {"consumer": {"scan_block_rows": 1 << 20}, "native_copy_min_rows": FLUSH}
+    with InProcessCluster(tmp_path, servers=1, server=server) as cluster:
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=FLUSH)
+        natives = cluster.servers[0].natives
+        cluster.produce(configs, [event(i) for i in range(FLUSH + 10)], key_field="id")
+        wait_until(lambda: len(cluster.committed_segments("fresh")) == 1, 30)
+        wait_until(lambda: copies(natives) == 1, 30, message="the committed segment was not copied before a query")
+        small = dict(SCHEMA, schemaName="tiny")
+        tiny = cluster.realtime_table(small, partitions=1, replicas=1, flush_rows=BLOCK)
+        cluster.produce(tiny, [event(i) for i in range(BLOCK + 3)], key_field="id")
+        wait_until(lambda: len(cluster.committed_segments("tiny")) == 1, 30)
+        assert natives.summary()[0].get("tiny_REALTIME", (0, 0))[0] == 0

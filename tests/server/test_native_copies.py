@@ -292,16 +292,24 @@ def test_copies_live_in_database_files_that_leave_with_them(tmp_path: Path,
     assert not natives_dir.exists()
 
 
-def test_none_kept_at_zero_bytes_and_small_segments_are_not_copied(segments: list[CommittedSegment]) -> None:
+def test_none_kept_at_zero_bytes(segments: list[CommittedSegment]) -> None:
     off = NativeCopies(0, background=False)
     assert not off.enabled
     off.want(off.token(segments[0]), TABLE, segments[0].segment)
     assert not off.ready(off.token(segments[0])) and off.bytes == 0
-    small = NativeCopies(1 << 30, min_rows=1_000, background=False)
-    token = small.token(segments[0])
-    small.want(token, TABLE, segments[0].segment)
-    assert not small.ready(token)
-    small.close()
+
+
+def test_a_large_query_copies_its_segments_however_small_and_a_small_query_none(
+        segments: list[CommittedSegment]) -> None:
+    """``min_rows`` is the query's bound, not a segment's: a realtime table's segments end at any size (1M streamed
+    rows in 3 partitions commit ~90k-row segments), and a floor per segment left all of those scanned as Arrow."""
+    natives = NativeCopies(1 << 30, min_idle_seconds=60, min_rows=500, clock=_Clock(), background=False)
+    executor = QueryExecutor(_registry(segments), natives=natives)
+    _answer(executor, QUERIES[0], [segments[0].name])  # 300 rows: under the bound, nothing asked for
+    assert natives.bytes == 0 and not any(natives.ready(natives.token(s)) for s in segments)
+    _answer(executor, QUERIES[0], [s.name for s in segments])  # 750 rows, in segments of 300, 250 and 200
+    assert all(natives.ready(natives.token(s)) for s in segments)
+    natives.close()
 
 
 def test_a_copy_is_made_in_the_background(segments: list[CommittedSegment]) -> None:

@@ -11,6 +11,9 @@ from cuvee.stream.log.partition import PartitionReader, PartitionWriter
 from cuvee.stream.log.topic import TopicStore, TopicView
 
 
+FULL_READ_S = 0.025  # an idle fetch reads at least this often whatever its mark says
+
+
 class LogConsumer(StreamConsumer):
     """Reads a topic of the embedded log. ``poll_interval_ms`` is how often a waiting fetch looks for new data."""
 
@@ -43,12 +46,19 @@ class LogConsumer(StreamConsumer):
         reader = self._reader(partition)
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
+            mark = reader.mark()  # before the read: anything written after it changes the mark
             read = self._read(partition, reader, offset, max_messages)
-            remaining = deadline - time.monotonic()
-            if len(read) or remaining <= 0:
-                offsets = list(range(read.first_offset, read.first_offset + len(read)))
-                return MessageBatch(offsets, read.keys, read.values, read.timestamps_ms, offset + len(read))
-            time.sleep(min(self.poll_interval_s, remaining))
+            read_at = time.monotonic()
+            while True:
+                remaining = deadline - time.monotonic()
+                if len(read) or remaining <= 0:
+                    offsets = list(range(read.first_offset, read.first_offset + len(read)))
+                    return MessageBatch(offsets, read.keys, read.values, read.timestamps_ms, offset + len(read))
+                time.sleep(min(self.poll_interval_s, remaining))
+                # idle polls stat two files instead of listing and reading; a read every FULL_READ_S still, as a
+                # directory's mtime is coarse (a segment created in the tick of the mark may not change it)
+                if mark is None or reader.mark() != mark or time.monotonic() - read_at >= FULL_READ_S:
+                    break
 
     def _read(self, partition: int, reader: PartitionReader, offset: int, max_messages: int) -> DecodedFrames:
         try:

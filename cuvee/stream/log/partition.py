@@ -273,6 +273,19 @@ class PartitionReader:
                 os.close(fd)
         return bases
 
+    def mark(self) -> tuple[int, int] | None:
+        """A cheap fingerprint of what is stored (~10 µs against ~100 µs for an empty ``read``): the directory's
+        mtime (a segment created or deleted) and the size of the newest open index (an append). Taken *before* a
+        read, an equal mark later means nothing was written since that read began — unless the directory changed within its mtime's coarse tick (the caller reads now and then
+        anyway). None: not known (read)."""
+        try:
+            directory = os.stat(self.path).st_mtime_ns
+            newest = max(self._open, default=None)
+            size = -1 if newest is None else os.fstat(self._open[newest][1]).st_size
+        except OSError:
+            return None
+        return directory, size
+
     def earliest_offset(self) -> int:
         bases = self.bases()
         return bases[0] if bases else 0
