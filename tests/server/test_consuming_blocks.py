@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import gc
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,20 @@ def append(segment: ConsumingSegment, table: pa.Table) -> None:
     for batch in table.to_batches():
         assert mutable.append(batch, np.arange(first, first + batch.num_rows)) == batch.num_rows
         first += batch.num_rows
+
+
+def write_in_batches(segment: ConsumingSegment, every: pa.Table, sizes: Any, done: threading.Event,
+                     published: Callable[[int], None] | None = None) -> None:
+    """Append ``every`` in batches of ``sizes`` (then ``published``, as the consume loop does), then set ``done``."""
+    at, total = 0, every.num_rows
+    for size in sizes:
+        if at >= total:
+            break
+        append(segment, every.slice(at, min(int(size), total - at)))
+        at = min(at + int(size), total)
+        if published is not None:
+            published(at)
+    done.set()
 
 
 def plain(table: pa.Table) -> pa.Table:
@@ -234,16 +249,7 @@ def test_answers_stay_a_consistent_prefix_while_rows_arrive_and_blocks_seal(cons
     sizes = np.random.default_rng(3).integers(1, 21, total)
     done = threading.Event()
 
-    def write() -> None:
-        at = 0
-        for size in sizes:
-            if at >= total:
-                break
-            append(consuming, every.slice(at, min(int(size), total - at)))
-            at = min(at + int(size), total)
-        done.set()
-
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=write_in_batches, args=(consuming, every, sizes, done))
     seen: list[int] = []
     try:
         writer.start()

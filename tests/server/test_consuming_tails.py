@@ -23,7 +23,7 @@ from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
 from tests.server.test_consuming_blocks import (BLOCK, QUERIES, append, consuming, natives,  # noqa: F401 - fixtures
-                                                reference, rows, run, tail_tables)
+                                                reference, rows, run, tail_tables, write_in_batches)
 from tests.server.test_consuming_support import TABLE, schema
 
 SQL = "SELECT COUNT(*), SUM(id), MIN(id), MAX(id) FROM events"
@@ -180,16 +180,6 @@ def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
     failures: list[BaseException] = []
     seen: list[list[int]] = [[], []]
 
-    def write() -> None:
-        at = 0
-        for size in sizes:
-            if at >= total:
-                break
-            append(consuming, every.slice(at, min(int(size), total - at)))
-            at = min(at + int(size), total)
-            scan.published(at)  # as the consume loop does: the worker appends to the tail tables queries made
-        done.set()
-
     def read(kept: list[int]) -> None:
         try:
             while not done.is_set() or not kept or kept[-1] < total:
@@ -199,7 +189,8 @@ def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             failures.append(exc)
 
-    threads = [threading.Thread(target=write)] + [threading.Thread(target=read, args=(k,)) for k in seen]
+    # published as the consume loop does: the worker appends to the tail tables queries made
+    threads = [threading.Thread(target=write_in_batches, args=(consuming, every, sizes, done, scan.published))] + [threading.Thread(target=read, args=(k,)) for k in seen]
     try:
         for thread in threads:
             thread.start()
