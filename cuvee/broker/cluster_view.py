@@ -44,6 +44,7 @@ from cuvee.query.functions import strftime_pattern
 from cuvee.lineage.rules import hidden_segments
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
 from cuvee.pruning import SegmentFacts
+from cuvee.pruning.stream_partitions import MixedPartitions, consuming_partitions, stream_partition_count
 from cuvee.query import TableInfo
 from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partition_spec
 from cuvee.spi.metastore import MetadataStoreError, NoNodeError, Subscription, WatchEvent
@@ -78,9 +79,12 @@ class TableEntry:
     read_for: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
     strict: bool = False  # one replica per partition per query: upsert tables, instanceSelectorType strictReplicaGroup
     upsert: bool = False  # an upsert table: its servers read a partition whole (see ``hold_back``)
-    # OFFLINE halves with a segmentPartitionConfig: the function, and each segment's partitions (from its record)
+    # Halves with a segmentPartitionConfig: the function, and each segment's partitions: from its record (OFFLINE
+    # segments, committed REALTIME ones), or a consuming segment's stream partition when that is known to hold
+    # it alone (``cuvee.pruning.stream_partitions``); None or missing: not known
     partition_spec: PartitionSpec | None = None
     partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
+    stream_partitions: int = 0  # a partitioned REALTIME table's stream partitions, as its segments' names show
     timeout_ms: int | None = None  # the table config's query.timeoutMs
     pruners: frozenset[str] = frozenset()  # routing.segmentPrunerTypes, lower case (``cuvee.broker.segment_pruning``)
     # upsert: the replica each partition was last read from, carried from entry to entry (``route``)
@@ -118,6 +122,12 @@ class TableEntry:
             return {}
         return {segment: partition_facts(spec.column, data_type, held) for segment, held in self.partitions.items()
                 if held is not None and held.same_function(spec)}
+
+    @cached_property
+    def consuming_names(self) -> frozenset[str]:
+        """Segments the view lists ONLINE nowhere (consuming, or not yet served)."""
+        return frozenset(s for s, replicas in self.view.segments.items()
+                         if not any(state is SegmentState.ONLINE for state in replicas.values()))
 
     @cached_property
     def absent(self) -> tuple[str, ...]:
@@ -343,6 +353,11 @@ class ClusterView:
             self._watch(self.paths.lineage(name))
             hidden = hidden_segments(self.store.lineage(name))
             override, ideal = None, None
+            mixed: frozenset[str] = frozenset()
+            if config.table_type is TableType.REALTIME and config.indexing.extra.get("segmentPartitionConfig"):
+                self._watch(self.paths.mixed_partitions(name))
+                found_mixed = self.store.find(MixedPartitions, self.paths.mixed_partitions(name))
+                mixed = frozenset(found_mixed.record.segments) if found_mixed is not None else frozenset()
             if config.table_type is TableType.OFFLINE:
                 self._watch(self.paths.time_boundary(config.table_name))
                 override = self.store.time_boundary_override(config.table_name)
@@ -379,15 +394,19 @@ class ClusterView:
             info, arrow_schema = table_info(name, schema, config.is_dim_table), schema.arrow_schema()
             step = millis_per_value(schema, config.time_column)
             try:
-                spec = partition_spec(config.indexing.extra, schema) if ideal is not None else None
+                spec = partition_spec(config.indexing.extra, schema)
             except UserError as exc:  # not partitioned, as far as joins go
                 log.warning("table %s: segmentPartitionConfig is not usable: %s", name, exc)
                 spec = None
+        count = 0
+        if spec is not None and ideal is None:
+            partitions, count = self._realtime_partitions(name, view, spec, mixed, old)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, step, config.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {},
+                          stream_partitions=count,
                           timeout_ms=config.query.timeout_ms,
                           pruners=frozenset(t.lower() for t in config.routing.segment_pruner_types),
                           replicas=old.replicas if old is not None else PartitionReplicas())
@@ -424,6 +443,34 @@ class ClusterView:
             read_for[segment] = (crc, found.record.commit_time_ms)
             partitions[segment] = found.record.partitions
         return end_times, read_for, partitions
+
+    def _realtime_partitions(self, name: str, view: ExternalView, spec: PartitionSpec, mixed: frozenset[str],
+                             old: TableEntry | None) -> tuple[dict[str, SegmentPartitions | None], int]:
+        """A partitioned REALTIME table's segments' partitions, and its stream's partition count: a committed
+        segment's from its record (read once: a committed segment's rows do not change), a consuming one's by
+        ``consuming_partitions``. The stream's partition count is carried from the last refresh and grown by the
+        segments new since (it never shrinks; one too large only stops consuming segments from being pruned)."""
+        known = old.partitions if old is not None else {}
+        count = max(old.stream_partitions if old is not None else 0,
+                    stream_partition_count(s for s in view.segments if s not in known))
+        partitions: dict[str, SegmentPartitions | None] = {}
+        for segment, replicas in view.segments.items():
+            if segment in mixed:
+                continue  # a replica saw rows of another partition in it: not known (read again once committed)
+            if not any(state is SegmentState.ONLINE for state in replicas.values()):
+                partitions[segment] = consuming_partitions(segment, spec, count, mixed)
+                continue
+            if segment in known and segment not in (old.consuming_names if old is not None else ()):
+                partitions[segment] = known[segment]
+                continue
+            try:
+                found = self.store.find_segment(name, segment)
+            except (RecordFormatError, MetadataStoreError, ValueError) as exc:
+                log.warning("table %s: metadata of segment %s cannot be read: %s", name, segment, exc)
+                continue
+            if found is not None and not found.record.is_consuming:
+                partitions[segment] = found.record.partitions
+        return partitions, count
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

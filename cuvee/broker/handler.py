@@ -511,7 +511,11 @@ class QueryHandler:
             # is asked again for its partial result (rare: a move under way)
             whole, asked_plan, exact = False, plan, asked.accurate
             asked = _first_round(asked, plan, routings)
-            calls = self._calls(str(number), plan, targets[0], routings[0], servers, deadline, asked)
+            calls, called = [], []
+            for target, routing in zip(targets, routings):  # every half again (a summed plan may span both)
+                made = self._calls(str(number), plan, target, routing, servers, deadline, asked)
+                calls += made
+                called += [target] * len(made)
             wait = max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds
             replies = await scatter(self._http(), calls, wait, max_bytes=cfg.max_server_response_bytes)
             num_calls += len(calls)

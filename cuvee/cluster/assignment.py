@@ -22,6 +22,7 @@ from cuvee.cluster.errors import AssignmentError, RequirementFailedError
 from cuvee.cluster.records import IdealState, InstanceInfo, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.config.table import raw_table_name
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.segment.partitioning import SegmentPartitions
 
 REALTIME_TAG_SUFFIX = "_REALTIME"
 
@@ -178,6 +179,7 @@ def mark_done(
     now_ms: int,
     time_min: int | None = None,
     time_max: int | None = None,
+    partitions: SegmentPartitions | None = None,
 ) -> Callable[[SegmentRecord], SegmentRecord]:
     """Commit step 1 as an update function: IN_PROGRESS (or COMMITTING at the same end offset) -> DONE with the end
     offset and where to download."""
@@ -199,6 +201,7 @@ def mark_done(
             now_ms=now_ms,
             time_min=time_min,
             time_max=time_max,
+            partitions=partitions,
         )
 
     return update

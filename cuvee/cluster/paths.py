@@ -110,6 +110,11 @@ class ClusterPaths:
 
     # ---- batch data: lineage, time boundary, deletions waiting for their grace period --------------------
 
+    def mixed_partitions(self, table: str) -> str:
+        """A partitioned REALTIME table's consuming segments holding rows of other partitions
+        (``cuvee.pruning.stream_partitions.MixedPartitions``): servers add, brokers watch."""
+        return f"{self.root}/mixedpartitions/{check_name('table', table)}"
+
     def lineage(self, table: str) -> str:
         """The table's segment lineage entries (one versioned node)."""
         return f"{self.root}/lineage/{check_name('table', table)}"

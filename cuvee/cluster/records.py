@@ -161,8 +161,9 @@ class SegmentRecord(Record):
     # Auto-tuned tables: the learned bytes per row the row threshold came from (a new leader learns on from the
     # newest; None on fixed-size tables and before anything was learned)
     bytes_per_row: float | None = None
-    # A pushed segment of a table with a segmentPartitionConfig: the partitions of its rows, read by the
-    # controller from the archive's own metadata (placement and colocated joins use it; None: not known)
+    # A segment of a table with a segmentPartitionConfig: the partitions of its rows, read by the controller
+    # from a pushed archive's own metadata, or sent by a realtime committer with segmentCommitEnd (placement,
+    # colocated joins, broker pruning and summed distinct counts use it; None: not known)
     partitions: SegmentPartitions | None = None
     # A consuming segment: the version of the table's schema (``cuvee.cluster.schemas``) every replica consumes
     # and builds it under, fixed by the controller when it created the record (None: written before versions)
@@ -190,8 +191,11 @@ class SegmentRecord(Record):
         now_ms: int,
         time_min: int | None = None,
         time_max: int | None = None,
+        partitions: SegmentPartitions | None = None,
     ) -> SegmentRecord:
-        """This segment marked DONE (commit step 1). ``now_ms`` becomes the commit time repair compares against."""
+        """This segment marked DONE (commit step 1). ``now_ms`` becomes the commit time repair compares against;
+        ``partitions``: those of the built segment's rows (a realtime segment's partition metadata, as Pinot's
+        committed segment ZK metadata carries it)."""
         return dataclasses.replace(
             self,
             status=SegmentStatus.DONE,
@@ -203,6 +207,7 @@ class SegmentRecord(Record):
             time_min=time_min,
             time_max=time_max,
             commit_time_ms=now_ms,
+            partitions=partitions,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -354,7 +354,8 @@ _ROUTING = Obj({
                                 "strictReplicaGroup is honoured: one replica reads all of a partition's segments, as "
                                 "upsert tables always do", lambda v: str(v) != "strictReplicaGroup"),
     "segmentPrunerTypes": Key(Support.HINT, "partition is honoured: the broker leaves out segments whose recorded "
-                              "partitions rule out an = or IN on the partition column; servers always prune committed "
+                              "partitions (or a consuming segment's stream partition) rule out an = or IN on the "
+                              "partition column; servers always prune committed "
                               "segments by min/max, partitions and bloom filters, so time (and empty) pruning happen "
                               "there, not at the broker (docs/query.md)", _asks_beyond_partition),
     "useFixedReplica": hint("Cuvee reads a consuming segment from one fixed replica and rotates committed ones"),

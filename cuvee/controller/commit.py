@@ -160,6 +160,7 @@ class SegmentCommitter:
                 now_ms=self.clock_ms(),
                 time_min=action.time_min,
                 time_max=action.time_max,
+                partitions=action.partitions,
             )
             done = self.store.update_segment(table, action.segment.name, step1).record
             fault(COMMIT_AFTER_STEP1)

@@ -363,6 +363,7 @@ class CompletionFsm:
             time_min=req.time_min,
             time_max=req.time_max,
             generation=self.generation,
+            partitions=req.partitions,
         )
         return None, [action]
 

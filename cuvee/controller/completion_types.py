@@ -11,6 +11,7 @@ from enum import Enum
 
 from cuvee.protocol.completion import DEFAULT_HOLD_MS, Request, ResponseStatus
 from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.segment.partitioning import SegmentPartitions
 
 
 class FsmState(Enum):
@@ -95,6 +96,7 @@ class CommitSegmentMetadata:
     time_min: int | None
     time_max: int | None
     generation: int
+    partitions: SegmentPartitions | None = None  # of the built segment's rows (segmentCommitEnd's)
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,9 +113,10 @@ def write_plan(store: ClusterStore, table: str, plan: TablePlan) -> None:
 def delete_table_state(store: ClusterStore, table: str) -> None:
     """Ideal state first (servers drop the segments), then segment metadata, lineage, the external view, the
     last rebalance's record, the reload and force-commit jobs, the served schema version (the schema's versions
-    stay: ``cuvee.cluster.schemas``) and the maintenance tasks' watermarks — for an OFFLINE half also the REALTIME half's
-    RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a recreated offline
-    half would get only rows after it, and the time boundary would hide the rest."""
+    stay: ``cuvee.cluster.schemas``), the consuming segments reported to hold other partitions' rows (a recreated
+    table's segments may take their names) and the maintenance tasks' watermarks — for an OFFLINE half also the
+    REALTIME half's RealtimeToOfflineSegmentsTask watermark, which says what the offline half holds: kept, a
+    recreated offline half would get only rows after it, and the time boundary would hide the rest."""
     paths = store.paths
     store.delete(paths.ideal_state(table))
     store.delete(paths.segments(table))
@@ -125,6 +126,7 @@ def delete_table_state(store: ClusterStore, table: str) -> None:
     store.delete(paths.tasks(table))
     store.delete(paths.jobs(table))
     store.delete(paths.served_schema(table))
+    store.delete(paths.mixed_partitions(table))
     if table.endswith(TableType.OFFLINE.suffix):
         store.delete(paths.task(raw_table_name(table) + TableType.REALTIME.suffix, REALTIME_TO_OFFLINE))
 

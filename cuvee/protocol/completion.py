@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from cuvee.errors import CuveeError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
+from cuvee.segment.partitioning import SegmentPartitions
 
 # Servers re-send segmentConsumed this often while told HOLD; the controller's waits are derived from it.
 DEFAULT_HOLD_MS = 3_000
@@ -98,6 +99,17 @@ def _str(d: Mapping[str, Any], key: str, what: str, *, optional: bool = False, d
     if not isinstance(value, str):
         raise ProtocolError(f"{what}: field {key!r} must be a string, got {value!r}")
     return value
+
+
+def _partitions(d: Mapping[str, Any], what: str) -> SegmentPartitions | None:
+    doc = d.get("partitionMetadata")
+    if doc is None:
+        return None
+    found = SegmentPartitions.from_json(doc)
+    if found is None:
+        raise ProtocolError(f"{what}: field 'partitionMetadata' must describe a segment's partitions "
+                            "(column, functionName, numPartitions, partitions)")
+    return found
 
 
 def _enum(cls: type[_E], d: Mapping[str, Any], key: str, what: str) -> _E:
@@ -184,6 +196,9 @@ class SegmentCommitEnd:
     build_time_ms: int = 0
     time_min: int | None = None
     time_max: int | None = None
+    # the partitions of the built segment's rows when the table has a segmentPartitionConfig (wire:
+    # ``partitionMetadata``); None: not partitioned, or a server that does not send them
+    partitions: SegmentPartitions | None = None
 
     kind = RequestKind.SEGMENT_COMMIT_END
 
@@ -199,6 +214,8 @@ class SegmentCommitEnd:
             out["timeMin"] = self.time_min
         if self.time_max is not None:
             out["timeMax"] = self.time_max
+        if self.partitions is not None:
+            out["partitionMetadata"] = self.partitions.to_json()
         return out
 
 
@@ -261,6 +278,7 @@ def request_from_dict(d: Mapping[str, Any]) -> Request:
                 build_time_ms=_int(d, "buildTimeMs", what, optional=True) or 0,
                 time_min=_int(d, "timeMin", what, minimum=None, optional=True),
                 time_max=_int(d, "timeMax", what, minimum=None, optional=True),
+                partitions=_partitions(d, what),
             )
         case RequestKind.EXTEND_BUILD_TIME:
             return ExtendBuildTime(segment, instance, offset, _int(d, "extraSeconds", what, minimum=1))

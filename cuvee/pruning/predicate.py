@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Union
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 OPS = ("=", "<", "<=", ">", ">=")
@@ -32,8 +34,11 @@ MAX_NODES = 256
 MAX_DEPTH = 16
 MAX_VALUES = 4096
 MAX_NAME = 512
+MAX_IN_VALUES = 2048  # an IN list's distinct values kept for membership; a longer list prunes by its range
+MAX_LISTED = 1_000_000  # values of a set-aside IN list read at all (a longer one is unknown)
 _INT64 = (-(2**63), 2**63 - 1)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_TOKEN = re.compile(r"'[^']*(?:''[^']*)*'|[^,\s]+")  # a set-aside list's literals (strings keep their commas)
 
 Value = Union[int, float, str]
 
@@ -116,10 +121,14 @@ def _extract(node: exp.Expression, depth: int) -> Predicate | None:
         if column is None or node.args.get("query") is not None or node.args.get("unnest") is not None \
                 or node.args.get("field") is not None:
             return None
+        from cuvee.query.prescan import LIST_META  # here: cuvee.query imports this module
+
+        if len(node.expressions) == 1 and LIST_META in node.expressions[0].meta:
+            return _listed(column, str(node.expressions[0].this))  # a long list the parser set aside as text
         values = [_literal(v) for v in node.expressions]
         if not values or any(v is None for v in values):
             return None
-        return In(column, tuple(v for v in values if v is not None))
+        return _membership(column, [v for v in values if v is not None])
     op = _COMPARISONS.get(type(node))
     if op is None:
         return None
@@ -130,6 +139,62 @@ def _extract(node: exp.Expression, depth: int) -> Predicate | None:
     if column is None or value is None:
         return None
     return Compare(column, op, value)
+
+
+def _listed(column: str, text: str) -> Predicate | None:
+    """``column IN (text)`` for a set-aside list's text (``cuvee.query.prescan``: literals and commas only), as
+    ``_membership`` keeps it. A list of numbers only is read at once by Arrow (integers as integers; past
+    ``MAX_IN_VALUES`` values, any numbers as doubles: only their range is kept); any other list one literal at a
+    time, as ``_literal`` reads them. A list past ``MAX_LISTED`` values is not read (unknown)."""
+    if text.count(",") >= MAX_LISTED:
+        return None
+    if "'" not in text:
+        parts = pc.utf8_trim_whitespace(pa.array(text.split(",")))
+        for kind in (pa.int64(), pa.float64()):
+            try:
+                numbers = parts.cast(kind)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            if kind == pa.int64() and pc.count_distinct(numbers).as_py() <= MAX_IN_VALUES:
+                return _membership(column, numbers.to_pylist())
+            if len(numbers) > MAX_IN_VALUES:
+                low, high = pc.min_max(numbers).values()
+                if pc.all(pc.is_finite(numbers)).as_py() if kind == pa.float64() else True:
+                    return And((Compare(column, ">=", low.as_py()), Compare(column, "<=", high.as_py())))
+                return None
+    values = [_token(token) for token in _TOKEN.findall(text)]
+    if not values or any(v is None for v in values):
+        return None
+    return _membership(column, [v for v in values if v is not None])
+
+
+def _token(token: str) -> Value | None:
+    """One literal of a set-aside list, read as ``_literal`` reads its parsed form."""
+    if token.startswith("'"):
+        text = token[1:-1].replace("''", "'")
+        return text if len(text) <= MAX_NAME * 8 else None
+    if _INTEGER.fullmatch(token):
+        value = int(token)
+        return value if _INT64[0] <= value <= _INT64[1] else None
+    try:
+        number = float(token)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _membership(column: str, values: list[Value]) -> Predicate | None:
+    """``column IN values`` as pruning can use it: an ``In`` of the distinct values while they fit
+    ``MAX_IN_VALUES`` (membership: min/max, partitions, bloom filter); past that, the range from the smallest to
+    the largest (min/max only), when the values are all numbers or all strings (else unknown)."""
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) <= MAX_IN_VALUES:
+        return In(column, tuple(distinct))
+    strings = [v for v in distinct if isinstance(v, str)]
+    if strings and len(strings) < len(distinct):
+        return None
+    ordered = strings or [v for v in distinct if not isinstance(v, str)]
+    return And((Compare(column, ">=", min(ordered)), Compare(column, "<=", max(ordered))))  # type: ignore[type-var]
 
 
 def _joined(kind: type[And] | type[Or], parts: list[Predicate]) -> Predicate:

@@ -22,6 +22,7 @@ matches nothing.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -61,11 +62,43 @@ class Work:
         self.left = checks
         self.served = served
         self._hashes: dict[tuple[int, str], tuple[Compare | In, dict[Value, int]]] = {}
+        self._sorted: dict[tuple[int, str], tuple[In, list[Value] | None]] = {}
+        self._partitions: dict[tuple[int, str, str, int], tuple[Compare | In, dict[Value, int]]] = {}
 
     def spend(self, count: int) -> bool:
         """Whether ``count`` more checks fit the budget (they are taken from it)."""
         self.left -= count
         return self.left >= 0
+
+    def ordered(self, node: In, kind: str | None) -> list[Value] | None:
+        """``node``'s values sorted, when all are exactly of ``kind`` ("int" or "str": compared with the column's
+        stats as they are, without DuckDB's casts); else None. Sorted once per node (kept with the node)."""
+        if kind not in ("int", "str"):
+            return None
+        key = (id(node), "sorted-" + kind)
+        held = self._sorted.get(key)
+        if held is None:
+            same = all(isinstance(v, str) for v in node.values) if kind == "str" else \
+                all(isinstance(v, int) for v in node.values)
+            held = self._sorted[key] = (node, sorted(node.values) if same else None)
+        return held[1]
+
+    def partitions(self, node: Compare | In, kind: str, held: SegmentPartitions) -> dict[Value, int]:
+        """Each of ``node``'s values of ``kind`` -> its partition under ``held``'s function and count, computed once
+        per node and function (an IN list holds at most ``MAX_IN_VALUES`` distinct values: a bounded cost, paid
+        once per query however many segments are checked)."""
+        key = (id(node), kind, held.function, held.num_partitions)
+        found = self._partitions.get(key)
+        if found is None:
+            listed = node.values if isinstance(node, In) else (node.value,)
+            same = [v for v in dict.fromkeys(listed) if (isinstance(v, str) if kind == "str" else isinstance(v, int))]
+            try:
+                of = partitions(pa.array(same, pa.string() if kind == "str" else pa.int64()),
+                                PartitionSpec(node.column, held.function, held.num_partitions)).tolist()
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                of, same = [], []  # values the function cannot take (Modulo of a string): unsure, none known
+            found = self._partitions[key] = (node, dict(zip(same, of)))
+        return found[1]
 
     def hashes(self, node: Compare | In, kind: str, wanted: list[Value]) -> np.ndarray:
         """The ``value_hashes`` of ``wanted`` (values of ``node``, all of ``kind``), from a table built once per node
@@ -109,12 +142,21 @@ def _may_match(predicate: Predicate, facts: SegmentFacts, work: Work) -> bool:
         return True
     if work.served is not None and work.served.get(predicate.column, (meta.data_type, True)) != (meta.data_type, True):
         return True  # stored under another type than it is served as: its stats are not of the values compared
-    if not work.spend(1 if isinstance(predicate, Compare) else len(predicate.values)):
-        return True  # past the query's budget: kept
+    if not work.spend(1 if isinstance(predicate, Compare) else len(predicate.values).bit_length()):
+        return True  # past the query's budget: kept (an IN's values are charged as they are looked at)
     if isinstance(predicate, Compare):
         if not _in_range(meta, predicate.op, predicate.value):
             return False
         return predicate.op != "=" or _may_hold(meta, predicate, [predicate.value], facts, work)
+    ordered = work.ordered(predicate, _kind(meta))
+    if ordered is not None:  # values all of the column's kind: those in [min, max] found by bisection
+        low, high = _bound(meta.min), _bound(meta.max)
+        if isinstance(low, str) == isinstance(high, str) == (_kind(meta) == "str") and low is not None \
+                and high is not None:
+            candidates = ordered[bisect.bisect_left(ordered, low):bisect.bisect_right(ordered, high)]
+            return bool(candidates) and _may_hold(meta, predicate, candidates, facts, work)
+    if not work.spend(len(predicate.values)):
+        return True
     candidates = [v for v in predicate.values if _in_range(meta, "=", v)]
     return bool(candidates) and _may_hold(meta, predicate, candidates, facts, work)
 
@@ -223,17 +265,11 @@ def _may_hold(meta: ColumnMetadata, node: Compare | In, values: list[Value], fac
     if len(exact) < len(values):
         return True  # a float against an integer column (or the like): neither partitions nor blooms can say
     held = facts.partitions
-    if held is not None and held.column == column:
-        arrow_type = _INTEGERS.get(meta.data_type, pa.string())
-        try:
-            found = partitions(pa.array(exact, arrow_type),
-                               PartitionSpec(column, held.function, held.num_partitions))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            found = None  # a value the column's type cannot hold: unsure
-        if found is not None:
-            exact = [v for v, p in zip(exact, found.tolist()) if p in held.partitions]
-            if not exact:
-                return False
+    if held is not None and held.column == column and work.spend(len(exact)):
+        of = work.partitions(node, "str" if _kind(meta) == "str" else "int", held)
+        exact = [v for v in exact if v not in of or of[v] in held.partitions]  # not in it: unsure, kept
+        if not exact:
+            return False
     if meta.has_bloom_filter and facts.bloom is not None:
         if not work.spend(BLOOM_COST):
             return True

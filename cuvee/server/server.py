@@ -34,6 +34,7 @@ from cuvee.node.http import HttpService
 from cuvee.node.liveness import go_live, leave
 from cuvee.node.session import SessionHolder
 from cuvee.protocol.completion_http import HTTP_PORT_NAME
+from cuvee.pruning.stream_partitions import MixedPartitions
 from cuvee.server.app import build_server_app
 from cuvee.server.config import ServerConfig
 from cuvee.server.current_state import CurrentStates
@@ -273,7 +274,17 @@ class Server:
             metrics=self.metrics,
             story=self.story,
             memory_share=self._memory_share if self.config.consuming_memory_bytes else None,
+            report_mixed=lambda segment, partition: self._report_mixed(table, segment, partition),
         )
+
+    def _report_mixed(self, table: str, segment: str, partition: int) -> None:
+        """Record in the table's ``MixedPartitions`` node that ``segment`` holds a row of ``partition``, another
+        than its stream partition's (brokers stop pruning it by partition). Raises when it cannot: the consumer
+        then stops rather than publish a row a broker would skip."""
+        log.warning("%s/%s: a row of partition %d arrived in another stream partition: the segment is no longer "
+                    "pruned by partition (is the stream keyed by the partition column?)", table, segment, partition)
+        self.store.update(MixedPartitions, self.store.paths.mixed_partitions(table),
+                          lambda held: held.with_segment(segment, partition), initial=MixedPartitions({}))
 
     def _memory_share(self) -> int:
         """Each consuming segment's share of ``consuming_memory_bytes``: the budget split evenly among the consuming

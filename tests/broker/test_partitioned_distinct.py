@@ -42,6 +42,18 @@ def test_distinct_counts_of_the_partition_column_are_summed_when_each_partition_
     assert "count(DISTINCT \"k\")" in chosen.server_sql and "list(DISTINCT \"g\")" in chosen.server_sql
 
 
+def test_a_hybrid_tables_halves_are_summed_when_no_partition_is_read_by_both() -> None:
+    # a value is in one partition, each partition in one request (a half's server): each counted once
+    plan = plan_sql(SQL, lambda _: INFO)
+    half = QueryTarget(_entry(PARTS), TimeFilter("ts", "<=", 5))
+    assert disjoint_plan(plan, [half], [ROUTING]) is plan.disjoint["k"]  # the other half held nothing
+    realtime = dataclasses.replace(_entry({"rt3": PARTS["s3"]}), name="t_REALTIME")
+    assert disjoint_plan(plan, [half, QueryTarget(realtime)], [RoutingTable({"a": ("s0", "s1")}),
+                                                                RoutingTable({"b": ("rt3",)})]) is plan.disjoint["k"]
+    offline_only = RoutingTable({"a": ("s0", "s3")})  # partition 3 in the offline half's request too
+    assert disjoint_plan(plan, [half, QueryTarget(realtime)], [offline_only, RoutingTable({"a": ("rt3",)})]) is plan
+
+
 def test_anything_short_of_proof_keeps_the_plan_that_ships_values() -> None:
     plan = plan_sql(SQL, lambda _: INFO)
     target = QueryTarget(_entry(PARTS))
@@ -55,8 +67,9 @@ def test_anything_short_of_proof_keeps_the_plan_that_ships_values() -> None:
     assert disjoint_plan(plan, [QueryTarget(by_g)], [ROUTING]) is plan  # recorded for k, not g
     assert disjoint_plan(plan, [QueryTarget(_entry(PARTS, None))], [ROUTING]) is plan  # not partitioned
     half = QueryTarget(_entry(PARTS), TimeFilter("ts", "<=", 5))  # a hybrid table's two halves
-    assert disjoint_plan(plan, [half, half], [ROUTING, ROUTING]) is plan
-    assert disjoint_plan(plan, [half], [ROUTING]) is plan
+    assert disjoint_plan(plan, [half, half], [ROUTING, ROUTING]) is plan  # each partition in two requests
+    alike = RoutingTable({"a": ("s0",), "b": ("s1",)})
+    assert disjoint_plan(plan, [half, half], [ROUTING, alike]) is plan  # partitions 0 and 1 in both halves
     plain = plan_sql("SELECT COUNT(DISTINCT g) FROM t", lambda _: INFO)
     assert disjoint_plan(plain, [target], [ROUTING]) is plain  # g is not the partition column
 

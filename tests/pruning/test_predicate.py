@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cuvee.pruning.predicate import (MAX_DEPTH, MAX_NODES, MAX_VALUES, And, Compare, In, Or, PredicateWireError,
-                                     from_json,
-                                     to_json, with_bound)
+from cuvee.pruning.predicate import (MAX_DEPTH, MAX_IN_VALUES, MAX_NODES, MAX_VALUES, And, Compare, In, Or,
+                                     PredicateWireError, from_json, to_json, with_bound)
 from tests.pruning.helpers import where_of
 
 
@@ -48,13 +47,31 @@ def test_a_time_bound_joins_what_where_prunes_by() -> None:
                                                                         Compare("t", ">", 5)))
 
 
-def test_too_large_is_not_pruned() -> None:
-    values = ", ".join(str(v) for v in range(MAX_VALUES + 1))
-    assert where_of(f"i IN ({values})") is None
+def test_a_long_in_list_set_aside_as_text_is_read_for_membership_then_for_its_range() -> None:
+    # 64 values or more are planned as one raw text (cuvee.query.prescan): pruning reads that text
+    values = [*range(-70, 70, 2), *range(-70, 70, 2)][1:]
+    assert where_of(f"i IN ({', '.join(map(str, values))})") == In("i", tuple(dict.fromkeys(values)))
+    values = list(range(-70, 70, 2))
+    texts = [f"a,{n}" for n in range(80)] + ["o'k"]
+    quoted = ", ".join("'" + t.replace("'", "''") + "'" for t in texts)
+    assert where_of(f"s IN ({quoted})") == In("s", tuple(texts))
+    mixed = where_of(f"d IN ({', '.join(str(v / 4) for v in range(70))}, -3, +4, -2.5e1)")
+    assert isinstance(mixed, In) and mixed.values[-2:] == (-3, -25.0) and 4.0 in mixed.values
+    assert mixed.values[1] == 0.25
+    # past MAX_IN_VALUES distinct values: the range from the smallest to the largest (min/max pruning only)
+    many = ", ".join(str(v) for v in range(MAX_IN_VALUES, -1, -1))
+    assert where_of(f"i IN ({many}) AND s = 'a'") == And((Compare("i", ">=", 0), Compare("i", "<=", MAX_IN_VALUES),
+                                                         Compare("s", "=", "a")))
+    repeated = ", ".join(str(v % 5) for v in range(MAX_VALUES * 2))
+    assert where_of(f"i IN ({repeated})") == In("i", (0, 1, 2, 3, 4))  # distinct values are what count
+    assert where_of(f"i IN ({many}, 'x')") is None  # numbers and strings: no range
+    assert where_of(f"i IN ({many}, 99999999999999999999)") == And((Compare("i", ">=", 0.0),  # read as doubles
+                                                                   Compare("i", "<=", 1e20)))
+    assert where_of(f"i IN ({values}, 99999999999999999999)") is None  # a value no BIGINT holds: unknown
 
 
 def _in_lists(count: int) -> list[str]:
-    """``count`` values as IN lists of 63 (a longer list is planned as one raw text, which pruning does not read)."""
+    """``count`` values as IN lists of 63 (each an ordinary parsed list, not one set aside as raw text)."""
     return [f"i IN ({', '.join(str(v) for v in range(start, min(start + 63, count)))})"
             for start in range(0, count, 63)]
 

@@ -154,3 +154,73 @@ def test_a_query_hashes_each_in_list_once_and_its_work_is_bounded() -> None:
     calls.clear()
     assert [may_match(predicate, facts, small) for _ in range(3)] == [False, False, True]
     assert calls == [3, 3]
+
+
+def test_an_in_list_of_64_values_or_more_prunes_by_membership_partitions_and_bloom() -> None:
+    """A long IN list (planned as raw text: ``cuvee.query.prescan``) is read back and checked value by value:
+    a segment whose [min, max] falls between its values, whose partitions none of them falls in, or whose bloom
+    filter rules them all out is skipped."""
+    steps = ", ".join(str(v) for v in range(0, 1000, 25))  # 0, 25, ... : none in [10, 20]
+    assert not keeps(f"i IN ({steps}, {', '.join(str(v) for v in range(1000, 1040))})")  # 80 values
+    assert keeps(f"i IN ({steps}, 15, {', '.join(str(v) for v in range(1000, 1040))})")
+    strings = ", ".join(f"'k{n:03}'" for n in range(100))  # 'k000'...: all above 'dd'
+    assert not keeps(f"s IN ({strings})") and keeps(f"s IN ({strings}, 'cc')")
+    partitioned = SegmentFacts(100, {"l": column("l", "LONG", 0, 1000)},
+                               partitions=SegmentPartitions("l", "Modulo", 4, (1,)))
+    evens = ", ".join(str(v) for v in range(0, 200, 2))
+    assert not keeps(f"l IN ({evens})", partitioned) and keeps(f"l IN ({evens}, 9)", partitioned)
+    probed: list[int] = []
+
+    def bloom(name: str, hashes: np.ndarray) -> bool:
+        probed.append(len(hashes))
+        return False
+
+    blooming = SegmentFacts(100, {"i": column("i", "INT", 0, 50, bloom=True)}, bloom=bloom)
+    assert not keeps(f"i IN ({', '.join(str(v) for v in range(40, 140))})", blooming)
+    assert probed == [11]  # only the values inside [min, max] are probed
+
+
+def test_a_100k_value_in_list_prunes_within_a_bounded_time() -> None:
+    """Past ``MAX_IN_VALUES`` distinct values the list prunes by its range; reading it and checking 1,000
+    segments stays far below a query's time."""
+    import time
+
+    from cuvee.pruning.predicate import MAX_IN_VALUES
+
+    values = ", ".join(str(v) for v in range(100, 100 + 3 * 100_000, 3))
+    began = time.perf_counter()
+    predicate = where_of(f"i IN ({values})")
+    segments = [(n, SegmentFacts(100, {"i": column("i", "INT", n * 10, n * 10 + 5)})) for n in range(1000)]
+    out = pruned(predicate, segments)
+    took = time.perf_counter() - began
+    assert out == list(range(10))  # below the list's smallest value
+    assert MAX_IN_VALUES < 100_000 and took < 2.0, took
+    shorter = ", ".join(str(v) for v in range(100, 100 + 3 * MAX_IN_VALUES, 3))  # membership, by bisection
+    began = time.perf_counter()
+    out = pruned(where_of(f"i IN ({shorter})"), segments)
+    assert time.perf_counter() - began < 1.0
+    # [n*10, n*10 + 5] holds a multiple of 3 past 100 + ... unless it falls in a gap: every segment checked
+    expected = [n for n, f in segments if not any(100 <= v <= 100 + 3 * (MAX_IN_VALUES - 1) and (v - 100) % 3 == 0
+                                                  for v in range(n * 10, n * 10 + 6))]
+    assert out == expected and len(expected) > 10
+
+
+def test_an_in_lists_partitions_are_computed_once_per_query() -> None:
+    """The broker checks every routed segment's partitions: the list's values are hashed once for the query."""
+    import pyarrow as pa
+
+    from cuvee.segment.partitioning import PartitionSpec, partitions
+
+    values = [f"k{n}" for n in range(100)]
+    of = partitions(pa.array(values), PartitionSpec("s", "Murmur", 8)).tolist()
+    predicate = where_of(f"s IN ({', '.join(repr(v) for v, p in zip(values, of) if p in (1, 2))})")
+    assert predicate is not None
+    work = Work()
+    segments = [SegmentFacts(-1, {"s": column("s", "STRING", None, None)},
+                             partitions=SegmentPartitions("s", "Murmur", 8, (p,))) for p in range(8)] * 20
+    assert [may_match(predicate, facts, work) for facts in segments[:8]] == [p in (1, 2) for p in range(8)]
+    assert all(may_match(predicate, facts, work) == (facts.partitions.single in (1, 2)) for facts in segments)
+    assert len(work._partitions) == 1
+    odd = SegmentFacts(100, {"s": column("s", "STRING", None, None)},
+                       partitions=SegmentPartitions("s", "Modulo", 8, (3,)))  # Modulo of strings: unsure
+    assert may_match(predicate, odd, work)

@@ -16,6 +16,7 @@ from cuvee.config.schema import DataType
 from cuvee.config.sections import IndexingConfig
 from cuvee.pruning import may_match
 from cuvee.pruning.facts import facts_of
+from cuvee.pruning.predicate import MAX_IN_VALUES
 from cuvee.segment.builder import build_segment
 from tests.pruning.helpers import where_of
 from tests.segment.segment_helpers import schema_of
@@ -65,6 +66,13 @@ leaf = st.one_of(
     st.tuples(numbers, st.sampled_from(["<", ">="]), st.sampled_from(["i", "l"]))
     .map(lambda t: f"{literal(t[0])} {t[1]} {t[2]}"),
     st.integers(0, 5).map(lambda v: f"m = {v}"),
+    # 64 values or more: planned as one raw text (cuvee.query.prescan), read back for membership
+    st.tuples(st.sampled_from(["i", "l", "s", "d", "m2"]),
+              st.lists(st.integers(-300, 300) | numbers | strings, min_size=64, max_size=160))
+    .map(lambda t: f"{t[0]} IN ({', '.join(literal(v) for v in t[1])})"),
+    # past MAX_IN_VALUES distinct values: pruned by the list's range
+    st.tuples(st.sampled_from(["i", "l", "d"]), st.integers(-30, 30), st.integers(1, 3))
+    .map(lambda t: f"{t[0]} IN ({', '.join(str(t[1] + t[2] * n) for n in range(MAX_IN_VALUES + 1))})"),
 )
 conditions = st.recursive(leaf, lambda inner: st.one_of(
     st.tuples(inner, inner).map(lambda t: f"({t[0]} AND {t[1]})"),
@@ -96,6 +104,10 @@ def _matching(table: pa.Table, condition: str) -> int:
 @example(data=[{**ROW, "f": 0.85}], cuts=[], by_partition=False, condition="f > 0.8500000238418579")
 @example(data=[{**ROW, "d": NEG_NAN}, {**ROW, "d": 5.0}], cuts=[], by_partition=False, condition="d = 5")
 @example(data=[{**ROW, "f": NEG_NAN}, {**ROW, "f": 3.0}], cuts=[], by_partition=False, condition="f <= 3")
+@example(data=[{**ROW, "i": 2, "l": 4}, {**ROW, "i": 7, "l": 5}], cuts=[1], by_partition=False,
+         condition=f"i IN ({', '.join(str(v) for v in range(-200, 200, 5))})")  # 7 and 2 fall between values
+@example(data=[{**ROW, "l": 2**40}], cuts=[], by_partition=True,
+         condition=f"l IN ({', '.join(str(v * 3) for v in range(70))}, {2**40})")
 def test_pruning_never_drops_a_matching_row(data: list[dict], cuts: list[int], by_partition: bool,
                                             condition: str) -> None:
     predicate = where_of(condition)

@@ -177,7 +177,8 @@ class Replica:
 def make_replica(tmp: Path, log_dir: Path, rec: SegmentRecord, *, instance: str, client: SegmentCompletionClient,
                  deep_store: DeepStore | None = None, fetch: Callable[[SegmentRecord], ImmutableSegment] | None = None,
                  config: ConsumerConfig = FAST, clock: Callable[[], float] = time.time,
-                 table_config: TableConfig | None = None, build_slots: threading.Semaphore | None = None) -> Replica:
+                 table_config: TableConfig | None = None, build_slots: threading.Semaphore | None = None,
+                 report_mixed: Callable[[str, int], None] | None = None) -> Replica:
     fetched: list[SegmentRecord] = []
     store = deep_store or open_deepstore(f"file://{tmp / 'deep'}")
 
@@ -190,5 +191,5 @@ def make_replica(tmp: Path, log_dir: Path, rec: SegmentRecord, *, instance: str,
     segment = ConsumingSegment(
         table=table_config or table(log_dir), schema=schema(), record=rec, instance_id=instance, completion=client,
         deep_store=store, segment_dir=tmp / instance, fetch_committed=fetch_committed, config=config, clock=clock,
-        build_slots=build_slots)
+        build_slots=build_slots, report_mixed=report_mixed)
     return Replica(segment, client, fetched, store)

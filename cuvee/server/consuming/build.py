@@ -20,6 +20,7 @@ from cuvee.segment.archive import ARCHIVE_SUFFIX, deep_store_upload_key, pack
 from cuvee.segment.builder import build_segment
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
+from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.consuming.fsm import BuiltSegment
 from cuvee.spi.deepstore import DeepStore
 
@@ -60,6 +61,7 @@ def build_from_mutable(
         build_time_ms=int((time.monotonic() - began) * 1000),
         time_min=_as_int(meta.start_time),
         time_max=_as_int(meta.end_time),
+        partitions=SegmentPartitions.from_json(meta.custom.get(PARTITIONS_KEY)),
     )
     return segment, built
 

@@ -118,6 +118,9 @@ class PartitionConsumer:
         # counted as filtered). Upsert tables drop or mark out-of-order rows here.
         self.before_write: Callable[[pa.RecordBatch, np.ndarray], tuple[pa.RecordBatch, np.ndarray, np.ndarray]] \
             | None = None
+        # Runs on the rows about to be stored, before they are (a partitioned table's check of the rows' partitions
+        # against the stream partition: ``cuvee.pruning.stream_partitions``); raising stops consumption
+        self.before_append: Callable[[pa.RecordBatch], None] | None = None
         # True only while the loop is parked by a pause: nothing is being fetched or appended. This (not the pause
         # request) is what "PAUSED" reports, so rows produced after a consumer reports PAUSED stay in the stream.
         self.parked = False
@@ -282,6 +285,12 @@ class PartitionConsumer:
         # The rows' offsets are recorded before the rows are published: a capped reader counts the rows it may
         # see by them (``rows_below``), and a published row it could not count would vanish from its answer (an
         # upsert table's valid doc among them: a key missing from a query).
+        if self.before_append is not None and good.num_rows:
+            try:
+                self.before_append(good)
+            except Exception as exc:  # noqa: BLE001 - reported as this replica's consume failure, never a dead thread
+                raise ConsumeError(f"{self.name}: checking rows at offset {self.offset} failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
         recorded = self.row_offsets.size
         self.row_offsets.append(np.asarray(offsets, dtype=np.int64))
         try:

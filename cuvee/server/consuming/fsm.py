@@ -304,7 +304,7 @@ class ConsumerFsm:
         return Send(SegmentCommitEnd(
             self.segment, self.instance, self.offset, location=location, crc=built.crc, total_docs=built.total_docs,
             size_bytes=built.size_bytes, build_time_ms=built.build_time_ms, time_min=built.time_min,
-            time_max=built.time_max,
+            time_max=built.time_max, partitions=built.partitions,
         ))
 
     def _hold_wait(self) -> Wait:

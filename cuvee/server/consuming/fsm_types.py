@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from cuvee.protocol.completion import Request, RequestKind, Response, StopReason
+from cuvee.segment.partitioning import SegmentPartitions
 
 
 class ConsumerState(enum.Enum):
@@ -51,6 +52,7 @@ class BuiltSegment:
     build_time_ms: int = 0
     time_min: int | None = None
     time_max: int | None = None
+    partitions: SegmentPartitions | None = None  # of its rows, under the table's segmentPartitionConfig
 
 
 # ---- events: what the shell reports ----

@@ -26,14 +26,16 @@ import pyarrow as pa
 
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.config import Schema, TableConfig
-from cuvee.errors import CuveeError
+from cuvee.errors import CuveeError, UserError
 from cuvee.decode import BadRecordLog
 from cuvee.decode.factory import build_decoder
 from cuvee.decode.transform import compile_ingestion, decode_schema
 from cuvee.protocol.completion import Request, StopReason
 from cuvee.protocol.segment_name import LLCSegmentName
+from cuvee.pruning.stream_partitions import StrayCheck
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
+from cuvee.segment.partitioning import partition_spec
 from cuvee.server.consuming import build as building
 from cuvee.server.consuming.client import CompletionUnavailable, SegmentCompletionClient
 from cuvee.server.consuming.config import ConsumerConfig
@@ -112,9 +114,12 @@ class ConsumingSegment:
         metrics: ServerMetrics | None = None,
         story: StoryWriter | None = None,
         memory_share: Callable[[], int | None] | None = None,
+        report_mixed: Callable[[str, int], None] | None = None,
     ):
         """``memory_share``: the bytes this segment may use now (its share of the server's consuming-memory
-        budget); reaching it ends the segment (stop reason memoryLimit)."""
+        budget); reaching it ends the segment (stop reason memoryLimit). ``report_mixed(segment, partition)``
+        records, before the row is readable, that a row of another partition than the stream's arrived in a
+        partitioned table's segment (``cuvee.pruning.stream_partitions``); None: not checked."""
         self._memory_share = memory_share
         if table.stream is None:
             raise ValueError(f"table {table.name_with_type} has no stream config: it cannot have consuming segments")
@@ -172,6 +177,7 @@ class ConsumingSegment:
         if upsert is not None:  # the key map decides each batch's valid docs before the rows are published
             self._consumer.before_publish = lambda rows, first, publish: upsert.ingest(
                 self.name, self, rows, first, publish)
+        self.strays = self._stray_check(report_mixed)
         self._thread: threading.Thread | None = None
         self._gate: Callable[[threading.Event], bool] | None = None  # see set_gate
         self._lock = threading.Lock()  # guards go_online / stop against each other
@@ -179,6 +185,31 @@ class ConsumingSegment:
         self._online: ImmutableSegment | None = None
         self._released = False  # stop() ran: the rows are gone
         self.consume_started: float | None = None
+
+    def _stray_check(self, report: Callable[[str, int], None] | None) -> StrayCheck | None:
+        """A partitioned table's check of each row's partition against the stream partition, wired into the
+        consumer (``report`` runs on the first row of another partition, before any row of its batch is published,
+        until it succeeds)."""
+        try:
+            spec = partition_spec(self.table.indexing.extra, self.schema)
+        except UserError:
+            return None
+        if report is None or spec is None:
+            return None
+        check = StrayCheck(spec, self.partition)
+        reported = threading.Event()
+
+        def before_append(rows: pa.RecordBatch) -> None:
+            if reported.is_set() or spec.column not in rows.schema.names:
+                return  # reported already: nothing more to learn
+            check.strays(rows.column(spec.column))
+            if check.first is not None:  # a row of another partition, in this batch or one not published
+                report(self.name, check.first)  # raises when it cannot: these rows are then not published
+                reported.set()
+                self._tell("rowsOfOtherPartitions", partition=check.first, streamPartition=self.partition)
+
+        self._consumer.before_append = before_append
+        return check
 
     # ---- lifecycle ----
 

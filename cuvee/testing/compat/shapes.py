@@ -176,6 +176,7 @@ def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, 
     else:
         table["tableIndexConfig"]["segmentPartitionConfig"] = {"columnPartitionMap": {
             partition_column: {"functionName": "Murmur", "numPartitions": partitions}}}
+        table["routing"] = {"segmentPrunerTypes": ["partition"]}  # as Pinot's users declare a partitioned table
         spec = partition_spec(TableConfig.from_json(table).indexing.extra, Schema.from_json(schema(suite)))
         assert spec is not None
         placed = partition_of(newer.column(partition_column).combine_chunks(), spec)

@@ -1,0 +1,78 @@
+"""A partitioned table's consuming segment checks each row's partition against its stream partition: the first row
+of another partition is reported (``report_mixed``) before it is readable, once; a report that fails stops the
+replica with those rows unpublished (``cuvee.pruning.stream_partitions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cuvee.config import TableConfig
+from cuvee.protocol.completion import RequestKind, hold
+from cuvee.server.consuming import ConsumerState, SegmentCompletionClient
+from cuvee.stream import open_producer
+from tests.server.test_consuming_support import (FAST, TABLE, ScriptedController, event, make_replica, record,
+                                                 serving, stream_configs, wait_until)
+
+
+@pytest.fixture
+def client() -> Iterator[SegmentCompletionClient]:
+    with serving(ScriptedController(lambda request: hold(request.offset))) as service:
+        made = SegmentCompletionClient(FAST, leader_url=service.url)
+        yield made
+        made.close()
+
+
+def partitioned(log_dir: Path) -> TableConfig:
+    return TableConfig.from_json({
+        "tableName": TABLE, "tableType": "REALTIME", "segmentsConfig": {"timeColumnName": "ts"},
+        "tableIndexConfig": {"streamConfigs": stream_configs(log_dir), "segmentPartitionConfig": {
+            "columnPartitionMap": {"id": {"functionName": "Modulo", "numPartitions": 2}}}}})
+
+
+def produce(log_dir: Path, ids: list[int]) -> None:
+    with open_producer(stream_configs(log_dir)) as producer:  # all into stream partition 0, whatever the id
+        for i in ids:
+            producer.produce(orjson.dumps(event(i)), partition=0)
+        producer.flush()
+
+
+def test_the_first_row_of_another_partition_is_reported_once(tmp_path: Path, log_dir: Path, client, replicas) -> None:
+    reports: list[tuple[str, int]] = []
+    replica = make_replica(tmp_path, log_dir, record(rows=100), instance="s1", client=client,
+                           table_config=partitioned(log_dir), report_mixed=lambda s, p: reports.append((s, p)))
+    replicas.append(replica)
+    produce(log_dir, [0, 2, 4])
+    replica.segment.start()
+    wait_until(lambda: replica.segment.num_docs == 3)
+    assert reports == []  # stream partition 0 holds partition 0's ids
+    produce(log_dir, [6, 7, 9, 8])
+    wait_until(lambda: replica.segment.num_docs == 7)
+    assert reports == [(replica.segment.name, 1)]
+    produce(log_dir, [11])
+    wait_until(lambda: replica.segment.num_docs == 8)
+    assert reports == [(replica.segment.name, 1)] and replica.segment.strays is not None
+
+
+def test_a_report_that_fails_stops_the_replica_with_the_rows_unpublished(tmp_path: Path, log_dir: Path, client,
+                                                                       replicas) -> None:
+    def unreachable(segment: str, partition: int) -> None:
+        raise ConnectionError("metadata store unreachable")
+
+    replica = make_replica(tmp_path, log_dir, record(rows=100), instance="s1", client=client,
+                           table_config=partitioned(log_dir), report_mixed=unreachable)
+    replicas.append(replica)
+    produce(log_dir, [0, 2, 3])
+    replica.segment.start()
+    wait_until(lambda: replica.segment.state is ConsumerState.ERROR)
+    assert replica.segment.num_docs == 0 and "checking rows" in replica.segment.info()["error"]
+
+
+def test_an_unpartitioned_table_is_not_checked(tmp_path: Path, log_dir: Path, client, replicas) -> None:
+    replica = make_replica(tmp_path, log_dir, record(rows=100), instance="s1", client=client,
+                           report_mixed=lambda s, p: pytest.fail("reported"))
+    replicas.append(replica)
+    assert replica.segment.strays is None
