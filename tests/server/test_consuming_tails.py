@@ -271,3 +271,20 @@ def test_a_query_does_not_wait_for_the_worker_appending_its_rows(
         assert run(executor, sql, [consuming.name]) == reference(ref or sql, every), sql
         assert arrow_rows == [5], sql
     assert list(tail_rows(natives).values()) == [1]
+
+
+def test_a_failing_follower_never_stops_the_consume_thread(consuming: ConsumingSegment) -> None:
+    """The tail tables are an optimisation: a follower that fails is logged, and the batch's publication goes on."""
+    scan = consuming._scan
+    assert scan is not None
+    append(consuming, rows(0, 3))
+    scan.open_blocks(3)
+    told: list[int] = []
+
+    def failing(block: Any, count: int) -> None:
+        told.append(count)
+        raise RuntimeError("no thread left")
+
+    scan.follow(failing)
+    scan.published(3)
+    assert told == [3]

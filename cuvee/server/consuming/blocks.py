@@ -38,6 +38,7 @@ does no extra work: blocks are copied by the copies' worker, their columns decod
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection
 
@@ -48,6 +49,8 @@ from cuvee.segment.mutable import MutableSegment
 from cuvee.server.consuming.build import logical_table
 from cuvee.server.consuming.config import DEFAULT_BLOCK_ROWS
 from cuvee.server.queryable import encoded_logical_table
+
+log = logging.getLogger(__name__)
 
 _SHAPES_KEPT = 256  # lists of columns remembered per segment (``ConsumingScan._shape``)
 
@@ -169,7 +172,10 @@ class ConsumingScan:
         with self._lock:
             blocks = [block for block in self._open.values() if block.start < count]
         for block in blocks:
-            follower(block, count)
+            try:
+                follower(block, count)
+            except Exception:  # noqa: BLE001 - the tail table is an optimisation: consumption goes on regardless
+                log.exception("a consuming segment's tail table could not be told of new rows; queries append them")
 
     def forget_open(self, index: int) -> None:
         """Block ``index``'s tail table is no longer read (its copy is ready)."""
