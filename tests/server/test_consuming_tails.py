@@ -190,7 +190,8 @@ def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
             failures.append(exc)
 
     # published as the consume loop does: the worker appends to the tail tables queries made
-    threads = [threading.Thread(target=write_in_batches, args=(consuming, every, sizes, done, scan.published))] + [threading.Thread(target=read, args=(k,)) for k in seen]
+    threads = [threading.Thread(target=write_in_batches, args=(consuming, every, sizes, done, scan.published))]
+    threads += [threading.Thread(target=read, args=(k,)) for k in seen]
     try:
         for thread in threads:
             thread.start()

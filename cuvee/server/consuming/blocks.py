@@ -23,9 +23,9 @@ so they are cut into blocks of ``block_rows`` (by default one DuckDB row group: 
   DuckDB *tail table* beside the copies (``NativeCopies``): scanning them as an Arrow table beside DuckDB's own
   cost a roughly fixed ~1.5–2.5 ms per query, whatever their number. The first query that reads the block makes
   the table; after that the consume thread tells the scan of each batch (``published``: one enqueue) and the
-  copies' worker appends it (``follow``), so queries find the rows there. A block keeps its tail table once sealed, until its
-  copy is seen ready (``SealedBlock.copied``) or the segment leaves; a block sealed without one (its rows never
-  read while open) is read as Arrow until its copy is made — a query never inserts a whole block.
+  copies' worker appends it (``follow``), so queries find the rows there. A block keeps its tail table once
+  sealed, until its copy is seen ready (``SealedBlock.copied``) or the segment leaves; a block sealed without one
+  (its rows never read while open) is read as Arrow until its copy is made — a query never inserts a whole block.
 
 A query sees a consistent prefix: it reads ``count`` rows once, every block it uses ends at or below it, and it
 reads a tail table's rows below ``count`` only (a later query may have appended more).
@@ -100,9 +100,10 @@ class SealedBlock:
 
 class OpenBlock:
     """Block ``index`` of a consuming segment while rows are still published into it (and, once sealed, until its
-    copy is ready): what its DuckDB tail table is made from (``NativeCopies`` ``tail``), the rows published since
-    the last query appended to it each time a query reads it. Its table goes when the object is collected: once
-    the sealed block's copy is seen ready (``SealedBlock.copied``) or the segment leaves (``release``)."""
+    copy is ready): what its DuckDB tail table is made from (``NativeCopies``), by the first query that reads it,
+    then appended after each batch by the copies' worker (``follow``), or by a query finding it behind. Its table
+    goes when the object is collected: once the sealed block's copy is seen ready (``SealedBlock.copied``) or the
+    segment leaves (``release``)."""
 
     def __init__(self, scan: ConsumingScan, index: int) -> None:
         self.name = f"{scan.mutable.name}#{index}+"
