@@ -8,7 +8,19 @@ row. So a server may keep, beside its committed segments, a copy of their rows i
 query over many rows scans the copies (and the Arrow views of the segments not copied yet, in the same
 ``UNION ALL``). A consuming segment's sealed blocks (``cuvee.server.consuming.blocks.SealedBlock``: rows that never
 change) are copied the same way, each like a segment of its own however few its rows; a query scans a consuming
-segment's copied blocks here and the rest of its rows as Arrow.
+segment's copied blocks here, and its open block's rows (``OpenBlock``) from a *tail table*.
+
+- **Tail tables**: each table's database has an in-memory database attached (``TAILS``) holding, per open block
+  of a consuming segment, a table of its rows with their row numbers (``DOC_COLUMN``). The first query that reads
+  the block makes it (in its own thread: it needs the rows now); then the worker appends each batch the consume
+  loop publishes (``follow``: one insert per batch however many queries), one append at a time. A query reads
+  ``WHERE DOC_COLUMN < <its row count>`` (or below the rows appended so far, the rest as Arrow, when the worker is
+  appending them right then: it does not wait), so it sees exactly the rows published when it started even after
+  later rows were appended. Its rows count against ``native_copy_bytes``
+  like a copy's (decoded Arrow bytes; a tail that would not fit is not made: its rows are read as Arrow); it is
+  dropped once no query reads it, when its block's copy is ready or its segment leaves (the ``OpenBlock``
+  collected), and with its database. Only while the table has a database (a copy exists): a segment's first
+  rows, before any copy, are scanned as Arrow.
 
 - **Bounded**: ``native_copy_bytes`` (ServerConfig, 4 GiB by default) bounds the copies by their rows' decoded
   Arrow bytes (on disk DuckDB compresses them, ~10x smaller on ClickBench's rows, though incompressible columns —
@@ -58,11 +70,12 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from cuvee.query import duckdb_functions
@@ -73,6 +86,9 @@ log = logging.getLogger(__name__)
 DEFAULT_NATIVE_COPY_BYTES = 4 << 30  # a server's default (ServerConfig.native_copy_bytes): 4 GiB of decoded rows
 SEGMENT_COLUMN = "__cuvee_segment"
 _SOURCE = "cuvee_native_source"
+TAILS = "cuvee_tails"  # the in-memory database attached to each table's database: consuming segments' tail tables
+DOC_COLUMN = "__cuvee_doc"  # a tail table's row numbers in its segment: a query reads those below its count
+_TAIL_SOURCE = "cuvee_tail_source"
 
 
 NATIVE_COPIES_DIR = ".native-copies"  # in a server's data directory (a dot: not taken for a table's directory)
@@ -103,6 +119,22 @@ class _Version:
 
 
 @dataclass
+class _Tail:
+    """An ``OpenBlock``'s rows in a DuckDB table of the ``TAILS`` database (beside its table's copies)."""
+
+    owner: _Table  # the database holding it
+    token: int  # its OpenBlock's
+    name: str  # its table's, in TAILS (made by the first append)
+    appended: int  # its rows are the block's from its start up to this one
+    made: bool = False
+    following: int = 0  # rows published up to here, to append in the background (``follow``); 0: none queued
+    bytes: int = 0  # counted against the budget (decoded Arrow bytes, as a copy's)
+    readers: int = 0
+    dropping: bool = False  # its block's copy is ready, its segment gone, or it failed: dropped once unread
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one append at a time
+
+
+@dataclass
 class _Table:
     name: str  # the Cuvee table whose copies it holds
     con: duckdb.DuckDBPyConnection
@@ -124,6 +156,10 @@ class NativeRead:
     relation: str
     tokens: set[int]
     lose: Callable[[], None]  # the query found the database failed for good (``NativeCopies.lose``)
+    # (an OpenBlock, the query's row count) -> (the relation holding the block's rows, the row up to which the
+    # query reads them there: those whose DOC_COLUMN is below it; the rest of the block's rows below the count as
+    # Arrow), held until the read ends; None: read them all as Arrow
+    tail: Callable[[Any, int], tuple[str, int] | None] = lambda block, count: None
 
 
 class NativeCopies:
@@ -146,7 +182,7 @@ class NativeCopies:
         self._lost: list[_Table] = []  # out of use, closed by the worker once no query reads them
         self.min_idle_seconds = min_idle_seconds
         self.min_rows = min_rows
-        self.bytes = 0  # live copies, copies being made and deleted rows not compacted yet
+        self.bytes = 0  # live copies, copies being made, deleted rows not compacted yet, tail tables
         self._clock = clock
         self._background = background
         self._lock = threading.Lock()
@@ -156,6 +192,7 @@ class NativeCopies:
         self._pending: set[int] = set()  # asked for, not made yet
         self._gone: set[int] = set()  # pending tokens whose segment left
         self._tables: dict[str, _Table] = {}
+        self._tails: dict[int, _Tail] = {}  # by their OpenBlock's token
         self._owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._tokens = 0
         self._versions = 0
@@ -174,8 +211,8 @@ class NativeCopies:
             return len(self._pending)
 
     def summary(self) -> tuple[dict[str, tuple[int, int]], int, int]:
-        """({table: (copies ready, their bytes)}, the bytes counted against the budget (deleted rows too), copies
-        being made): what the server's metrics show."""
+        """({table: (copies ready, their bytes)}, the bytes counted against the budget (deleted rows and tail
+        tables too), copies being made): what the server's metrics show."""
         with self._lock:
             tables: dict[str, tuple[int, int]] = {}
             for copy in self._copies.values():
@@ -221,6 +258,7 @@ class NativeCopies:
     def reading(self, table: str, tokens: Sequence[int]) -> Iterator[NativeRead | None]:
         """The copies of ``tokens`` that are ready, held until the block ends (None when there are none)."""
         held: list[_Copy] = []
+        tails: list[_Tail] = []
         version: _Version | None = None
         cursor = None
         with self._lock:
@@ -241,8 +279,12 @@ class NativeCopies:
                     copies.readers += 1
                     cursor = copies.con.cursor()
         try:
-            yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(copies)) \
-                if cursor is not None and version is not None and copies is not None else None
+            if cursor is not None and version is not None and copies is not None:
+                on = (copies, cursor)
+                yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(on[0]),
+                                 lambda block, count: self._tail(on[0], on[1], tails, block, count))
+            else:
+                yield None
         finally:
             if cursor is not None:
                 _close_cursor(cursor)
@@ -250,6 +292,9 @@ class NativeCopies:
                 for copy in held:
                     copy.readers -= 1
                 gone = [copy for copy in held if copy.dropping and copy.readers == 0]
+                for tail in tails:
+                    tail.readers -= 1
+                unread_tails = [tail for tail in tails if tail.dropping and tail.readers == 0]
                 retired = empty = unread = False
                 if version is not None and copies is not None:
                     version.readers -= 1
@@ -265,6 +310,8 @@ class NativeCopies:
                 self._submit(("reap", None))
             for copy in gone:
                 self._submit(("delete", copy))
+            for tail in unread_tails:
+                self._submit(("drop_tail", tail))
             if retired and version is not None:
                 self._submit(("drop", (table, version)))
             if empty:
@@ -287,6 +334,7 @@ class NativeCopies:
         with self._lock:
             self._closed = True
             self._copies.clear()
+            self._tails.clear()  # in the databases closed below
             for copies in self._tables.values():
                 copies.lost = True
                 self._lost.append(copies)
@@ -324,6 +372,7 @@ class NativeCopies:
                     copy.bytes = 0  # released: its late delete (a reader's) has nothing more to give back
             self.bytes -= copies.dead_bytes
             copies.dead_bytes = 0
+            self._release_tails(copies)
             copies.lost = True
             self._lost.append(copies)
 
@@ -335,6 +384,157 @@ class NativeCopies:
             self._lost = [copies for copies in self._lost if copies.readers > 0]
         for copies in unread:
             _close(copies)
+
+    # ---- consuming segments' tails: appended by the queries that read them ------------------------------------
+
+    def _tail(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, held: list[_Tail], block: Any,
+              count: int) -> tuple[str, int] | None:
+        """(the relation holding ``block``'s rows (an ``OpenBlock``: ``start``, ``end``, ``rows(start, end)``) in
+        ``copies``' database, the row up to which the query reads them there), held by the read (``held``) until
+        it ends. Up to ``count`` (the block's end at most), the table made or appended now if need be — unless the
+        worker is appending those rows already (``follow``): then up to the rows appended so far, the query reading
+        the rest as Arrow rather than waiting. None when the block's rows are read as Arrow: its table failed, or
+        would not fit the budget, or the table's copies are not read alike."""
+        token = self.token(block)
+        end = min(count, block.end)
+        with self._lock:
+            if self._closed or self._tables.get(copies.name) is not copies or copies.schema is None:
+                return None
+            tail = self._tails.get(token)
+            if tail is None:
+                self._versions += 1
+                tail = self._tails[token] = _Tail(copies, token, f"tail_{self._versions}", block.start)
+            if tail.owner is not copies or tail.dropping:
+                return None  # made in a database given up since (its segment's next blocks get new ones), or failed
+            if tail not in held:
+                tail.readers += 1
+                held.append(tail)
+        relation = f'{TAILS}."{tail.name}"'
+        appended = tail.appended  # rows committed to the table (set after each append commits)
+        if appended >= end:
+            return relation, end
+        if tail.made and tail.following >= end or not tail.lock.acquire(blocking=False):
+            return (relation, appended) if tail.made else None  # the worker (or a query) is appending them now
+        try:
+            if tail.appended < end and not self._append(copies, cursor, tail, block, end):
+                return None
+        finally:
+            tail.lock.release()
+        return relation, end
+
+    def follow(self, block: Any, count: int) -> None:
+        """``block``'s rows (an ``OpenBlock``) up to ``count`` are published: if a query made its tail table, the
+        worker appends them, so the next query finds them there instead of appending them itself. Any thread (the
+        consume thread, after each batch): it only enqueues, once per tail until the worker takes it."""
+        with self._lock:
+            token = self._owners.get(block)
+            tail = None if token is None else self._tails.get(token)
+            if tail is None or tail.dropping or not tail.made or self._closed:
+                return
+            wanted = min(count, block.end)
+            if wanted <= max(tail.appended, tail.following):
+                return
+            queued, tail.following = tail.following > 0, wanted
+        if not queued:
+            self._submit(("follow", (tail, weakref.ref(block))))
+
+    def _follow(self, tail: _Tail, ref: weakref.ref[Any]) -> None:
+        """The worker appends the rows ``follow`` asked for (the rows a query would otherwise append)."""
+        with self._lock:
+            wanted, tail.following = tail.following, 0
+            current = self._tables.get(tail.owner.name) is tail.owner and not self._closed and not tail.dropping
+        block = ref()
+        if block is None or not current:
+            return
+        with tail.lock:
+            if tail.appended < wanted and not tail.dropping:
+                cursor = None
+                try:
+                    cursor = tail.owner.con.cursor()
+                    self._append(tail.owner, cursor, tail, block, wanted)
+                except duckdb.Error:
+                    log.debug("a tail table could not be appended in the background; a query appends its rows")
+                finally:
+                    if cursor is not None:
+                        _close_cursor(cursor)
+        with self._lock:
+            unread = tail.dropping and tail.readers == 0
+        if unread:  # it failed: nothing else would drop it
+            self._drop_tail(tail)
+
+    def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int) -> bool:
+        """Under ``tail.lock``: append ``block``'s rows from ``tail.appended`` to ``end`` (the first time: make the
+        table). A failure (or no room in the budget) has the tail dropped: its block's rows are read as Arrow."""
+        rows = block.rows(tail.appended, end)
+        size = copy_bytes(rows)
+        with self._lock:
+            fits = not tail.dropping and self.bytes + size <= self.max_bytes
+            if fits:
+                self.bytes += size
+                tail.bytes += size
+            else:
+                tail.dropping = True
+        if not fits:
+            return False
+        relation = f'{TAILS}."{tail.name}"'
+        done = interrupted = False
+        try:
+            if DOC_COLUMN in rows.schema.names or SEGMENT_COLUMN in rows.schema.names:
+                return False
+            register(cursor, _TAIL_SOURCE, rows.append_column(
+                DOC_COLUMN, pa.array(np.arange(tail.appended, end, dtype=np.int64))))
+            if not tail.made:
+                schema = cursor.sql(f"SELECT * EXCLUDE ({DOC_COLUMN}) FROM {_TAIL_SOURCE} LIMIT 0").to_arrow_table()
+                if schema.schema != copies.schema:
+                    return False  # not read alike: the block's rows stay Arrow
+                cursor.execute(f"CREATE TABLE {relation} AS SELECT * FROM {_TAIL_SOURCE}")
+                tail.made = True
+            else:
+                cursor.execute(f"INSERT INTO {relation} SELECT * FROM {_TAIL_SOURCE}")
+            tail.appended = end
+            done = True
+            return True
+        except duckdb.InterruptException:  # the query's deadline: nothing appended, the tail stays for the next
+            interrupted = True
+            raise
+        except duckdb.Error as exc:
+            if isinstance(exc, (duckdb.FatalException, duckdb.InternalException)):  # the database invalidated
+                self.lose(copies)
+            else:
+                log.exception("cannot append a consuming segment's rows to its DuckDB tail; they are read as Arrow")
+            return False
+        finally:
+            try:
+                cursor.unregister(_TAIL_SOURCE)
+            except duckdb.Error:
+                log.debug("a tail's source could not be unregistered (its database failed)")
+            if not done:
+                with self._lock:
+                    tail.dropping = tail.dropping or not interrupted
+                    if self._tables.get(copies.name) is copies and not self._closed:
+                        self.bytes -= size  # the failed append's reservation (a lost database released them)
+                        tail.bytes -= size
+
+    def _drop_tail(self, tail: _Tail) -> None:
+        """Drop a tail table no query reads (the worker, or ``_forget``)."""
+        with self._lock:
+            current = self._tables.get(tail.owner.name) is tail.owner and not self._closed
+            if current:
+                self.bytes -= tail.bytes
+            tail.bytes = 0
+            made, tail.made = tail.made, False
+        if current and made:
+            self._statement(tail.owner, f'DROP TABLE IF EXISTS {TAILS}."{tail.name}"')
+
+    def _release_tails(self, copies: _Table) -> None:
+        """Under the lock: ``copies``' database goes (given up or closed), and its tail tables with it."""
+        for token, tail in list(self._tails.items()):
+            if tail.owner is copies:
+                del self._tails[token]
+                tail.dropping = True
+                self.bytes -= tail.bytes
+                tail.bytes = 0
+                tail.made = False
 
     # ---- the worker: every change ---------------------------------------------------------------------------
 
@@ -386,6 +586,10 @@ class NativeCopies:
             self._drop_version(table, version)
         elif kind == "close":
             self._close_if_empty(arg)
+        elif kind == "drop_tail":
+            self._drop_tail(arg)
+        elif kind == "follow":
+            self._follow(*arg)
         # "reap": nothing more than what _do does after every change
 
     def _copy(self, token: int, table: str, segment: Any) -> None:
@@ -550,7 +754,16 @@ class NativeCopies:
         return victims
 
     def _forget(self, token: int) -> None:
-        """The segment object is gone: its copy leaves (now, or when its last reader ends)."""
+        """The segment object is gone: its copy leaves (now, or when its last reader ends); an OpenBlock's tail
+        table likewise."""
+        with self._lock:
+            tail = self._tails.pop(token, None)
+            if tail is not None:
+                tail.dropping = True
+            unread = tail is not None and tail.readers == 0  # else its last reader has it dropped
+        if unread:
+            assert tail is not None
+            self._drop_tail(tail)
         with self._lock:
             self._declined.pop(token, None)
             self._never.discard(token)
@@ -650,6 +863,7 @@ class NativeCopies:
                 return
             del self._tables[table]
             self.bytes -= copies.dead_bytes
+            self._release_tails(copies)  # no read holds the database: none holds its tails
         _close(copies)
 
 
@@ -683,6 +897,7 @@ def _new_database(path: Path, threads: int = 0) -> duckdb.DuckDBPyConnection:
     database = duckdb.connect(str(path), config=config)
     try:
         duckdb_functions.register(database)
+        database.execute(f"ATTACH ':memory:' AS {TAILS}")  # consuming segments' tails, in memory only
         database.execute("SET lock_configuration = true")
     except BaseException:
         database.close()

@@ -63,7 +63,7 @@ from cuvee.query import virtual_columns
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.consuming.blocks import SealedBlock
-from cuvee.server.native_copies import SEGMENT_COLUMN, NativeCopies, NativeRead
+from cuvee.server.native_copies import DOC_COLUMN, SEGMENT_COLUMN, NativeCopies, NativeRead
 from cuvee.server.queryable import CommittedSegment, ConsumingView, QueryableSegment, query_table
 from cuvee.server.registry import Acquired, SegmentRegistry
 from cuvee.server.served_schemas import ServedSchemas
@@ -677,18 +677,32 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
     columns = ", ".join('"' + name.replace('"', '""') + '"' for name in names)
     copied: list[int] = []
     rest: list[pa.Table] = []
+    tails: list[str] = []
     for table, segment, blocks in zip(projected, segments, sealed):
         if isinstance(segment, ConsumingView):
-            at = 0  # a consuming segment: its copied sealed blocks from DuckDB, every other row as Arrow
-            for block in blocks:
-                token = natives.token(block)
-                if token in native.tokens:
-                    if block.start > at:
-                        rest.append(table.slice(at, block.start - at))
+            # a consuming segment: its copied sealed blocks from DuckDB, the other blocks from their DuckDB tail
+            # tables (the open block's, and sealed ones' not copied yet), rows that have neither as Arrow
+            count = table.num_rows
+            opened = {block.start: block for block in segment.open_blocks(count).values()}
+            tail_start = blocks[-1].end if blocks else 0
+            ranges: list[tuple[int, int, SealedBlock | None]] = [(b.start, b.end, b) for b in blocks]
+            ranges += [(tail_start, count, None)] if tail_start < count else []
+            for start, end, block in ranges:
+                token = natives.token(block) if block is not None else None
+                if token is not None and token in native.tokens:
                     copied.append(token)
-                    at = block.end
-            if at < table.num_rows:
-                rest.append(table.slice(at) if at else table)
+                    continue
+                open_block = opened.get(start)
+                found = native.tail(open_block, count) if open_block is not None else None
+                if found is None:
+                    rest.append(table.slice(start, end - start))
+                    continue
+                segment.follow(natives.follow)  # its table is appended as rows arrive, not by the next query
+                relation, upto = found  # its table may hold rows published after this query's count: not read
+                tails.append(f"SELECT {columns} FROM {relation}" +
+                             (f" WHERE {DOC_COLUMN} < {int(upto)}" if upto < open_block.end else ""))
+                if upto < end:  # rows the worker is appending right now: as Arrow, not waited for
+                    rest.append(table.slice(upto, end - upto))
             continue
         token = natives.token(segment) if isinstance(segment, CommittedSegment) else None
         if token is not None and token in native.tokens:
@@ -699,8 +713,9 @@ def _bind_native(native: NativeRead, projected: list[pa.Table], segments: Sequen
     if copied:  # an empty IN list is not SQL
         ids = ", ".join(str(int(token)) for token in copied)
         selects.append(f'SELECT {columns} FROM "{native.relation}" WHERE {SEGMENT_COLUMN} IN ({ids})')
+    selects += tails
     con = native.cursor
-    if rest or not copied:
+    if rest or not selects:
         register(con, _REST, _union(rest) if rest else projected[0].schema.empty_table())
         selects.append(f"SELECT {columns} FROM {_REST}")
     source = " UNION ALL ".join(selects)

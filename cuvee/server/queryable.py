@@ -27,7 +27,7 @@ a column finding no room is scanned encoded for a while (no thrashing when the c
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -42,7 +42,7 @@ from cuvee.server.plain_copies import PLAIN_COPIES, Kept, PlainCopies
 PLAIN_BYTES_FACTOR = 16  # a decoded copy kept at most this many times the encoded column's bytes
 
 if TYPE_CHECKING:  # the consuming package imports nothing from here; keep the dependency one-way at runtime
-    from cuvee.server.consuming.blocks import SealedBlock
+    from cuvee.server.consuming.blocks import OpenBlock, SealedBlock
     from cuvee.server.consuming.segment import ConsumingSegment
 
 
@@ -172,6 +172,16 @@ class ConsumingView:
         """The sealed blocks (``cuvee.server.consuming.blocks``) among the first ``count`` rows of a query table:
         rows a DuckDB copy may answer for, in row order."""
         return self.consuming.sealed_blocks(count)
+
+    def open_blocks(self, count: int) -> dict[int, OpenBlock]:
+        """The blocks among the first ``count`` rows of a query table not sealed or not copied yet, whose rows a
+        DuckDB tail table may hold (``cuvee.server.consuming.blocks.OpenBlock``), by block index."""
+        return self.consuming.open_blocks(count)
+
+    def follow(self, follower: Callable[[OpenBlock, int], None]) -> None:
+        """Have ``follower`` told, after each batch, of the rows the open block then holds: a DuckDB tail table
+        appended ahead of the next query (``NativeCopies.follow``)."""
+        self.consuming.follow(follower)
 
     def __repr__(self) -> str:
         return f"ConsumingView({self.name!r}, docs={self.num_docs})"

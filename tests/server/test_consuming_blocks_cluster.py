@@ -89,3 +89,50 @@ def test_a_committed_segment_of_a_large_table_is_copied_as_it_arrives_without_a_
         cluster.produce(tiny, [event(i) for i in range(BLOCK + 3)], key_field="id")
         wait_until(lambda: len(cluster.committed_segments("tiny")) == 1, 30)
         assert natives.summary()[0].get("tiny_REALTIME", (0, 0))[0] == 0
+
+
+def tail_rows(natives: Any) -> list[int]:
+    """The rows of each tail table in the table's database of copies (none: no database)."""
+    from cuvee.server.native_copies import TAILS
+
+    copies = natives._tables.get("fresh_REALTIME")
+    if copies is None:
+        return []
+    cursor = copies.con.cursor()
+    try:
+        names = [n for (n,) in cursor.sql(
+            f"SELECT table_name FROM duckdb_tables() WHERE database_name = '{TAILS}'").fetchall()]
+        return [cursor.sql(f'SELECT COUNT(*) FROM {TAILS}."{n}"').fetchone()[0] for n in names]  # type: ignore[index]
+    finally:
+        cursor.close()
+
+
+def test_the_tail_table_follows_the_stream_and_goes_with_the_commit(tmp_path: Path) -> None:
+    """Fed through the stream: once a query made the open block's tail table, the server appends each consumed
+    batch to it with no query asking, queries answer from it, and it is dropped when the segment commits."""
+    server = {"consumer": {"scan_block_rows": BLOCK}, "native_copy_min_rows": 1}
+    with InProcessCluster(tmp_path, servers=1, server=server) as cluster:
+        configs = cluster.realtime_table(SCHEMA, partitions=1, replicas=1, flush_rows=FLUSH)
+        natives = cluster.servers[0].natives
+        produced = [event(i) for i in range(BLOCK + 5)]
+        cluster.produce(configs, produced, key_field="id")
+        wait_until(lambda: cluster.scalar("SELECT COUNT(*) FROM fresh WHERE v >= 0") == len(produced), 30)
+        wait_until(lambda: copies(natives) == 1, 30)  # the sealed block's copy, asked for by that query
+        assert cluster.scalar("SELECT COUNT(*) FROM fresh WHERE v >= 0") == len(produced)
+        assert tail_rows(natives) == [5]  # made by that query
+        more = [event(len(produced) + i) for i in range(7)]
+        cluster.produce(configs, more, key_field="id")
+        produced += more
+        wait_until(lambda: tail_rows(natives) == [12], 30, message="the tail table did not follow the stream")
+        con = duckdb.connect()
+        con.register("fresh", pa.Table.from_pylist(produced))
+        for sql, ref in QUERIES:
+            assert [tuple(r) for r in answer(cluster, sql)] == con.sql(ref or sql).fetchall(), sql
+        cluster.produce(configs, [event(len(produced) + i) for i in range(FLUSH)], key_field="id")
+        wait_until(lambda: len(cluster.committed_segments("fresh")) == 1, 30)
+
+        def tails_gone() -> bool:
+            gc.collect()
+            return not natives._tails and tail_rows(natives) == []
+
+        wait_until(tails_gone, 30, message="the committed segment's tail table was kept")

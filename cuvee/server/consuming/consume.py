@@ -112,6 +112,8 @@ class PartitionConsumer:
         self.rows_filtered = 0  # rows the filter dropped (offsets consumed, rows not kept)
         # Runs between writing a batch's rows and publishing them (upsert tables: MutableSegment.append)
         self.before_publish: BeforePublish | None = None
+        # Runs after a batch's rows are published, with the published row count (ConsumingScan.published)
+        self.after_publish: Callable[[int], None] | None = None
         # Runs on a batch before it is stored: (rows, offsets) -> (rows to store, their offsets, offsets skipped,
         # counted as filtered). Upsert tables drop or mark out-of-order rows here.
         self.before_write: Callable[[pa.RecordBatch, np.ndarray], tuple[pa.RecordBatch, np.ndarray, np.ndarray]] \
@@ -297,6 +299,8 @@ class PartitionConsumer:
             self.row_offsets.truncate(recorded)
             raise ConsumeError(f"{self.name}: cannot append rows at offset {self.offset}: {exc}") from exc
         self.row_offsets.truncate(recorded + taken)
+        if taken and self.after_publish is not None:
+            self.after_publish(self.segment.num_docs)
         if taken < kept:
             # Stopped inside the batch (row limit or capacity): end right after the last row taken.
             reached = int(offsets[taken - 1]) + 1 if taken else self.offset

@@ -68,7 +68,7 @@ from cuvee.server.consuming.fsm import (
     UploadSucceeded,
     Wait,
 )
-from cuvee.server.consuming.blocks import ConsumingScan, SealedBlock
+from cuvee.server.consuming.blocks import ConsumingScan, OpenBlock, SealedBlock
 from cuvee.spi.deepstore import DeepStore
 from cuvee.stream import open_consumer
 from cuvee.upsert.table import TableUpsert
@@ -165,6 +165,7 @@ class ConsumingSegment:
             interrupted=self._interrupt, name=self.name,
             transformer=transformer,
         )
+        self._consumer.after_publish = self._scan.published  # tail tables follow the rows (one enqueue a batch)
         self._metrics = metrics
         self._story = story
         # (when, rows, bytes per column)
@@ -327,6 +328,18 @@ class ConsumingSegment:
         copy of each may answer for."""
         scan = self._scan
         return [] if scan is None else scan.blocks(count)
+
+    def open_blocks(self, count: int) -> dict[int, OpenBlock]:
+        """The blocks among the first ``count`` rows a query read that a DuckDB tail table may answer for (by block
+        index; ``ConsumingScan.open_blocks``)."""
+        scan = self._scan
+        return {} if scan is None else scan.open_blocks(count)
+
+    def follow(self, follower: Callable[[OpenBlock, int], None]) -> None:
+        """Tell ``follower`` of the rows published from now on (``ConsumingScan.follow``)."""
+        scan = self._scan
+        if scan is not None:
+            scan.follow(follower)
 
     def _consumer_state(self) -> str:
         """The FSM state, except that a consuming segment whose loop is parked by a pause reports PAUSED."""
