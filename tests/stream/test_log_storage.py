@@ -13,7 +13,7 @@ from cuvee.errors import UserError
 from cuvee.spi.stream import OffsetOutOfRangeError, StreamMessage, TopicExistsError, TopicNotFoundError
 from cuvee.stream.log import CorruptFrameError, LogAdmin, LogConsumer, LogProducer, TopicSettings
 from cuvee.stream.log.frames import encode_frame
-from cuvee.stream.log.consumer import FULL_READ_S
+from cuvee.stream.log.consumer import FULL_READ_S, IDLE_POLL_MAX_S
 from cuvee.stream.log.partition import list_segment_bases
 
 
@@ -249,11 +249,16 @@ def test_an_idle_wait_stats_the_log_instead_of_reading_it_again(tmp_path: Path,
     of the directory and the newest index, and reads only when it changed."""
     make_topic(tmp_path)
     produce(tmp_path, 10)
-    reads = []
+    reads, marks = [], []
     with LogConsumer(tmp_path, "events", poll_interval_ms=1) as consumer:
         original = consumer._read
         monkeypatch.setattr(consumer, "_read", lambda *a: reads.append(1) or original(*a))
+        reader = consumer._reader(0)
+        mark = reader.mark
+        monkeypatch.setattr(reader, "mark", lambda: marks.append(1) or mark())
         batch = consumer.fetch(0, 10, max_wait_ms=60)
+    # the pause doubles from 1 ms to IDLE_POLL_MAX_S: ~7 wake-ups in 60 ms, not 60
+    assert len(marks) <= 2 + len(reads) + 60 / 1000 / IDLE_POLL_MAX_S + 4
     # (the first read opens the index the mark watches; a read every FULL_READ_S in case an mtime missed a change)
     assert batch.messages == [] and len(reads) <= 2 + 60 / 1000 / FULL_READ_S
 
