@@ -230,9 +230,10 @@ def _prune_filter(plan: QueryPlan, target: QueryTarget) -> Predicate | None:
     """What a server prunes its committed segments by (``cuvee.pruning``): the plan's WHERE and, for a hybrid
     table's half, its time filter."""
     bound = target.time_filter
-    if bound is None:
+    value = bound.stored_bound if bound is not None else None
+    if bound is None or value is None:  # a date pattern that does not sort as time: its text bounds nothing
         return plan.prune_filter
-    return with_bound(plan.prune_filter, bound.column, bound.op, bound.value)
+    return with_bound(plan.prune_filter, bound.column, bound.op, value)
 
 
 def _selection_limit(plan: QueryPlan) -> int | None:
