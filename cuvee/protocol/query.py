@@ -121,6 +121,12 @@ class TimeFilter:
             return self.value
         return render(self.value, times.pattern) if times.sorts_as_time else None
 
+    def text(self) -> str:
+        """The filter as a reader would write it, the boundary in the column's own format (EXPLAIN shows it)."""
+        times = self.string_times
+        shown = str(self.value) if times is None else "'" + render(self.value, times.pattern) + "'"
+        return f"{self.column}{self.op}{shown}"
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"column": self.column, "op": self.op, "value": self.value}
         if self.format is not None:
