@@ -95,21 +95,30 @@ def sorts_as_time(pattern: str) -> bool:
     return 0 < len(fields) and fields == _SORTED_FIELDS[:len(fields)]
 
 
-def millis_range(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> tuple[int | None, int | None]:
-    """The earliest and latest instant of ``values`` in epoch milliseconds (values that do not parse and nulls are
-    skipped; None when none parses). Parses each distinct value once."""
+def to_millis(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> pa.Array:
+    """Each value's instant in epoch milliseconds (int64; null for a null or a value that does not parse). Parses
+    each distinct value once."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
     if pa.types.is_dictionary(values.type):
-        values = values.dictionary
-    distinct = pc.unique(values.cast(pa.string()))
+        values = values.cast(values.type.value_type)
+    strings = values.cast(pa.string())
+    distinct = pc.unique(strings)
     con = duckdb.connect()
     try:
         con.register("string_times", pa.table({"v": distinct}))
-        low, high = con.execute(f"SELECT epoch_ms(min(t)), epoch_ms(max(t)) FROM (SELECT try_strptime(v, "
-                                f"{times.sql_literal()}) AS t FROM string_times)").fetchone() or (None, None)
+        parsed = con.execute(f"SELECT epoch_ms(try_strptime(v, {times.sql_literal()})) FROM string_times"
+                             ).fetch_arrow_table().column(0).combine_chunks()
     finally:
         con.close()
+    return parsed.take(pc.index_in(strings, value_set=distinct)).cast(pa.int64())
+
+
+def millis_range(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> tuple[int | None, int | None]:
+    """The earliest and latest instant of ``values`` in epoch milliseconds (values that do not parse and nulls are
+    skipped; None when none parses)."""
+    bounds = pc.min_max(to_millis(values, times))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
     return (None if low is None else int(low)), (None if high is None else int(high))
 
 
