@@ -108,7 +108,7 @@ def to_millis(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> pa.Arra
     try:
         con.register("string_times", pa.table({"v": distinct}))
         parsed = con.execute(f"SELECT epoch_ms(try_strptime(v, {times.sql_literal()})) FROM string_times"
-                             ).fetch_arrow_table().column(0).combine_chunks()
+                             ).to_arrow_table().column(0).combine_chunks()
     finally:
         con.close()
     return parsed.take(pc.index_in(strings, value_set=distinct)).cast(pa.int64())
