@@ -21,6 +21,7 @@ from cuvee.broker.cluster_view import ClusterView
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
 from cuvee.broker.hybrid import QueryTarget
+from cuvee.config.string_times import render
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 from cuvee.auth.policy import Role
@@ -140,7 +141,9 @@ class Broker:
         realtime, offline = self.view.halves(info.name) if info is not None else (None, None)
         if realtime is None or offline is None or offline.time_column is None or offline.time_boundary is None:
             return None
-        return {"timeColumn": offline.time_column, "timeValue": str(offline.time_boundary)}
+        value = offline.time_boundary
+        shown = render(value, offline.date_pattern) if offline.date_pattern is not None else str(value)
+        return {"timeColumn": offline.time_column, "timeValue": shown}
 
 
 def _routing_doc(target: QueryTarget, available: frozenset[str]) -> dict[str, Any]:

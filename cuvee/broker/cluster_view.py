@@ -35,8 +35,9 @@ from cuvee.broker.routing import RoutingTable, route
 from cuvee.broker.segment_pruning import PARTITION_PRUNER, partition_facts
 from cuvee.cluster.records import ExternalView, IdealState, InstanceInfo, RecordFormatError, SegmentState
 from cuvee.cluster.store import ClusterStore
-from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, compute_time_boundary,
-                                         expected_offline_segments, millis_per_value)
+from cuvee.cluster.time_boundary import (NEW_SEGMENT_GRACE_SECONDS, boundary_units, compute_time_boundary,
+                                         expected_offline_segments)
+from cuvee.config.string_times import column_string_times
 from cuvee.errors import UserError
 from cuvee.config import ConfigValidationError, DataType, Schema, TableConfig, TableType, raw_table_name
 from cuvee.config.datetime_format import TimeFormatKind
@@ -69,7 +70,7 @@ class TableEntry:
     pauseless: bool = False  # ingestionConfig.streamIngestionConfig.pauselessConsumptionEnabled
     hidden: frozenset[str] = frozenset()
     time_column: str | None = None
-    step_ms: float | None = None  # milliseconds per time-column value (None: not an epoch column)
+    step_ms: float | None = None  # milliseconds per recorded end time (None: no boundary can be computed)
     push_frequency: str = "DAILY"
     end_times: Mapping[str, int | None] = field(default_factory=dict)
     boundary_override: int | None = None
@@ -89,6 +90,10 @@ class TableEntry:
     pruners: frozenset[str] = frozenset()  # routing.segmentPrunerTypes, lower case (``cuvee.broker.segment_pruning``)
     # upsert: the replica each partition was last read from, carried from entry to entry (``route``)
     replicas: PartitionReplicas = field(default_factory=PartitionReplicas, compare=False, repr=False)
+    # OFFLINE halves: the time column's unit, ms (Pinot's HOURLY rule reads it); for formatted date strings, their
+    # Java pattern (recorded end times are then millis)
+    unit_ms: float | None = None
+    date_pattern: str | None = None
 
     @property
     def hold_back(self) -> bool:
@@ -158,7 +163,7 @@ class TableEntry:
         else:
             served = [self.end_times.get(s) for s, replicas in self.view.segments.items()
                       if s not in self.hidden and SegmentState.ONLINE in replicas.values()]
-        return compute_time_boundary(served, self.step_ms, self.push_frequency)
+        return compute_time_boundary(served, self.step_ms, self.push_frequency, self.unit_ms)
 
 
 @dataclass(frozen=True)
@@ -384,7 +389,8 @@ class ClusterView:
         same = old is not None and old.config_version == config_node.version and old.schema_version == schema_node.version
         if same:
             assert old is not None
-            info, arrow_schema, step, spec = old.info, old.arrow_schema, old.step_ms, old.partition_spec
+            info, arrow_schema, units, pattern, spec = (old.info, old.arrow_schema, (old.step_ms, old.unit_ms),
+                                                        old.date_pattern, old.partition_spec)
         else:
             try:
                 schema = Schema.from_json(orjson.loads(schema_node.data))
@@ -392,7 +398,9 @@ class ClusterView:
                 log.warning("table %s: schema %s is invalid: %s", name, schema_name, exc)
                 return None
             info, arrow_schema = table_info(name, schema, config.is_dim_table), schema.arrow_schema()
-            step = millis_per_value(schema, config.time_column)
+            units = boundary_units(schema, config.time_column) or (None, None)
+            times = column_string_times(schema, config.time_column)
+            pattern = times.pattern if times is not None else None
             try:
                 spec = partition_spec(config.indexing.extra, schema)
             except UserError as exc:  # not partitioned, as far as joins go
@@ -402,14 +410,15 @@ class ClusterView:
         if spec is not None and ideal is None:
             partitions, count = self._realtime_partitions(name, view, spec, mixed, old)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
-                          hidden, config.time_column, step, config.push_frequency, end_times, override,
+                          hidden, config.time_column, units[0], config.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {},
                           stream_partitions=count,
                           timeout_ms=config.query.timeout_ms,
                           pruners=frozenset(t.lower() for t in config.routing.segment_pruner_types),
-                          replicas=old.replicas if old is not None else PartitionReplicas())
+                          replicas=old.replicas if old is not None else PartitionReplicas(),
+                          unit_ms=units[1], date_pattern=pattern)
 
     def _segment_times(self, name: str, ideal: IdealState, old: TableEntry | None
                        ) -> tuple[dict[str, int | None], dict[str, tuple[int | None, int | None]],

@@ -230,9 +230,10 @@ def _prune_filter(plan: QueryPlan, target: QueryTarget) -> Predicate | None:
     """What a server prunes its committed segments by (``cuvee.pruning``): the plan's WHERE and, for a hybrid
     table's half, its time filter."""
     bound = target.time_filter
-    if bound is None:
+    value = bound.stored_bound if bound is not None else None
+    if bound is None or value is None:  # a date pattern that does not sort as time: its text bounds nothing
         return plan.prune_filter
-    return with_bound(plan.prune_filter, bound.column, bound.op, bound.value)
+    return with_bound(plan.prune_filter, bound.column, bound.op, value)
 
 
 def _selection_limit(plan: QueryPlan) -> int | None:
@@ -446,7 +447,9 @@ class QueryHandler:
         servers = frozenset(self.view.snapshot.servers)
         targets = self.view.targets(plan.table)
         routed = [(t.entry.name, t.entry.route(servers, number)) for t in targets]
-        halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable)) for name, r in routed]
+        halves = [HalfRouting(name, dict(r.servers), r.consuming, len(r.unavailable),
+                              t.time_filter.text() if t.time_filter is not None else None)
+                  for t, (name, r) in zip(targets, routed)]
         whole = answered_whole(plan, [len(r.servers) for _, r in routed], _Asked.of(plan.options))
         shown = plan if whole else disjoint_plan(plan, targets, [r for _, r in routed])  # as the query would run
         return broker_response(request_id=str(number), time_used_ms=self._elapsed_ms(started),

@@ -37,6 +37,6 @@ def query_targets(realtime: TableEntry | None, offline: TableEntry | None) -> li
     if realtime is None or offline is None:
         return [QueryTarget(e) for e in (realtime, offline) if e is not None]
     halves = hybrid_halves(offline.time_boundary, offline.time_column,
-                           bool(set(realtime.view.segments) - realtime.hidden))
+                           bool(set(realtime.view.segments) - realtime.hidden), offline.date_pattern)
     entries = {TableType.OFFLINE: offline, TableType.REALTIME: realtime}
     return [QueryTarget(entries[half], time_filter) for half, time_filter in halves.items()]

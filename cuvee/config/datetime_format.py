@@ -8,6 +8,7 @@ string, which the schema parser turns into an issue with the field's path.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 TIME_UNIT_MS: dict[str, float] = {
@@ -119,3 +120,41 @@ def _kind(text: str, whole: str) -> TimeFormatKind:
     except ValueError:
         allowed = ", ".join(k.value for k in TimeFormatKind)
         raise ValueError(f"{whole!r}: {text!r} is not one of {allowed}") from None
+
+
+# Java SimpleDateFormat letters -> strftime, longest first (toDateTime's pattern).
+_JAVA_PATTERN = (("yyyy", "%Y"), ("yy", "%y"), ("MMMM", "%B"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"),
+                 ("HH", "%H"), ("hh", "%I"), ("mm", "%M"), ("ss", "%S"), ("SSS", "%g"), ("EEEE", "%A"),
+                 ("EEE", "%a"), ("a", "%p"), ("M", "%-m"), ("d", "%-d"), ("H", "%-H"), ("h", "%-I"), ("m", "%-M"),
+                 ("s", "%-S"))
+
+
+def strftime_pattern(java: str) -> str | None:
+    """``java`` as a strftime pattern, or None when it has a field this translation does not know (a zone —
+    ``Z``, ``X``, ``z`` — week fields, …): reading such values with a partial pattern would be wrong."""
+    unquoted = re.sub(r"'[^']*'", "", java)
+    for letters, _ in _JAVA_PATTERN:
+        unquoted = unquoted.replace(letters, "")
+    return None if re.search(r"[A-Za-z]", unquoted) else java_to_strftime(java)
+
+
+def java_to_strftime(java: str) -> str:
+    """A Java date pattern as a strftime one; text in single quotes is literal (``''`` is a quote)."""
+    out: list[str] = []
+    i = 0
+    while i < len(java):
+        if java[i] == "'":
+            end = java.find("'", i + 1)
+            end = len(java) if end < 0 else end
+            out.append("'" if end == i + 1 else java[i + 1:end].replace("%", "%%"))
+            i = end + 1
+            continue
+        for letters, directive in _JAVA_PATTERN:
+            if java.startswith(letters, i):
+                out.append(directive)
+                i += len(letters)
+                break
+        else:
+            out.append("%%" if java[i] == "%" else java[i])
+            i += 1
+    return "".join(out)

@@ -11,8 +11,9 @@ from fastapi import APIRouter, Body, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from cuvee.cluster.records import SegmentState, TimeBoundaryOverride
-from cuvee.cluster.time_boundary import compute_time_boundary, expected_offline_segments, millis_per_value
+from cuvee.cluster.time_boundary import boundary_units, compute_time_boundary, expected_offline_segments
 from cuvee.config import TableConfig, TableType, raw_table_name
+from cuvee.config.string_times import column_string_times, render
 from cuvee.controller import lineage_ops
 from cuvee.controller.api_common import segment_param, table_type_param
 from cuvee.controller.catalog import Catalog
@@ -229,12 +230,19 @@ def router(ctl: Controller) -> APIRouter:
         column = offline.time_column
         if column is None:
             raise NotFound(f"table {table!r} has no time column, so no time boundary")
+        schema = Catalog(ctl.store).schema(offline.table_name)
+        times = column_string_times(schema, column)
+
+        def answer(value: int) -> dict[str, Any]:  # Pinot's shape: the value in the column's own format
+            return {"timeColumn": column, "timeValue": render(value, times.pattern) if times else str(value)}
+
         override = ctl.store.time_boundary_override(offline.table_name)
         if override is not None:
-            return {"timeColumn": column, "timeValue": str(override)}
-        step = millis_per_value(Catalog(ctl.store).schema(offline.table_name), column)
-        if step is None:
-            raise NotFound(f"time column {column!r} is not an epoch or TIMESTAMP column; no computed boundary")
+            return answer(override)
+        units = boundary_units(schema, column)
+        if units is None:
+            raise NotFound(f"time column {column!r} is not an epoch, TIMESTAMP or readable date-string column; "
+                           "no computed boundary")
         full = offline.name_with_type
         ideal = ctl.store.ideal_state(full)
         view = ctl.store.external_view(full)
@@ -248,10 +256,10 @@ def router(ctl: Controller) -> APIRouter:
             {name: r.commit_time_ms if r is not None else None for name, r in records.items()},
             ctl.clock_ms(), int(ctl.config.new_segment_grace_seconds * 1000))
         ends = [r.time_max if (r := records[name]) is not None else None for name in expected]
-        value = compute_time_boundary(ends, step, offline.push_frequency)
+        value = compute_time_boundary(ends, units[0], offline.push_frequency, units[1])
         if value is None:
             raise NotFound(f"table {table!r} has no served offline segment with an end time yet")
-        return {"timeColumn": column, "timeValue": str(value)}
+        return answer(value)
 
     @api.post("/tables/{table}/timeBoundary")
     def set_time_boundary(table: str, timeValue: int) -> dict[str, Any]:  # noqa: N803

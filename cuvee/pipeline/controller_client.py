@@ -102,7 +102,13 @@ class ControllerClient:
     def time_boundary(self, table: str) -> tuple[str, int] | None:
         """A hybrid table's (time column, boundary); None while it has none (no served offline end time)."""
         doc = self._call("GET", f"/tables/{table}/timeBoundary", missing_ok=True)
-        return None if doc is None else (str(doc["timeColumn"]), int(doc["timeValue"]))
+        if doc is None:
+            return None
+        value = str(doc["timeValue"])
+        if not value.lstrip("-").isdigit():  # a column of date strings: its boundary is written in its format
+            raise PipelineError(f"table {table!r} splits at {value!r} on a column of date strings; this reader "
+                                "splits hybrid tables on epoch or TIMESTAMP time columns only")
+        return str(doc["timeColumn"]), int(value)
 
     def lineage(self, table: str, table_type: TableType = TableType.OFFLINE) -> SegmentLineage:
         return SegmentLineage.from_json(self._call("GET", f"/segments/{table}/lineage",

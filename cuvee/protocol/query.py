@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from cuvee.config.string_times import StringTimes, render, string_times
 from cuvee.errors import CuveeError
 from cuvee.pruning.predicate import Predicate, PredicateWireError, from_json, to_json
 from cuvee.query.group_trim import WANTED_KEY
@@ -81,11 +82,17 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 class TimeFilter:
     """A hybrid table's half: only rows whose time ``column`` is ``<=`` (offline half) or ``>`` (realtime half)
     the time boundary ``value`` (epoch units of the column; TIMESTAMP columns in milliseconds). Structured, so a
-    server builds the predicate itself and never runs SQL text it was not planned to run."""
+    server builds the predicate itself and never runs SQL text it was not planned to run.
+
+    ``format``: set for a column of formatted date strings (SIMPLE_DATE_FORMAT): its Java pattern, and ``value``
+    is then epoch milliseconds; the server compares the strings with the boundary written in that pattern where
+    the pattern sorts as time, else parses each value (``cuvee.config.string_times``). Sent only when set, so a
+    filter on an epoch column reads as before on a server that predates the field."""
 
     column: str
     op: str
     value: int
+    format: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
@@ -94,17 +101,46 @@ class TimeFilter:
             raise QueryWireError(f"time filter: op must be one of {', '.join(TIME_FILTER_OPS)}, got {self.op!r}")
         if isinstance(self.value, bool) or not isinstance(self.value, int) or not _INT64_MIN <= self.value <= _INT64_MAX:
             raise QueryWireError(f"time filter: value must be a 64-bit integer, got {self.value!r}")
+        if self.format is not None:
+            try:
+                string_times(self.format)
+            except ValueError as exc:
+                raise QueryWireError(f"time filter: format: {exc}") from None
+
+    @property
+    def string_times(self) -> StringTimes | None:
+        """The column's date pattern, for a filter on formatted date strings."""
+        return None if self.format is None else string_times(self.format)
+
+    @property
+    def stored_bound(self) -> int | str | None:
+        """The boundary as the column's stored values compare with it (what segment min/max pruning can use):
+        ``value`` for an epoch column, its text for a date pattern that sorts as time, None for one that does not."""
+        times = self.string_times
+        if times is None:
+            return self.value
+        return render(self.value, times.pattern) if times.sorts_as_time else None
+
+    def text(self) -> str:
+        """The filter as a reader would write it, the boundary in the column's own format (EXPLAIN shows it)."""
+        times = self.string_times
+        shown = str(self.value) if times is None else "'" + render(self.value, times.pattern) + "'"
+        return f"{self.column}{self.op}{shown}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"column": self.column, "op": self.op, "value": self.value}
+        out: dict[str, Any] = {"column": self.column, "op": self.op, "value": self.value}
+        if self.format is not None:
+            out["format"] = self.format
+        return out
 
     @classmethod
     def from_dict(cls, doc: Any) -> TimeFilter:
         what = "time filter"
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
-        _no_unknown(doc, {"column", "op", "value"}, what)
-        return cls(_require(doc, "column", str, what), _require(doc, "op", str, what), _require(doc, "value", int, what))
+        _no_unknown(doc, {"column", "op", "value", "format"}, what)
+        return cls(_require(doc, "column", str, what), _require(doc, "op", str, what), _require(doc, "value", int, what),
+                   _optional_string(doc, "format", what))
 
 
 LOOKUP_RELATION = re.compile(r"cuvee_lookup_[1-9][0-9]{0,3}")  # cuvee.query.lookup.LOOKUP_PREFIX + n

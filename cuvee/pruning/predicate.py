@@ -256,7 +256,7 @@ def _values(predicate: Predicate) -> int:
     return len(predicate.values) if isinstance(predicate, In) else 1
 
 
-def with_bound(predicate: Predicate | None, column: str, op: str, value: int) -> Predicate:
+def with_bound(predicate: Predicate | None, column: str, op: str, value: int | str) -> Predicate:
     """``predicate AND column <op> value``: a hybrid half's time filter joined to what WHERE prunes by."""
     bound = Compare(column, op, value)
     return bound if predicate is None else And((*predicate.parts, bound) if isinstance(predicate, And)

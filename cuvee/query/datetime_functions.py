@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from cuvee.config.datetime_format import DateTimeFormat, TimeFormatKind, parse_datetime_format, parse_granularity
+from cuvee.config.datetime_format import (DateTimeFormat, TimeFormatKind, java_to_strftime, parse_datetime_format,
+                                          parse_granularity, strftime_pattern)
 from cuvee.query.errors import QueryError, QueryErrorCode
 from cuvee.query.time_zones import offset_seconds, zone_id
 
@@ -78,44 +79,6 @@ def int_literal(node: exp.Expression, function: str, what: str) -> int:
     if not (isinstance(inner, exp.Literal) and not inner.is_string and inner.name.isdigit()):
         raise sql_error(f"{function}: {what} must be an integer literal, got {node.sql(dialect='duckdb')}")
     return sign * int(inner.name)
-
-
-# Java SimpleDateFormat letters -> strftime, longest first (toDateTime's pattern).
-_JAVA_PATTERN = (("yyyy", "%Y"), ("yy", "%y"), ("MMMM", "%B"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"),
-                 ("HH", "%H"), ("hh", "%I"), ("mm", "%M"), ("ss", "%S"), ("SSS", "%g"), ("EEEE", "%A"),
-                 ("EEE", "%a"), ("a", "%p"), ("M", "%-m"), ("d", "%-d"), ("H", "%-H"), ("h", "%-I"), ("m", "%-M"),
-                 ("s", "%-S"))
-
-
-def strftime_pattern(java: str) -> str | None:
-    """``java`` as a strftime pattern, or None when it has a field this translation does not know (a zone —
-    ``Z``, ``X``, ``z`` — week fields, …): reading such values with a partial pattern would be wrong."""
-    unquoted = re.sub(r"'[^']*'", "", java)
-    for letters, _ in _JAVA_PATTERN:
-        unquoted = unquoted.replace(letters, "")
-    return None if re.search(r"[A-Za-z]", unquoted) else _strftime_pattern(java)
-
-
-def _strftime_pattern(java: str) -> str:
-    """A Java date pattern as a strftime one; text in single quotes is literal (``''`` is a quote)."""
-    out: list[str] = []
-    i = 0
-    while i < len(java):
-        if java[i] == "'":
-            end = java.find("'", i + 1)
-            end = len(java) if end < 0 else end
-            out.append("'" if end == i + 1 else java[i + 1:end].replace("%", "%%"))
-            i = end + 1
-            continue
-        for letters, directive in _JAVA_PATTERN:
-            if java.startswith(letters, i):
-                out.append(directive)
-                i += len(letters)
-                break
-        else:
-            out.append("%%" if java[i] == "%" else java[i])
-            i += 1
-    return "".join(out)
 
 
 def zone_literal(node: exp.Expression, function: str) -> str:
@@ -243,7 +206,7 @@ class TimeTypes:
 
     def parsed(self, column: exp.Column) -> exp.Expression:
         """A STRING date-time column read with its schema pattern (a wall-clock TIMESTAMP, UTC)."""
-        return call("strptime", column, exp.Literal.string(_strftime_pattern(self.string_times[column.name])))
+        return call("strptime", column, exp.Literal.string(java_to_strftime(self.string_times[column.name])))
 
     def cast_to_timestamp(self, node: exp.Cast) -> exp.Expression:
         """Pinot's ``CAST(x AS TIMESTAMP)``: a number is epoch millis; a TIMESTAMP stays; a string is parsed."""

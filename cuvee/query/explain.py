@@ -10,7 +10,9 @@ one DuckDB statement over the union of their segments, so a plan is described as
   selection sorted by its columns), or nothing, when one server answers the whole query (``merge:none``);
 - ``COMBINE_SELECT`` / ``COMBINE_AGGREGATE`` / ``COMBINE_GROUP_BY(servers:N)``: the servers' answers gathered;
 - per table half (a hybrid table has two): ``PLAN_START(numSegmentsForThisPlan:N)``, then ``SERVER_<KIND>`` with
-  the SQL each server runs (``sql:``; ``ROW_COUNTS`` for a bare COUNT(*) answered from row counts), above
+  the SQL each server runs (``sql:``; ``ROW_COUNTS`` for a bare COUNT(*) answered from row counts) and, for a
+  hybrid table's half, the rows of its side of the time boundary (``timeFilter:EventTime<='2013-07-14 00:00:00'``,
+  in the time column's own format), above
   ``SEGMENTS(committed:…,consuming:…,servers:…)``: where the routing sends the segments now.
 
 The text of each operator is ours; only the shape is Pinot's. Pure: the broker hands in the routing.
@@ -47,6 +49,7 @@ class HalfRouting:
     servers: dict[str, tuple[str, ...]]
     consuming: frozenset[str]
     unavailable: int = 0
+    time_filter: str | None = None  # a hybrid table's half: the rows of its side of the boundary (``TimeFilter.text``)
 
 
 def _merge(plan: QueryPlan, whole: bool) -> str:
@@ -76,7 +79,8 @@ def explain_table(plan: QueryPlan, halves: Sequence[HalfRouting], whole: bool) -
         rows.append((f"PLAN_START(numSegmentsForThisPlan:{len(segments)})", -1, -1))
         sql = plan.whole_sql if whole and plan.whole_sql is not None else plan.server_sql
         server = "ROW_COUNTS" if sql == COUNT_ROWS_SERVER_SQL else f"sql:{sql}"
-        rows.append((f"SERVER_{kind}(table:{half.table},{server})", next_id, 2))
+        bound = f",timeFilter:{half.time_filter}" if half.time_filter is not None else ""
+        rows.append((f"SERVER_{kind}(table:{half.table}{bound},{server})", next_id, 2))
         detail = [f"committed:{len(segments) - consuming}", f"consuming:{consuming}"]
         detail += [f"unavailable:{half.unavailable}"] if half.unavailable else []
         detail.append(f"servers:{'|'.join(sorted(half.servers)) or 'none'}")

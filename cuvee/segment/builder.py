@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format
 from cuvee.config.schema import DataType, FieldRole, FieldSpec, Schema
+from cuvee.config.string_times import column_string_times, millis_range
 from cuvee.config.table import IndexingConfig
 from cuvee.errors import UserError
 from cuvee.segment import encoding, indexes, stats
@@ -122,6 +123,7 @@ def build_segment(
     try:
         column_stats = {plan.spec.name: _write_column(work, plan, columns[plan.spec.name]) for plan in plans}
         time_stats = column_stats.get(time_column) if time_column else None
+        start_time, end_time, unit = _time_range(schema, time_column, columns, time_stats)
         metadata = SegmentMetadata(
             segment_name=segment_name,
             table_name=table_name or schema.name,
@@ -132,9 +134,9 @@ def build_segment(
             start_offset=start_offset,
             end_offset=end_offset,
             time_column=time_column,
-            start_time=time_stats.min if time_stats else None,
-            end_time=time_stats.max if time_stats else None,
-            time_unit=time_unit(schema.column(time_column)) if time_column else None,
+            start_time=start_time,
+            end_time=end_time,
+            time_unit=unit,
             sorted_column=indexing.sorted_column,
             # the partitions are the rows' own, never a caller's: the controller places and the broker joins by them
             custom={**{k: v for k, v in (extra_metadata or {}).items() if k != PARTITIONS_KEY},
@@ -160,6 +162,21 @@ def _partition_metadata(columns: dict[str, pa.Array], schema: Schema, indexing: 
     if spec is None or spec.column not in columns:
         return {}
     return {PARTITIONS_KEY: segment_partitions(columns[spec.column], spec).to_json()}
+
+
+def _time_range(schema: Schema, time_column: str | None, columns: dict[str, pa.Array],
+                stats: ColumnMetadata | None) -> tuple[Any, Any, str | None]:
+    """The segment's start and end time and their unit. A column of formatted date strings (SIMPLE_DATE_FORMAT)
+    records the instants of its earliest and latest values in epoch milliseconds, as Pinot does: its string
+    min/max is not its time range where the pattern does not sort as time, and the hybrid time boundary is
+    computed in millis (``cuvee.config.string_times``)."""
+    if time_column is None:
+        return None, None, None
+    times = column_string_times(schema, time_column)
+    if times is not None:
+        low, high = millis_range(columns[time_column], times)
+        return low, high, "MILLISECONDS"
+    return (stats.min if stats else None), (stats.max if stats else None), time_unit(schema.column(time_column))
 
 
 def time_unit(spec: FieldSpec) -> str | None:

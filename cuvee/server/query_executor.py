@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuvee.config import raw_table_name
+from cuvee.config.string_times import sql_predicate
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.pruning import Work, may_match
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
@@ -738,6 +739,12 @@ def _time_predicate(union: pa.Table, time_filter: TimeFilter) -> str:
     if pa.types.is_dictionary(column_type):
         column_type = column_type.value_type
     quoted = '"' + time_filter.column.replace('"', '""') + '"'
+    times = time_filter.string_times
+    if times is not None:  # formatted date strings (cuvee.config.string_times)
+        if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+            raise _Failed(QueryErrorCode.QUERY_EXECUTION,
+                          f"time filter column {time_filter.column!r} is {column_type}, not a string of dates")
+        return sql_predicate(quoted, time_filter.op, time_filter.value, times)
     if pa.types.is_timestamp(column_type):
         quoted = f"epoch_ms({quoted})"
     elif not pa.types.is_integer(column_type):

@@ -24,7 +24,7 @@ from cuvee.testing.compat import data
 from cuvee.testing.compat.judge import Outcome, Verdict, compare, oracle_sql, run_oracle, shape_of, trivial
 from cuvee.testing.compat.queries import CLICKBENCH, CompatQuery, schema
 
-TIME_COLUMNS = {CLICKBENCH: None, "pinot": "DaysSinceEpoch"}
+TIME_COLUMNS = {CLICKBENCH: "EventTime", "pinot": "DaysSinceEpoch"}  # segmentsConfig.timeColumnName
 GENERATORS: dict[str, Callable[[int, int], pa.Table]] = {CLICKBENCH: data.hits, "pinot": data.ontime}
 
 

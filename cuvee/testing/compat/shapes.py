@@ -11,8 +11,10 @@
   table of the same name; the broker splits queries at the time boundary. The boundary is the offline half's end
   time minus a day (Pinot's rule), so the realtime half is given every row after the boundary the controller
   reports (``GET /tables/{t}/timeBoundary``), the last offline day included, as a realtime table that has run
-  all along holds it: each row is counted once. A set whose schema has no epoch time column (ClickBench's
-  ``hits`` keeps its times as date strings) cannot be served hybrid: the controller computes no boundary for it.
+  all along holds it: each row is counted once. A time column of date strings (ClickBench's ``hits``: ``EventTime``,
+  ``yyyy-MM-dd HH:mm:ss``) is split by its instants (``cuvee.config.string_times``), and the boundary is compared
+  in that format, as the controller reports it. A set without a time column cannot be served hybrid
+  (``ShapeUnavailable``).
 
 Pure sizing rules at the top; the loaders talk to a live controller over HTTP and to the stream.
 """
@@ -33,8 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuvee.cluster.time_boundary import compute_time_boundary, millis_per_value
+from cuvee.cluster.time_boundary import boundary_units, compute_time_boundary
 from cuvee.config import Schema, TableConfig
+from cuvee.config.string_times import column_string_times, render, to_millis
 from cuvee.segment.partitioning import partition_spec
 from cuvee.segment.partitioning import partitions as partition_of
 from cuvee.stream import open_admin, open_producer
@@ -72,7 +75,7 @@ class Layout:
     flush_threshold_rows: int = 0  # the table config's value (per server, divided among its partitions)
     segment_rows: int = 0  # the rows each realtime segment commits at
     committed_rows: int = 0  # realtime rows in committed segments, once ingest ended
-    boundary: int | None = None  # hybrid: the broker's time boundary, in the time column's unit
+    boundary: str | None = None  # hybrid: the broker's time boundary, as the controller reports it
 
     @property
     def consuming_rows(self) -> int:
@@ -154,8 +157,8 @@ def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, 
         return Layout(shape, rows.num_rows, offline_rows=rows.num_rows, offline_segments=segments)
     time_column = TIME_COLUMNS[suite]
     if shape is TableShape.HYBRID and time_column is None:
-        raise ShapeUnavailable(f"{schema(suite)['schemaName']!r} has no epoch time column (its times are date "
-                               "strings): Cuvee computes no time boundary for it, so it cannot be served hybrid")
+        raise ShapeUnavailable(f"{schema(suite)['schemaName']!r} has no time column: a hybrid table splits at a "
+                               "time boundary, so it cannot be served hybrid")
     name = str(schema(suite)["schemaName"])
     configs = log_stream_configs(name, stream_dir, **{"realtime.segment.flush.threshold.time": "24h"})
     with open_admin(configs) as admin:
@@ -163,11 +166,13 @@ def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, 
     older, newer, offline_segments, boundary = None, rows, 0, None
     if shape is TableShape.HYBRID:
         assert time_column is not None
-        older = rows.take(pc.sort_indices(rows, [(time_column, "ascending")])).slice(0, rows.num_rows // 2)
+        times = _instants(suite, rows)
+        order = pc.sort_indices(times)
+        older = rows.take(order.slice(0, rows.num_rows // 2))
         offline_segments = max(1, segments // 2)
         load(http, controller, suite, older, offline_segments, replicas=replicas)
-        boundary = expected_boundary(suite, older)
-        newer = rows.filter(pc.greater(rows[time_column], pa.scalar(boundary, rows.schema.field(time_column).type)))
+        value, boundary = expected_boundary(suite, pc.max(times.take(order.slice(0, rows.num_rows // 2))).as_py())
+        newer = rows.filter(pc.greater(times, pa.scalar(value, times.type)))
     else:
         _post(http, f"{controller}/schemas", schema(suite))  # (load posts it for the offline half)
     table = table_config(suite, "REALTIME", replicas=replicas, stream=configs)
@@ -186,7 +191,7 @@ def load_shape(http: httpx.Client, controller: str, suite: str, rows: pa.Table, 
     table["tableIndexConfig"]["streamConfigs"]["realtime.segment.flush.threshold.rows"] = str(flush_rows)
     _post(http, f"{controller}/tables", table)
     if boundary is not None:  # once every offline segment is served; else the realtime half would miss rows
-        wait_until(lambda: _time_boundary(http, controller, name) == str(boundary), timeout,
+        wait_until(lambda: _time_boundary(http, controller, name) == boundary, timeout,
                    message=lambda: f"the controller's time boundary is {_time_boundary(http, controller, name)}, "
                                    f"Pinot's rule over the offline half gives {boundary}")
     produce_json(configs, newer, partition_column)
@@ -217,16 +222,29 @@ def commits_done(http: httpx.Client, controller: str, suite: str, layout: Layout
     return committed >= layout.realtime_rows - expected_consuming_rows(layout.partition_sizes, layout.segment_rows)
 
 
-def expected_boundary(suite: str, offline_rows: pa.Table) -> int:
-    """The time boundary the broker will split ``suite``'s hybrid table at once ``offline_rows`` are served (Pinot's
-    rule, ``cuvee.cluster.time_boundary``; the offline half is pushed DAILY)."""
+def _instants(suite: str, rows: pa.Table) -> pa.Array:
+    """The time column's values as the boundary compares them: epoch values as they are, date strings as epoch
+    millis."""
     column = TIME_COLUMNS[suite]
-    step = millis_per_value(Schema.from_json(schema(suite)), column)
-    if column is None or step is None:
-        raise ShapeUnavailable(f"{suite}: no epoch time column")
-    boundary = compute_time_boundary([pc.max(offline_rows[column]).as_py()], step, None)
+    assert column is not None
+    times = column_string_times(Schema.from_json(schema(suite)), column)
+    values = rows.column(column)
+    return to_millis(values, times) if times is not None else values.combine_chunks()
+
+
+def expected_boundary(suite: str, latest: int) -> tuple[int, str]:
+    """The time boundary the broker will split ``suite``'s hybrid table at once an offline half whose latest
+    instant is ``latest`` (``_instants``) is served (Pinot's rule, ``cuvee.cluster.time_boundary``; the offline
+    half is pushed DAILY): its value, and its text as the controller reports it (in the column's format)."""
+    column = TIME_COLUMNS[suite]
+    parsed = Schema.from_json(schema(suite))
+    units = boundary_units(parsed, column)
+    if column is None or units is None:
+        raise ShapeUnavailable(f"{suite}: no time column a boundary can be computed on")
+    boundary = compute_time_boundary([latest], units[0], None, units[1])
     assert boundary is not None
-    return boundary
+    times = column_string_times(parsed, column)
+    return boundary, render(boundary, times.pattern) if times is not None else str(boundary)
 
 
 def produce_json(stream_configs: Mapping[str, str], rows: pa.Table, key_column: str | None = None) -> int:

@@ -1,0 +1,138 @@
+"""A hybrid half over a time column of formatted date strings (SIMPLE_DATE_FORMAT): the wire form of its filter is
+strict, a segment records the column's instants in millis (not its string min/max), the boundary follows Pinot's
+rule in the format's unit, and a server's filter puts each row in exactly one half — compared as strings where the
+pattern sorts as time, parsed where it does not."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cuvee.cluster.time_boundary import DAY_MS, HOUR_MS, boundary_units, compute_time_boundary, hybrid_halves
+from cuvee.config import IndexingConfig, Schema, TableType
+from cuvee.config.string_times import MAX_PATTERN_CHARS, render, sorts_as_time
+from cuvee.protocol.query import QueryWireError, ServerQueryRequest, TimeFilter
+from cuvee.segment.builder import build_segment
+from cuvee.server.query_executor import QueryExecutor
+from cuvee.server.queryable import CommittedSegment
+from cuvee.server.registry import SegmentRegistry
+
+TABLE = "eu_OFFLINE"
+
+
+def schema(fmt: str, data_type: str = "STRING") -> Schema:
+    return Schema.from_json({"schemaName": "eu", "dimensionFieldSpecs": [{"name": "k", "dataType": "LONG"}],
+                             "dateTimeFieldSpecs": [{"name": "t", "dataType": data_type, "format": fmt,
+                                                     "granularity": "1:DAYS"}]})
+
+
+def millis(text: str, python_format: str) -> int:
+    return int(dt.datetime.strptime(text, python_format).replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+
+# 29/07 .. 02/08: "31/07/2013" is the largest string, "02/08/2013" the latest day
+EU_DAYS = [f"{d:02d}/07/2013" for d in (29, 30, 31)] + [f"{d:02d}/08/2013" for d in (1, 2)]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> SegmentRegistry:
+    work = tmp_path_factory.mktemp("eu")
+    registry = SegmentRegistry()
+    data = pa.table({"k": pa.array(range(len(EU_DAYS) * 2), pa.int64()), "t": EU_DAYS * 2})
+    segment = build_segment(data, schema("1:DAYS:SIMPLE_DATE_FORMAT:dd/MM/yyyy"), IndexingConfig(), work, "eu_0",
+                            table_name=TABLE, time_column="t", overwrite=True)
+    registry.put(TABLE, CommittedSegment(segment))
+    return registry
+
+
+def test_a_segment_records_its_instants_not_its_string_range(registry: SegmentRegistry) -> None:
+    meta = registry.get(TABLE, "eu_0").segment.metadata  # type: ignore[union-attr]
+    assert (meta.start_time, meta.end_time, meta.time_unit) == (
+        millis("29/07/2013", "%d/%m/%Y"), millis("02/08/2013", "%d/%m/%Y"), "MILLISECONDS")
+
+
+@pytest.mark.parametrize("boundary", EU_DAYS)
+def test_a_pattern_that_does_not_sort_is_parsed_and_every_row_lands_once(registry: SegmentRegistry,
+                                                                          boundary: str) -> None:
+    at = millis(boundary, "%d/%m/%Y")
+    kept = {}
+    for op in ("<=", ">"):
+        result, stats = QueryExecutor(registry).execute(ServerQueryRequest(
+            "1", TABLE, "SELECT t FROM cuvee_segments", ("eu_0",), 10_000,
+            time_filter=TimeFilter("t", op, at, "dd/MM/yyyy")))
+        assert stats.exceptions == () and result is not None
+        kept[op] = result.column(0).to_pylist()
+    assert sorted(kept["<="]) == sorted(d for d in EU_DAYS * 2 if millis(d, "%d/%m/%Y") <= at)
+    assert sorted(kept[">"]) == sorted(d for d in EU_DAYS * 2 if millis(d, "%d/%m/%Y") > at)
+
+
+def test_a_string_filter_on_a_column_of_numbers_is_error_200(tmp_path: Path) -> None:
+    registry = SegmentRegistry()
+    data = pa.table({"k": pa.array([1], pa.int64()), "t": pa.array([1], pa.int64())})
+    registry.put(TABLE, CommittedSegment(build_segment(data, schema("1:DAYS:EPOCH", "LONG"), IndexingConfig(),
+                                                       tmp_path, "n_0", table_name=TABLE, overwrite=True)))
+    result, stats = QueryExecutor(registry).execute(ServerQueryRequest(
+        "1", TABLE, "SELECT count(*) FROM cuvee_segments", ("n_0",), 10_000,
+        time_filter=TimeFilter("t", "<=", 0, "yyyy-MM-dd")))
+    assert result is None and "not a string of dates" in stats.exceptions[0].message
+
+
+@pytest.mark.parametrize(("pattern", "sorts"), [
+    ("yyyy-MM-dd HH:mm:ss", True), ("yyyy-MM-dd", True), ("yyyyMMdd", True), ("yyyy-MM-dd'T'HH:mm:ss.SSS", True),
+    ("dd/MM/yyyy", False), ("M/d/yyyy", False), ("yyyy-M-d", False), ("MMM dd yyyy", False),
+    ("yyyy-MM-dd hh:mm:ss a", False), ("yyyy-dd-MM", False),
+])
+def test_only_fixed_width_most_significant_first_patterns_compare_as_strings(pattern: str, sorts: bool) -> None:
+    assert sorts_as_time(pattern) is sorts
+
+
+def test_the_boundary_is_rendered_in_the_column_format() -> None:
+    at = millis("2013-07-14 23:59:58", "%Y-%m-%d %H:%M:%S")
+    assert render(at, "yyyy-MM-dd HH:mm:ss") == "2013-07-14 23:59:58"
+    assert render(at, "dd/MM/yyyy") == "14/07/2013"
+    assert TimeFilter("EventTime", "<=", at, "yyyy-MM-dd HH:mm:ss").text() == "EventTime<='2013-07-14 23:59:58'"
+    assert TimeFilter("EventTime", "<=", at, "yyyy-MM-dd HH:mm:ss").stored_bound == "2013-07-14 23:59:58"
+    assert TimeFilter("d", ">", at, "dd/MM/yyyy").stored_bound is None  # its text bounds no min/max
+    assert TimeFilter("ts", ">", at).stored_bound == at
+
+
+def test_the_boundary_follows_pinots_rule_in_the_formats_unit() -> None:
+    seconds = schema("1:SECONDS:SIMPLE_DATE_FORMAT:yyyy-MM-dd HH:mm:ss")
+    days = schema("1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd")
+    assert boundary_units(seconds, "t") == (1.0, 1000.0)  # end times in millis, the column's unit a second
+    assert boundary_units(days, "t") == (1.0, DAY_MS)
+    assert boundary_units(schema("1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd Z"), "t") is None  # a zone: not read
+    end = millis("2013-07-15", "%Y-%m-%d")
+    assert compute_time_boundary([end], 1.0, "DAILY", DAY_MS) == end - DAY_MS
+    assert compute_time_boundary([end], 1.0, "HOURLY", 1000.0) == end - HOUR_MS  # finer than a day: an hour
+    assert compute_time_boundary([end], 1.0, "HOURLY", DAY_MS) == end - DAY_MS  # a DAYS column: still a day
+    halves = hybrid_halves(end, "t", True, "yyyy-MM-dd")
+    assert halves[TableType.OFFLINE] == TimeFilter("t", "<=", end, "yyyy-MM-dd")
+    assert halves[TableType.REALTIME] == TimeFilter("t", ">", end, "yyyy-MM-dd")
+
+
+REQUEST = ServerQueryRequest("1", TABLE, "SELECT count(*) FROM cuvee_segments", ("eu_0",), 10_000)
+
+
+@pytest.mark.parametrize(("fmt", "error"), [
+    (3, "'format' must be a string"),
+    ("", "1 to 64 printable ASCII"),
+    ("y" * (MAX_PATTERN_CHARS + 1), "1 to 64 printable ASCII"),
+    ("yyyy-MM-dd\n", "1 to 64 printable ASCII"),
+    ("yyyy-MM-dd Z", "fields that cannot be read"),
+    ("yyyy-ww", "fields that cannot be read"),
+])
+def test_a_bad_format_on_the_wire_is_refused(fmt: object, error: str) -> None:
+    doc = {"column": "t", "op": "<=", "value": 5, "format": fmt}
+    with pytest.raises(QueryWireError, match=error):
+        ServerQueryRequest.from_dict({**REQUEST.to_dict(), "timeFilter": doc})
+
+
+def test_the_format_travels_and_an_epoch_filter_reads_as_before() -> None:
+    sent = TimeFilter("t", "<=", 5, "yyyy-MM-dd 'at' HH:mm")
+    request = ServerQueryRequest("1", TABLE, "SELECT 1", ("eu_0",), 10_000, time_filter=sent)
+    assert ServerQueryRequest.from_dict(request.to_dict()).time_filter == sent
+    assert TimeFilter("ts", ">", 5).to_dict() == {"column": "ts", "op": ">", "value": 5}  # no new key: old servers
