@@ -26,7 +26,8 @@ bound is below τ can never be in the answer, and
 
 Directions are handled by ranking on ``v`` (the value, negated for ASC: MIN ASC ranks as MAX DESC does; MAX ASC
 as MIN DESC, whose lower bounds need every cutting server's partial). Ranking values that are not numbers, NULLs,
-fewer groups seen than answered, or more candidates than ``MAX_WANTED`` go untrimmed: exact, at a bounded cost.
+NaN or infinities (a NaN bound compares false to everything, so it would prove anything), fewer groups seen than
+answered, or more candidates than ``MAX_WANTED`` go untrimmed: exact, at a bounded cost.
 Floating-point sums compare with a relative slack of 1e-9 (towards asking more); integers exactly.
 
 Pure: DuckDB over the servers' partials on a private cursor, no I/O.
@@ -89,11 +90,13 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     integral = all(_integral(t.schema.field(bound.column).type) for _, t in tables)
     sign = 1.0 if bound.descending else -1.0
     combine = bound.combine if bound.descending else {"sum": "sum", "max": "min", "min": "max"}[bound.combine]
-    seen, values, has = _groups(union, keys, combine, sign, cutting)
-    if seen.num_rows < rows:
-        return Decision(untrimmed=cutting)
     server = union.column(_SERVER).to_numpy()
     ranked = union.column("__v").to_numpy().astype(np.float64) * sign
+    if not np.isfinite(ranked).all():  # NaN compares false to every bound, and inf + -inf is NaN: prove nothing
+        return Decision(untrimmed=cutting)
+    seen, values, has = _groups(union, keys, combine, sign, cutting)
+    if seen.num_rows < rows or not np.isfinite(values).all():  # (a sum of finite values may overflow)
+        return Decision(untrimmed=cutting)
     last = {i: float(np.min(ranked[server == i])) for i in cutting}  # v of the last group each kept
     lower, upper, unseen = _bounds(values, has, last, combine, floor_known=bound.non_negative and bound.descending)
     tau = float(np.partition(lower, len(lower) - rows)[len(lower) - rows])  # the rows-th largest lower bound

@@ -138,3 +138,23 @@ def test_wanted_groups_match_null_keys_and_nothing_else() -> None:
     finally:
         con.close()
     assert sorted(got.column("__p0").to_pylist()) == [20, 30]
+
+
+def _table(groups: dict[str, list[float]]) -> pa.Table:
+    rows = [{"id": 0, "city": city, "v": 1, "d": d, "ts": None} for city, ds in groups.items() for d in ds]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+@pytest.mark.parametrize(("odd", "sql"), [
+    ([float("nan")], "SELECT city, MAX(d) AS m, COUNT(*) AS c FROM events GROUP BY city ORDER BY m DESC LIMIT 2"),
+    ([float("inf"), float("-inf")],
+     "SELECT city, SUM(d) AS m, COUNT(*) AS c FROM events GROUP BY city ORDER BY m DESC LIMIT 2"),
+])
+def test_nan_and_infinite_rankings_are_asked_untrimmed(odd: list[float], sql: str) -> None:
+    """A NaN ranking value (or inf + -inf) makes every bound NaN, which compares false to everything: the bounds
+    would prove the first round exact while G is short by its three rows on server 1 (review H1)."""
+    zero = _table({"G": [100.0]})
+    one = _table({"n": odd, **{f"h{i}": [50.0] for i in range(10)}, "G": [1.0] * 3})
+    got, decision, cut = _answer(sql, [zero, one])
+    assert cut and decision.untrimmed == (1,)
+    assert ("G", 100.0 if "MAX" in sql else 103.0, 4) in got
