@@ -19,15 +19,16 @@ bound is below τ can never be in the answer, and
   with the last one answered may answer in its place), the bounds prove nothing: the servers that cut are asked
   again **untrimmed** (bounded by numGroupsLimit, which then says so);
 - otherwise the **candidates** (upper bound >= τ) are every group that can answer; each server that cut is asked
-  for the exact partials of the candidates it did not send (their keys, as an Arrow table), and the broker merges
-  them with the first round's. A candidate is then whole; a group that is not merges to at most its upper bound,
-  below τ, so it never displaces one. When no candidate lacks a server's partials the first round was exact as it
-  came and nothing more is asked.
+  for the exact partials of the candidates it did not send (their keys, as JSON text: ``cuvee.query.wanted_keys``),
+  and the broker merges them with the first round's. A candidate is then whole; a group that is not merges to at
+  most its upper bound, below τ, so it never displaces one. When no candidate lacks a server's partials the first
+  round was exact as it came and nothing more is asked.
 
 Directions are handled by ranking on ``v`` (the value, negated for ASC: MIN ASC ranks as MAX DESC does; MAX ASC
 as MIN DESC, whose lower bounds need every cutting server's partial). Ranking values that are not numbers, NULLs,
 NaN or infinities (a NaN bound compares false to everything, so it would prove anything), fewer groups seen than
-answered, or more candidates than ``MAX_WANTED`` go untrimmed: exact, at a bounded cost.
+answered, or more candidates than ``MAX_WANTED`` go untrimmed: exact, at a bounded cost; so does a server whose
+candidates' keys are longer than ``MAX_WANTED_BYTES`` as text (a request its request limit would refuse).
 Floating-point sums compare with a relative slack of 1e-9 (towards asking more); integers exactly.
 
 Pure: DuckDB over the servers' partials on a private cursor, no I/O.
@@ -44,8 +45,9 @@ import pyarrow as pa
 
 from cuvee.query.execute import register, sandboxed_cursor
 from cuvee.query.group_trim import RankBound
+from cuvee.query.wanted_keys import MAX_WANTED_BYTES, MAX_WANTED_ROWS, WantedKeys, WantedKeysError, encode
 
-MAX_WANTED = 50_000  # candidate groups asked for in a second round; more: the cutting servers answer untrimmed
+MAX_WANTED = MAX_WANTED_ROWS  # candidate groups asked for in a second round; more: the cutting servers go untrimmed
 _RELATION = "cuvee_trimmed"
 _SERVER = "__server"
 _FLOAT_SLACK = 1e-9
@@ -58,7 +60,7 @@ class Decision:
     partials of the groups ``wanted[i]`` (key columns ``__g<j>``); or ask the servers ``untrimmed`` again without
     the trim."""
 
-    wanted: Mapping[int, pa.Table] = field(default_factory=dict)
+    wanted: Mapping[int, WantedKeys] = field(default_factory=dict)
     untrimmed: tuple[int, ...] = ()
 
     @property
@@ -106,14 +108,22 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     if (unseen > tau) if (bound.single_term and slack == 0.0) else (unseen >= tau - slack):
         return Decision(untrimmed=cutting)  # a group no server sent could answer
     candidate = upper >= tau - slack
-    wanted: dict[int, pa.Table] = {}
-    for i in cutting:
-        lacking = candidate & ~has[i]
-        if lacking.any():
-            wanted[i] = seen.select(keys).filter(pa.array(lacking))
-    if sum(t.num_rows for t in wanted.values()) > MAX_WANTED:
+    lacking = {i: candidate & ~has[i] for i in cutting}
+    if sum(int(np.count_nonzero(rows_of)) for rows_of in lacking.values()) > MAX_WANTED:
         return Decision(untrimmed=cutting)
-    return Decision(wanted=wanted)
+    wanted: dict[int, WantedKeys] = {}
+    untrimmed: list[int] = []
+    for i, rows_of in lacking.items():
+        if rows_of.any():
+            try:
+                asked = encode(seen.select(keys).filter(pa.array(rows_of)))
+            except WantedKeysError:  # a key type with no exact text form
+                return Decision(untrimmed=cutting)
+            if asked.encoded_bytes() > MAX_WANTED_BYTES:  # long keys: a request the server would refuse (413)
+                untrimmed.append(i)
+            else:
+                wanted[i] = asked
+    return Decision(wanted=wanted, untrimmed=tuple(untrimmed))
 
 
 def _numeric(kind: pa.DataType) -> bool:
