@@ -13,9 +13,14 @@ wanted (``GroupLimits.wanted``: their partials, none cut) or the trim off (``min
   ``numGroupsLimit`` is still reported as ``numGroupsLimitReached``, and a server that cut by that limit alone is
   not asked untrimmed again: it would cut the same).
 
-Each group's partial from a server comes from one round only, so none is counted twice; on a realtime table rows
-that arrive between the two rounds may be in a candidate's second-round partial and not in the first round's
-groups (an answer as fresh as its second round, as any query's is as fresh as its scan).
+Each group's partial from a server comes from one round only. On an append-only realtime table rows that arrive
+between the two rounds may be in a candidate's second-round partial and not in the first round's groups (an answer
+as fresh as its second round, as any query's is as fresh as its scan), and none is counted twice. On an **upsert**
+table a row may change group between the rounds (a newer version of its key with another group value): its old
+version counted in the first round's groups and its new one in a wanted group's partial would count it twice. So
+on an upsert table a server asked again is always asked untrimmed, and its second answer replaces its whole first
+one (a key's versions all live on the one server that holds its partition, so each server's answer is of one
+moment).
 
 The upfront half of the rule (a ranking the broker cannot bound is not trimmed at all on several servers) is the
 handler's, when it builds the first round's requests (``untrimmed_first``).
@@ -30,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from cuvee.broker.scatter import ServerCall, ServerReply
 from cuvee.protocol.query import ServerQueryStats
-from cuvee.query.exact_trim import decide
+from cuvee.query.exact_trim import Decision, decide
 from cuvee.query.group_trim import GroupTrim
 
 log = logging.getLogger(__name__)
@@ -55,9 +60,10 @@ def _cut(reply: ServerReply) -> bool:
 
 
 async def exact_groups(trim: GroupTrim | None, calls: Sequence[ServerCall], replies: list[ServerReply],
-                       remaining_ms: int, ask: Ask) -> tuple[list[ServerReply], int]:
+                       remaining_ms: int, ask: Ask, *, upsert: bool = False) -> tuple[list[ServerReply], int]:
     """``replies`` (one per call) made exact by a second round when the first one's cuts may have changed the
-    answer; and how many servers were asked again (0 on the common path: nothing cut, or one server)."""
+    answer; and how many servers were asked again (0 on the common path: nothing cut, or one server). ``upsert``:
+    an upsert table's, whose servers are asked again untrimmed only."""
     if not needs_exactness(trim) or not any(_cut(r) for r in replies) or \
             sum(1 for r in replies if r.table is not None) < 2:
         return replies, 0
@@ -68,6 +74,8 @@ async def exact_groups(trim: GroupTrim | None, calls: Sequence[ServerCall], repl
     except Exception:  # noqa: BLE001 - a bug here must cost the exactness (still reported), never the query
         log.warning("bounding the trimmed groups failed; answering from the first round", exc_info=True)
         return replies, 0
+    if upsert and decision.wanted:  # a row that changed group between the rounds would be counted in both
+        decision = Decision(untrimmed=tuple(sorted({*decision.wanted, *decision.untrimmed})))
     again: list[tuple[int, ServerCall]] = []
     for i, keys in decision.wanted.items():
         again.append((i, _with_groups(calls[i], remaining_ms, wanted=keys)))
