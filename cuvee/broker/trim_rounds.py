@@ -31,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from cuvee.broker.scatter import ServerCall, ServerReply
 from cuvee.protocol.query import ServerQueryStats
 from cuvee.query.exact_trim import Decision, decide
+from cuvee.query.execute import PastDeadlineError
 from cuvee.query.group_trim import GroupTrim
 
 log = logging.getLogger(__name__)
@@ -60,29 +62,35 @@ def _cut(reply: ServerReply) -> bool:
 
 
 async def exact_groups(trim: GroupTrim | None, calls: Sequence[ServerCall], replies: list[ServerReply],
-                       remaining_ms: int, ask: Ask, *, upsert: bool = False) -> tuple[list[ServerReply], int]:
+                       remaining_ms: Callable[[], int], ask: Ask, *,
+                       upsert: bool = False) -> tuple[list[ServerReply], int]:
     """``replies`` (one per call) made exact by a second round when the first one's cuts may have changed the
-    answer; and how many servers were asked again (0 on the common path: nothing cut, or one server). ``upsert``:
-    an upsert table's, whose servers are asked again untrimmed only."""
+    answer; and how many servers were asked again (0 on the common path: nothing cut, or one server).
+    ``remaining_ms``: the query's time left (the bounding stops there, the first round's answer then standing, still
+    reported as ``groupsTrimmed``); ``upsert``: an upsert table's, whose servers are asked again untrimmed only."""
     if not needs_exactness(trim) or not any(_cut(r) for r in replies) or \
             sum(1 for r in replies if r.table is not None) < 2:
         return replies, 0
     assert trim is not None and trim.rows is not None
     try:
         decision = await asyncio.to_thread(decide, trim.bound, trim.rows, [r.table for r in replies],
-                                           [_cut(r) for r in replies])
+                                           [_cut(r) for r in replies], time.monotonic() + remaining_ms() / 1000)
+    except PastDeadlineError:
+        log.info("bounding the trimmed groups took the query's time left; answering from the first round")
+        return replies, 0
     except Exception:  # noqa: BLE001 - a bug here must cost the exactness (still reported), never the query
         log.warning("bounding the trimmed groups failed; answering from the first round", exc_info=True)
         return replies, 0
     if upsert and decision.wanted:  # a row that changed group between the rounds would be counted in both
         decision = Decision(untrimmed=tuple(sorted({*decision.wanted, *decision.untrimmed})))
+    left_ms = remaining_ms()  # after the bounding, which took some of it
     again: list[tuple[int, ServerCall]] = []
     for i, keys in decision.wanted.items():
-        again.append((i, _with_groups(calls[i], remaining_ms, wanted=keys)))
+        again.append((i, _with_groups(calls[i], left_ms, wanted=keys)))
     for i in decision.untrimmed:
         stats = replies[i].stats
         if stats is not None and stats.groupsTrimmed:  # a cut by numGroupsLimit alone would be the same again
-            again.append((i, _with_groups(calls[i], remaining_ms, min_trim_size=0)))
+            again.append((i, _with_groups(calls[i], left_ms, min_trim_size=0)))
     second = await ask([call for _, call in again]) if again else []
     out = list(replies)
     added: list[ServerReply] = []

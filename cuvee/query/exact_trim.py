@@ -37,13 +37,14 @@ Pure: DuckDB over the servers' partials on a private cursor, no I/O.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from cuvee.query.execute import register, sandboxed_cursor
+from cuvee.query.execute import PastDeadlineError, run_sql
 from cuvee.query.group_trim import RankBound
 from cuvee.query.wanted_keys import MAX_WANTED_BYTES, MAX_WANTED_ROWS, WantedKeys, WantedKeysError, encode
 
@@ -69,10 +70,11 @@ class Decision:
 
 
 def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | None],
-           cut: Sequence[bool]) -> Decision:
+           cut: Sequence[bool], deadline: float | None = None) -> Decision:
     """The second round, if any, that makes the answer exact. ``partials``: each server's first answer (None: it
     failed, and its errors are reported anyway); ``cut``: whether it kept fewer groups than it had, ranked by the
-    query's ORDER BY; ``rows``: LIMIT + OFFSET."""
+    query's ORDER BY; ``rows``: LIMIT + OFFSET. Past ``deadline`` (``time.monotonic()``: the grouping is
+    interrupted then), ``PastDeadlineError``."""
     cutting = tuple(i for i, c in enumerate(cut) if c and partials[i] is not None)
     if not cutting or rows <= 0:
         return Decision()
@@ -96,7 +98,7 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     ranked = union.column("__v").to_numpy().astype(np.float64) * sign
     if not np.isfinite(ranked).all():  # NaN compares false to every bound, and inf + -inf is NaN: prove nothing
         return Decision(untrimmed=cutting)
-    seen, values, has = _groups(union, keys, combine, sign, cutting)
+    seen, values, has = _groups(union, keys, combine, sign, cutting, deadline)
     if seen.num_rows < rows or not np.isfinite(values).all():  # (a sum of finite values may overflow)
         return Decision(untrimmed=cutting)
     last = {i: float(np.min(ranked[server == i])) for i in cutting}  # v of the last group each kept
@@ -111,6 +113,8 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     lacking = {i: candidate & ~has[i] for i in cutting}
     if sum(int(np.count_nonzero(rows_of)) for rows_of in lacking.values()) > MAX_WANTED:
         return Decision(untrimmed=cutting)
+    if deadline is not None and time.monotonic() >= deadline:
+        raise PastDeadlineError()
     wanted: dict[int, WantedKeys] = {}
     untrimmed: list[int] = []
     for i, rows_of in lacking.items():
@@ -143,8 +147,8 @@ def _tagged(index: int, table: pa.Table, keys: list[str], column: str) -> pa.Tab
                     names=[*keys, "__v", _SERVER])
 
 
-def _groups(union: pa.Table, keys: list[str], combine: str, sign: float,
-            cutting: tuple[int, ...]) -> tuple[pa.Table, np.ndarray, dict[int, np.ndarray]]:
+def _groups(union: pa.Table, keys: list[str], combine: str, sign: float, cutting: tuple[int, ...],
+            deadline: float | None) -> tuple[pa.Table, np.ndarray, dict[int, np.ndarray]]:
     """Every group seen (its keys), the ``v`` of what the servers sent combined, and per cutting server whether it
     sent the group. Grouped by DuckDB: keys of any type, NULL keys one group as in the merge."""
     aggregate = {"sum": "sum", "max": "max", "min": "min"}[combine]
@@ -152,12 +156,7 @@ def _groups(union: pa.Table, keys: list[str], combine: str, sign: float,
     by = ", ".join(str(n + 1) for n in range(len(keys)))
     sql = (f"SELECT {', '.join([*keys, f'{aggregate}(CAST(__v AS DOUBLE) * {sign!r}) AS __known', *sent])} "
            f"FROM {_RELATION}" + (f" GROUP BY {by}" if keys else ""))
-    con = sandboxed_cursor(union.num_rows)
-    try:
-        register(con, _RELATION, union)
-        seen = con.sql(sql).to_arrow_table()
-    finally:
-        con.close()
+    seen = run_sql(sql, _RELATION, union, deadline=deadline)
     values = seen.column("__known").to_numpy().astype(np.float64)
     has = {i: seen.column(f"__h{i}").to_numpy(zero_copy_only=False).astype(bool) for i in cutting}
     return seen, values, has
