@@ -25,11 +25,12 @@ bound is below τ can never be in the answer, and
   round was exact as it came and nothing more is asked.
 
 Directions are handled by ranking on ``v`` (the value, negated for ASC: MIN ASC ranks as MAX DESC does; MAX ASC
-as MIN DESC, whose lower bounds need every cutting server's partial). Ranking values that are not numbers, NULLs,
-NaN or infinities (a NaN bound compares false to everything, so it would prove anything), fewer groups seen than
-answered, or more candidates than ``MAX_WANTED`` go untrimmed: exact, at a bounded cost; so does a server whose
-candidates' keys are longer than ``MAX_WANTED_BYTES`` as text (a request its request limit would refuse).
-Floating-point sums compare with a relative slack of 1e-9 (towards asking more); integers exactly.
+as MIN DESC, whose lower bounds need every cutting server's partial). Ranking values that are not numbers (a MAX or
+MIN of a TIMESTAMP or date ranks by its count of units), NULLs, NaN or infinities (a NaN bound compares false to
+everything, so it would prove anything), fewer groups seen than answered, or more candidates than ``MAX_WANTED`` go
+untrimmed: exact, at a bounded cost; so does a server whose candidates' keys are longer than ``MAX_WANTED_BYTES`` as
+text (a request its request limit would refuse). Floating-point values, and integers whose sums may pass 2 ** 53 as
+doubles, compare with a relative slack of 1e-9 (towards asking more); other integers exactly.
 
 Pure: DuckDB over the servers' partials on a private cursor, no I/O.
 """
@@ -86,18 +87,23 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     if any(bound.column not in t.column_names or not _numeric(t.schema.field(bound.column).type)
            or t.column(bound.column).null_count for _, t in tables):
         return Decision(untrimmed=cutting)
+    kinds = {t.schema.field(bound.column).type for _, t in tables}
+    if any(_temporal(kind) for kind in kinds) and (len(kinds) > 1 or bound.combine == "sum"):
+        return Decision(untrimmed=cutting)  # instants of one type only: their counts of units compare as numbers
     keys = [name for name in tables[0][1].column_names if name.startswith("__g") and name[3:].isdigit()]
     try:
         union = pa.concat_tables([_tagged(i, t, keys, bound.column) for i, t in tables], promote_options="permissive")
     except pa.ArrowException:
         return Decision(untrimmed=cutting)
-    integral = all(_integral(t.schema.field(bound.column).type) for _, t in tables)
+    integral = all(_integral(kind) for kind in kinds)
     sign = 1.0 if bound.descending else -1.0
     combine = bound.combine if bound.descending else {"sum": "sum", "max": "min", "min": "max"}[bound.combine]
     server = union.column(_SERVER).to_numpy()
     ranked = union.column("__v").to_numpy().astype(np.float64) * sign
     if not np.isfinite(ranked).all():  # NaN compares false to every bound, and inf + -inf is NaN: prove nothing
         return Decision(untrimmed=cutting)
+    # integers compare exactly while their sums over the servers stay exact as doubles (below 2 ** 53)
+    integral = integral and float(np.abs(ranked).max(initial=0.0)) * len(tables) < 2.0 ** 53
     seen, values, has = _groups(union, keys, combine, sign, cutting, deadline)
     if seen.num_rows < rows or not np.isfinite(values).all():  # (a sum of finite values may overflow)
         return Decision(untrimmed=cutting)
@@ -131,16 +137,25 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
 
 
 def _numeric(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind) or _temporal(kind)
+
+
+def _temporal(kind: pa.DataType) -> bool:
+    """A MAX/MIN of a TIMESTAMP or a date: ranked by its count of units (``_tagged``)."""
+    return pa.types.is_timestamp(kind) or pa.types.is_date(kind)
 
 
 def _integral(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or (pa.types.is_decimal(kind) and kind.scale == 0)
+    return pa.types.is_integer(kind) or (pa.types.is_decimal(kind) and kind.scale == 0) or _temporal(kind)
 
 
 def _tagged(index: int, table: pa.Table, keys: list[str], column: str) -> pa.Table:
     """One server's keys, its ranking partial (as ``__v``) and its index."""
     values = table.column(column)
+    if pa.types.is_timestamp(values.type) or pa.types.is_date64(values.type):
+        values = values.cast(pa.int64())
+    elif pa.types.is_date32(values.type):
+        values = values.cast(pa.int32())
     if not pa.types.is_floating(values.type):  # a DuckDB SUM of integers is a DECIMAL(38, 0)
         values = values.cast(pa.float64())
     return pa.table([*(table.column(k) for k in keys), values, pa.array(np.full(table.num_rows, index, np.int32))],

@@ -4,6 +4,7 @@ judged as the compatibility judge does."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections import Counter
 from typing import Any
@@ -176,3 +177,17 @@ def test_long_wanted_keys_are_asked_untrimmed_not_sent_past_the_request_limit() 
     assert set(decision.untrimmed) | set(decision.wanted) == {0, 1} and decision.untrimmed
     assert all(keys.encoded_bytes() <= MAX_WANTED_BYTES for keys in decision.wanted.values())
     assert MAX_WANTED_BYTES <= DEFAULT_MAX_REQUEST_BYTES // 2
+
+
+def test_a_timestamps_max_is_bounded_not_asked_untrimmed() -> None:
+    """MAX(ts) ranks by the instants' counts of units: a second round of wanted groups, not every group again
+    (review L2), and the answer DuckDB's."""
+    rng = random.Random(0)
+    start = dt.datetime(2026, 1, 1)
+    tables = [pa.Table.from_pylist([{"id": i, "city": f"c{rng.randint(0, 80)}", "v": 1, "d": 0.0,
+                                     "ts": start + dt.timedelta(minutes=rng.randint(0, 10**5))} for i in range(400)],
+                                   schema=SCHEMA) for _ in range(3)]
+    sql = "SELECT city, MAX(ts) AS m, COUNT(*) FROM events GROUP BY city ORDER BY m DESC LIMIT 3"
+    got, decision, cut = _answer(sql, tables)
+    assert cut and decision.untrimmed == ()
+    _judged(got, tables, sql, (1,))
