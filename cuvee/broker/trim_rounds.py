@@ -86,11 +86,11 @@ async def exact_groups(trim: GroupTrim | None, calls: Sequence[ServerCall], repl
     left_ms = remaining_ms()  # after the bounding, which took some of it
     again: list[tuple[int, ServerCall]] = []
     for i, keys in decision.wanted.items():
-        again.append((i, _with_groups(calls[i], left_ms, wanted=keys)))
+        again.append((i, _with_groups(_own(calls, replies, i), left_ms, wanted=keys)))
     for i in decision.untrimmed:
         stats = replies[i].stats
         if stats is not None and stats.groupsTrimmed:  # a cut by numGroupsLimit alone would be the same again
-            again.append((i, _with_groups(calls[i], left_ms, min_trim_size=0)))
+            again.append((i, _with_groups(_own(calls, replies, i), left_ms, min_trim_size=0)))
     second = await ask([call for _, call in again]) if again else []
     out = list(replies)
     added: list[ServerReply] = []
@@ -105,6 +105,18 @@ async def exact_groups(trim: GroupTrim | None, calls: Sequence[ServerCall], repl
         out = [dataclasses.replace(r, stats=dataclasses.replace(r.stats, groupsTrimmed=False))
                if r.stats is not None and r.stats.groupsTrimmed else r for r in out]
     return out + added, len(again)
+
+
+def _own(calls: Sequence[ServerCall], replies: Sequence[ServerReply], i: int) -> ServerCall:
+    """Call ``i`` without the segments another call answered (a replica asked for those its server no longer
+    held, ``BrokerHandler._ask_again``): asked again for them, the server would report them missing again."""
+    elsewhere = {segment for j, (call, reply) in enumerate(zip(calls, replies)) if j != i and reply.stats is not None
+                 for segment in call.request.segments if segment not in reply.stats.missingSegments}
+    request = calls[i].request
+    if not elsewhere.intersection(request.segments):
+        return calls[i]
+    segments = tuple(s for s in request.segments if s not in elsewhere)
+    return dataclasses.replace(calls[i], request=dataclasses.replace(request, segments=segments))
 
 
 def _with_groups(call: ServerCall, remaining_ms: int, **changes: object) -> ServerCall:

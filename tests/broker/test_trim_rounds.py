@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -106,3 +107,23 @@ def test_a_row_that_changes_group_between_the_rounds_is_counted_once(upsert: boo
         assert counted["g1"] == 81 and counted["k0"] == 39
     else:  # an append-only table's rows never change group: the wanted keys are enough (and cheaper)
         assert counted["g1"] + counted["k0"] == 81 + 40
+
+
+def test_segments_another_replica_answered_are_not_asked_again() -> None:
+    """Server s1 no longer held segment b (another replica, s2, answered it): its second-round call lists only the
+    segments it answered, so it does not report b missing again (review L5)."""
+    plan, calls, first, _, _ = _first_round()
+    assert plan.group_trim is not None
+    calls = [replace(calls[0], request=replace(calls[0].request, segments=("a",))),
+             replace(calls[1], request=replace(calls[1].request, segments=("b", "c"))),
+             replace(calls[1], instance="s2", request=replace(calls[1].request, segments=("b",), groups=None))]
+    replies = [*first, ServerReply("s2", first[1].table, ServerQueryStats())]
+    asked: list[ServerCall] = []
+
+    async def record(more: list[ServerCall]) -> list[ServerReply]:
+        asked.extend(more)
+        return [ServerReply(call.instance, pa.table({}), ServerQueryStats()) for call in more]
+
+    asyncio.run(exact_groups(plan.group_trim, calls, replies, lambda: 500, record))
+    segments = {call.instance: call.request.segments for call in asked}
+    assert segments["s1"] == ("c",) and "s2" not in segments
