@@ -2,9 +2,9 @@
 
 The first round is the query as always. Only when more than one server answered and some server cut its groups by a
 ranking that is not exact does ``exact_trim.decide`` run over their answers; when it asks for more, each server it
-names is sent its first request again (same segments, same half of a hybrid table) with either the keys of the groups
-wanted (``GroupLimits.wanted``: their partials, none cut) or the trim off (``minServerGroupTrimSize`` 0; the
-``numGroupsLimit`` still bounds it). Replies then:
+names is sent its first request again (same half of a hybrid table, same segments but those another replica
+answered for it) with either the keys of the groups wanted (``GroupLimits.wanted``: their partials, none cut) or the
+trim off (``minServerGroupTrimSize`` 0; the ``numGroupsLimit`` still bounds it). Replies then:
 
 - a wanted-groups answer adds its rows to the merge (the server did not send those groups before, so no group is
   counted twice); its statistics add nothing (its rows were scanned and counted in the first round) but its errors;
