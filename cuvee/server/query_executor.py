@@ -576,6 +576,12 @@ class QueryExecutor:
                 return wanted_groups(con, result, limits.wanted), _NO_CUT
             except WantedKeysError as exc:  # the request's keys, not the segments' rows: no segment to blame
                 raise _Failed(QueryErrorCode.QUERY_EXECUTION, str(exc)) from None
+            except duckdb.InterruptException:
+                raise
+            except duckdb.Error:  # over the groups, not a segment's rows: no segment to search for
+                log.exception("matching a second round's wanted groups failed")
+                raise _Failed(QueryErrorCode.QUERY_EXECUTION, "matching the wanted groups failed on this server "
+                                                              "(the server log has the details)") from None
         return keep_groups(con, result, GroupTrim(limits.order_sql, limits.trim_rows, limits.exact),
                            self._num_groups_limit if limits.num_groups_limit is None else limits.num_groups_limit,
                            self._min_trim_size if limits.min_trim_size is None else limits.min_trim_size)

@@ -593,3 +593,19 @@ def test_wanted_keys_that_do_not_fit_the_groups_are_a_clear_error_not_a_segments
     result, stats = QueryExecutor(registry).execute(bad)
     assert result is None and [(e.error_code, e.message) for e in stats.exceptions] == [
         (int(QueryErrorCode.QUERY_EXECUTION), "wanted keys: a value of __g0 is not a int64")]
+
+
+def test_a_second_round_that_fails_names_no_segment(loaded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure matching the wanted groups is over the groups, not a segment's rows: reported without the search
+    for a culprit segment, and without DuckDB's text (review L3)."""
+    def failing(*_: Any) -> pa.Table:
+        raise duckdb.InvalidInputException("injected failure in the second round")
+
+    registry, rows, names = loaded
+    _, asked = grouped("SELECT id, MAX(d) FROM events GROUP BY id ORDER BY MAX(d) DESC LIMIT 10", names)
+    assert asked.groups is not None
+    monkeypatch.setattr("cuvee.server.query_executor.wanted_groups", failing)
+    result, stats = QueryExecutor(registry).execute(replace(asked, groups=replace(asked.groups, wanted=WantedKeys(
+        {"__g0": ("1",)}))))
+    assert result is None and [e.message for e in stats.exceptions] == [
+        "matching the wanted groups failed on this server (the server log has the details)"]
