@@ -26,6 +26,9 @@ KEYS = pa.table({
     "__g8": pa.array([dt.time(1, 2, 3, 4), None] * 3),
     "__g9": pa.array([2**63 - 1, -(2**63), 0, 1, None, 7], pa.int64()),
     "__g10": pa.array([True, False, None] * 2),
+    "__g11": pa.nulls(6),
+    "__g12": pa.array(["a", None] * 3, pa.large_string()),
+    "__g13": pa.array([2**64 - 1, 0] * 3, pa.uint64()),
 })
 
 
