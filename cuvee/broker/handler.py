@@ -526,9 +526,10 @@ class QueryHandler:
                                                  asked)
         if exact:
             replies, again = await exact_groups(
-                asked_plan.group_trim, calls + retried, replies, max(int((deadline - self._clock()) * 1000), 1),
+                asked_plan.group_trim, calls + retried, replies, lambda: max(int((deadline - self._clock()) * 1000), 1),
                 lambda more: scatter(self._http(), more, max(deadline - self._clock(), 0.0) + cfg.server_grace_seconds,
-                                     max_bytes=cfg.max_server_response_bytes))
+                                     max_bytes=cfg.max_server_response_bytes),
+                upsert=any(target.entry.upsert for target in targets))
             num_calls += again
         return _Gathered(targets[0].entry, routings, replies, num_calls + len(retried), whole, deadline,
                          asked_plan if asked_plan is not plan else None, sum(count for _, count in pruned))

@@ -25,7 +25,7 @@ import pyarrow as pa
 from cuvee.config.string_times import StringTimes, render, string_times
 from cuvee.errors import CuveeError
 from cuvee.pruning.predicate import Predicate, PredicateWireError, from_json, to_json
-from cuvee.query.group_trim import WANTED_KEY
+from cuvee.query.wanted_keys import WantedKeys, WantedKeysError
 
 SERVER_QUERY_PATH = "/query"
 ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
@@ -262,15 +262,14 @@ class GroupLimits:
     num_groups_limit: int | None = None
     min_trim_size: int | None = None
     # a broker's second round (``cuvee.query.exact_trim``): send exactly the groups whose keys are these rows
-    # (columns ``__g<i>``), none cut; on the wire an Arrow IPC stream in base64, sent only when set
-    wanted: pa.Table | None = field(default=None, compare=False)
+    # (columns ``__g<i>``), none cut; on the wire bounded JSON text (``cuvee.query.wanted_keys``), only when set
+    wanted: WantedKeys | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.order_sql, str) or not self.order_sql:
             raise QueryWireError("group limits: orderSql must be a non-empty string")
-        if self.wanted is not None and (not self.wanted.num_columns or
-                                        not all(WANTED_KEY.fullmatch(n) for n in self.wanted.column_names)):
-            raise QueryWireError("group limits: wanted must name group key columns __g<i> only")
+        if self.wanted is not None and not isinstance(self.wanted, WantedKeys):
+            raise QueryWireError("group limits: wanted must be group keys")
         if self.trim_rows is not None and self.trim_rows < 0:
             raise QueryWireError(f"group limits: trimRows must not be negative, got {self.trim_rows}")
         if self.num_groups_limit is not None and self.num_groups_limit < 1:
@@ -280,10 +279,7 @@ class GroupLimits:
         out = {"orderSql": self.order_sql, "trimRows": self.trim_rows, "exact": self.exact,
                "numGroupsLimit": self.num_groups_limit, "minServerGroupTrimSize": self.min_trim_size}
         if self.wanted is not None:  # absent unless set: a server that predates it refuses it
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, self.wanted.schema) as writer:
-                writer.write_table(self.wanted)
-            out["wanted"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
+            out["wanted"] = self.wanted.to_json()
         return out
 
     @classmethod
@@ -292,13 +288,12 @@ class GroupLimits:
         if not isinstance(doc, dict):
             raise QueryWireError(f"{what}: must be a JSON object, got {type(doc).__name__}")
         _no_unknown(doc, {"orderSql", "trimRows", "exact", "numGroupsLimit", "minServerGroupTrimSize", "wanted"}, what)
-        raw = _optional_string(doc, "wanted", what)
         wanted = None
-        if raw is not None:
+        if doc.get("wanted") is not None:
             try:
-                wanted = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw, validate=True))).read_all()
-            except (binascii.Error, ValueError, pa.ArrowException) as exc:
-                raise QueryWireError(f"{what}: wanted is not a base64 Arrow IPC stream ({exc})") from None
+                wanted = WantedKeys.from_json(doc["wanted"])
+            except WantedKeysError as exc:
+                raise QueryWireError(f"{what}: {exc}") from None
         return cls(order_sql=_require(doc, "orderSql", str, what), wanted=wanted,
                    trim_rows=_optional_int(doc, "trimRows", what, 0),
                    exact=_require(doc, "exact", bool, what),

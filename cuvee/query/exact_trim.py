@@ -19,15 +19,18 @@ bound is below τ can never be in the answer, and
   with the last one answered may answer in its place), the bounds prove nothing: the servers that cut are asked
   again **untrimmed** (bounded by numGroupsLimit, which then says so);
 - otherwise the **candidates** (upper bound >= τ) are every group that can answer; each server that cut is asked
-  for the exact partials of the candidates it did not send (their keys, as an Arrow table), and the broker merges
-  them with the first round's. A candidate is then whole; a group that is not merges to at most its upper bound,
-  below τ, so it never displaces one. When no candidate lacks a server's partials the first round was exact as it
-  came and nothing more is asked.
+  for the exact partials of the candidates it did not send (their keys, as JSON text: ``cuvee.query.wanted_keys``),
+  and the broker merges them with the first round's. A candidate is then whole; a group that is not merges to at
+  most its upper bound, below τ, so it never displaces one. When no candidate lacks a server's partials the first
+  round was exact as it came and nothing more is asked.
 
 Directions are handled by ranking on ``v`` (the value, negated for ASC: MIN ASC ranks as MAX DESC does; MAX ASC
-as MIN DESC, whose lower bounds need every cutting server's partial). Ranking values that are not numbers, NULLs,
-fewer groups seen than answered, or more candidates than ``MAX_WANTED`` go untrimmed: exact, at a bounded cost.
-Floating-point sums compare with a relative slack of 1e-9 (towards asking more); integers exactly.
+as MIN DESC, whose lower bounds need every cutting server's partial). Ranking values that are not numbers (a MAX or
+MIN of a TIMESTAMP or date ranks by its count of units), NULLs, NaN or infinities (a NaN bound compares false to
+everything, so it would prove anything), fewer groups seen than answered, or more candidates than ``MAX_WANTED`` go
+untrimmed: exact, at a bounded cost; so does a server whose candidates' keys are longer than ``MAX_WANTED_BYTES`` as
+text (a request its request limit would refuse). Floating-point values, and integers whose sums may pass 2 ** 53 as
+doubles, compare with a relative slack of 1e-9 (towards asking more); other integers exactly.
 
 Pure: DuckDB over the servers' partials on a private cursor, no I/O.
 """
@@ -35,16 +38,18 @@ Pure: DuckDB over the servers' partials on a private cursor, no I/O.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from cuvee.query.execute import register, sandboxed_cursor
+from cuvee.query.execute import PastDeadlineError, run_sql
 from cuvee.query.group_trim import RankBound
+from cuvee.query.wanted_keys import MAX_WANTED_BYTES, MAX_WANTED_ROWS, WantedKeys, WantedKeysError, encode
 
-MAX_WANTED = 50_000  # candidate groups asked for in a second round; more: the cutting servers answer untrimmed
+MAX_WANTED = MAX_WANTED_ROWS  # candidate groups asked for in a second round; more: the cutting servers go untrimmed
 _RELATION = "cuvee_trimmed"
 _SERVER = "__server"
 _FLOAT_SLACK = 1e-9
@@ -57,7 +62,7 @@ class Decision:
     partials of the groups ``wanted[i]`` (key columns ``__g<j>``); or ask the servers ``untrimmed`` again without
     the trim."""
 
-    wanted: Mapping[int, pa.Table] = field(default_factory=dict)
+    wanted: Mapping[int, WantedKeys] = field(default_factory=dict)
     untrimmed: tuple[int, ...] = ()
 
     @property
@@ -66,10 +71,11 @@ class Decision:
 
 
 def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | None],
-           cut: Sequence[bool]) -> Decision:
+           cut: Sequence[bool], deadline: float | None = None) -> Decision:
     """The second round, if any, that makes the answer exact. ``partials``: each server's first answer (None: it
     failed, and its errors are reported anyway); ``cut``: whether it kept fewer groups than it had, ranked by the
-    query's ORDER BY; ``rows``: LIMIT + OFFSET."""
+    query's ORDER BY; ``rows``: LIMIT + OFFSET. Past ``deadline`` (``time.monotonic()``: the grouping is
+    interrupted then), ``PastDeadlineError``."""
     cutting = tuple(i for i, c in enumerate(cut) if c and partials[i] is not None)
     if not cutting or rows <= 0:
         return Decision()
@@ -81,19 +87,26 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     if any(bound.column not in t.column_names or not _numeric(t.schema.field(bound.column).type)
            or t.column(bound.column).null_count for _, t in tables):
         return Decision(untrimmed=cutting)
+    kinds = {t.schema.field(bound.column).type for _, t in tables}
+    if any(_temporal(kind) for kind in kinds) and (len(kinds) > 1 or bound.combine == "sum"):
+        return Decision(untrimmed=cutting)  # instants of one type only: their counts of units compare as numbers
     keys = [name for name in tables[0][1].column_names if name.startswith("__g") and name[3:].isdigit()]
     try:
         union = pa.concat_tables([_tagged(i, t, keys, bound.column) for i, t in tables], promote_options="permissive")
     except pa.ArrowException:
         return Decision(untrimmed=cutting)
-    integral = all(_integral(t.schema.field(bound.column).type) for _, t in tables)
+    integral = all(_integral(kind) for kind in kinds)
     sign = 1.0 if bound.descending else -1.0
     combine = bound.combine if bound.descending else {"sum": "sum", "max": "min", "min": "max"}[bound.combine]
-    seen, values, has = _groups(union, keys, combine, sign, cutting)
-    if seen.num_rows < rows:
-        return Decision(untrimmed=cutting)
     server = union.column(_SERVER).to_numpy()
     ranked = union.column("__v").to_numpy().astype(np.float64) * sign
+    if not np.isfinite(ranked).all():  # NaN compares false to every bound, and inf + -inf is NaN: prove nothing
+        return Decision(untrimmed=cutting)
+    # integers compare exactly while their sums over the servers stay exact as doubles (below 2 ** 53)
+    integral = integral and float(np.abs(ranked).max(initial=0.0)) * len(tables) < 2.0 ** 53
+    seen, values, has = _groups(union, keys, combine, sign, cutting, deadline)
+    if seen.num_rows < rows or not np.isfinite(values).all():  # (a sum of finite values may overflow)
+        return Decision(untrimmed=cutting)
     last = {i: float(np.min(ranked[server == i])) for i in cutting}  # v of the last group each kept
     lower, upper, unseen = _bounds(values, has, last, combine, floor_known=bound.non_negative and bound.descending)
     tau = float(np.partition(lower, len(lower) - rows)[len(lower) - rows])  # the rows-th largest lower bound
@@ -103,35 +116,54 @@ def decide(bound: RankBound | None, rows: int, partials: Sequence[pa.Table | Non
     if (unseen > tau) if (bound.single_term and slack == 0.0) else (unseen >= tau - slack):
         return Decision(untrimmed=cutting)  # a group no server sent could answer
     candidate = upper >= tau - slack
-    wanted: dict[int, pa.Table] = {}
-    for i in cutting:
-        lacking = candidate & ~has[i]
-        if lacking.any():
-            wanted[i] = seen.select(keys).filter(pa.array(lacking))
-    if sum(t.num_rows for t in wanted.values()) > MAX_WANTED:
+    lacking = {i: candidate & ~has[i] for i in cutting}
+    if sum(int(np.count_nonzero(rows_of)) for rows_of in lacking.values()) > MAX_WANTED:
         return Decision(untrimmed=cutting)
-    return Decision(wanted=wanted)
+    if deadline is not None and time.monotonic() >= deadline:
+        raise PastDeadlineError()
+    wanted: dict[int, WantedKeys] = {}
+    untrimmed: list[int] = []
+    for i, rows_of in lacking.items():
+        if rows_of.any():
+            try:
+                asked = encode(seen.select(keys).filter(pa.array(rows_of)))
+            except WantedKeysError:  # a key type with no exact text form
+                return Decision(untrimmed=cutting)
+            if asked.encoded_bytes() > MAX_WANTED_BYTES:  # long keys: a request the server would refuse (413)
+                untrimmed.append(i)
+            else:
+                wanted[i] = asked
+    return Decision(wanted=wanted, untrimmed=tuple(untrimmed))
 
 
 def _numeric(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind) or _temporal(kind)
+
+
+def _temporal(kind: pa.DataType) -> bool:
+    """A MAX/MIN of a TIMESTAMP or a date: ranked by its count of units (``_tagged``)."""
+    return pa.types.is_timestamp(kind) or pa.types.is_date(kind)
 
 
 def _integral(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or (pa.types.is_decimal(kind) and kind.scale == 0)
+    return pa.types.is_integer(kind) or (pa.types.is_decimal(kind) and kind.scale == 0) or _temporal(kind)
 
 
 def _tagged(index: int, table: pa.Table, keys: list[str], column: str) -> pa.Table:
     """One server's keys, its ranking partial (as ``__v``) and its index."""
     values = table.column(column)
+    if pa.types.is_timestamp(values.type) or pa.types.is_date64(values.type):
+        values = values.cast(pa.int64())
+    elif pa.types.is_date32(values.type):
+        values = values.cast(pa.int32())
     if not pa.types.is_floating(values.type):  # a DuckDB SUM of integers is a DECIMAL(38, 0)
         values = values.cast(pa.float64())
     return pa.table([*(table.column(k) for k in keys), values, pa.array(np.full(table.num_rows, index, np.int32))],
                     names=[*keys, "__v", _SERVER])
 
 
-def _groups(union: pa.Table, keys: list[str], combine: str, sign: float,
-            cutting: tuple[int, ...]) -> tuple[pa.Table, np.ndarray, dict[int, np.ndarray]]:
+def _groups(union: pa.Table, keys: list[str], combine: str, sign: float, cutting: tuple[int, ...],
+            deadline: float | None) -> tuple[pa.Table, np.ndarray, dict[int, np.ndarray]]:
     """Every group seen (its keys), the ``v`` of what the servers sent combined, and per cutting server whether it
     sent the group. Grouped by DuckDB: keys of any type, NULL keys one group as in the merge."""
     aggregate = {"sum": "sum", "max": "max", "min": "min"}[combine]
@@ -139,12 +171,7 @@ def _groups(union: pa.Table, keys: list[str], combine: str, sign: float,
     by = ", ".join(str(n + 1) for n in range(len(keys)))
     sql = (f"SELECT {', '.join([*keys, f'{aggregate}(CAST(__v AS DOUBLE) * {sign!r}) AS __known', *sent])} "
            f"FROM {_RELATION}" + (f" GROUP BY {by}" if keys else ""))
-    con = sandboxed_cursor(union.num_rows)
-    try:
-        register(con, _RELATION, union)
-        seen = con.sql(sql).to_arrow_table()
-    finally:
-        con.close()
+    seen = run_sql(sql, _RELATION, union, deadline=deadline)
     values = seen.column("__known").to_numpy().astype(np.float64)
     has = {i: seen.column(f"__h{i}").to_numpy(zero_copy_only=False).astype(bool) for i in cutting}
     return seen, values, has

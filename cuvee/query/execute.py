@@ -41,13 +41,13 @@ from cuvee.query.group_trim import (
     DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
     DEFAULT_NUM_GROUPS_LIMIT,
     GROUPS_RELATION,
-    WANTED_KEY,
     GroupCut,
     GroupTrim,
     cut,
 )
 from cuvee.query.rewrite import PARTIALS_RELATION, SERVER_RELATION, QueryPlan
 from cuvee.query.virtual_columns import with_schema
+from cuvee.query.wanted_keys import WantedKeys, WantedKeysError
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Sc
                     lookups: Mapping[str, pa.Table] | None = None, *,
                     num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
                     min_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
-                    wanted: pa.Table | None = None) -> pa.Table:
+                    wanted: WantedKeys | None = None) -> pa.Table:
     """A server's partial result over the union of its segments (``schema`` types the union of none) and the
     dimension tables its LOOKUPs read (relation -> rows; default: none of their rows), its groups bounded as a
     server bounds them (``keep_groups``), or only the ``wanted`` ones (``wanted_groups``)."""
@@ -268,6 +268,8 @@ def run_server_step(plan: QueryPlan, segments: Sequence[pa.Table], schema: pa.Sc
         if wanted is not None:
             return wanted_groups(con, partial, wanted)
         return keep_groups(con, partial, plan.group_trim, num_groups_limit, min_trim_size)[0]
+    except WantedKeysError as e:
+        raise QueryError(QueryErrorCode.QUERY_EXECUTION, str(e)) from None
     except duckdb.Error as e:
         if (failure := engine_failure(e)) is not None:
             raise QueryError(QueryErrorCode.QUERY_EXECUTION, failure) from None
@@ -291,15 +293,15 @@ def keep_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, trim: GroupTri
 WANTED_RELATION = "cuvee_wanted"  # a second round's group keys (``cuvee.query.exact_trim``)
 
 
-def wanted_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, wanted: pa.Table) -> pa.Table:
-    """The rows of a server's ``groups`` whose keys are among ``wanted``'s rows (its columns: ``__g<i>`` keys), all
-    of them, untrimmed: the exact partials of the groups a broker's second round asks for
-    (``cuvee.query.exact_trim``). A NULL key matches a NULL key, as groups do."""
-    if not wanted.num_columns or not all(WANTED_KEY.fullmatch(name) for name in wanted.column_names):
-        raise ValueError("wanted groups are named by key columns __g<i>")
+def wanted_groups(con: duckdb.DuckDBPyConnection, groups: pa.Table, wanted: WantedKeys) -> pa.Table:
+    """The rows of a server's ``groups`` whose keys are among ``wanted``'s rows (its columns: ``__g<i>`` keys,
+    read as ``groups``' types; WantedKeysError when they do not fit), all of them, untrimmed: the exact partials of
+    the groups a broker's second round asks for (``cuvee.query.exact_trim``). A NULL key matches a NULL key, as
+    groups do."""
+    keys = wanted.typed(groups.schema)
     register(con, GROUPS_RELATION, groups)
-    register(con, WANTED_RELATION, wanted)
-    on = " AND ".join(f"g.{key} IS NOT DISTINCT FROM w.{key}" for key in wanted.column_names)
+    register(con, WANTED_RELATION, keys)
+    on = " AND ".join(f"g.{key} IS NOT DISTINCT FROM w.{key}" for key in keys.column_names)
     return con.sql(f"SELECT g.* FROM {GROUPS_RELATION} AS g SEMI JOIN {WANTED_RELATION} AS w ON {on}").to_arrow_table()
 
 

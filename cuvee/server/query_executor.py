@@ -62,6 +62,7 @@ from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query import virtual_columns
 from cuvee.query.rewrite import COUNT_ROWS_SERVER_SQL, ROW_COLUMN
+from cuvee.query.wanted_keys import WantedKeysError
 from cuvee.segment.partitioning import PARTITIONS_KEY, SegmentPartitions
 from cuvee.server.consuming.blocks import SealedBlock
 from cuvee.server.native_copies import DOC_COLUMN, SEGMENT_COLUMN, NativeCopies, NativeRead
@@ -572,7 +573,16 @@ class QueryExecutor:
         """The groups this server sends (``keep_groups``), bounded by the query's options or else this server's
         defaults; in a broker's second round, exactly the wanted ones (``wanted_groups``)."""
         if limits.wanted is not None:
-            return wanted_groups(con, result, limits.wanted), _NO_CUT
+            try:
+                return wanted_groups(con, result, limits.wanted), _NO_CUT
+            except WantedKeysError as exc:  # the request's keys, not the segments' rows: no segment to blame
+                raise _Failed(QueryErrorCode.QUERY_EXECUTION, str(exc)) from None
+            except duckdb.InterruptException:
+                raise
+            except duckdb.Error:  # over the groups, not a segment's rows: no segment to search for
+                log.exception("matching a second round's wanted groups failed")
+                raise _Failed(QueryErrorCode.QUERY_EXECUTION, "matching the wanted groups failed on this server "
+                                                              "(the server log has the details)") from None
         return keep_groups(con, result, GroupTrim(limits.order_sql, limits.trim_rows, limits.exact),
                            self._num_groups_limit if limits.num_groups_limit is None else limits.num_groups_limit,
                            self._min_trim_size if limits.min_trim_size is None else limits.min_trim_size)

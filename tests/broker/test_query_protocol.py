@@ -17,6 +17,7 @@ from cuvee.protocol.query import (
     decode_response,
     encode_response,
 )
+from cuvee.query.wanted_keys import encode
 
 REQUEST = ServerQueryRequest("7", "events_REALTIME", "SELECT count(*) FROM cuvee_segments", ("a", "b"), 500,
                              "SELECT count(*) AS numDocsScanned FROM cuvee_segments WHERE x > 1")
@@ -159,20 +160,31 @@ def test_group_limits_round_trip_and_are_absent_unless_grouping() -> None:
     assert ServerQueryRequest.decode(defaults.encode()) == defaults
 
 
-def test_wanted_groups_travel_as_arrow_keys_and_are_absent_unless_asked() -> None:
-    """A broker's second round (``cuvee.query.exact_trim``) names the groups it wants by their typed keys."""
-    keys = pa.table({"__g0": pa.array(["a", None, "c"]), "__g1": pa.array([1, 2, None], pa.int64())})
+def test_wanted_groups_travel_as_json_keys_and_are_absent_unless_asked() -> None:
+    """A broker's second round (``cuvee.query.exact_trim``) names the groups it wants by their keys, as text."""
+    keys = encode(pa.table({"__g0": pa.array(["a", None, "c"]), "__g1": pa.array([1, 2, None], pa.int64())}))
     asked = ServerQueryRequest("7", "t_OFFLINE", "SELECT 1", ("s",), 10,
                                groups=GroupLimits("SELECT * FROM cuvee_groups", trim_rows=3, wanted=keys))
     decoded = ServerQueryRequest.decode(asked.encode())
-    assert decoded.groups is not None and decoded.groups.wanted is not None
-    assert decoded.groups.wanted.equals(keys)
+    assert decoded.groups is not None and decoded.groups.wanted == keys
+    assert orjson.loads(asked.encode())["groups"]["wanted"] == {"__g0": ["a", None, "c"], "__g1": ["1", "2", None]}
     assert "wanted" not in orjson.loads(ServerQueryRequest(
         "8", "t_OFFLINE", "SELECT 1", ("s",), 10, groups=GroupLimits("SELECT 1")).encode())["groups"]
-    with pytest.raises(QueryWireError, match="group key columns"):  # names reach SQL: only the planner's
-        GroupLimits("SELECT 1", wanted=pa.table({'x" = 1 OR "y': [1]}))
-    with pytest.raises(QueryWireError, match="not a base64 Arrow IPC stream"):
-        GroupLimits.from_dict({"orderSql": "SELECT 1", "exact": False, "wanted": "bm90IGFycm93"})
+
+
+@pytest.mark.parametrize(("wanted", "error"), [
+    ({'x" = 1 OR "y': ["1"]}, "group key columns"),  # names reach SQL: only the planner's
+    ({}, "1 to 256 key columns"),
+    ({"__g0": ["a"], "__g1": []}, "as many values"),
+    ({"__g0": [1]}, "strings or nulls"),
+    ({"__g0": "a"}, "strings or nulls"),
+    ("QVJST1cx", "JSON object"),  # an Arrow IPC stream in base64, as this was before: never decoded
+    ({"__g0": ["a"] * 50_001}, "at most 50000 rows"),
+])
+def test_wanted_keys_are_bounded_plain_json(wanted: object, error: str) -> None:
+    """The keys come from any client of a server's /query: plain bounded JSON, nothing decompressed (review H2)."""
+    with pytest.raises(QueryWireError, match=error):
+        GroupLimits.from_dict({"orderSql": "SELECT 1", "exact": False, "wanted": wanted})
 
 
 @pytest.mark.parametrize(("groups", "error"), [

@@ -4,11 +4,13 @@ judged as the compatibility judge does."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections import Counter
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +19,9 @@ from hypothesis import strategies as st
 from cuvee.query import merge_partials, plan_sql, run_server_step
 from cuvee.query.exact_trim import Decision, decide
 from cuvee.query.execute import sandboxed_cursor, wanted_groups
+from cuvee.query.group_trim import RankBound
+from cuvee.query.wanted_keys import MAX_WANTED_BYTES, WantedKeys, encode
+from cuvee.server.query_routes import DEFAULT_MAX_REQUEST_BYTES
 from cuvee.testing.compat.judge import canon_rows
 from tests.query.helpers import SCHEMA, resolve
 
@@ -78,7 +83,8 @@ def _answer(sql: str, tables: list[pa.Table]) -> tuple[list[tuple[Any, ...]], De
     cut = [f.num_rows < w.num_rows for f, w in zip(first, whole)]
     decision = decide(plan.group_trim.bound, rows, first, cut)
     partials = [whole[i] if i in decision.untrimmed else p for i, p in enumerate(first)]
-    partials += [run_server_step(plan, [tables[i]], wanted=keys) for i, keys in decision.wanted.items()]
+    partials += [run_server_step(plan, [tables[i]], wanted=WantedKeys.from_json(orjson.loads(orjson.dumps(
+        keys.to_json())))) for i, keys in decision.wanted.items()]  # as they travel
     merged = merge_partials(plan, partials, SCHEMA)
     return [tuple(r.values()) for r in merged.to_pylist()], decision, any(cut)
 
@@ -115,7 +121,7 @@ def test_a_group_short_on_one_server_is_completed() -> None:
     one = table({"g1": 30, **{f"k{i}": 40 for i in range(10)}})
     sql = "SELECT city, COUNT(*) AS c FROM events GROUP BY city ORDER BY c DESC LIMIT 1"
     got, decision, cut = _answer(sql, [zero, one])
-    assert cut and list(decision.wanted) == [1] and decision.wanted[1].column("__g0").to_pylist() == ["g1"]
+    assert cut and list(decision.wanted) == [1] and decision.wanted[1].columns == {"__g0": ("g1",)}
     assert got == [("g1", 80)]
 
 
@@ -133,8 +139,55 @@ def test_wanted_groups_match_null_keys_and_nothing_else() -> None:
     con = sandboxed_cursor(0)
     try:
         groups = pa.table({"__g0": ["a", None, "b", "c"], "__g1": [1, 1, None, 2], "__p0": [10, 20, 30, 40]})
-        wanted = pa.table({"__g0": [None, "b", "c"], "__g1": [1, None, 3]})
+        wanted = encode(pa.table({"__g0": [None, "b", "c"], "__g1": [1, None, 3]}))
         got = wanted_groups(con, groups, wanted)
     finally:
         con.close()
     assert sorted(got.column("__p0").to_pylist()) == [20, 30]
+
+
+def _table(groups: dict[str, list[float]]) -> pa.Table:
+    rows = [{"id": 0, "city": city, "v": 1, "d": d, "ts": None} for city, ds in groups.items() for d in ds]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+@pytest.mark.parametrize(("odd", "sql"), [
+    ([float("nan")], "SELECT city, MAX(d) AS m, COUNT(*) AS c FROM events GROUP BY city ORDER BY m DESC LIMIT 2"),
+    ([float("inf"), float("-inf")],
+     "SELECT city, SUM(d) AS m, COUNT(*) AS c FROM events GROUP BY city ORDER BY m DESC LIMIT 2"),
+])
+def test_nan_and_infinite_rankings_are_asked_untrimmed(odd: list[float], sql: str) -> None:
+    """A NaN ranking value (or inf + -inf) makes every bound NaN, which compares false to everything: the bounds
+    would prove the first round exact while G is short by its three rows on server 1 (review H1)."""
+    zero = _table({"G": [100.0]})
+    one = _table({"n": odd, **{f"h{i}": [50.0] for i in range(10)}, "G": [1.0] * 3})
+    got, decision, cut = _answer(sql, [zero, one])
+    assert cut and decision.untrimmed == (1,)
+    assert ("G", 100.0 if "MAX" in sql else 103.0, 4) in got
+
+
+def test_long_wanted_keys_are_asked_untrimmed_not_sent_past_the_request_limit() -> None:
+    """Candidates whose keys add up past ``MAX_WANTED_BYTES`` would make a request the server refuses (413, review
+    M2): that server is asked untrimmed instead."""
+    n, kept, long = 3500, 2000, 12_000
+    keys = [f"https://example.com/{i:06d}/" + "x" * long for i in range(n)]
+    zero = pa.table({"__g0": keys[:kept], "__p0": pa.array([n - i for i in range(kept)], pa.float64())})
+    one = pa.table({"__g0": keys[n - kept:], "__p0": pa.array([i + 1 for i in range(n - kept, n)], pa.float64())})
+    decision = decide(RankBound("__p0", "sum", True, False, True), 400, [zero, one], [True, True])
+    assert set(decision.untrimmed) | set(decision.wanted) == {0, 1} and decision.untrimmed
+    assert all(keys.encoded_bytes() <= MAX_WANTED_BYTES for keys in decision.wanted.values())
+    assert MAX_WANTED_BYTES <= DEFAULT_MAX_REQUEST_BYTES // 2
+
+
+def test_a_timestamps_max_is_bounded_not_asked_untrimmed() -> None:
+    """MAX(ts) ranks by the instants' counts of units: a second round of wanted groups, not every group again
+    (review L2), and the answer DuckDB's."""
+    rng = random.Random(0)
+    start = dt.datetime(2026, 1, 1)
+    tables = [pa.Table.from_pylist([{"id": i, "city": f"c{rng.randint(0, 80)}", "v": 1, "d": 0.0,
+                                     "ts": start + dt.timedelta(minutes=rng.randint(0, 10**5))} for i in range(400)],
+                                   schema=SCHEMA) for _ in range(3)]
+    sql = "SELECT city, MAX(ts) AS m, COUNT(*) FROM events GROUP BY city ORDER BY m DESC LIMIT 3"
+    got, decision, cut = _answer(sql, tables)
+    assert cut and decision.untrimmed == ()
+    _judged(got, tables, sql, (1,))

@@ -14,6 +14,7 @@ from cuvee.config.table import IndexingConfig
 from cuvee.protocol.query import Colocation, DimLookup, GroupLimits, ServerQueryRequest, TimeFilter
 from cuvee.query import QueryErrorCode, QueryPlan, TableInfo, merge_partials, plan_sql
 from cuvee.query.rewrite import DOCS_COLUMN, DOCS_TOTAL_COLUMN
+from cuvee.query.wanted_keys import WantedKeys
 from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor, _union
 from cuvee.server.queryable import CommittedSegment
@@ -575,3 +576,36 @@ def test_the_docs_column_is_the_last_integer_one(loaded) -> None:
                                      10_000, docs_total_column=column)
         result, stats = QueryExecutor(registry).execute(crafted)
         assert result is None and [e.error_code for e in stats.exceptions] == [200]
+
+
+def test_wanted_keys_that_do_not_fit_the_groups_are_a_clear_error_not_a_segments_fault(loaded) -> None:
+    """A second round's keys (``cuvee.query.wanted_keys``) that are not of the groups' types: the request's fault,
+    said so, with no segment searched for or named (review L3)."""
+    registry, rows, names = loaded
+    sql = "SELECT id, MAX(d) FROM events GROUP BY id ORDER BY MAX(d) DESC LIMIT 10"
+    _, asked = grouped(sql, names)
+    assert asked.groups is not None
+    first = rows.column("id").to_pylist()[0]
+    good = replace(asked, groups=replace(asked.groups, wanted=WantedKeys({"__g0": (str(first), "-1")})))
+    result, stats = QueryExecutor(registry).execute(good)
+    assert stats.exceptions == () and result is not None and result.column("__g0").to_pylist() == [first]
+    bad = replace(asked, groups=replace(asked.groups, wanted=WantedKeys({"__g0": ("not a number",)})))
+    result, stats = QueryExecutor(registry).execute(bad)
+    assert result is None and [(e.error_code, e.message) for e in stats.exceptions] == [
+        (int(QueryErrorCode.QUERY_EXECUTION), "wanted keys: a value of __g0 is not a int64")]
+
+
+def test_a_second_round_that_fails_names_no_segment(loaded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure matching the wanted groups is over the groups, not a segment's rows: reported without the search
+    for a culprit segment, and without DuckDB's text (review L3)."""
+    def failing(*_: Any) -> pa.Table:
+        raise duckdb.InvalidInputException("injected failure in the second round")
+
+    registry, rows, names = loaded
+    _, asked = grouped("SELECT id, MAX(d) FROM events GROUP BY id ORDER BY MAX(d) DESC LIMIT 10", names)
+    assert asked.groups is not None
+    monkeypatch.setattr("cuvee.server.query_executor.wanted_groups", failing)
+    result, stats = QueryExecutor(registry).execute(replace(asked, groups=replace(asked.groups, wanted=WantedKeys(
+        {"__g0": ("1",)}))))
+    assert result is None and [e.message for e in stats.exceptions] == [
+        "matching the wanted groups failed on this server (the server log has the details)"]
