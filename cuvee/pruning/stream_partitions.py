@@ -36,8 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuvee.cluster.records import Record
+from cuvee.config.schema import Schema
+from cuvee.errors import UserError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partitions
+from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partition_spec, partitions
 
 MAX_MIXED = 100_000  # segments one node lists (a node stays well under the metadata store's node size)
 MAX_CHECKED = 1_000_000  # distinct values a StrayCheck remembers as checked; past it, values are hashed again
@@ -83,17 +85,35 @@ class MixedPartitions(Record):
         return cls({k: v for k, v in found.items() if isinstance(k, str) and type(v) is int})
 
 
-def consuming_partitions(segment: str, spec: PartitionSpec, stream_partitions: int,
-                         mixed: Collection[str]) -> SegmentPartitions | None:
-    """What a broker may take a consuming segment's partitions to be: its stream partition alone, when the table's
-    partition count is the stream's and no replica reported a row of another partition in it; else None (not
-    known: never pruned, never taken as disjoint)."""
+def consuming_partitions(segment: str, spec: PartitionSpec, stream_partitions: int, mixed: Collection[str],
+                         recorded: SegmentPartitions | None) -> SegmentPartitions | None:
+    """What a broker may take a consuming segment's partitions to be: its stream partition alone, when its record
+    says its replicas check its rows under the table's partition function now (``recorded``: the record's
+    partitions, written by the controller when it created the segment; None: created while the table was not
+    partitioned, or before records carried it), the table's partition count is the stream's and no replica
+    reported a row of another partition in it; else None (not known: never pruned, never taken as disjoint)."""
     if spec.num_partitions != stream_partitions or segment in mixed:
         return None
     partition = stream_partition(segment)
     if partition is None or not 0 <= partition < spec.num_partitions:
         return None
+    if recorded is None or not recorded.same_function(spec) or recorded.partitions != (partition,):
+        return None  # checked under another function (the config changed since), or not checked at all
     return SegmentPartitions(spec.column, spec.function, spec.num_partitions, (partition,))
+
+
+def checked_spec(recorded: SegmentPartitions | None, schema: Schema, stream_partition: int) -> PartitionSpec | None:
+    """The function a replica checks a consuming segment's rows under: the one its record names (the table's when
+    the controller created it), whatever the table's config says by the time the replica starts; None when the
+    record names none (nothing is checked, and no broker prunes the segment) or one the schema cannot serve."""
+    if recorded is None or recorded.partitions != (stream_partition,):
+        return None
+    declared = {"segmentPartitionConfig": {"columnPartitionMap": {recorded.column: {
+        "functionName": recorded.function, "numPartitions": recorded.num_partitions}}}}
+    try:
+        return partition_spec(declared, schema)
+    except UserError:
+        return None
 
 
 def stream_partition_count(segments: Iterable[str]) -> int:
