@@ -101,7 +101,8 @@ def test_a_consuming_segment_is_pruned_only_while_the_table_declares_the_functio
         modulo = {**INDEX, "segmentPartitionConfig": {"columnPartitionMap": {
             "id": {"functionName": "Modulo", "numPartitions": 2}}}}
         store.metastore.set(store.paths.table(TABLE), orjson.dumps({
-            **TABLE_DOC, "tableName": TABLE, "tableIndexConfig": modulo, "routing": {"segmentPrunerTypes": ["partition"]}}))
+            **TABLE_DOC, "tableName": TABLE, "tableIndexConfig": modulo,
+            "routing": {"segmentPrunerTypes": ["partition"]}}))
         wait_until(lambda: view.snapshot.tables[TABLE].partition_spec.function == "Modulo", 10)
         entry = view.snapshot.tables[TABLE]
         assert entry.partitions[n1] is None and entry.partitions[before] is None

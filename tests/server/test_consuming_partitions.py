@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dataclasses
+import time
 
 import orjson
 import pytest
@@ -102,3 +103,39 @@ def test_rows_are_checked_under_the_records_function_not_the_tables_config(tmp_p
                            table_config=TableConfig.from_json(murmur), report_mixed=lambda s, p: reports.append((s, p)))
     replicas.append(checked)
     assert checked.segment.strays is not None and checked.segment.strays.spec.function == "Modulo"
+
+
+def test_the_first_stray_batch_is_held_back_for_the_brokers_to_see_the_report(tmp_path: Path, log_dir: Path,
+                                                                               client, replicas) -> None:
+    """Between the report (the mixedpartitions node) and the brokers' view of it a query could still prune the
+    segment: the batch holding the first row of another partition is published only ``stray_publish_grace_seconds``
+    after the report."""
+    grace = 0.3
+    reported: list[float] = []
+    published: list[tuple[float, int]] = []
+    replica = make_replica(tmp_path, log_dir, checked_record(), instance="s1", client=client,
+                           config=dataclasses.replace(FAST, stray_publish_grace_seconds=grace),
+                           table_config=partitioned(log_dir),
+                           report_mixed=lambda s, p: reported.append(time.monotonic()))
+    replicas.append(replica)
+    consumer = replica.segment._consumer
+    follow = consumer.after_publish
+
+    def stamped(docs: int) -> None:
+        published.append((time.monotonic(), docs))
+        if follow is not None:
+            follow(docs)
+    consumer.after_publish = stamped
+    produce(log_dir, [0, 2, 4, 7])
+    replica.segment.start()
+    wait_until(lambda: replica.segment.num_docs == 4)
+    assert len(reported) == 1
+    first_with_stray = min(at for at, docs in published if docs == 4)
+    assert first_with_stray - reported[0] >= grace
+
+
+def test_the_grace_is_bounded() -> None:
+    with pytest.raises(ValueError, match="stray_publish_grace_seconds"):
+        dataclasses.replace(FAST, stray_publish_grace_seconds=3600)
+    with pytest.raises(ValueError, match="stray_publish_grace_seconds"):
+        dataclasses.replace(FAST, stray_publish_grace_seconds=-1)

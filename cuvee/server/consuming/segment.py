@@ -189,7 +189,8 @@ class ConsumingSegment:
         """A partitioned table's check of each row's partition against the stream partition, wired into the
         consumer (``report`` runs on the first row of another partition, before any row of its batch is published,
         until it succeeds), under the function the segment's record names (``checked_spec``: a broker prunes the
-        segment only while the table's config names the same)."""
+        segment only while the table's config names the same). The batch is then held back
+        ``stray_publish_grace_seconds`` (cut short by ``stop``): the brokers' time to see the report."""
         spec = checked_spec(self.record.partitions, self.schema, self.partition)
         if report is None or spec is None:
             return None
@@ -203,7 +204,10 @@ class ConsumingSegment:
             if check.first is not None:  # a row of another partition, in this batch or one not published
                 report(self.name, check.first)  # raises when it cannot: these rows are then not published
                 reported.set()
-                self._tell("rowsOfOtherPartitions", partition=check.first, streamPartition=self.partition)
+                grace = self._config.stray_publish_grace_seconds
+                self._tell("rowsOfOtherPartitions", partition=check.first, streamPartition=self.partition,
+                           heldBackSeconds=grace)
+                self._closing.wait(grace)
 
         self._consumer.before_append = before_append
         return check
