@@ -94,6 +94,18 @@ def test_changing_the_function_never_prunes_segments_checked_under_the_old_one(c
     assert cluster.scalar(f"SELECT COUNT(*) FROM fnchange WHERE uid IN ({listed})") == \
         _oracle(KEYED, f"SELECT COUNT(*) FROM t WHERE uid IN ({listed})")
     assert cluster.scalar("SELECT COUNT(DISTINCT uid) FROM fnchange") == len({r["uid"] for r in KEYED})
+    # committed now: the partitions a replica computed under the function its segment started with are not kept
+    # (the controller keeps a commit's partitions only under the table's function now)
+    answer = cluster.http.post(f"{cluster.controller_url}/tables/fnchange_REALTIME/forceCommit")
+    assert answer.status_code == 200, answer.text
+    wait_until(lambda: len(cluster.committed_segments("fnchange_REALTIME")) == 4, 60, message="force commit done")
+    store = cluster.broker.view.store
+    for segment in cluster.committed_segments("fnchange_REALTIME"):
+        found = store.find_segment("fnchange_REALTIME", segment)
+        assert found is not None and found.record.partitions is None, found
+    uid = moved[0]
+    assert cluster.scalar(f"SELECT COUNT(*) FROM fnchange WHERE uid = {uid}") == \
+        _oracle(KEYED, f"SELECT COUNT(*) FROM t WHERE uid = {uid}")
 
 
 def test_adding_a_partition_config_never_prunes_segments_whose_rows_were_not_checked(
