@@ -86,6 +86,9 @@ class TableEntry:
     partition_spec: PartitionSpec | None = None
     partitions: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
     stream_partitions: int = 0  # a partitioned REALTIME table's stream partitions, as its segments' names show
+    # its consuming segments' partitions as their records say (the function their replicas check them under),
+    # read once per segment: a consuming segment's record names it when created and keeps it until committed
+    recorded: Mapping[str, SegmentPartitions | None] = field(default_factory=dict)
     timeout_ms: int | None = None  # the table config's query.timeoutMs
     pruners: frozenset[str] = frozenset()  # routing.segmentPrunerTypes, lower case (``cuvee.broker.segment_pruning``)
     # upsert: the replica each partition was last read from, carried from entry to entry (``route``)
@@ -407,14 +410,15 @@ class ClusterView:
                 log.warning("table %s: segmentPartitionConfig is not usable: %s", name, exc)
                 spec = None
         count = 0
+        recorded: dict[str, SegmentPartitions | None] = {}
         if spec is not None and ideal is None:
-            partitions, count = self._realtime_partitions(name, view, spec, mixed, old)
+            partitions, count, recorded = self._realtime_partitions(name, view, spec, mixed, old)
         return TableEntry(name, info, arrow_schema, view, config_node.version, schema_node.version, pauseless,
                           hidden, config.time_column, units[0], config.push_frequency, end_times, override,
                           expected, read_for, strict=config.is_upsert
                           or config.routing.instance_selector_type == "strictReplicaGroup", upsert=config.is_upsert,
                           partition_spec=spec, partitions=partitions if spec is not None else {},
-                          stream_partitions=count,
+                          stream_partitions=count, recorded=recorded,
                           timeout_ms=config.query.timeout_ms,
                           pruners=frozenset(t.lower() for t in config.routing.segment_pruner_types),
                           replicas=old.replicas if old is not None else PartitionReplicas(),
@@ -454,12 +458,17 @@ class ClusterView:
         return end_times, read_for, partitions
 
     def _realtime_partitions(self, name: str, view: ExternalView, spec: PartitionSpec, mixed: frozenset[str],
-                             old: TableEntry | None) -> tuple[dict[str, SegmentPartitions | None], int]:
-        """A partitioned REALTIME table's segments' partitions, and its stream's partition count: a committed
-        segment's from its record (read once: a committed segment's rows do not change), a consuming one's by
-        ``consuming_partitions``. The stream's partition count is carried from the last refresh and grown by the
-        segments new since (it never shrinks; one too large only stops consuming segments from being pruned)."""
+                             old: TableEntry | None
+                             ) -> tuple[dict[str, SegmentPartitions | None], int, dict[str, SegmentPartitions | None]]:
+        """A partitioned REALTIME table's segments' partitions, its stream's partition count, and its consuming
+        segments' recorded partitions: a committed segment's from its record (read once: a committed segment's
+        rows do not change), a consuming one's by ``consuming_partitions`` from its record's (read once: the
+        record keeps them until the segment is committed). The stream's partition count is carried from the last
+        refresh and grown by the segments new since (it never shrinks; one too large only stops consuming segments
+        from being pruned)."""
         known = old.partitions if old is not None else {}
+        known_recorded = old.recorded if old is not None else {}
+        recorded: dict[str, SegmentPartitions | None] = {}
         count = max(old.stream_partitions if old is not None else 0,
                     stream_partition_count(s for s in view.segments if s not in known))
         partitions: dict[str, SegmentPartitions | None] = {}
@@ -467,7 +476,18 @@ class ClusterView:
             if segment in mixed:
                 continue  # a replica saw rows of another partition in it: not known (read again once committed)
             if not any(state is SegmentState.ONLINE for state in replicas.values()):
-                partitions[segment] = consuming_partitions(segment, spec, count, mixed)
+                if segment in known_recorded:
+                    recorded[segment] = known_recorded[segment]
+                else:
+                    try:
+                        found = self.store.find_segment(name, segment)
+                    except (RecordFormatError, MetadataStoreError, ValueError) as exc:
+                        log.warning("table %s: metadata of segment %s cannot be read: %s", name, segment, exc)
+                        continue  # not known: not pruned; read again next refresh
+                    if found is None:
+                        continue
+                    recorded[segment] = found.record.partitions
+                partitions[segment] = consuming_partitions(segment, spec, count, mixed, recorded[segment])
                 continue
             if segment in known and segment not in (old.consuming_names if old is not None else ()):
                 partitions[segment] = known[segment]
@@ -479,7 +499,7 @@ class ClusterView:
                 continue
             if found is not None and not found.record.is_consuming:
                 partitions[segment] = found.record.partitions
-        return partitions, count
+        return partitions, count, recorded
 
     def _read_servers(self) -> dict[str, str]:
         live = set(self.store.live_instance_ids())

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cuvee.cluster.errors import AssignmentError, RequirementFailedError
 from cuvee.cluster.records import IdealState, InstanceInfo, SegmentRecord, SegmentState, SegmentStatus
 from cuvee.config.table import raw_table_name
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.segment.partitioning import SegmentPartitions
+from cuvee.segment.partitioning import SegmentPartitions, stream_partition_metadata
 
 REALTIME_TAG_SUFFIX = "_REALTIME"
 
@@ -106,6 +107,7 @@ def plan_consuming_segments(
     autotuned_rows: int | None = None,
     time_threshold_ms: int | None = None,
     schema_version: int | None = None,
+    index_config: Mapping[str, Any] | None = None,
 ) -> TablePlan:
     """Sequence-0 consuming segments for the partitions of ``start_offsets`` (partition -> start offset) that
     have no segment in ``existing`` yet: table creation, or partitions the stream added later.
@@ -113,7 +115,8 @@ def plan_consuming_segments(
     ``table`` is the name with type; ``instances`` the eligible ids (see ``eligible_instances``). Row thresholds
     are ``flush_rows`` split by the busiest instance's consuming count in the resulting ideal state, or
     ``autotuned_rows`` when ``flush_rows`` is 0. ``now_ms`` (epoch ms) names the segments and stamps creation;
-    ``schema_version``: the table's schema version they are built under.
+    ``schema_version``: the table's schema version they are built under; ``index_config``: the table's
+    ``tableIndexConfig`` (its partitioning is recorded in each record: ``new_segment_record``).
     """
     ideal = existing if existing is not None else IdealState(table)
     if ideal.table != table:
@@ -133,7 +136,7 @@ def plan_consuming_segments(
     assert rows is not None
     records = tuple(
         new_segment_record(name, partition, 0, start_offsets[partition], rows, time_threshold_ms, now_ms,
-                           schema_version)
+                           schema_version, index_config=index_config)
         for partition, name in names
     )
     return TablePlan(ideal, records)
@@ -148,9 +151,13 @@ def new_segment_record(
     time_threshold_ms: int | None,
     now_ms: int,
     schema_version: int | None = None,
+    *,
+    index_config: Mapping[str, Any] | None = None,
 ) -> SegmentRecord:
     """Metadata of a segment about to be consumed (IN_PROGRESS from ``start_offset``, built under
-    ``schema_version`` of the table's schema: ``cuvee.cluster.schemas``)."""
+    ``schema_version`` of the table's schema: ``cuvee.cluster.schemas``). A table partitioned by its
+    ``index_config`` (``tableIndexConfig``) records the partition function the segment is checked under and may be
+    pruned by: its stream partition alone (``stream_partition_metadata``)."""
     if row_threshold < 1:
         raise ValueError(f"row threshold must be at least 1, got {row_threshold}")
     return SegmentRecord(
@@ -163,6 +170,7 @@ def new_segment_record(
         row_threshold=row_threshold,
         time_threshold_ms=time_threshold_ms,
         schema_version=schema_version,
+        partitions=stream_partition_metadata(index_config, partition) if index_config is not None else None,
     )
 
 
@@ -255,7 +263,7 @@ def next_segment_name(done: SegmentRecord, existing_names: Iterable[str], now_ms
 
 def next_segment_record(
     done: SegmentRecord, next_name: str, row_threshold: int, now_ms: int, time_threshold_ms: int | None = None,
-    schema_version: int | None = None,
+    schema_version: int | None = None, *, index_config: Mapping[str, Any] | None = None,
 ) -> SegmentRecord:
     """Commit step 2: the next segment of the partition, consuming from where ``done`` ended (DONE, or COMMITTING:
     its end offset is fixed), built under ``schema_version`` (the schema's version now, not ``done``'s)."""
@@ -268,7 +276,8 @@ def next_segment_record(
         raise ValueError(f"{next_name} does not follow {done.segment_name}")
     threshold_ms = time_threshold_ms if time_threshold_ms is not None else done.time_threshold_ms
     return new_segment_record(
-        next_name, name.partition, name.sequence, done.end_offset, row_threshold, threshold_ms, now_ms, schema_version
+        next_name, name.partition, name.sequence, done.end_offset, row_threshold, threshold_ms, now_ms, schema_version,
+        index_config=index_config,
     )
 
 

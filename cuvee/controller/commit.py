@@ -66,6 +66,7 @@ from cuvee.controller.pinned import repin_unplaced
 from cuvee.controller.table_setup import next_row_threshold
 from cuvee.errors import CuveeError
 from cuvee.metrics.controller import ControllerMetrics
+from cuvee.segment.partitioning import as_declared
 from cuvee.story import StoryWriter
 from cuvee.spi.metastore import MetadataStoreError
 
@@ -151,6 +152,7 @@ class SegmentCommitter:
             self._check_leader()
             fault(COMMIT_BEFORE_STEP1)
             location = self._archive_location(table, action)
+            config = self.catalog.find_table(table)
             step1 = mark_done(
                 end_offset=action.end_offset,
                 total_docs=action.total_docs,
@@ -160,7 +162,8 @@ class SegmentCommitter:
                 now_ms=self.clock_ms(),
                 time_min=action.time_min,
                 time_max=action.time_max,
-                partitions=action.partitions,
+                # kept only when computed by the function the table declares now: nothing else is pruned by
+                partitions=as_declared(config.indexing.extra, action.partitions) if config is not None else None,
             )
             done = self.store.update_segment(table, action.segment.name, step1).record
             fault(COMMIT_AFTER_STEP1)
@@ -278,7 +281,8 @@ class SegmentCommitter:
         rows, learned = self._next_rows(config, ideal, done, forced)
         version = SchemaVersions(self.store).pin(schema_name_of(config))
         record = dataclasses.replace(next_segment_record(done, next_name, rows, now, stream.flush_threshold_time_ms,
-                                                         version), bytes_per_row=learned)
+                                                         version, index_config=config.indexing.extra),
+                                     bytes_per_row=learned)
         if not self.store.create_segment(table, record)[1]:  # an earlier attempt's, maybe under an older schema
             repin_unplaced(self.store, config, next_name)
         return next_name

@@ -416,7 +416,7 @@ class RepairTask(PeriodicTask):
         version = SchemaVersions(self.store).pin(schema_name_of(config))  # built under the schema as it is now
         new = dataclasses.replace(
             new_segment_record(successor, partition, llc.sequence, start, rows, stream.flush_threshold_time_ms, now,
-                               version),
+                               version, index_config=config.indexing.extra),
             bytes_per_row=learned)
         if not self.should_run():
             return False

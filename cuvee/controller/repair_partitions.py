@@ -88,7 +88,8 @@ def add_partitions(store: ClusterStore, config: TableConfig, now_ms: int, may_ac
             flush_rows=stream.flush_threshold_rows,
             autotuned_rows=(autotuned[0] if autotuned else stream.flush_autotune_initial_rows) if stream.auto_tuned
             else None,
-            time_threshold_ms=stream.flush_threshold_time_ms, schema_version=version)
+            time_threshold_ms=stream.flush_threshold_time_ms, schema_version=version,
+            index_config=config.indexing.extra)
     except AssignmentError as exc:
         raise CuveeError(f"cannot place consuming segments for new partitions {missing}: {exc}") from None
     learned = autotuned[1] if autotuned and stream.auto_tuned else None

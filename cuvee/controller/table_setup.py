@@ -91,6 +91,7 @@ def plan_table(store: ClusterStore, table: TableConfig, offsets: Mapping[int, in
             autotuned_rows=stream.flush_autotune_initial_rows if stream.auto_tuned else None,
             time_threshold_ms=stream.flush_threshold_time_ms,
             schema_version=schema_version,
+            index_config=table.indexing.extra,
         )
     except AssignmentError as exc:
         raise BadRequest(f"table {table.name_with_type}: {exc} (servers must carry tag {tag!r})") from None
@@ -185,7 +186,8 @@ def resume_partitions(store: ClusterStore, table: TableConfig, now_ms: int,
             version = SchemaVersions(store).pin(schema_name_of(table))
         next_name = next_segment_name(done.record, store.segment_names(name), now_ms)
         rows = next_row_threshold(stream, current.record, done.record)
-        record = next_segment_record(done.record, next_name, rows, now_ms, schema_version=version)
+        record = next_segment_record(done.record, next_name, rows, now_ms, schema_version=version,
+                                     index_config=table.indexing.extra)
         start = start_offsets.get(llc.partition) if start_offsets is not None else None
         if start is not None:
             record = dataclasses.replace(record, start_offset=start)

@@ -145,7 +145,9 @@ def _listed(column: str, text: str) -> Predicate | None:
     """``column IN (text)`` for a set-aside list's text (``cuvee.query.prescan``: literals and commas only), as
     ``_membership`` keeps it. A list of numbers only is read at once by Arrow (integers as integers; past
     ``MAX_IN_VALUES`` values, any numbers as doubles: only their range is kept); any other list one literal at a
-    time, as ``_literal`` reads them. A list past ``MAX_LISTED`` values is not read (unknown)."""
+    time, as ``_literal`` reads them, up to the first that makes it unknown (one ``_literal`` would not read, or a
+    mix of numbers and strings past ``MAX_IN_VALUES`` distinct values). A list past ``MAX_LISTED`` values is not
+    read (unknown)."""
     if text.count(",") >= MAX_LISTED:
         return None
     if "'" not in text:
@@ -162,10 +164,17 @@ def _listed(column: str, text: str) -> Predicate | None:
                 if pc.all(pc.is_finite(numbers)).as_py() if kind == pa.float64() else True:
                     return And((Compare(column, ">=", low.as_py()), Compare(column, "<=", high.as_py())))
                 return None
-    values = [_token(token) for token in _TOKEN.findall(text)]
-    if not values or any(v is None for v in values):
-        return None
-    return _membership(column, [v for v in values if v is not None])
+    distinct: dict[Value, None] = {}
+    kinds: set[bool] = set()  # whether strings, numbers, or both were seen
+    for token in _TOKEN.finditer(text):
+        value = _token(token.group())
+        if value is None:
+            return None
+        distinct[value] = None
+        kinds.add(isinstance(value, str))
+        if len(kinds) == 2 and len(distinct) > MAX_IN_VALUES:
+            return None  # no range for numbers and strings alike: what follows cannot make it known
+    return _membership(column, list(distinct)) if distinct else None
 
 
 def _token(token: str) -> Value | None:

@@ -7,20 +7,24 @@ consuming segment the partition metadata ``{stream partition}``) trusts the prod
 consuming segments and sums distinct counts on the user's word. Here:
 
 - a **committed** segment carries the partitions of its rows, computed from them when it was built (the
-  committer sends them with ``segmentCommitEnd``, the controller keeps them in the segment's record): the truth,
-  whatever the producer did;
-- a **consuming** segment is taken to hold only its stream partition's value (``consuming_partitions``) when the
-  declared function's partition count equals the stream's partition count, *and* no replica consuming it has
-  seen a row of another partition. Each replica checks every row as it is consumed (``StrayCheck``, each
-  distinct value hashed once per segment); on the first row of another partition (a producer keyed otherwise,
-  or a stream repartitioned under the table), before that row is readable, the replica records the segment in
-  the table's ``MixedPartitions`` node, which brokers watch: from then on the segment is neither pruned by
-  partition nor counted as disjoint. A replica that cannot record it stops consuming (the rows stay in the
-  stream) rather than serve a row a broker would wrongly skip.
+  committer sends them with ``segmentCommitEnd``, the controller keeps them in the segment's record when they
+  were computed by the table's function at that moment): the truth, whatever the producer did;
+- a **consuming** segment's record names the function it is checked under (the table's when the controller
+  created it: ``stream_partition_metadata``; none when the table was not partitioned then). It is taken to hold
+  only its stream partition's value (``consuming_partitions``) when that recorded function is still the table's,
+  the declared partition count equals the stream's partition count, *and* no replica consuming it has seen a row
+  of another partition. Each replica checks every row as it is consumed under the recorded function
+  (``checked_spec``, ``StrayCheck``, each distinct value hashed once per segment); on the first row of another
+  partition (a producer keyed otherwise, or a stream repartitioned under the table), before that row is
+  readable, the replica records the segment in the table's ``MixedPartitions`` node, which brokers watch: from
+  then on the segment is neither pruned by partition nor counted as disjoint. A replica that cannot record it
+  stops consuming (the rows stay in the stream) rather than serve a row a broker would wrongly skip.
 
-What remains: a broker sees the node through its watch, so for the watch's delay after the first stray row is
-published (milliseconds on one host) a query may still prune that segment. The segment's committed metadata, and
-the node, are exact afterwards. Pinot has no such check at all.
+What remains: a broker sees the node through its watch, then a refresh of its view (18-190 ms measured on one
+host with the SQLite store); the replica holds the first stray batch back ``stray_publish_grace_seconds`` (1 s by
+default) to cover it, a bounded grace rather than an acknowledgement: a broker slower than that may still prune
+the segment for the rest of its delay. The segment's committed metadata, and the node, are exact afterwards.
+Pinot has no such check at all.
 
 Pure: the node's record and the rules; the server and the broker do the I/O.
 """
@@ -36,8 +40,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuvee.cluster.records import Record
+from cuvee.config.schema import Schema
+from cuvee.errors import UserError
 from cuvee.protocol.segment_name import InvalidSegmentNameError, LLCSegmentName
-from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partitions
+from cuvee.segment.partitioning import PartitionSpec, SegmentPartitions, partition_spec, partitions
 
 MAX_MIXED = 100_000  # segments one node lists (a node stays well under the metadata store's node size)
 MAX_CHECKED = 1_000_000  # distinct values a StrayCheck remembers as checked; past it, values are hashed again
@@ -83,17 +89,35 @@ class MixedPartitions(Record):
         return cls({k: v for k, v in found.items() if isinstance(k, str) and type(v) is int})
 
 
-def consuming_partitions(segment: str, spec: PartitionSpec, stream_partitions: int,
-                         mixed: Collection[str]) -> SegmentPartitions | None:
-    """What a broker may take a consuming segment's partitions to be: its stream partition alone, when the table's
-    partition count is the stream's and no replica reported a row of another partition in it; else None (not
-    known: never pruned, never taken as disjoint)."""
+def consuming_partitions(segment: str, spec: PartitionSpec, stream_partitions: int, mixed: Collection[str],
+                         recorded: SegmentPartitions | None) -> SegmentPartitions | None:
+    """What a broker may take a consuming segment's partitions to be: its stream partition alone, when its record
+    says its replicas check its rows under the table's partition function now (``recorded``: the record's
+    partitions, written by the controller when it created the segment; None: created while the table was not
+    partitioned, or before records carried it), the table's partition count is the stream's and no replica
+    reported a row of another partition in it; else None (not known: never pruned, never taken as disjoint)."""
     if spec.num_partitions != stream_partitions or segment in mixed:
         return None
     partition = stream_partition(segment)
     if partition is None or not 0 <= partition < spec.num_partitions:
         return None
+    if recorded is None or not recorded.same_function(spec) or recorded.partitions != (partition,):
+        return None  # checked under another function (the config changed since), or not checked at all
     return SegmentPartitions(spec.column, spec.function, spec.num_partitions, (partition,))
+
+
+def checked_spec(recorded: SegmentPartitions | None, schema: Schema, stream_partition: int) -> PartitionSpec | None:
+    """The function a replica checks a consuming segment's rows under: the one its record names (the table's when
+    the controller created it), whatever the table's config says by the time the replica starts; None when the
+    record names none (nothing is checked, and no broker prunes the segment) or one the schema cannot serve."""
+    if recorded is None or recorded.partitions != (stream_partition,):
+        return None
+    declared = {"segmentPartitionConfig": {"columnPartitionMap": {recorded.column: {
+        "functionName": recorded.function, "numPartitions": recorded.num_partitions}}}}
+    try:
+        return partition_spec(declared, schema)
+    except UserError:
+        return None
 
 
 def stream_partition_count(segments: Iterable[str]) -> int:

@@ -22,6 +22,7 @@ colocated), and the broker joins such tables on their servers (``cuvee.multistag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from cuvee.spi.stream import murmur2
 
 FUNCTIONS = ("Modulo", "Murmur", "HashCode")
 _INTEGERS = (DataType.INT, DataType.LONG)
+MAX_PARTITIONS = 1 << 16  # the largest partition count kept from a config or a server (bounds any list of them)
 
 
 PARTITIONS_KEY = "partitions"  # the key of ``SegmentPartitions`` in a segment's custom metadata
@@ -78,19 +80,18 @@ class SegmentPartitions:
             return None
         column, function, count, parts = (doc.get("column"), doc.get("functionName"), doc.get("numPartitions"),
                                           doc.get("partitions"))
-        if not isinstance(column, str) or function not in FUNCTIONS or type(count) is not int or count < 1 \
+        if not isinstance(column, str) or function not in FUNCTIONS or type(count) is not int \
+                or not 1 <= count <= MAX_PARTITIONS \
                 or not isinstance(parts, list) or len(parts) > count \
                 or not all(type(p) is int and 0 <= p < count for p in parts):
             return None
         return cls(column, function, count, tuple(sorted(set(parts))))
 
 
-def configured_partition(index_config_extra: dict[str, Any], partitions: SegmentPartitions | None) -> int | None:
-    """The one partition of a segment's rows when they were partitioned by the table's configured function (the
-    first ``columnPartitionMap`` entry: column, function and count alike), else None. Read from the config alone,
-    without the schema ``partition_spec`` checks it against: placement only needs to know the two agree."""
-    if partitions is None or partitions.single is None:
-        return None
+def declared_partitioning(index_config_extra: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """The table's partition column, function (canonical name) and count as its config declares them (the first
+    ``columnPartitionMap`` entry), or None (none, malformed, an unknown function, or more than
+    ``MAX_PARTITIONS``). Read from the config alone, without the schema ``partition_spec`` checks it against."""
     config = index_config_extra.get("segmentPartitionConfig") or {}
     mapping = config.get("columnPartitionMap") if isinstance(config, dict) else None
     if not isinstance(mapping, dict) or not mapping:
@@ -99,10 +100,43 @@ def configured_partition(index_config_extra: dict[str, Any], partitions: Segment
     if not isinstance(spec, dict):
         return None
     function = {f.lower(): f for f in FUNCTIONS}.get(str(spec.get("functionName", "Murmur")).lower())
-    if (column, function, spec.get("numPartitions")) != (partitions.column, partitions.function,
-                                                         partitions.num_partitions):
+    count = spec.get("numPartitions")
+    if function is None or type(count) is not int or not 1 <= count <= MAX_PARTITIONS:
+        return None
+    return column, function, count
+
+
+def configured_partition(index_config_extra: Mapping[str, Any], partitions: SegmentPartitions | None) -> int | None:
+    """The one partition of a segment's rows when they were partitioned by the table's configured function (the
+    first ``columnPartitionMap`` entry: column, function and count alike), else None. Read from the config alone:
+    placement only needs to know the two agree."""
+    if partitions is None or partitions.single is None:
+        return None
+    if declared_partitioning(index_config_extra) != (partitions.column, partitions.function,
+                                                     partitions.num_partitions):
         return None
     return partitions.single
+
+
+def stream_partition_metadata(index_config_extra: Mapping[str, Any], partition: int) -> SegmentPartitions | None:
+    """What a new consuming segment of stream partition ``partition`` is recorded to hold under the table's config
+    now (Pinot's rule: that partition alone), or None (not partitioned, or a partition the function cannot give).
+    The replicas check its rows against exactly this, and a broker prunes it only while the config still says the
+    same (``cuvee.pruning.stream_partitions``)."""
+    declared = declared_partitioning(index_config_extra)
+    if declared is None or not 0 <= partition < declared[2]:
+        return None
+    return SegmentPartitions(*declared, (partition,))
+
+
+def as_declared(index_config_extra: Mapping[str, Any], partitions: SegmentPartitions | None
+                ) -> SegmentPartitions | None:
+    """``partitions`` (a server's word on a segment's rows) when they were computed by the function the table
+    declares now (column, function and count alike), else None: nothing else could ever be pruned by."""
+    if partitions is None or declared_partitioning(index_config_extra) != (
+            partitions.column, partitions.function, partitions.num_partitions):
+        return None
+    return partitions
 
 
 def segment_partitions(values: pa.Array, spec: PartitionSpec) -> SegmentPartitions:

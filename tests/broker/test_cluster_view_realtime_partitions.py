@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from cuvee.broker.cluster_view import ClusterView
@@ -42,8 +43,16 @@ def commit(store: ClusterStore, name: str, partitions: SegmentPartitions | None)
     store.put(store.paths.segment(TABLE, name), SegmentRecord(name, SegmentStatus.DONE, 1, partitions=partitions))
 
 
+def consuming(store: ClusterStore, name: str, partitions: SegmentPartitions | None) -> None:
+    """A consuming segment's record as the controller writes it: the function its replicas check it under."""
+    store.put(store.paths.segment(TABLE, name), SegmentRecord(name, SegmentStatus.IN_PROGRESS, 1, start_offset=0,
+                                                              partitions=partitions))
+
+
 def test_segments_partitions_from_records_stream_partitions_and_the_mixed_node(store: ClusterStore) -> None:
     c0, c1, n0, n1 = segment_name(0, 0), segment_name(1, 0), segment_name(0, 1), segment_name(1, 1)
+    consuming(store, n0, parts(0))
+    consuming(store, n1, parts(1))
     commit(store, c0, parts(0))
     commit(store, c1, parts(0, 1))  # a producer keyed otherwise wrote partition 0's rows into stream partition 1
     store.put_external_view(ExternalView(TABLE, {c0: {"A": ON}, c1: {"B": ON}, n0: {"A": CO}, n1: {"B": CO}}))
@@ -74,8 +83,38 @@ def test_segments_partitions_from_records_stream_partitions_and_the_mixed_node(s
         view.stop()
 
 
+def test_a_consuming_segment_is_pruned_only_while_the_table_declares_the_function_its_record_names(
+        store: ClusterStore) -> None:
+    before, other, n1 = segment_name(0, 0), segment_name(1, 0), segment_name(1, 1)
+    consuming(store, before, None)  # created while the table was not partitioned: its rows were never checked
+    consuming(store, other, SegmentPartitions("id", "Modulo", 2, (1,)))  # checked under the function before a PUT
+    consuming(store, n1, parts(1))
+    store.put_external_view(ExternalView(TABLE, {before: {"A": CO}, other: {"B": ON}, n1: {"B": CO}}))
+    commit(store, other, SegmentPartitions("id", "Modulo", 2, (1,)))
+    view = ClusterView(store, poll_seconds=600).start()
+    try:
+        entry = view.snapshot.tables[TABLE]
+        assert dict(entry.partitions) == {before: None, other: SegmentPartitions("id", "Modulo", 2, (1,)),
+                                          n1: parts(1)}
+        assert set(entry.pruning_facts) == {n1}  # the committed one was partitioned by another function
+        # the table's function changes: n1 was checked under Murmur, so it is no longer pruned
+        modulo = {**INDEX, "segmentPartitionConfig": {"columnPartitionMap": {
+            "id": {"functionName": "Modulo", "numPartitions": 2}}}}
+        store.metastore.set(store.paths.table(TABLE), orjson.dumps({
+            **TABLE_DOC, "tableName": TABLE, "tableIndexConfig": modulo,
+            "routing": {"segmentPrunerTypes": ["partition"]}}))
+        wait_until(lambda: view.snapshot.tables[TABLE].partition_spec.function == "Modulo", 10)
+        entry = view.snapshot.tables[TABLE]
+        assert entry.partitions[n1] is None and entry.partitions[before] is None
+        assert set(entry.pruning_facts) == {other}
+    finally:
+        view.stop()
+
+
 def test_consuming_segments_are_not_known_when_the_stream_has_another_partition_count(store: ClusterStore) -> None:
     names = [segment_name(p, 0) for p in range(3)]  # 3 stream partitions, 2 declared
+    for p, name in enumerate(names):
+        consuming(store, name, parts(p) if p < 2 else None)
     store.put_external_view(ExternalView(TABLE, {n: {"A": CO} for n in names}))
     view = ClusterView(store, poll_seconds=600).start()
     try:

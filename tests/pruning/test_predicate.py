@@ -6,6 +6,7 @@ import pytest
 
 from cuvee.pruning.predicate import (MAX_DEPTH, MAX_IN_VALUES, MAX_NODES, MAX_VALUES, And, Compare, In, Or,
                                      PredicateWireError, from_json, to_json, with_bound)
+from cuvee.pruning import predicate
 from tests.pruning.helpers import where_of
 
 
@@ -68,6 +69,21 @@ def test_a_long_in_list_set_aside_as_text_is_read_for_membership_then_for_its_ra
     assert where_of(f"i IN ({many}, 99999999999999999999)") == And((Compare("i", ">=", 0.0),  # read as doubles
                                                                    Compare("i", "<=", 1e20)))
     assert where_of(f"i IN ({values}, 99999999999999999999)") is None  # a value no BIGINT holds: unknown
+
+
+def test_a_long_mixed_list_is_read_only_up_to_where_it_becomes_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    real = predicate._token
+    monkeypatch.setattr(predicate, "_token", lambda token: read.append(token) or real(token))
+    texts = ", ".join(f"'x{n}'" for n in range(MAX_IN_VALUES + 1))
+    more = ", ".join(f"'y{n}'" for n in range(5000))
+    assert where_of(f"s IN (5, {texts}, {more})") is None
+    assert len(read) == MAX_IN_VALUES + 1  # the number, then strings until one past MAX_IN_VALUES distinct values
+    read.clear()
+    assert where_of(f"s IN ({texts}, 1e999, {texts})") is None  # a value no literal reads: stop there
+    assert len(read) == MAX_IN_VALUES + 2
+    few = ", ".join(f"'x{n}'" for n in range(100))
+    assert where_of(f"s IN (5, {few})") == In("s", (5, *(f"x{n}" for n in range(100))))  # mixed, few: membership
 
 
 def _in_lists(count: int) -> list[str]:

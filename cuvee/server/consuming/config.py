@@ -19,6 +19,9 @@ DEFAULT_BLOCK_ROWS = 122_880
 MIN_BLOCK_ROWS = 2_048
 
 
+MAX_STRAY_GRACE_SECONDS = 60.0
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     """How consuming segments fetch, talk to the lead controller, build and download."""
@@ -50,6 +53,11 @@ class ConsumerConfig:
     # DuckDB like a committed segment, its multi-value columns decoded once. Queries convert only the rows since
     # the last seal (cuvee.server.consuming.blocks; the default, one DuckDB row group, is the cheapest to copy).
     scan_block_rows: int = DEFAULT_BLOCK_ROWS
+    # A partitioned table's consuming segment that meets its first row of another partition records it in the
+    # table's mixedpartitions node, then holds that batch back this long before publishing it: the time brokers
+    # take to see the node (its watch, then a refresh of their view) and stop pruning the segment
+    # (cuvee.pruning.stream_partitions). Paid once per such segment; 0: publish at once.
+    stray_publish_grace_seconds: float = 1.0
 
     # ---- completion protocol ----
     hold_retry_seconds: float = 1.0  # re-send segmentConsumed this long after HOLD / FAILED
@@ -86,10 +94,14 @@ class ConsumerConfig:
         if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < MIN_BLOCK_ROWS:
             raise ValueError(f"consumer.scan_block_rows must be an integer >= {MIN_BLOCK_ROWS} (DuckDB's vector "
                              f"size; smaller blocks make queries slower), got {blocks!r}")
-        for name in ("stream_error_retries", "bad_records_kept", "lease_margin_seconds"):
+        for name in ("stream_error_retries", "bad_records_kept", "lease_margin_seconds",
+                     "stray_publish_grace_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"consumer.{name} must be >= 0, got {value!r}")
+        if self.stray_publish_grace_seconds > MAX_STRAY_GRACE_SECONDS:
+            raise ValueError(f"consumer.stray_publish_grace_seconds must be at most {MAX_STRAY_GRACE_SECONDS} "
+                             f"(consumption of the segment waits that long), got {self.stray_publish_grace_seconds!r}")
         attempts = self.download_max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ValueError(f"consumer.download_max_attempts must be an integer >= 1, got {attempts!r}")

@@ -26,16 +26,15 @@ import pyarrow as pa
 
 from cuvee.cluster.records import SegmentRecord, SegmentStatus
 from cuvee.config import Schema, TableConfig
-from cuvee.errors import CuveeError, UserError
+from cuvee.errors import CuveeError
 from cuvee.decode import BadRecordLog
 from cuvee.decode.factory import build_decoder
 from cuvee.decode.transform import compile_ingestion, decode_schema
 from cuvee.protocol.completion import Request, StopReason
 from cuvee.protocol.segment_name import LLCSegmentName
-from cuvee.pruning.stream_partitions import StrayCheck
+from cuvee.pruning.stream_partitions import StrayCheck, checked_spec
 from cuvee.segment.immutable import ImmutableSegment
 from cuvee.segment.mutable import MutableSegment
-from cuvee.segment.partitioning import partition_spec
 from cuvee.server.consuming import build as building
 from cuvee.server.consuming.client import CompletionUnavailable, SegmentCompletionClient
 from cuvee.server.consuming.config import ConsumerConfig
@@ -189,11 +188,10 @@ class ConsumingSegment:
     def _stray_check(self, report: Callable[[str, int], None] | None) -> StrayCheck | None:
         """A partitioned table's check of each row's partition against the stream partition, wired into the
         consumer (``report`` runs on the first row of another partition, before any row of its batch is published,
-        until it succeeds)."""
-        try:
-            spec = partition_spec(self.table.indexing.extra, self.schema)
-        except UserError:
-            return None
+        until it succeeds), under the function the segment's record names (``checked_spec``: a broker prunes the
+        segment only while the table's config names the same). The batch is then held back
+        ``stray_publish_grace_seconds`` (cut short by ``stop``): the brokers' time to see the report."""
+        spec = checked_spec(self.record.partitions, self.schema, self.partition)
         if report is None or spec is None:
             return None
         check = StrayCheck(spec, self.partition)
@@ -206,7 +204,10 @@ class ConsumingSegment:
             if check.first is not None:  # a row of another partition, in this batch or one not published
                 report(self.name, check.first)  # raises when it cannot: these rows are then not published
                 reported.set()
-                self._tell("rowsOfOtherPartitions", partition=check.first, streamPartition=self.partition)
+                grace = self._config.stray_publish_grace_seconds
+                self._tell("rowsOfOtherPartitions", partition=check.first, streamPartition=self.partition,
+                           heldBackSeconds=grace)
+                self._closing.wait(grace)
 
         self._consumer.before_append = before_append
         return check
