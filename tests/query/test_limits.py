@@ -47,3 +47,15 @@ def test_limits_are_positive_integers_and_servers_have_room_for_the_rewrite() ->
     server, broker = ServerQueryLimits(), QueryLimits()
     assert server.max_tokens == 2 * broker.max_tokens and server.max_connectives == 2 * broker.max_connectives
     assert server.max_nesting == 2 * broker.max_nesting and server.max_in_values == broker.max_in_values
+
+
+def test_no_role_raises_pythons_recursion_limit() -> None:
+    """A RecursionError is a clean 150 only while Python's limit stays within every thread's C stack: none of the
+    roles (nor what they import) raises it above the interpreter's 1,000 frames."""
+    import sys
+
+    import cuvee.broker.broker  # noqa: F401
+    import cuvee.controller  # noqa: F401
+    import cuvee.server.server  # noqa: F401
+
+    assert sys.getrecursionlimit() <= 1_000
