@@ -26,6 +26,12 @@ from cuvee.query.parse import MAX_NESTING as PARSER_MAX_NESTING  # sqlglot canno
 from cuvee.query.prescan import Prescan, prescan
 
 
+# Arrow binds a filter DuckDB pushes into its scan one C++ frame (~500 bytes) per OR: 16,000 ran off an 8 MiB
+# thread stack. No configuration may come within a quarter of that (DuckDB's own parser stops other operator
+# chains at its max_expression_depth, 1,000; only AND/OR chains are flattened past it).
+MAX_CONNECTIVES_CAP = 4_000
+
+
 @dataclass(frozen=True)
 class QueryLimits:
     """The ``[query_limits]`` table of a broker's or a server's configuration (docs/security.md)."""
@@ -40,6 +46,9 @@ class QueryLimits:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"query_limits.{name} must be a positive integer")
+        if self.max_connectives > MAX_CONNECTIVES_CAP:
+            raise ValueError(f"query_limits.max_connectives must be at most {MAX_CONNECTIVES_CAP}: engines recurse "
+                             "once per AND/OR, and more can overflow a thread's stack")
 
 
 @dataclass(frozen=True)
@@ -70,4 +79,4 @@ def _within(value: int, limit: int, key: str, what: str, hint: str = "") -> None
                          f"the query {what.format(n=value)}; at most {limit} (query_limits.{key}){hint}")
 
 
-__all__ = ["PARSER_MAX_NESTING", "QueryLimits", "ServerQueryLimits", "check_text"]
+__all__ = ["MAX_CONNECTIVES_CAP", "PARSER_MAX_NESTING", "QueryLimits", "ServerQueryLimits", "check_text"]

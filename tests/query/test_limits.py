@@ -44,6 +44,8 @@ def test_limits_are_positive_integers_and_servers_have_room_for_the_rewrite() ->
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="query_limits.max_tokens"):
             QueryLimits(max_tokens=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_connectives must be at most 4000"):
+        QueryLimits(max_connectives=4_001)  # within a quarter of where Arrow's recursion overflowed 8 MiB
     server, broker = ServerQueryLimits(), QueryLimits()
     assert server.max_tokens == 2 * broker.max_tokens and server.max_connectives == 2 * broker.max_connectives
     assert server.max_nesting == 2 * broker.max_nesting and server.max_in_values == broker.max_in_values
