@@ -61,3 +61,12 @@ def test_no_role_raises_pythons_recursion_limit() -> None:
     import cuvee.server.server  # noqa: F401
 
     assert sys.getrecursionlimit() <= 1_000
+
+
+def test_a_servers_query_limits_table_keeps_the_server_defaults_it_does_not_name() -> None:
+    from cuvee.node.config import config_from_dict
+    from cuvee.server.config import ServerConfig
+
+    config = config_from_dict(ServerConfig, {"query_limits": {"max_tokens": 5}})
+    assert config.query_limits == ServerQueryLimits(max_tokens=5)
+    assert config.query_limits.max_connectives == 2_000
