@@ -575,23 +575,3 @@ def test_the_docs_column_is_the_last_integer_one(loaded) -> None:
                                      10_000, docs_total_column=column)
         result, stats = QueryExecutor(registry).execute(crafted)
         assert result is None and [e.error_code for e in stats.exceptions] == [200]
-
-
-def test_the_sql_sent_is_measured_before_duckdb_reads_it_within_configured_limits(loaded) -> None:
-    """A client may reach a server's /query directly: its texts are held to ``[query_limits]`` (error 150 naming
-    the key), every text DuckDB would read, the WHERE-counting one too."""
-    from cuvee.query.limits import ServerQueryLimits
-
-    registry, _, names = loaded
-    ors = " OR ".join(f"v = {i}" for i in range(4))
-    lowered = QueryExecutor(registry, limits=ServerQueryLimits(max_connectives=2))
-    result, stats = lowered.execute(request(f"SELECT count(*) AS n FROM cuvee_segments WHERE {ors}", names))
-    [error] = stats.exceptions
-    assert result is None and error.error_code == 150
-    assert "3 ANDs and ORs; at most 2 (query_limits.max_connectives)" in error.message
-    _, stats = lowered.execute(request("SELECT count(*) AS n FROM cuvee_segments", names,
-                                       docs_sql=f"SELECT count(*) FROM cuvee_segments WHERE {ors}"))
-    assert [e.error_code for e in stats.exceptions] == [150]
-    result, stats = QueryExecutor(registry).execute(request(f"SELECT count(*) AS n FROM cuvee_segments WHERE {ors}",
-                                                            names))
-    assert stats.exceptions == () and result is not None  # the defaults hold it
