@@ -18,6 +18,7 @@ from cuvee.auth.config import AuthConfig
 from cuvee.node.tls import TlsConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
+from cuvee.query.limits import PARSER_MAX_NESTING, QueryLimits
 
 BROKER_TAG = "DefaultTenant_BROKER"
 
@@ -56,6 +57,7 @@ class BrokerConfig:
     session_retry_max_seconds: float = 10.0  # ... doubling per failed attempt, capped here
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
+    query_limits: QueryLimits = field(default_factory=QueryLimits)  # the SQL text's size and depth: docs/security.md
 
     @property
     def timeout_limit_ms(self) -> int:
@@ -71,6 +73,9 @@ class BrokerConfig:
             raise ValueError("session_retry_max_seconds must be at least session_retry_initial_seconds")
         if self.server_grace_seconds < 0 or self.new_segment_grace_seconds < 0:
             raise ValueError("server_grace_seconds and new_segment_grace_seconds must not be negative")
+        if self.query_limits.max_nesting > PARSER_MAX_NESTING:
+            raise ValueError(f"query_limits.max_nesting must be at most {PARSER_MAX_NESTING} on a broker (its SQL "
+                             "parser recurses per level)")
         if self.max_timeout_ms and self.max_timeout_ms < self.timeout_ms:
             raise ValueError("max_timeout_ms must be at least timeout_ms")
         for name in ("timeout_ms", "max_response_rows", "max_sql_bytes", "max_server_connections", "max_overrun_plans",

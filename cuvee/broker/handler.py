@@ -74,6 +74,7 @@ from cuvee.query.functions import DIALECT
 from cuvee.query.gapfill import GapfillQuery, mentions_gapfill, plan_gapfill
 from cuvee.query.gapfill import finish as finish_gapfill
 from cuvee.query.lookup import SERVER_RELATION
+from cuvee.query.limits import check_text
 from cuvee.query.group_trim import ACCURATE_GROUP_BY_OPTION, GroupOptions, group_options
 from cuvee.query.parse import MultiStageRequired, TableInfo, split_query
 from cuvee.query.plan_cache import PlanCache
@@ -82,6 +83,7 @@ from cuvee.query.rewrite import DOCS_TOTAL_COLUMN, cheap_merge
 log = logging.getLogger(__name__)
 
 _LISTED = 10  # segment names quoted in an error message
+_INLINE_CHECK_BYTES = 16 * 1024  # query texts measured on the event loop (``check_text``); longer ones on a thread
 _INLINE_MERGE_ROWS = 256  # partial rows merged on the event loop; more go to a worker thread
 
 
@@ -407,6 +409,10 @@ class QueryHandler:
             raise QueryError(QueryErrorCode.SQL_PARSING, "queryOptions must be a string like \"k=v;k2=v2\"")
         options = parse_query_options(query_options)
         budget_ms = _timeout_ms({**options, **embedded_options(sql)}, cfg.timeout_ms, cfg.timeout_limit_ms)
+        if size <= _INLINE_CHECK_BYTES:  # microseconds: no thread hop on the hot path
+            check_text(sql, cfg.query_limits)
+        else:  # a long text takes a scan of its every token: off the event loop
+            await self._bounded(budget_ms, check_text, sql, cfg.query_limits)
         if (explained := explained_query(sql)) is not None:
             return await self._explain(number, started, explained, budget_ms, principal)
         if mentions_gapfill(sql) and (gapfill := await self._bounded(budget_ms, plan_gapfill, sql)) is not None:

@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from cuvee.console.sql_proxy import MAX_BODY_BYTES, forward_query, live_brokers
 from cuvee.controller.api_common import error_response
+from cuvee.node.http import read_json
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -67,6 +68,6 @@ class _FramelessStaticFiles(StaticFiles):
 
 async def _json(request: Request) -> Any:
     try:
-        return await request.json()
+        return await read_json(request)
     except ValueError:
         return None

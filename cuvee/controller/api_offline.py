@@ -22,6 +22,7 @@ from cuvee.controller.segment_deletion import delete_segments
 from cuvee.controller.segment_push import parse_push, register_segments, store_uploaded_archive
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
+from cuvee.node.http import read_json
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -92,7 +93,7 @@ def router(ctl: Controller) -> APIRouter:
         if content_type.startswith("multipart/form-data"):
             return await tar_push(request, offline_table(table_name, table_type))
         try:
-            body = await request.json()
+            body = await read_json(request)
         except ValueError:
             raise BadRequest("a metadata push body must be JSON; a tar push is multipart/form-data") from None
         pushed = parse_push(body)

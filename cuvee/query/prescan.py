@@ -8,6 +8,9 @@ milliseconds. So a list of at least ``MIN_SET_ASIDE`` plain literals (numbers, s
 a placeholder identifier, and after parsing the placeholder by a node that prints the list's original text
 (matched to be nothing but literals and commas). Shorter lists take the ordinary path. Strings, quoted identifiers
 and comments are consumed whole, so nothing inside them counts.
+
+Size: the same pass counts the query's tokens, its ANDs and ORs and its longest IN-list, which
+``cuvee.query.limits`` bounds before anything recursive (sqlglot, DuckDB, Arrow's filter binding) sees the text.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ _LITERAL = f"(?:{_NUMBER}|{_STRING})"
 _TOKENS = re.compile(
     rf"(?P<in>\bIN\s*\(\s*(?P<values>{_LITERAL}(?:\s*,\s*{_LITERAL})*)\s*\))"
     r"|'[^']*(?:''[^']*)*'?|\"[^\"]*(?:\"\"[^\"]*)*\"?|`[^`]*`?|--[^\n]*|/\*.*?(?:\*/|\Z)"
-    r"|(?P<open>\()|(?P<close>\))",
+    r"|(?P<open>\()|(?P<close>\))|(?P<connective>\b(?:AND|OR)\b)|\w+|[^\w\s]",
     re.IGNORECASE | re.DOTALL | re.ASCII)  # ASCII: \d and \s match what SQL calls digits and spaces, nothing more
 
 
@@ -49,6 +52,9 @@ def is_number_list(node: exp.Expression) -> bool:
 class Prescan:
     text: str  # the query with long IN-lists replaced by placeholders
     depth: int  # how deep parentheses nest (outside strings and comments)
+    tokens: int = 0  # words, literals, operators and parentheses (a set-aside IN-list counts as one)
+    connectives: int = 0  # ANDs and ORs: a chain of n terms is n - 1 nested pairs once parsed
+    longest_in: int = 0  # the values of the longest IN-list of literals
     lists: dict[str, str] = field(default_factory=dict)  # placeholder -> the list's original text
 
 
@@ -56,17 +62,25 @@ def prescan(text: str) -> Prescan:
     lists: dict[str, str] = {}
     out: list[str] = []
     nonce = ""
-    depth = deepest = last = 0
+    depth = deepest = last = tokens = connectives = longest_in = 0
     for match in _TOKENS.finditer(text):
-        if match.group("open"):
+        tokens += 1
+        kind = match.lastgroup  # the outer group: "in" for a list, not its "values"
+        if kind is None:
+            continue
+        if kind == "connective":
+            connectives += 1
+        elif kind == "open":
             depth += 1
-            deepest = max(deepest, depth)
-        elif match.group("close"):
+            if depth > deepest:
+                deepest = depth
+        elif kind == "close":
             depth -= 1
-        elif match.group("in"):
+        else:
             deepest = max(deepest, depth + 1)
             values = match.group("values")
             count = len(re.findall(_LITERAL, values)) if "'" in values else values.count(",") + 1
+            longest_in = max(longest_in, count)
             if count >= MIN_SET_ASIDE:
                 nonce = nonce or secrets.token_hex(4)
                 name = f"__cuvee_in_{nonce}_{len(lists)}"
@@ -77,7 +91,7 @@ def prescan(text: str) -> Prescan:
     if lists:
         out.append(text[last:])
         text = "".join(out)
-    return Prescan(text, deepest, lists)
+    return Prescan(text, deepest, tokens, connectives, longest_in, lists)
 
 
 def put_back(tree: exp.Expression, lists: Mapping[str, str]) -> int:

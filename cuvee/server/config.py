@@ -23,6 +23,7 @@ from cuvee.deepstore.s3 import S3Settings
 from cuvee.node.tls import TlsConfig
 from cuvee.errors import UserError
 from cuvee.node.config import load_config
+from cuvee.query.limits import ServerQueryLimits
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, INT_MAX
 from cuvee.server.consuming.config import ConsumerConfig
 from cuvee.query.execute import SMALL_INPUT_ROWS
@@ -97,6 +98,8 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)  # docs/security.md
     tls: TlsConfig = field(default_factory=TlsConfig)  # docs/security.md
     s3: S3Settings = field(default_factory=S3Settings)  # s3:// deep stores (docs/configuration.md)
+    # the size and depth of the SQL a broker sends (``cuvee.query.limits``): docs/security.md
+    query_limits: ServerQueryLimits = field(default_factory=ServerQueryLimits)
 
     def __post_init__(self) -> None:
         for name in ("ideal_state_poll_seconds", "download_retry_initial_seconds", "download_retry_max_seconds",

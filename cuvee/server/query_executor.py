@@ -46,7 +46,7 @@ from cuvee.config.string_times import sql_predicate
 from cuvee.evolution.serving import ColumnTypeMismatch, ServedSchema
 from cuvee.pruning import Work, may_match
 from cuvee.protocol.query import GroupLimits, ServerException, ServerQueryRequest, ServerQueryStats, TimeFilter
-from cuvee.query import SERVER_RELATION, QueryErrorCode
+from cuvee.query import SERVER_RELATION, QueryError, QueryErrorCode
 from cuvee.query.execute import (
     duckdb_failure,
     engine_failure,
@@ -58,6 +58,7 @@ from cuvee.query.execute import (
     user_message,
     wanted_groups,
 )
+from cuvee.query.limits import QueryLimits, ServerQueryLimits, check_text
 from cuvee.query.null_defaults import column_based, filled_columns, projection
 from cuvee.query.group_trim import DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE, DEFAULT_NUM_GROUPS_LIMIT, GroupCut, GroupTrim
 from cuvee.query import virtual_columns
@@ -150,12 +151,14 @@ class QueryExecutor:
                  num_groups_limit: int = DEFAULT_NUM_GROUPS_LIMIT,
                  min_server_group_trim_size: int = DEFAULT_MIN_SERVER_GROUP_TRIM_SIZE,
                  natives: NativeCopies | None = None, schemas: ServedSchemas | None = None,
-                 host_name: str = "localhost"):
+                 host_name: str = "localhost", limits: QueryLimits = ServerQueryLimits()):
         """``num_groups_limit`` and ``min_server_group_trim_size``: the defaults of the query options of those
         names (Pinot's server settings); ``natives``: committed segments' DuckDB copies (none: Arrow only);
         ``schemas``: the schema each table is served under (none: segments read as stored); ``host_name``: what
-        the virtual column ``$hostName`` answers (``cuvee.query.virtual_columns``)."""
+        the virtual column ``$hostName`` answers (``cuvee.query.virtual_columns``); ``limits``: how large and deep
+        the SQL a broker sends may be (``cuvee.query.limits``: a client may reach a server directly)."""
         self.registry = registry
+        self._limits = limits
         self._host_name = host_name
         self._schemas = schemas
         self._natives = natives if natives is not None and natives.enabled else None
@@ -289,6 +292,7 @@ class QueryExecutor:
                                               "server; query again"))
                 valid = None
             try:
+                _check_limits(request, self._limits)  # before DuckDB parses anything
                 _check_select(request.sql)
                 if request.docs_scanned_sql is not None:
                     _check_select(request.docs_scanned_sql)
@@ -883,6 +887,17 @@ def _counts_rows_only(request: ServerQueryRequest) -> bool:
     """``SELECT COUNT(*)`` over every row held: no WHERE, no hybrid time filter."""
     return (request.sql == COUNT_ROWS_SERVER_SQL and request.time_filter is None and request.docs_column is None
             and request.docs_scanned_sql is None)
+
+
+def _check_limits(request: ServerQueryRequest, limits: QueryLimits) -> None:
+    """Every text of ``request`` DuckDB would read, measured first (150 naming the limit past one)."""
+    for text in (request.sql, request.docs_scanned_sql, request.top_sql,
+                 request.groups.order_sql if request.groups is not None else None):
+        if text is not None:
+            try:
+                check_text(text, limits)
+            except QueryError as exc:
+                raise _Failed(exc.code, exc.message) from None
 
 
 _REMEMBERED_SQL_BYTES = 16 * 1024  # longer texts are checked every time, never kept

@@ -73,7 +73,7 @@ def _default_routers(registry: SegmentRegistry, upserts: UpsertTables, config: S
         return []
     executor = QueryExecutor(registry, upserts=upserts, num_groups_limit=config.num_groups_limit,
                              min_server_group_trim_size=config.min_server_group_trim_size, natives=natives,
-                             schemas=schemas, host_name=_host_name(config.host))
+                             schemas=schemas, host_name=_host_name(config.host), limits=config.query_limits)
     return [query_router(registry, executor=executor, upserts=upserts)]
 
 

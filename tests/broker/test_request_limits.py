@@ -109,3 +109,37 @@ def test_a_large_in_list_answers_in_seconds(handler: QueryHandler) -> None:
     answer = _ask(handler, f"SELECT COUNT(*) FROM events WHERE id IN ({values}) AND ts IN ({values})",
                   "timeoutMs=20000")
     assert answer["exceptions"] == [] and answer["resultTable"]["rows"] == [[0]]
+
+
+def test_a_20000_term_or_is_refused_by_name_before_it_is_parsed(handler: QueryHandler,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: parsed, this text took sqlglot ~10 s, and DuckDB's push of it into an Arrow scan overflowed a C
+    stack (a segmentation fault of the broker and the server); now nothing recursive sees it."""
+    def never(*_: Any) -> Any:
+        raise AssertionError("planned a text past the limits")
+
+    monkeypatch.setattr(handler_module, "plan_sql", never)
+    chain = "SELECT COUNT(*) FROM events WHERE " + " OR ".join(f"id = {i}" for i in range(20_000))
+    code, message = _error(_ask(handler, chain, "timeoutMs=60000"))
+    assert code == 150 and "19999 ANDs and ORs; at most 1000 (query_limits.max_connectives)" in message
+    calls = "SELECT " + "abs(" * 10_000 + "id" + ")" * 10_000 + " FROM events"
+    code, message = _error(_ask(handler, calls))
+    assert code == 150 and "10000 deep; at most 32 (query_limits.max_nesting)" in message
+
+
+def test_query_limits_are_configuration() -> None:
+    from cuvee.node.config import ConfigValidationError, config_from_dict
+    from cuvee.query.limits import QueryLimits
+
+    lowered = QueryHandler(BrokerConfig(metadata="sqlite:///unused", query_limits=QueryLimits(
+        max_connectives=2, max_tokens=40)), FakeView())  # type: ignore[arg-type]
+    assert _ask(lowered, "SELECT COUNT(*) FROM events WHERE ts = 1 OR ts = 2 OR ts = 3")["exceptions"] == []
+    code, message = _error(_ask(lowered, "SELECT COUNT(*) FROM events WHERE ts = 1 OR ts = 2 OR ts = 3 OR ts = 4"))
+    assert code == 150 and "3 ANDs and ORs; at most 2 (query_limits.max_connectives)" in message
+    code, message = _error(_ask(lowered, "SELECT " + ", ".join(["ts"] * 30) + " FROM events"))
+    assert code == 150 and "(query_limits.max_tokens)" in message
+    parsed = config_from_dict(BrokerConfig, {"query_limits": {"max_in_values": 10}})
+    assert parsed.query_limits == QueryLimits(max_in_values=10)
+    for bad in ({"max_nesting": 33}, {"max_tokens": 0}, {"max_depth": 5}):  # sqlglot's own bound; unknown keys
+        with pytest.raises(ConfigValidationError):
+            config_from_dict(BrokerConfig, {"query_limits": bad})
