@@ -278,8 +278,11 @@ class NativeCopies:
             return copy is not None and not copy.dropping
 
     @contextmanager
-    def reading(self, table: str, tokens: Sequence[int]) -> Iterator[NativeRead | None]:
-        """The copies of ``tokens`` that are ready, held until the block ends (None when there are none)."""
+    def reading(self, table: str, tokens: Sequence[int],
+                expired: Callable[[], bool] = lambda: False) -> Iterator[NativeRead | None]:
+        """The copies of ``tokens`` that are ready, held until the block ends (None when there are none).
+        ``expired``: whether the query's deadline passed, asked before a tail append the query makes itself (its
+        rows' conversion is Python, which DuckDB's interrupt does not stop)."""
         held: list[_Copy] = []
         tails: list[_Tail] = []
         version: _Version | None = None
@@ -305,7 +308,7 @@ class NativeCopies:
             if cursor is not None and version is not None and copies is not None:
                 on = (copies, cursor)
                 yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(on[0]),
-                                 lambda block, count: self._tail(on[0], on[1], tails, block, count))
+                                 lambda block, count: self._tail(on[0], on[1], tails, block, count, expired))
             else:
                 yield None
         finally:
@@ -411,13 +414,14 @@ class NativeCopies:
     # ---- consuming segments' tails: appended by the queries that read them ------------------------------------
 
     def _tail(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, held: list[_Tail], block: Any,
-              count: int) -> tuple[str, int] | None:
+              count: int, expired: Callable[[], bool] = lambda: False) -> tuple[str, int] | None:
         """(the relation holding ``block``'s rows (an ``OpenBlock``: ``start``, ``end``, ``rows(start, end)``) in
         ``copies``' database, the row up to which the query reads them there), held by the read (``held``) until
         it ends. Up to ``count`` (the block's end at most), the table made or appended now if need be — unless the
         worker is appending those rows already (``follow``): then up to the rows appended so far, the query reading
         the rest as Arrow rather than waiting. None when the block's rows are read as Arrow: its table failed, or
-        would not fit the budget, or the table's copies are not read alike."""
+        would not fit the budget, or the table's copies are not read alike. Raises ``duckdb.InterruptException``
+        (the query's timeout) when ``expired`` says its deadline passed while the rows were converted."""
         token = self.token(block)
         end = min(count, block.end)
         with self._lock:
@@ -439,7 +443,7 @@ class NativeCopies:
         if tail.made and tail.following >= end or not tail.lock.acquire(blocking=False):
             return (relation, appended) if tail.made else None  # the worker (or a query) is appending them now
         try:
-            if tail.appended < end and not self._append(copies, cursor, tail, block, end):
+            if tail.appended < end and not self._append(copies, cursor, tail, block, end, expired=expired):
                 return None
         finally:
             tail.lock.release()
@@ -485,10 +489,15 @@ class NativeCopies:
         if unread:  # it failed: nothing else would drop it
             self._drop_tail(tail)
 
-    def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int) -> bool:
+    def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int,
+                expired: Callable[[], bool] = lambda: False) -> bool:
         """Under ``tail.lock``: append ``block``'s rows from ``tail.appended`` to ``end`` (the first time: make the
-        table). A failure (or no room in the budget) has the tail dropped: its block's rows are read as Arrow."""
+        table). A failure (or no room in the budget) has the tail dropped: its block's rows are read as Arrow. A
+        query whose deadline passed (``expired``) while its rows were converted appends nothing: it times out (an
+        interrupt DuckDB got while idle is lost), the tail kept for the next query."""
         rows = block.rows(tail.appended, end)
+        if expired():
+            raise duckdb.InterruptException("the query's deadline passed before its rows were appended")
         size = tail_bytes(rows, tail.appended - block.start)
         with self._lock:
             fits = not tail.dropping and self.bytes + size <= self.max_bytes

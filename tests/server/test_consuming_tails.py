@@ -15,15 +15,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cuvee.protocol.query import ServerQueryRequest
+from cuvee.query import plan_sql
+from cuvee.query.errors import QueryErrorCode
 from cuvee.segment.builder import build_segment
 from cuvee.server import query_executor
+from cuvee.server.consuming.blocks import OpenBlock
 from cuvee.server.consuming.build import logical_table
 from cuvee.server.consuming.segment import ConsumingSegment
 from cuvee.server.native_copies import TAILS, NativeCopies, tail_bytes
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
-from tests.server.test_consuming_blocks import (BLOCK, QUERIES, append, consuming, natives,  # noqa: F401 - fixtures
+from tests.server.test_consuming_blocks import (BLOCK, INFO, QUERIES, append, consuming, natives,  # noqa: F401 - fixtures
                                                 reference, rows, run, tail_tables, write_in_batches)
 from tests.server.test_consuming_support import TABLE, schema
 
@@ -292,8 +296,8 @@ def test_rows_published_after_a_query_made_the_tail_are_appended_by_the_copies_n
     assert list(tail_rows(natives).values()) == [5]
     appends: list[int] = []
     real_append = NativeCopies._append
-    monkeypatch.setattr(NativeCopies, "_append", lambda self, *args: appends.append(args[-1]) or
-                        real_append(self, *args))
+    monkeypatch.setattr(NativeCopies, "_append", lambda self, *args, **kwargs: appends.append(args[-1]) or
+                        real_append(self, *args, **kwargs))
     arrow_rows: list[int] = []
     real_register = query_executor.register
     monkeypatch.setattr(query_executor, "register", lambda con, name, table: (
@@ -340,3 +344,35 @@ def test_a_failing_follower_never_stops_the_consume_thread(consuming: ConsumingS
     scan.follow(failing)
     scan.published(3)
     assert told == [3]
+
+
+def test_a_query_past_its_deadline_while_its_tail_rows_convert_times_out_and_appends_nothing(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query that appends its tail's rows itself passes its deadline while they are converted (Python: DuckDB's
+    interrupt, sent to a cursor not running anything, is lost): it answers the timeout (250) instead of inserting
+    them and answering late; the tail is kept, and the next query appends them and answers them all."""
+    now = [0.0]
+    registry, committed = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives, clock=lambda: now[0])
+    every = rows(0, 2 * BLOCK + 5)
+    append(consuming, every.slice(0, 2 * BLOCK + 2))
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 2)  # its tail made, 2 rows
+    append(consuming, every.slice(2 * BLOCK + 2, 3))
+    real_rows = OpenBlock.rows
+
+    def slow(block: OpenBlock, start: int, end: int) -> pa.Table:
+        now[0] += 1.0  # the conversion outlives the query's 200 ms
+        return real_rows(block, start, end)
+
+    monkeypatch.setattr(OpenBlock, "rows", slow)
+    plan = plan_sql(SQL, lambda name: INFO)
+    request = ServerQueryRequest("1", TABLE, plan.server_sql, (consuming.name,), 200, plan.docs_scanned_sql,
+                                 plan.docs_column)
+    result, stats = executor.execute(request)
+    assert result is None and [error.error_code for error in stats.exceptions] == [QueryErrorCode.SERVER_TIMEOUT]
+    assert list(tail_rows(natives).values()) == [2]  # nothing appended past the deadline
+    [tail] = natives._tails.values()
+    assert not tail.dropping and tail.readers == 0
+    monkeypatch.setattr(OpenBlock, "rows", real_rows)
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 5)
+    assert list(tail_rows(natives).values()) == [5]
