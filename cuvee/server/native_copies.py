@@ -278,13 +278,15 @@ class NativeCopies:
             return copy is not None and not copy.dropping
 
     @contextmanager
-    def reading(self, table: str, tokens: Sequence[int],
-                expired: Callable[[], bool] = lambda: False) -> Iterator[NativeRead | None]:
-        """The copies of ``tokens`` that are ready, held until the block ends (None when there are none).
+    def reading(self, table: str, tokens: Sequence[int], expired: Callable[[], bool] = lambda: False,
+                tails: bool = False) -> Iterator[NativeRead | None]:
+        """The copies of ``tokens`` that are ready, held until the block ends (None when there are none — unless
+        ``tails``: the query reads a consuming segment, whose open block's tail table the table's database holds
+        if it exists, even when no copy of the query's is ready).
         ``expired``: whether the query's deadline passed, asked before a tail append the query makes itself (its
         rows' conversion is Python, which DuckDB's interrupt does not stop)."""
         held: list[_Copy] = []
-        tails: list[_Tail] = []
+        read_tails: list[_Tail] = []
         version: _Version | None = None
         cursor = None
         with self._lock:
@@ -299,7 +301,7 @@ class NativeCopies:
                     copy.last_read = now
                     self._copies.move_to_end(token)
                     held.append(copy)
-                if held:
+                if held or tails:
                     version = copies.version
                     version.readers += 1
                     copies.readers += 1
@@ -308,7 +310,7 @@ class NativeCopies:
             if cursor is not None and version is not None and copies is not None:
                 on = (copies, cursor)
                 yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(on[0]),
-                                 lambda block, count: self._tail(on[0], on[1], tails, block, count, expired))
+                                 lambda block, count: self._tail(on[0], on[1], read_tails, block, count, expired))
             else:
                 yield None
         finally:
@@ -318,9 +320,9 @@ class NativeCopies:
                 for copy in held:
                     copy.readers -= 1
                 gone = [copy for copy in held if copy.dropping and copy.readers == 0]
-                for tail in tails:
+                for tail in read_tails:
                     tail.readers -= 1
-                unread_tails = [tail for tail in tails if tail.dropping and tail.readers == 0]
+                unread_tails = [tail for tail in read_tails if tail.dropping and tail.readers == 0]
                 retired = empty = unread = False
                 if version is not None and copies is not None:
                     version.readers -= 1

@@ -506,7 +506,8 @@ class QueryExecutor:
                         block.copied()
                     natives.want(token, request.table, block)
                     tokens.append(token)
-        return natives.reading(request.table, tokens, expired) if tokens else nullcontext(None)
+        tails = any(isinstance(segment, ConsumingView) for segment in segments)  # its open block's tail table
+        return natives.reading(request.table, tokens, expired, tails) if tokens or tails else nullcontext(None)
 
     def _run_on(self, con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, deadline: float,
                 total_docs: int, dims: Mapping[str, pa.Table] | None,

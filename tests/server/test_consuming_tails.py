@@ -376,3 +376,24 @@ def test_a_query_past_its_deadline_while_its_tail_rows_convert_times_out_and_app
     monkeypatch.setattr(OpenBlock, "rows", real_rows)
     assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 5)
     assert list(tail_rows(natives).values()) == [5]
+
+
+def test_a_query_over_only_a_consuming_segment_with_no_block_copied_reads_its_tail_table(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's database exists (a committed segment's copy) but no block of the consuming segment sealed: a
+    query reading the consuming segment alone holds no copy, and still reads (and appends) its tail table in
+    DuckDB rather than its rows as Arrow."""
+    registry, committed = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, BLOCK - 1)
+    append(consuming, every.slice(0, 3))
+    run(executor, SQL, [consuming.name, committed.name])  # the committed segment's copy, and the tail (3 rows)
+    assert natives.ready(natives.token(committed)) and list(tail_rows(natives).values()) == [3]
+    append(consuming, every.slice(3))
+    arrow_rows: list[int] = []
+    real_register = query_executor.register
+    monkeypatch.setattr(query_executor, "register", lambda con, name, table: (
+        arrow_rows.append(table.num_rows), real_register(con, name, table)))
+    for sql, ref in QUERIES[1:]:
+        assert run(executor, sql, [consuming.name]) == reference(ref or sql, every), sql
+    assert arrow_rows == [] and list(tail_rows(natives).values()) == [BLOCK - 1]
