@@ -16,8 +16,9 @@ segment's copied blocks here, and its open block's rows (``OpenBlock``) from a *
   loop publishes (``follow``: one insert per batch however many queries), one append at a time. A query reads
   ``WHERE DOC_COLUMN < <its row count>`` (or below the rows appended so far, the rest as Arrow, when the worker is
   appending them right then: it does not wait), so it sees exactly the rows published when it started even after
-  later rows were appended. Its rows count against ``native_copy_bytes``
-  like a copy's (decoded Arrow bytes; a tail that would not fit is not made: its rows are read as Arrow); it is
+  later rows were appended. Its rows count against ``native_copy_bytes`` at what they take in memory
+  (``tail_bytes``: uncompressed, and a block per column however few its rows — far more than a copy's decoded
+  bytes; a tail that would not fit is not made or not appended to: its rows are read as Arrow); it is
   dropped once no query reads it, when its block's copy is ready or its segment leaves (the ``OpenBlock``
   collected), and with its database. Only while the table has a database (a copy exists): a segment's first
   rows, before any copy, are scanned as Arrow.
@@ -100,6 +101,28 @@ def copy_bytes(rows: pa.Table) -> int:
     return rows.nbytes
 
 
+_ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group: each begins a block of its own per column
+_TAIL_BLOCK_BYTES = 320 << 10  # what a tail column holds per row group at most beyond its values (measured ≤ 290 KiB)
+
+
+def tail_bytes(rows: pa.Table, held: int) -> int:
+    """What appending ``rows`` to a tail table holding ``held`` rows is counted as against ``native_copy_bytes``:
+    what DuckDB's in-memory database really takes, not the decoded bytes a copy is counted at. In memory nothing
+    is compressed and each column (each nested child too, and ``DOC_COLUMN``) of each row group takes a 256 KiB
+    block once a second append lands in it, whatever its rows (measured: 6 rows of 20 columns took 7.7 MiB, 900
+    times their decoded bytes), and its values up to twice their decoded bytes (strings, lists). So: twice the
+    decoded bytes, and a block per column for each row group the append begins."""
+    groups = -(-(held + rows.num_rows) // _ROW_GROUP_ROWS) - -(-held // _ROW_GROUP_ROWS)
+    columns = 1 + sum(_vectors(field.type) for field in rows.schema)
+    return 2 * rows.nbytes + groups * columns * _TAIL_BLOCK_BYTES
+
+
+def _vectors(kind: pa.DataType) -> int:
+    """The vectors DuckDB stores a column of ``kind`` in: one, and its children's (a list's values, a struct's
+    fields)."""
+    return 1 + sum(_vectors(kind.field(index).type) for index in range(kind.num_fields))
+
+
 @dataclass
 class _Copy:
     table: str
@@ -128,7 +151,7 @@ class _Tail:
     appended: int  # its rows are the block's from its start up to this one
     made: bool = False
     following: int = 0  # rows published up to here, to append in the background (``follow``); 0: none queued
-    bytes: int = 0  # counted against the budget (decoded Arrow bytes, as a copy's)
+    bytes: int = 0  # counted against the budget (``tail_bytes``: what DuckDB's memory holds, not decoded bytes)
     readers: int = 0
     dropping: bool = False  # its block's copy is ready, its segment gone, or it failed: dropped once unread
     lock: threading.Lock = field(default_factory=threading.Lock)  # one append at a time
@@ -255,10 +278,15 @@ class NativeCopies:
             return copy is not None and not copy.dropping
 
     @contextmanager
-    def reading(self, table: str, tokens: Sequence[int]) -> Iterator[NativeRead | None]:
-        """The copies of ``tokens`` that are ready, held until the block ends (None when there are none)."""
+    def reading(self, table: str, tokens: Sequence[int], expired: Callable[[], bool] = lambda: False,
+                tails: bool = False) -> Iterator[NativeRead | None]:
+        """The copies of ``tokens`` that are ready, held until the block ends (None when there are none — unless
+        ``tails``: the query reads a consuming segment, whose open block's tail table the table's database holds
+        if it exists, even when no copy of the query's is ready).
+        ``expired``: whether the query's deadline passed, asked before a tail append the query makes itself (its
+        rows' conversion is Python, which DuckDB's interrupt does not stop)."""
         held: list[_Copy] = []
-        tails: list[_Tail] = []
+        read_tails: list[_Tail] = []
         version: _Version | None = None
         cursor = None
         with self._lock:
@@ -273,7 +301,7 @@ class NativeCopies:
                     copy.last_read = now
                     self._copies.move_to_end(token)
                     held.append(copy)
-                if held:
+                if held or tails:
                     version = copies.version
                     version.readers += 1
                     copies.readers += 1
@@ -282,7 +310,7 @@ class NativeCopies:
             if cursor is not None and version is not None and copies is not None:
                 on = (copies, cursor)
                 yield NativeRead(cursor, version.name, {c.token for c in held}, lambda: self.lose(on[0]),
-                                 lambda block, count: self._tail(on[0], on[1], tails, block, count))
+                                 lambda block, count: self._tail(on[0], on[1], read_tails, block, count, expired))
             else:
                 yield None
         finally:
@@ -292,9 +320,9 @@ class NativeCopies:
                 for copy in held:
                     copy.readers -= 1
                 gone = [copy for copy in held if copy.dropping and copy.readers == 0]
-                for tail in tails:
+                for tail in read_tails:
                     tail.readers -= 1
-                unread_tails = [tail for tail in tails if tail.dropping and tail.readers == 0]
+                unread_tails = [tail for tail in read_tails if tail.dropping and tail.readers == 0]
                 retired = empty = unread = False
                 if version is not None and copies is not None:
                     version.readers -= 1
@@ -388,13 +416,14 @@ class NativeCopies:
     # ---- consuming segments' tails: appended by the queries that read them ------------------------------------
 
     def _tail(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, held: list[_Tail], block: Any,
-              count: int) -> tuple[str, int] | None:
+              count: int, expired: Callable[[], bool] = lambda: False) -> tuple[str, int] | None:
         """(the relation holding ``block``'s rows (an ``OpenBlock``: ``start``, ``end``, ``rows(start, end)``) in
         ``copies``' database, the row up to which the query reads them there), held by the read (``held``) until
         it ends. Up to ``count`` (the block's end at most), the table made or appended now if need be — unless the
         worker is appending those rows already (``follow``): then up to the rows appended so far, the query reading
         the rest as Arrow rather than waiting. None when the block's rows are read as Arrow: its table failed, or
-        would not fit the budget, or the table's copies are not read alike."""
+        would not fit the budget, or the table's copies are not read alike. Raises ``duckdb.InterruptException``
+        (the query's timeout) when ``expired`` says its deadline passed while the rows were converted."""
         token = self.token(block)
         end = min(count, block.end)
         with self._lock:
@@ -416,7 +445,7 @@ class NativeCopies:
         if tail.made and tail.following >= end or not tail.lock.acquire(blocking=False):
             return (relation, appended) if tail.made else None  # the worker (or a query) is appending them now
         try:
-            if tail.appended < end and not self._append(copies, cursor, tail, block, end):
+            if tail.appended < end and not self._append(copies, cursor, tail, block, end, expired=expired):
                 return None
         finally:
             tail.lock.release()
@@ -462,11 +491,16 @@ class NativeCopies:
         if unread:  # it failed: nothing else would drop it
             self._drop_tail(tail)
 
-    def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int) -> bool:
+    def _append(self, copies: _Table, cursor: duckdb.DuckDBPyConnection, tail: _Tail, block: Any, end: int,
+                expired: Callable[[], bool] = lambda: False) -> bool:
         """Under ``tail.lock``: append ``block``'s rows from ``tail.appended`` to ``end`` (the first time: make the
-        table). A failure (or no room in the budget) has the tail dropped: its block's rows are read as Arrow."""
+        table). A failure (or no room in the budget) has the tail dropped: its block's rows are read as Arrow. A
+        query whose deadline passed (``expired``) while its rows were converted appends nothing: it times out (an
+        interrupt DuckDB got while idle is lost), the tail kept for the next query."""
         rows = block.rows(tail.appended, end)
-        size = copy_bytes(rows)
+        if expired():
+            raise duckdb.InterruptException("the query's deadline passed before its rows were appended")
+        size = tail_bytes(rows, tail.appended - block.start)
         with self._lock:
             fits = not tail.dropping and self.bytes + size <= self.max_bytes
             if fits:

@@ -436,7 +436,8 @@ class QueryExecutor:
         # (a segment stopped in between answers no block: its rows read would lose their copied part)
         sealed = [segment.sealed_blocks(table.num_rows) if isinstance(segment, ConsumingView)
                   and self._natives is not None else [] for segment, table in zip(segments, projected)]
-        with self._native_read(request, projected, segments, sealed, upsert) as native:
+        with self._native_read(request, projected, segments, sealed, upsert,
+                               lambda: self._clock() >= deadline) as native:
             if native is None:
                 try:
                     union = _union(_alike(projected, segments, request))
@@ -480,11 +481,12 @@ class QueryExecutor:
 
     def _native_read(self, request: ServerQueryRequest, projected: list[pa.Table],
                      segments: Sequence[QueryableSegment], sealed: Sequence[Sequence[SealedBlock]],
-                     upsert: bool) -> AbstractContextManager[NativeRead | None]:
+                     upsert: bool, expired: Callable[[], bool]) -> AbstractContextManager[NativeRead | None]:
         """The DuckDB copies of the committed segments and of the consuming segments' ``sealed`` blocks (per
         segment) a large scan reads (asking for those not made yet), or nothing: an upsert table's valid docs (a
         view of a segment all of whose docs are valid carries no mask, so only the table's kind tells), small
-        inputs and segments of different columns (a column added since some were built) take the Arrow views."""
+        inputs and segments of different columns (a column added since some were built) take the Arrow views.
+        ``expired``: whether the query's deadline passed (asked before a tail append the query makes itself)."""
         natives = self._natives
         if natives is None or upsert or not projected or sum(t.num_rows for t in projected) < natives.min_rows:
             return nullcontext(None)
@@ -508,7 +510,8 @@ class QueryExecutor:
                         block.copied()
                     natives.want(token, request.table, block)
                     tokens.append(token)
-        return natives.reading(request.table, tokens) if tokens else nullcontext(None)
+        tails = any(isinstance(segment, ConsumingView) for segment in segments)  # its open block's tail table
+        return natives.reading(request.table, tokens, expired, tails) if tokens or tails else nullcontext(None)
 
     def _run_on(self, con: duckdb.DuckDBPyConnection, request: ServerQueryRequest, deadline: float,
                 total_docs: int, dims: Mapping[str, pa.Table] | None,
@@ -523,6 +526,8 @@ class QueryExecutor:
         timer = interrupt_at(at, con)
         try:
             prefix = bind()
+            if self._clock() >= deadline:  # binding ran past it (a tail's rows converted): the interrupt, sent to
+                raise duckdb.InterruptException("bound past the deadline")  # an idle cursor, was lost
             set_deadline(con, request.sql, at)  # the Python functions it calls (windowed funnels) look at it
             for relation, rows in (dims or {}).items():  # LOOKUP's dimension tables (names checked on the wire)
                 register(con, relation, rows)

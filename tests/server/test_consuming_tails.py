@@ -12,17 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from cuvee.protocol.query import ServerQueryRequest
+from cuvee.query import plan_sql
+from cuvee.query.errors import QueryErrorCode
 from cuvee.segment.builder import build_segment
 from cuvee.server import query_executor
+from cuvee.server.consuming.blocks import OpenBlock
 from cuvee.server.consuming.build import logical_table
 from cuvee.server.consuming.segment import ConsumingSegment
-from cuvee.server.native_copies import TAILS, NativeCopies
+from cuvee.server.native_copies import TAILS, NativeCopies, tail_bytes
 from cuvee.server.query_executor import QueryExecutor
 from cuvee.server.queryable import CommittedSegment, ConsumingView
 from cuvee.server.registry import SegmentRegistry
-from tests.server.test_consuming_blocks import (BLOCK, QUERIES, append, consuming, natives,  # noqa: F401 - fixtures
+from tests.server.test_consuming_blocks import (BLOCK, INFO, QUERIES, append, consuming, natives,  # noqa: F401 - fixtures
                                                 reference, rows, run, tail_tables, write_in_batches)
 from tests.server.test_consuming_support import TABLE, schema
 
@@ -118,7 +123,7 @@ def test_a_block_sealing_while_a_query_runs_keeps_its_tail_until_it_ends(
 
 def test_tail_tables_count_against_the_budget_and_go_with_the_segment(
         consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path) -> None:
-    """A tail table's rows count as a copy's do (decoded Arrow bytes) in the bytes the copies' budget bounds; when
+    """A tail table's rows count at what DuckDB's memory holds for them (``tail_bytes``) in the bytes the copies' budget bounds; when
     the segment leaves (committed or released), its tail table is dropped and its bytes given back, while the
     table's database stays for the committed segment's copy."""
     registry, _ = with_committed(consuming, tmp_path)
@@ -133,7 +138,7 @@ def test_tail_tables_count_against_the_budget_and_go_with_the_segment(
 
     assert consuming._mutable is not None
     open_rows = logical_table(consuming._mutable.snapshot(2 * BLOCK + 6, first_doc=2 * BLOCK), schema())
-    assert natives.bytes - live_and_dead() == open_rows.nbytes > 0
+    assert natives.bytes - live_and_dead() == tail_bytes(open_rows, 0) > 2 * open_rows.nbytes > 0
     assert len(tail_tables(natives)) == 1
     registry.remove(TABLE, consuming.name)
     consuming.stop()
@@ -161,6 +166,56 @@ def test_no_tail_table_past_the_budget_the_rows_are_read_as_arrow(
         assert copies.bytes == copies.max_bytes
     finally:
         copies.close()
+
+
+class _Block:
+    """An ``OpenBlock``'s shape (``start``, ``end``, ``rows``) over given rows, for many small tails at once."""
+
+    def __init__(self, rows: pa.Table) -> None:
+        self.start, self.end, self._rows = 0, BLOCK, rows
+
+    def rows(self, start: int, end: int) -> pa.Table:
+        return self._rows.slice(start, end - start)
+
+
+def tails_memory(natives: NativeCopies) -> int:
+    """The bytes DuckDB's in-memory tails database of ``TABLE`` holds (``pragma_database_size``, e.g. '7.7 MiB')."""
+    [(text,)] = natives._tables[TABLE].con.sql(
+        f"SELECT memory_usage FROM pragma_database_size() WHERE database_name = '{TAILS}'").fetchall()
+    number, unit = text.split()
+    return int(float(number) * {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit])
+
+
+def test_many_small_tails_stay_within_the_budget_in_duckdbs_memory(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path) -> None:
+    """Tails are in memory, uncompressed, each column a block however few its rows: many small tails under a
+    small budget are counted at what DuckDB holds for them, so past the budget the next are refused (read as
+    Arrow) instead of DuckDB's memory growing ~100 times past what was counted."""
+    registry, committed = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives)
+    run(executor, SQL, [committed.name])  # its copy: the table's database, and the rows as DuckDB reads them
+    token = natives.token(committed)
+    assert natives.ready(token)
+    copies = natives._tables[TABLE]
+    version = copies.version
+    assert version is not None
+    logical = copies.con.sql(f'SELECT * FROM "{version.name}" LIMIT {BLOCK}').to_arrow_table()
+    logical = logical.select(copies.schema.names)  # type: ignore[union-attr]
+    budget = 4 << 20
+    natives.max_bytes = natives.bytes + budget
+    blocks = [_Block(logical) for _ in range(60)]
+    made = []
+    with natives.reading(TABLE, [token]) as read:
+        assert read is not None
+        for block in blocks:
+            kept = read.tail(block, 2)
+            kept = read.tail(block, 5) if kept is not None else None  # a second append, as each batch's
+            made.append(kept is not None)
+            if kept is not None:
+                assert read.cursor.sql(f"SELECT COUNT(*) FROM {kept[0]}").fetchone() == (5,)
+        assert tails_memory(natives) <= budget
+    assert 0 < sum(made) < len(blocks) and made == sorted(made, reverse=True)  # the first fit, the rest refused
+    assert natives.bytes <= natives.max_bytes
 
 
 def test_concurrent_queries_and_ingestion_each_answer_a_whole_prefix(
@@ -241,8 +296,8 @@ def test_rows_published_after_a_query_made_the_tail_are_appended_by_the_copies_n
     assert list(tail_rows(natives).values()) == [5]
     appends: list[int] = []
     real_append = NativeCopies._append
-    monkeypatch.setattr(NativeCopies, "_append", lambda self, *args: appends.append(args[-1]) or
-                        real_append(self, *args))
+    monkeypatch.setattr(NativeCopies, "_append", lambda self, *args, **kwargs: appends.append(args[-1]) or
+                        real_append(self, *args, **kwargs))
     arrow_rows: list[int] = []
     real_register = query_executor.register
     monkeypatch.setattr(query_executor, "register", lambda con, name, table: (
@@ -289,3 +344,56 @@ def test_a_failing_follower_never_stops_the_consume_thread(consuming: ConsumingS
     scan.follow(failing)
     scan.published(3)
     assert told == [3]
+
+
+def test_a_query_past_its_deadline_while_its_tail_rows_convert_times_out_and_appends_nothing(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query that appends its tail's rows itself passes its deadline while they are converted (Python: DuckDB's
+    interrupt, sent to a cursor not running anything, is lost): it answers the timeout (250) instead of inserting
+    them and answering late; the tail is kept, and the next query appends them and answers them all."""
+    now = [0.0]
+    registry, committed = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives, clock=lambda: now[0])
+    every = rows(0, 2 * BLOCK + 5)
+    append(consuming, every.slice(0, 2 * BLOCK + 2))
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 2)  # its tail made, 2 rows
+    append(consuming, every.slice(2 * BLOCK + 2, 3))
+    real_rows = OpenBlock.rows
+
+    def slow(block: OpenBlock, start: int, end: int) -> pa.Table:
+        now[0] += 1.0  # the conversion outlives the query's 200 ms
+        return real_rows(block, start, end)
+
+    monkeypatch.setattr(OpenBlock, "rows", slow)
+    plan = plan_sql(SQL, lambda name: INFO)
+    request = ServerQueryRequest("1", TABLE, plan.server_sql, (consuming.name,), 200, plan.docs_scanned_sql,
+                                 plan.docs_column)
+    result, stats = executor.execute(request)
+    assert result is None and [error.error_code for error in stats.exceptions] == [QueryErrorCode.SERVER_TIMEOUT]
+    assert list(tail_rows(natives).values()) == [2]  # nothing appended past the deadline
+    [tail] = natives._tails.values()
+    assert not tail.dropping and tail.readers == 0
+    monkeypatch.setattr(OpenBlock, "rows", real_rows)
+    assert run(executor, SQL, [consuming.name]) == prefix(2 * BLOCK + 5)
+    assert list(tail_rows(natives).values()) == [5]
+
+
+def test_a_query_over_only_a_consuming_segment_with_no_block_copied_reads_its_tail_table(
+        consuming: ConsumingSegment, natives: NativeCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's database exists (a committed segment's copy) but no block of the consuming segment sealed: a
+    query reading the consuming segment alone holds no copy, and still reads (and appends) its tail table in
+    DuckDB rather than its rows as Arrow."""
+    registry, committed = with_committed(consuming, tmp_path)
+    executor = QueryExecutor(registry, natives=natives)
+    every = rows(0, BLOCK - 1)
+    append(consuming, every.slice(0, 3))
+    run(executor, SQL, [consuming.name, committed.name])  # the committed segment's copy, and the tail (3 rows)
+    assert natives.ready(natives.token(committed)) and list(tail_rows(natives).values()) == [3]
+    append(consuming, every.slice(3))
+    arrow_rows: list[int] = []
+    real_register = query_executor.register
+    monkeypatch.setattr(query_executor, "register", lambda con, name, table: (
+        arrow_rows.append(table.num_rows), real_register(con, name, table)))
+    for sql, ref in QUERIES[1:]:
+        assert run(executor, sql, [consuming.name]) == reference(ref or sql, every), sql
+    assert arrow_rows == [] and list(tail_rows(natives).values()) == [BLOCK - 1]

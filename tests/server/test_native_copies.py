@@ -111,8 +111,8 @@ def test_virtual_columns_answer_beside_copies(segments: list[CommittedSegment],
     reading = natives.reading
 
     @contextmanager
-    def counted(table: str, tokens: Sequence[int]) -> Iterator[NativeRead | None]:
-        with reading(table, tokens) as held:
+    def counted(table: str, tokens: Sequence[int], *args: Any) -> Iterator[NativeRead | None]:
+        with reading(table, tokens, *args) as held:
             read.append(set() if held is None else set(held.tokens))
             yield held
 
