@@ -28,6 +28,9 @@ from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format, 
 from cuvee.config.schema import DataType, Schema
 
 MAX_PATTERN_CHARS = 64  # a date pattern from the wire; ClickBench's is 19
+# The instants a pattern's four-digit year can write (0001-01-01 .. 9999-12-31 23:59:59.999 UTC): a boundary outside
+# cannot be rendered (DuckDB refuses) or renders with a fifth digit that no longer sorts as time.
+MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
 # the fields, most significant first, of patterns whose strings sort as their instants (each at its fixed width)
 _SORTED_FIELDS = ("yyyy", "MM", "dd", "HH", "mm", "ss", "SSS")
 _PRINTABLE = re.compile(r"[ -~]+")  # printable ASCII only
@@ -93,6 +96,17 @@ def sorts_as_time(pattern: str) -> bool:
     unquoted = re.sub(r"'[^']*'", "", pattern)
     fields = tuple(m.group(0) for m in re.finditer(r"([A-Za-z])\1*", unquoted))
     return 0 < len(fields) and fields == _SORTED_FIELDS[:len(fields)]
+
+
+def in_range(millis: int) -> bool:
+    """True when ``millis`` is an instant a date string can hold (years 0001 to 9999)."""
+    return MIN_MILLIS <= millis <= MAX_MILLIS
+
+
+def clamp_millis(millis: int) -> int:
+    """``millis`` moved into the years 0001 to 9999: a boundary beyond them splits the stored strings (all inside)
+    as the range's end does."""
+    return min(max(millis, MIN_MILLIS), MAX_MILLIS)
 
 
 def to_millis(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> pa.Array:

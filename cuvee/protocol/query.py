@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from cuvee.config.string_times import StringTimes, render, string_times
+from cuvee.config.string_times import MAX_MILLIS, MIN_MILLIS, StringTimes, in_range, render, string_times
 from cuvee.errors import CuveeError
 from cuvee.pruning.predicate import Predicate, PredicateWireError, from_json, to_json
 from cuvee.query.wanted_keys import WantedKeys, WantedKeysError
@@ -106,6 +106,9 @@ class TimeFilter:
                 string_times(self.format)
             except ValueError as exc:
                 raise QueryWireError(f"time filter: format: {exc}") from None
+            if not in_range(self.value):
+                raise QueryWireError(f"time filter: a date-string boundary must be epoch milliseconds from "
+                                     f"{MIN_MILLIS} to {MAX_MILLIS} (years 0001 to 9999), got {self.value}")
 
     @property
     def string_times(self) -> StringTimes | None:

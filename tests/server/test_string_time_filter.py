@@ -13,7 +13,7 @@ import pytest
 
 from cuvee.cluster.time_boundary import DAY_MS, HOUR_MS, boundary_units, compute_time_boundary, hybrid_halves
 from cuvee.config import IndexingConfig, Schema, TableType
-from cuvee.config.string_times import MAX_PATTERN_CHARS, render, sorts_as_time
+from cuvee.config.string_times import MAX_MILLIS, MAX_PATTERN_CHARS, MIN_MILLIS, render, sorts_as_time
 from cuvee.protocol.query import QueryWireError, ServerQueryRequest, TimeFilter
 from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor
@@ -136,3 +136,21 @@ def test_the_format_travels_and_an_epoch_filter_reads_as_before() -> None:
     request = ServerQueryRequest("1", TABLE, "SELECT 1", ("eu_0",), 10_000, time_filter=sent)
     assert ServerQueryRequest.from_dict(request.to_dict()).time_filter == sent
     assert TimeFilter("ts", ">", 5).to_dict() == {"column": "ts", "op": ">", "value": 5}  # no new key: old servers
+
+
+@pytest.mark.parametrize("value", [MAX_MILLIS + 1, MIN_MILLIS - 1, 2**63 - 1, -(2**63)])
+def test_a_date_string_boundary_outside_years_1_to_9999_is_refused_on_the_wire(value: int) -> None:
+    doc = {"column": "t", "op": "<=", "value": value, "format": "yyyy-MM-dd HH:mm:ss"}
+    with pytest.raises(QueryWireError, match="years 0001 to 9999"):
+        ServerQueryRequest.from_dict({**REQUEST.to_dict(), "timeFilter": doc})
+    assert TimeFilter("t", "<=", value).value == value  # an epoch column: any 64-bit value, as before
+
+
+@pytest.mark.parametrize(("boundary", "kept"), [(10**17, MAX_MILLIS), (2**63 - 1, MAX_MILLIS),
+                                                (-(2**63), MIN_MILLIS), (MAX_MILLIS, MAX_MILLIS)])
+def test_a_boundary_beyond_the_years_a_date_string_holds_splits_at_their_end(boundary: int, kept: int) -> None:
+    halves = hybrid_halves(boundary, "t", True, "yyyy-MM-dd HH:mm:ss")
+    assert halves[TableType.OFFLINE] == TimeFilter("t", "<=", kept, "yyyy-MM-dd HH:mm:ss")
+    assert halves[TableType.OFFLINE].text() == f"t<='{render(kept, 'yyyy-MM-dd HH:mm:ss')}'"  # type: ignore[union-attr]
+    assert render(MAX_MILLIS, "yyyy-MM-dd HH:mm:ss") == "9999-12-31 23:59:59"
+    assert hybrid_halves(boundary, "t", True)[TableType.OFFLINE] == TimeFilter("t", "<=", boundary)  # epoch: as is
