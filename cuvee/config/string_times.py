@@ -130,9 +130,20 @@ def to_millis(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> pa.Arra
 
 def millis_range(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> tuple[int | None, int | None]:
     """The earliest and latest instant of ``values`` in epoch milliseconds (values that do not parse and nulls are
-    skipped; None when none parses)."""
-    bounds = pc.min_max(to_millis(values, times))
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    skipped; None when none parses). One DuckDB aggregate over the strings: a segment build pays a parse per row,
+    not a per-row instant array (``to_millis``) it would only reduce to two numbers."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
+    if pa.types.is_dictionary(values.type):  # its rows' values (a dictionary may hold some no row uses)
+        values = values.cast(values.type.value_type)
+    con = duckdb.connect()
+    try:
+        con.register("string_times", pa.table({"v": values.cast(pa.string())}))
+        parsed = f"epoch_ms(try_strptime(v, {times.sql_literal()}))"
+        row = con.execute(f"SELECT min({parsed}), max({parsed}) FROM string_times").fetchone()
+    finally:
+        con.close()
+    low, high = row if row is not None else (None, None)
     return (None if low is None else int(low)), (None if high is None else int(high))
 
 

@@ -13,7 +13,9 @@ import pytest
 
 from cuvee.cluster.time_boundary import DAY_MS, HOUR_MS, boundary_units, compute_time_boundary, hybrid_halves
 from cuvee.config import IndexingConfig, Schema, TableType
-from cuvee.config.string_times import MAX_MILLIS, MAX_PATTERN_CHARS, MIN_MILLIS, render, sorts_as_time
+import cuvee.config.string_times as string_times_module
+from cuvee.config.string_times import (MAX_MILLIS, MAX_PATTERN_CHARS, MIN_MILLIS, millis_range, render, sorts_as_time,
+                                      string_times)
 from cuvee.protocol.query import QueryWireError, ServerQueryRequest, TimeFilter
 from cuvee.segment.builder import build_segment
 from cuvee.server.query_executor import QueryExecutor
@@ -154,3 +156,16 @@ def test_a_boundary_beyond_the_years_a_date_string_holds_splits_at_their_end(bou
     assert halves[TableType.OFFLINE].text() == f"t<='{render(kept, 'yyyy-MM-dd HH:mm:ss')}'"  # type: ignore[union-attr]
     assert render(MAX_MILLIS, "yyyy-MM-dd HH:mm:ss") == "9999-12-31 23:59:59"
     assert hybrid_halves(boundary, "t", True)[TableType.OFFLINE] == TimeFilter("t", "<=", boundary)  # epoch: as is
+
+
+def test_a_segments_instant_range_is_one_aggregate_over_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    times = string_times("yyyy-MM-dd HH:mm:ss")
+    rows = pa.chunked_array([["2013-07-02 00:00:00", "", None], ["null", "garbage", "2013-07-01 12:00:00"]])
+    # no per-row instant array to reduce (a build over 500,000 distinct values paid seconds for it)
+    monkeypatch.setattr(string_times_module, "to_millis", lambda *_: pytest.fail("to_millis was called"))
+    low, high = millis("2013-07-01 12:00:00", "%Y-%m-%d %H:%M:%S"), millis("2013-07-02", "%Y-%m-%d")
+    assert millis_range(rows, times) == (low, high)  # what does not parse is skipped, like a NULL
+    unused = pa.array(["2013-07-02 00:00:00", "2099-01-01 00:00:00"]).dictionary_encode().slice(0, 1)
+    assert millis_range(unused, times) == (high, high)  # a dictionary value no row holds does not count
+    assert millis_range(pa.array(["", "x", None]), times) == (None, None)
+    assert millis_range(pa.chunked_array([], pa.string()), times) == (None, None)
