@@ -109,14 +109,19 @@ def clamp_millis(millis: int) -> int:
     return min(max(millis, MIN_MILLIS), MAX_MILLIS)
 
 
-def to_millis(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> pa.Array:
-    """Each value's instant in epoch milliseconds (int64; null for a null or a value that does not parse). Parses
-    each distinct value once."""
+def _strings(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The rows' values as one plain string array (a dictionary decoded: it may hold values no row uses)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
     if pa.types.is_dictionary(values.type):
         values = values.cast(values.type.value_type)
-    strings = values.cast(pa.string())
+    return values.cast(pa.string())
+
+
+def to_millis(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> pa.Array:
+    """Each value's instant in epoch milliseconds (int64; null for a null or a value that does not parse). Parses
+    each distinct value once."""
+    strings = _strings(values)
     distinct = pc.unique(strings)
     con = duckdb.connect()
     try:
@@ -132,13 +137,9 @@ def millis_range(values: pa.Array | pa.ChunkedArray, times: StringTimes) -> tupl
     """The earliest and latest instant of ``values`` in epoch milliseconds (values that do not parse and nulls are
     skipped; None when none parses). One DuckDB aggregate over the strings: a segment build pays a parse per row,
     not a per-row instant array (``to_millis``) it would only reduce to two numbers."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
-    if pa.types.is_dictionary(values.type):  # its rows' values (a dictionary may hold some no row uses)
-        values = values.cast(values.type.value_type)
     con = duckdb.connect()
     try:
-        con.register("string_times", pa.table({"v": values.cast(pa.string())}))
+        con.register("string_times", pa.table({"v": _strings(values)}))
         parsed = f"epoch_ms(try_strptime(v, {times.sql_literal()}))"
         row = con.execute(f"SELECT min({parsed}), max({parsed}) FROM string_times").fetchone()
     finally:
