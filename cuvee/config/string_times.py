@@ -164,9 +164,12 @@ def render(millis: int, pattern: str) -> str:
 def sql_predicate(quoted_column: str, op: str, millis: int, times: StringTimes) -> str:
     """``column op boundary`` over a string time column: the stored strings against the boundary's text where the
     pattern sorts as time (a plain string compare: zone maps and dictionaries apply), else each value parsed
-    (a value that does not parse is, like a NULL, in neither half). ``op`` and ``millis`` are checked by the caller
-    (``cuvee.protocol.query.TimeFilter``)."""
+    (``''``, ``'null'`` — a missing STRING's default — or any other text that does not parse is in the realtime
+    half, as Pinot's string compare puts ``'null'``; a NULL is in neither, as on an epoch column). On the string
+    path a value that does not parse lands where its text sorts, as in Pinot. ``op`` and ``millis`` are checked by
+    the caller (``cuvee.protocol.query.TimeFilter``)."""
     if times.sorts_as_time:
         text = render(int(millis), times.pattern)
         return f"{quoted_column} {op} '" + text.replace("'", "''") + "'"
-    return f"epoch_ms(try_strptime({quoted_column}, {times.sql_literal()})) {op} {int(millis)}"
+    compared = f"epoch_ms(try_strptime({quoted_column}, {times.sql_literal()})) {op} {int(millis)}"
+    return compared if op == "<=" else f"coalesce({compared}, {quoted_column} IS NOT NULL)"

@@ -169,3 +169,20 @@ def test_a_segments_instant_range_is_one_aggregate_over_its_rows(monkeypatch: py
     assert millis_range(unused, times) == (high, high)  # a dictionary value no row holds does not count
     assert millis_range(pa.array(["", "x", None]), times) == (None, None)
     assert millis_range(pa.chunked_array([], pa.string()), times) == (None, None)
+
+
+def test_a_value_that_does_not_parse_lands_in_the_realtime_half_where_each_value_is_parsed(tmp_path: Path) -> None:
+    registry = SegmentRegistry()
+    values = ["10/07/2013", "20/07/2013", "", "null", "garbage", None]  # 'null': a missing STRING's default
+    data = pa.table({"k": pa.array(range(len(values)), pa.int64()), "t": values})
+    registry.put(TABLE, CommittedSegment(build_segment(data, schema("1:DAYS:SIMPLE_DATE_FORMAT:dd/MM/yyyy"),
+                                                       IndexingConfig(), tmp_path, "u_0", table_name=TABLE,
+                                                       time_column="t", overwrite=True)))
+    kept = {}
+    for op in ("<=", ">"):
+        result, stats = QueryExecutor(registry).execute(ServerQueryRequest(
+            "1", TABLE, "SELECT t FROM cuvee_segments", ("u_0",), 10_000,
+            time_filter=TimeFilter("t", op, millis("14/07/2013", "%d/%m/%Y"), "dd/MM/yyyy")))
+        assert stats.exceptions == () and result is not None
+        kept[op] = sorted(result.column(0).to_pylist())
+    assert kept == {"<=": ["10/07/2013"], ">": ["", "20/07/2013", "garbage", "null"]}  # a NULL: in neither
