@@ -9,7 +9,8 @@ only right where the format sorts as time: fixed-width fields, most significant 
 
 The Java pattern is read by ``cuvee.config.datetime_format.strftime_pattern`` (the one translation the SQL
 functions also use); patterns it cannot translate (zones, week fields) and zoned formats (``tz(...)``) are not
-string time columns here: such a table gets no computed boundary, as before. Values are UTC wall times.
+string time columns here: such a table gets no computed boundary, as before; so are two-digit years (``yy``:
+DuckDB's century pivot is not Java's). Values are UTC wall times.
 Parsing and rendering run in DuckDB (vectorised; the same ``strptime``/``strftime`` a server's predicate uses, so
 the broker's boundary text and a server's parse of it always agree).
 """
@@ -57,6 +58,10 @@ def string_times(pattern: str) -> StringTimes:
     translation cannot read (zones, week fields, ...)."""
     if not isinstance(pattern, str) or not 0 < len(pattern) <= MAX_PATTERN_CHARS or not _PRINTABLE.fullmatch(pattern):
         raise ValueError(f"a date pattern must be 1 to {MAX_PATTERN_CHARS} printable ASCII characters")
+    if any(len(run) != 4 for run in re.findall(r"y+", re.sub(r"'[^']*'", "", pattern))):
+        # DuckDB's %y pivots at 69 (68 is 2068, 69 is 1969), Java's a century around now (1950-2049 in Pinot's
+        # tests): the instants, so the halves, would differ from Pinot's
+        raise ValueError(f"the date pattern {pattern!r} has a year of other than four digits (yyyy)")
     translated = strftime_pattern(pattern)
     if translated is None:
         raise ValueError(f"the date pattern {pattern!r} has fields that cannot be read (zones, week fields, ...)")

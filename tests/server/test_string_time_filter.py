@@ -107,6 +107,8 @@ def test_the_boundary_follows_pinots_rule_in_the_formats_unit() -> None:
     assert boundary_units(seconds, "t") == (1.0, 1000.0)  # end times in millis, the column's unit a second
     assert boundary_units(days, "t") == (1.0, DAY_MS)
     assert boundary_units(schema("1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd Z"), "t") is None  # a zone: not read
+    assert boundary_units(schema("1:DAYS:SIMPLE_DATE_FORMAT:yy-MM-dd"), "t") is None  # nor a two-digit year
+    assert boundary_units(schema("1:DAYS:SIMPLE_DATE_FORMAT:yyyy-MM-dd 'yy'"), "t") == (1.0, DAY_MS)  # quoted text
     end = millis("2013-07-15", "%Y-%m-%d")
     assert compute_time_boundary([end], 1.0, "DAILY", DAY_MS) == end - DAY_MS
     assert compute_time_boundary([end], 1.0, "HOURLY", 1000.0) == end - HOUR_MS  # finer than a day: an hour
@@ -126,6 +128,8 @@ REQUEST = ServerQueryRequest("1", TABLE, "SELECT count(*) FROM cuvee_segments", 
     ("yyyy-MM-dd\n", "1 to 64 printable ASCII"),
     ("yyyy-MM-dd Z", "fields that cannot be read"),
     ("yyyy-ww", "fields that cannot be read"),
+    ("yy-MM-dd", "a year of other than four digits"),  # DuckDB reads 68 as 2068, 69 as 1969; Java pivots otherwise
+    ("yyyyyy-MM-dd", "a year of other than four digits"),
 ])
 def test_a_bad_format_on_the_wire_is_refused(fmt: object, error: str) -> None:
     doc = {"column": "t", "op": "<=", "value": 5, "format": fmt}
