@@ -166,6 +166,11 @@ def render(millis: int, pattern: str) -> str:
     return row[0]
 
 
+def render_literal(millis: int, pattern: str) -> str:
+    """``render(millis, pattern)`` as a SQL string literal (a pattern's quoted text may hold a quote)."""
+    return "'" + render(millis, pattern).replace("'", "''") + "'"
+
+
 def sql_predicate(quoted_column: str, op: str, millis: int, times: StringTimes) -> str:
     """``column op boundary`` over a string time column: the stored strings against the boundary's text where the
     pattern sorts as time (a plain string compare: zone maps and dictionaries apply), else each value parsed
@@ -174,7 +179,6 @@ def sql_predicate(quoted_column: str, op: str, millis: int, times: StringTimes) 
     path a value that does not parse lands where its text sorts, as in Pinot. ``op`` and ``millis`` are checked by
     the caller (``cuvee.protocol.query.TimeFilter``)."""
     if times.sorts_as_time:
-        text = render(int(millis), times.pattern)
-        return f"{quoted_column} {op} '" + text.replace("'", "''") + "'"
+        return f"{quoted_column} {op} {render_literal(int(millis), times.pattern)}"
     compared = f"epoch_ms(try_strptime({quoted_column}, {times.sql_literal()})) {op} {int(millis)}"
     return compared if op == "<=" else f"coalesce({compared}, {quoted_column} IS NOT NULL)"

@@ -98,6 +98,7 @@ def test_the_boundary_is_rendered_in_the_column_format() -> None:
     assert TimeFilter("EventTime", "<=", at, "yyyy-MM-dd HH:mm:ss").text() == "EventTime<='2013-07-14 23:59:58'"
     assert TimeFilter("EventTime", "<=", at, "yyyy-MM-dd HH:mm:ss").stored_bound == "2013-07-14 23:59:58"
     assert TimeFilter("d", ">", at, "dd/MM/yyyy").stored_bound is None  # its text bounds no min/max
+    assert TimeFilter("t", "<=", at, "yyyy''MM''dd").text() == "t<='2013''07''14'"  # EXPLAIN: a quote in the text
     assert TimeFilter("ts", ">", at).stored_bound == at
 
 
