@@ -121,8 +121,10 @@ def test_hybrid_split() -> None:
                                               TableType.REALTIME: TimeFilter("ts", ">", 100)}
 
 
-@pytest.mark.parametrize(("fmt", "shown"), [("1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd", "STRING 1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd"),
-                                            ("1:DAYS:SIMPLE_DATE_FORMAT:dd/MM/yyyy Z", "STRING 1:DAYS:SIMPLE_DATE_FORMAT")])
+@pytest.mark.parametrize(("fmt", "shown"), [
+    ("1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd", "STRING 1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd"),
+    ("1:DAYS:SIMPLE_DATE_FORMAT:dd/MM/yyyy Z", "STRING 1:DAYS:SIMPLE_DATE_FORMAT"),
+])
 def test_a_hybrid_table_on_date_strings_is_refused_by_name_from_its_schema(fmt: str, shown: str) -> None:
     schema = Schema.from_json({"schemaName": "d", "dateTimeFieldSpecs": [
         {"name": "day", "dataType": "STRING", "format": fmt, "granularity": "1:DAYS"}]})
