@@ -15,8 +15,11 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from cuvee.cluster.records import TimeBoundaryOverride
+from cuvee.cluster.store import ClusterStore
 from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
+from cuvee.metastore import open_metastore
 from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 from cuvee.testing.cluster import InProcessCluster
@@ -156,4 +159,16 @@ def test_an_explicit_boundary_a_date_string_column_cannot_hold_is_refused(cluste
     assert zoned.status_code == 400 and "cannot split it" in zoned.text, zoned.text  # servers could not compare
     assert cluster.http.post(url, params={"timeValue": 253_402_300_799_999}).status_code == 200
     assert cluster.http.get(url).json() == {"timeColumn": "t", "timeValue": "9999-12-31 23:59:59"}
+    assert answer(cluster, "SELECT COUNT(*) FROM plain") == [[0]]
+
+    meta = open_metastore(cluster.metadata)  # one stored before the controller refused it: shown and split at the end
+    try:
+        ClusterStore(meta, "cuvee").put(ClusterStore(meta, "cuvee").paths.time_boundary("plain"),
+                                        TimeBoundaryOverride("plain", 10**17))
+    finally:
+        meta.close()
+    shown = {"timeColumn": "t", "timeValue": "9999-12-31 23:59:59"}
+    assert cluster.http.get(url).json() == shown
+    broker = f"{cluster.broker_url}/debug/timeBoundary/plain"
+    wait_until(lambda: cluster.http.get(broker).json() == shown, 10, message=lambda: cluster.http.get(broker).text)
     assert answer(cluster, "SELECT COUNT(*) FROM plain") == [[0]]
