@@ -21,7 +21,7 @@ from cuvee.broker.cluster_view import ClusterView
 from cuvee.broker.config import BrokerConfig
 from cuvee.broker.handler import QueryHandler
 from cuvee.broker.hybrid import QueryTarget
-from cuvee.config.string_times import render
+from cuvee.config.string_times import clamp_millis, render
 from cuvee.cluster.records import InstanceInfo
 from cuvee.cluster.store import ClusterStore
 from cuvee.auth.policy import Role
@@ -142,7 +142,7 @@ class Broker:
         if realtime is None or offline is None or offline.time_column is None or offline.time_boundary is None:
             return None
         value = offline.time_boundary
-        shown = render(value, offline.date_pattern) if offline.date_pattern is not None else str(value)
+        shown = render(clamp_millis(value), offline.date_pattern) if offline.date_pattern is not None else str(value)
         return {"timeColumn": offline.time_column, "timeValue": shown}
 
 

@@ -156,11 +156,13 @@ class TableEntry:
         """The hybrid boundary this OFFLINE half defines: the explicit one, else Pinot's rule over the end times of
         the segments that should be served (``expected``; without an ideal state, those ONLINE somewhere and not
         hidden); None when no such segment has an end time. Computed once per entry (entries are rebuilt whenever
-        their view, ideal state, lineage or override changes, and every poll), not once per query."""
-        if self.boundary_override is not None:
-            return self.boundary_override
+        their view, ideal state, lineage or override changes, and every poll), not once per query. A time column
+        no boundary can split (a zoned date pattern: ``step_ms`` None) has none, even with an override stored
+        before the controller refused one: servers could not compare its values with it."""
         if self.time_column is None or self.step_ms is None:
             return None
+        if self.boundary_override is not None:
+            return self.boundary_override
         if self.expected is not None:
             served = [self.end_times.get(s) for s in self.expected]
         else:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Set
 from cuvee.cluster.records import SegmentState
 from cuvee.config.datetime_format import TimeFormatKind, parse_datetime_format
 from cuvee.config.schema import DataType, Schema
-from cuvee.config.string_times import column_string_times, column_unit_ms
+from cuvee.config.string_times import clamp_millis, column_string_times, column_unit_ms
 from cuvee.config.table import TableType
 from cuvee.protocol.query import TimeFilter
 
@@ -108,10 +108,13 @@ def hybrid_halves(boundary: int | None, column: str | None, realtime_has_segment
     rows (None: all of them). Degenerate cases keep "exactly once" without a filter: no boundary yet (no served
     offline segment with an end time) → the realtime half alone; a realtime half without segments → the offline
     half alone. The broker and the Spark reader both split by this rule. ``date_pattern``: the column's Java
-    pattern when it holds formatted date strings (``boundary`` is then epoch milliseconds)."""
+    pattern when it holds formatted date strings (``boundary`` is then epoch milliseconds, moved into the years a
+    date string can hold, so no boundary — explicit, or computed from a stray year-10000 value — breaks a query)."""
     if boundary is None or column is None:
         return {TableType.REALTIME: None}
     if not realtime_has_segments:
         return {TableType.OFFLINE: None}
+    if date_pattern is not None:
+        boundary = clamp_millis(boundary)
     return {TableType.OFFLINE: TimeFilter(column, OFFLINE_OP, boundary, date_pattern),
             TableType.REALTIME: TimeFilter(column, REALTIME_OP, boundary, date_pattern)}

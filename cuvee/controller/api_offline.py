@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from cuvee.cluster.records import SegmentState, TimeBoundaryOverride
 from cuvee.cluster.time_boundary import boundary_units, compute_time_boundary, expected_offline_segments
 from cuvee.config import TableConfig, TableType, raw_table_name
-from cuvee.config.string_times import column_string_times, render
+from cuvee.config.string_times import MAX_MILLIS, MIN_MILLIS, clamp_millis, column_string_times, in_range, render
 from cuvee.controller import lineage_ops
 from cuvee.controller.api_common import segment_param, table_type_param
 from cuvee.controller.catalog import Catalog
@@ -23,6 +23,8 @@ from cuvee.controller.segment_push import parse_push, register_segments, store_u
 from cuvee.lineage.model import LineageState
 from cuvee.lineage.rules import hidden_segments
 from cuvee.node.http import read_json
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 if TYPE_CHECKING:
     from cuvee.controller.controller import Controller
@@ -235,7 +237,8 @@ def router(ctl: Controller) -> APIRouter:
         times = column_string_times(schema, column)
 
         def answer(value: int) -> dict[str, Any]:  # Pinot's shape: the value in the column's own format
-            return {"timeColumn": column, "timeValue": render(value, times.pattern) if times else str(value)}
+            return {"timeColumn": column,
+                    "timeValue": render(clamp_millis(value), times.pattern) if times else str(value)}
 
         override = ctl.store.time_boundary_override(offline.table_name)
         if override is not None:
@@ -267,6 +270,18 @@ def router(ctl: Controller) -> APIRouter:
         ctl.require_leader()
         offline = table_of(table, TableType.OFFLINE)
         table_of(table, TableType.REALTIME)
+        if not _INT64_MIN <= timeValue <= _INT64_MAX:
+            raise BadRequest(f"timeValue must be a 64-bit integer, got {timeValue}")
+        column = offline.time_column
+        if column is None:
+            raise BadRequest(f"table {table!r} has no time column, so no time boundary")
+        schema = Catalog(ctl.store).schema(offline.table_name)
+        if boundary_units(schema, column) is None:  # e.g. a zoned date pattern: servers could not compare with it
+            raise BadRequest(f"time column {column!r} is not an epoch, TIMESTAMP or readable date-string column; "
+                             "a time boundary cannot split it")
+        if column_string_times(schema, column) is not None and not in_range(timeValue):
+            raise BadRequest(f"timeValue of the date-string column {column!r} is epoch milliseconds from "
+                             f"{MIN_MILLIS} to {MAX_MILLIS} (years 0001 to 9999), got {timeValue}")
         ctl.store.put(ctl.store.paths.time_boundary(offline.table_name),
                       TimeBoundaryOverride(offline.table_name, timeValue))
         return {"status": f"time boundary of {offline.table_name} set to {timeValue}"}

@@ -105,10 +105,10 @@ class ControllerClient:
         if doc is None:
             return None
         value = str(doc["timeValue"])
-        if not value.lstrip("-").isdigit():  # a column of date strings: its boundary is written in its format
-            raise PipelineError(f"table {table!r} splits at {value!r} on a column of date strings; this reader "
-                                "splits hybrid tables on epoch or TIMESTAMP time columns only")
-        return str(doc["timeColumn"]), int(value)
+        try:  # an epoch column's (the reader refuses date-string columns from the schema first: check_splittable)
+            return str(doc["timeColumn"]), int(value)
+        except ValueError:
+            raise PipelineError(f"table {table!r}: the time boundary {value[:64]!r} is not an integer") from None
 
     def lineage(self, table: str, table_type: TableType = TableType.OFFLINE) -> SegmentLineage:
         return SegmentLineage.from_json(self._call("GET", f"/segments/{table}/lineage",

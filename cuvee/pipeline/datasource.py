@@ -31,7 +31,8 @@ from cuvee.lineage.rules import hidden_segments
 from cuvee.pipeline.controller_client import ControllerClient, PipelineError
 from cuvee.pipeline.convert import spark_arrow_type
 from cuvee.pipeline.predicates import Predicate, from_spark
-from cuvee.pipeline.read_plan import HalfState, PlanCounts, SegmentSource, group_partitions, plan_sources
+from cuvee.pipeline.read_plan import (HalfState, PlanCounts, SegmentSource, check_splittable, group_partitions,
+                                      plan_sources)
 from cuvee.pipeline.scan import scan
 from cuvee.pipeline.writer import CuveeWriter
 from cuvee.protocol.query import TimeFilter
@@ -175,6 +176,7 @@ class CuveeReader(DataSourceReader):
     def _halves(self, client: ControllerClient, parts: Mapping[TableType, Any]) -> dict[TableType, TimeFilter | None]:
         if len(parts) == 1:
             return {next(iter(parts)): None}
+        check_splittable(self.options.table, self.table_schema, parts[TableType.OFFLINE].time_column)
         boundary = client.time_boundary(self.options.table)
         view = client.external_view(self.options.table, TableType.REALTIME)
         hidden = hidden_segments(client.lineage(self.options.table, TableType.REALTIME))

@@ -14,9 +14,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cuvee.cluster.records import SegmentRecord, SegmentState
-from cuvee.config.schema import FieldSpec
+from cuvee.cluster.time_boundary import millis_per_value
+from cuvee.config.schema import FieldSpec, Schema
+from cuvee.pipeline.controller_client import PipelineError
 from cuvee.pipeline.predicates import Predicate, may_match
 from cuvee.protocol.query import TimeFilter
+
+
+def check_splittable(table: str, schema: Schema, column: str | None) -> None:
+    """Refuse, by name, a hybrid table this reader cannot split exactly once: its halves are cut by comparing
+    epoch numbers, so the time column must hold them (epoch or TIMESTAMP). Decided from the schema, not from the
+    boundary's text (``20130714`` is a ``yyyyMMdd`` date as much as a number); a column of date strings is split
+    by the broker only (``cuvee.config.string_times``)."""
+    if millis_per_value(schema, column) is not None:
+        return
+    spec = schema.column(column) if column is not None and schema.has_column(column) else None
+    shown = f"{spec.data_type.value} {spec.format or ''}".strip() if spec is not None else "not in the schema"
+    raise PipelineError(f"hybrid table {table!r}: its time column {column!r} ({shown}) is not an epoch or TIMESTAMP "
+                        "column; this reader splits hybrid tables on those only (read the OFFLINE or REALTIME half "
+                        "by its full name, or query the broker)")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from cuvee.config.string_times import StringTimes, render, string_times
+from cuvee.config.string_times import (MAX_MILLIS, MIN_MILLIS, StringTimes, in_range, render, render_literal,
+                                       string_times)
 from cuvee.errors import CuveeError
 from cuvee.pruning.predicate import Predicate, PredicateWireError, from_json, to_json
 from cuvee.query.wanted_keys import WantedKeys, WantedKeysError
@@ -106,6 +107,9 @@ class TimeFilter:
                 string_times(self.format)
             except ValueError as exc:
                 raise QueryWireError(f"time filter: format: {exc}") from None
+            if not in_range(self.value):
+                raise QueryWireError(f"time filter: a date-string boundary must be epoch milliseconds from "
+                                     f"{MIN_MILLIS} to {MAX_MILLIS} (years 0001 to 9999), got {self.value}")
 
     @property
     def string_times(self) -> StringTimes | None:
@@ -124,7 +128,7 @@ class TimeFilter:
     def text(self) -> str:
         """The filter as a reader would write it, the boundary in the column's own format (EXPLAIN shows it)."""
         times = self.string_times
-        shown = str(self.value) if times is None else "'" + render(self.value, times.pattern) + "'"
+        shown = str(self.value) if times is None else render_literal(self.value, times.pattern)
         return f"{self.column}{self.op}{shown}"
 
     def to_dict(self) -> dict[str, Any]:

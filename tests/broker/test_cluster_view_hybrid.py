@@ -19,7 +19,7 @@ from cuvee.cluster.time_boundary import DAY_MS
 from cuvee.lineage.model import LineageEntry, LineageState
 from cuvee.metastore import open_metastore
 from cuvee.protocol.query import TimeFilter
-from tests.broker.helpers import CLUSTER, FAST_META, segment_name, wait_until, write_table
+from tests.broker.helpers import CLUSTER, FAST_META, SCHEMA_DOC, TABLE_DOC, segment_name, wait_until, write_table
 
 ON, CO = SegmentState.ONLINE, SegmentState.CONSUMING
 OFFLINE_DOC = {"tableName": "h_OFFLINE", "tableType": "OFFLINE",
@@ -125,3 +125,26 @@ def test_boundary_comes_from_the_ideal_state_and_unserved_segments_are_unavailab
     v.refresh()
     assert filters(v)[0][1] == TimeFilter("ts", "<=", 8 * DAY_MS)
     assert "h_2" in v.table("h_OFFLINE").route(frozenset({"A"})).unavailable
+
+
+def test_an_override_on_a_time_column_no_boundary_can_split_is_not_applied(tmp_path: Path) -> None:
+    """An override stored before the controller refused it (a zoned date pattern: servers could not compare its
+    strings with a number) leaves the table served by its realtime half, as without one, not failing every query."""
+    meta = open_metastore(f"sqlite://{tmp_path / 'meta.db'}?{FAST_META}")
+    store = ClusterStore(meta, CLUSTER)
+    zoned = {"name": "ts", "dataType": "STRING", "format": "1:SECONDS:SIMPLE_DATE_FORMAT:yyyy-MM-dd HH:mm:ss Z",
+             "granularity": "1:SECONDS"}
+    store.metastore.create(store.paths.schema("h"), orjson.dumps({**SCHEMA_DOC, "schemaName": "h",
+                                                                   "dateTimeFieldSpecs": [zoned]}))
+    store.metastore.create(store.paths.table("h_REALTIME"), orjson.dumps({**TABLE_DOC, "tableName": "h_REALTIME"}))
+    store.metastore.create(store.paths.table("h_OFFLINE"), orjson.dumps(OFFLINE_DOC))
+    store.put_external_view(ExternalView("h_REALTIME", {segment_name(0, 0, "h"): {"A": CO}}))
+    store.put(store.paths.time_boundary("h"), TimeBoundaryOverride("h", 7))
+    add_offline(store, {"h_0": 3 * DAY_MS})
+    view = ClusterView(store, poll_seconds=600).start()
+    try:
+        wait_until(lambda: view.resolve("h").name == "h", 5)
+        assert filters(view) == [("h_REALTIME", None)]
+    finally:
+        view.stop()
+        meta.close()

@@ -15,8 +15,11 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from cuvee.cluster.records import TimeBoundaryOverride
+from cuvee.cluster.store import ClusterStore
 from cuvee.config import Schema, TableConfig
 from cuvee.deepstore import open_deepstore
+from cuvee.metastore import open_metastore
 from cuvee.segment.archive import ARCHIVE_SUFFIX, pack
 from cuvee.segment.builder import build_segment
 from cuvee.testing.cluster import InProcessCluster
@@ -134,3 +137,38 @@ def test_hybrid_on_date_strings_counts_every_row_once(cluster: InProcessCluster,
     explain = answer(cluster, f"EXPLAIN PLAN FOR SELECT COUNT(*) FROM {table}") or []
     filters = sorted(m.group(1) for op, *_ in explain if (m := re.search(r"timeFilter:(t(?:<=|>)'[^']*')", op)))
     assert filters == [f"t<='{shown}'", f"t>'{shown}'"]
+
+
+def test_an_explicit_boundary_a_date_string_column_cannot_hold_is_refused(cluster: InProcessCluster) -> None:
+    for table, fmt in (("plain", "1:SECONDS:SIMPLE_DATE_FORMAT:yyyy-MM-dd HH:mm:ss"),
+                       ("zoned", "1:SECONDS:SIMPLE_DATE_FORMAT:yyyy-MM-dd HH:mm:ss Z")):
+        cluster.add_schema(schema(table, fmt, "1:SECONDS"))
+        cluster.create_topic(table, 1)
+        cluster.add_table({"tableName": table, "tableType": "REALTIME",
+                           "segmentsConfig": {"timeColumnName": "t", "replicasPerPartition": "1"},
+                           "tableIndexConfig": {"streamConfigs": cluster.log_stream_configs(table)}})
+        cluster.add_table(offline_config(table))
+    url = f"{cluster.controller_url}/tables/plain/timeBoundary"
+    for value, error in ((10**17, "years 0001 to 9999"), (2**63 - 1, "years 0001 to 9999"),
+                         (2**64, "64-bit integer")):
+        response = cluster.http.post(url, params={"timeValue": value})
+        assert response.status_code == 400 and error in response.text, response.text
+    assert cluster.http.get(url).status_code == 404  # nothing was stored: the table's queries are untouched
+    assert answer(cluster, "SELECT COUNT(*) FROM plain") == [[0]]
+    zoned = cluster.http.post(f"{cluster.controller_url}/tables/zoned/timeBoundary", params={"timeValue": 0})
+    assert zoned.status_code == 400 and "cannot split it" in zoned.text, zoned.text  # servers could not compare
+    assert cluster.http.post(url, params={"timeValue": 253_402_300_799_999}).status_code == 200
+    assert cluster.http.get(url).json() == {"timeColumn": "t", "timeValue": "9999-12-31 23:59:59"}
+    assert answer(cluster, "SELECT COUNT(*) FROM plain") == [[0]]
+
+    meta = open_metastore(cluster.metadata)  # one stored before the controller refused it: shown and split at the end
+    try:
+        ClusterStore(meta, "cuvee").put(ClusterStore(meta, "cuvee").paths.time_boundary("plain"),
+                                        TimeBoundaryOverride("plain", 10**17))
+    finally:
+        meta.close()
+    shown = {"timeColumn": "t", "timeValue": "9999-12-31 23:59:59"}
+    assert cluster.http.get(url).json() == shown
+    broker = f"{cluster.broker_url}/debug/timeBoundary/plain"
+    wait_until(lambda: cluster.http.get(broker).json() == shown, 10, message=lambda: cluster.http.get(broker).text)
+    assert answer(cluster, "SELECT COUNT(*) FROM plain") == [[0]]

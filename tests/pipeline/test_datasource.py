@@ -163,3 +163,17 @@ def test_hybrid_read_exactly_once_filters_columns_and_peer_fallback(spark: Any, 
     victim = sorted(deep.glob("*.tar.zst"))[0]
     victim.unlink()
     assert read() == as_tuples(every)
+
+
+def test_a_hybrid_table_on_date_strings_is_refused_by_name(spark: Any, cluster: InProcessCluster) -> None:
+    cluster.add_schema({"schemaName": "dated", "dimensionFieldSpecs": [{"name": "id", "dataType": "LONG"}],
+                        "dateTimeFieldSpecs": [{"name": "day", "dataType": "STRING", "granularity": "1:DAYS",
+                                                "format": "1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd"}]})
+    cluster.create_topic("dated", 1)
+    cluster.add_table({"tableName": "dated", "tableType": "REALTIME",
+                       "segmentsConfig": {"timeColumnName": "day", "replicasPerPartition": "1"},
+                       "tableIndexConfig": {"streamConfigs": cluster.log_stream_configs("dated")}})
+    cluster.add_table({"tableName": "dated", "tableType": "OFFLINE",
+                       "segmentsConfig": {"timeColumnName": "day", "replication": "1"}})
+    with pytest.raises(Exception, match="time column 'day' \\(STRING 1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd\\) is not"):
+        reader(spark, cluster, "dated").collect()

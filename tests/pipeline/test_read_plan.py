@@ -15,7 +15,9 @@ from cuvee.cluster.time_boundary import hybrid_halves
 from cuvee.config import Schema, TableType
 from cuvee.pipeline.convert import to_spark
 from cuvee.pipeline.predicates import Predicate, apply, from_spark, may_match
-from cuvee.pipeline.read_plan import HalfState, PlanCounts, SegmentSource, group_partitions, plan_sources
+from cuvee.pipeline.controller_client import PipelineError
+from cuvee.pipeline.read_plan import (HalfState, PlanCounts, SegmentSource, check_splittable, group_partitions,
+                                      plan_sources)
 from cuvee.protocol.query import TimeFilter
 
 SCHEMA = Schema.from_json({
@@ -117,3 +119,19 @@ def test_hybrid_split() -> None:
     assert hybrid_halves(100, "ts", False) == {TableType.OFFLINE: None}
     assert hybrid_halves(100, "ts", True) == {TableType.OFFLINE: TimeFilter("ts", "<=", 100),
                                               TableType.REALTIME: TimeFilter("ts", ">", 100)}
+
+
+@pytest.mark.parametrize(("fmt", "shown"), [
+    ("1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd", "STRING 1:DAYS:SIMPLE_DATE_FORMAT:yyyyMMdd"),
+    ("1:DAYS:SIMPLE_DATE_FORMAT:dd/MM/yyyy Z", "STRING 1:DAYS:SIMPLE_DATE_FORMAT"),
+])
+def test_a_hybrid_table_on_date_strings_is_refused_by_name_from_its_schema(fmt: str, shown: str) -> None:
+    schema = Schema.from_json({"schemaName": "d", "dateTimeFieldSpecs": [
+        {"name": "day", "dataType": "STRING", "format": fmt, "granularity": "1:DAYS"}]})
+    # yyyyMMdd: the boundary's text "20130714" reads as a number; the schema says it is a date
+    with pytest.raises(PipelineError, match=f"hybrid table 'd': its time column 'day' \\({shown}"):
+        check_splittable("d", schema, "day")
+    with pytest.raises(PipelineError, match="'gone' \\(not in the schema\\)"):
+        check_splittable("d", schema, "gone")
+    for column in ("ts", "ms"):  # epoch and TIMESTAMP columns split
+        check_splittable("t", SCHEMA, column)
