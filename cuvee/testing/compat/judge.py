@@ -75,7 +75,8 @@ def oracle_sql(query_id: str, text: str) -> str:
 class Shape:
     """What the comparison needs to know about the query: its LIMIT/OFFSET (Pinot's default applied), the output
     columns its ORDER BY keys are (None: some key is not an output column), and the oracle text without
-    LIMIT/OFFSET."""
+    LIMIT/OFFSET; when some key is not an output column, ``keyed_sql``: that text with the ORDER BY expressions
+    appended to the SELECT list as ``key_names`` (None: no rewrite keeps the rows, e.g. DISTINCT)."""
 
     limit: int | None
     offset: int
@@ -84,6 +85,8 @@ class Shape:
     star: bool
     unlimited_sql: str
     limited_sql: str
+    keyed_sql: str | None = None
+    key_names: tuple[str, ...] = ()
 
 
 def shape_of(pinot_sql: str, oracle: str) -> Shape:
@@ -124,7 +127,37 @@ def shape_of(pinot_sql: str, oracle: str) -> Shape:
     unlimited = oracle_tree.sql(dialect="duckdb")
     limited = unlimited if limit is None else f"{unlimited} LIMIT {limit} OFFSET {offset}"
     star = select is not None and any(isinstance(e, exp.Star) for e in select.expressions)
-    return Shape(limit, offset, order_columns, order is not None, star, unlimited, limited)
+    keyed = _keyed(oracle_tree) if order is not None and order_columns is None and limit is not None else None
+    return Shape(limit, offset, order_columns, order is not None, star, unlimited, limited,
+                 *(keyed if keyed is not None else (None, ())))
+
+
+KEY_PREFIX = "__cuvee_sort_key_"
+
+
+def _keyed(tree: exp.Expression) -> tuple[str, tuple[str, ...]] | None:
+    """The oracle's unlimited text with its ORDER BY expressions appended to the SELECT list, each resolved as
+    DuckDB resolves an ORDER BY term: a position names that output, a bare name an output's alias first; anything
+    else is the expression itself (inside it a table's column wins over an alias, as in the SELECT list). None
+    when appending could change the rows: DISTINCT (the keys would join what is distinct), or not one SELECT."""
+    if not isinstance(tree, exp.Select) or tree.args.get("distinct") is not None or tree.args.get("order") is None:
+        return None
+    tree = tree.copy()
+    outputs = list(tree.expressions)
+    aliases = {e.alias.lower(): e.this for e in outputs if isinstance(e, exp.Alias)}
+    names = []
+    for i, key in enumerate(tree.args["order"].expressions):
+        term = key.this
+        if isinstance(term, exp.Literal) and term.is_int:
+            position = int(term.this) - 1
+            if not 0 <= position < len(outputs) or isinstance(outputs[position], exp.Star):
+                return None
+            term = outputs[position].unalias()
+        elif isinstance(term, exp.Column) and not term.table and term.name.lower() in aliases:
+            term = aliases[term.name.lower()]
+        names.append(f"{KEY_PREFIX}{i}")
+        tree.append("expressions", exp.alias_(term.copy(), names[-1], quoted=True))
+    return tree.sql(dialect="duckdb"), tuple(names)
 
 
 def _number(node: Any) -> int | None:
@@ -156,15 +189,20 @@ def canon_rows(rows: Sequence[Sequence[Any]], digits: int = 9) -> list[tuple[Any
     return [tuple(canon(v, digits) for v in row) for row in rows]
 
 
-def compare(shape: Shape, got: Sequence[Sequence[Any]], limited: Sequence[Sequence[Any]],
-            unlimited: Sequence[Sequence[Any]] | Callable[[], Sequence[Sequence[Any]]], *,
-            float_inputs: bool = False) -> tuple[bool | None, str]:
+Rows = Sequence[Sequence[Any]]
+
+
+def compare(shape: Shape, got: Rows, limited: Rows, unlimited: Rows | Callable[[], Rows], *,
+            float_inputs: bool = False, keyed: Rows | Callable[[], Rows] | None = None) -> tuple[bool | None, str]:
     """Whether ``got`` is a right answer (None: it cannot be told), given the oracle's rows with and without the
     LIMIT (``unlimited`` may be a function giving them: asked only when ``got`` is not the limited answer itself,
     so a ``SELECT * … LIMIT 10`` over millions of matching rows fetches them only to judge ties). ``float_inputs``:
     the query reads FLOAT (32-bit) columns, whose sums two engines add in different orders: 6 significant digits
-    then suffice; otherwise 9 must match."""
+    then suffice; otherwise 9 must match. ``keyed`` (or a function giving it): the oracle's full answer by
+    ``shape.keyed_sql``, to judge ties when a sort key is not an output column; without it such an answer is not
+    judged (None)."""
     full = functools.cache(unlimited if callable(unlimited) else lambda: unlimited)  # fetched at most once
+    with_keys = functools.cache(keyed if callable(keyed) else lambda: keyed or [])
 
     for digits in ((9, 6) if float_inputs else (9,)):
         mine, want = canon_rows(got, digits), canon_rows(limited, digits)
@@ -179,9 +217,42 @@ def compare(shape: Shape, got: Sequence[Sequence[Any]], limited: Sequence[Sequen
             keys = shape.order_columns
             if keys and [tuple(r[k] for k in keys) for r in mine] == [tuple(r[k] for k in keys) for r in want]:
                 return True, "ties under the LIMIT"
-            if keys is None:  # sorted by a column the answer does not show: ties cannot be told from errors
+            if keys is None and keyed is None:  # sorted by a column not shown: ties cannot be told from errors
                 return None, "rows of the full answer, sorted by a column not selected (ties not checkable)"
+            if keys is None:
+                right = _keyed_ties(shape, mine, want, canon_rows(full(), digits), canon_rows(with_keys(), digits))
+                if right is None:
+                    return None, "the oracle's rows with their sort keys disagree with its answer (not checkable)"
+                if right:
+                    return True, "ties under the LIMIT (sort keys not selected, from the oracle)"
     return False, f"got {len(got)} row(s) {_preview(got)}; the oracle {len(limited)} {_preview(limited)}"
+
+
+def _keyed_ties(shape: Shape, mine: list[tuple[Any, ...]], want: list[tuple[Any, ...]],
+                full: list[tuple[Any, ...]], keyed: list[tuple[Any, ...]]) -> bool | None:
+    """Whether ``mine`` is a right answer given the oracle's full answer with its sort keys appended (``keyed``,
+    in the query's order): position i holds the i-th key of the oracle's limited answer, and the rows at one key's
+    positions are a sub-multiset of the oracle's rows with that key (the rest of them may sit before the OFFSET or
+    after the LIMIT). None when the keyed rows are not the oracle's answer (a rewrite that changed the rows or
+    keys that do not order it: its own limited answer would fail)."""
+    width = len(keyed[0]) - len(shape.key_names) if keyed else 0
+    if Counter(row[:width] for row in keyed) != Counter(full):
+        return None
+    window = [row[width:] for row in keyed[shape.offset:shape.offset + len(want)]]
+    by_key: dict[tuple[Any, ...], Counter[tuple[Any, ...]]] = {key: Counter() for key in window}
+    for row in keyed:
+        if row[width:] in by_key:
+            by_key[row[width:]][row[:width]] += 1
+
+    def fits(rows: list[tuple[Any, ...]]) -> bool:
+        taken: dict[tuple[Any, ...], Counter[tuple[Any, ...]]] = {key: Counter() for key in window}
+        for key, row in zip(window, rows, strict=True):
+            taken[key][row] += 1
+        return all(not taken[key] - by_key[key] for key in window)
+
+    if len(window) != len(want) or not fits(want):
+        return None
+    return fits(mine)
 
 
 def trivial(rows: Sequence[Sequence[Any]]) -> bool:

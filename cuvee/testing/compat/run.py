@@ -104,8 +104,11 @@ def judge_all(http: httpx.Client, broker: str, oracle: Any, queries: Iterable[Co
             continue
         unlimited = limited if shape.limit is None else \
             (lambda: run_oracle(oracle, shape.unlimited_sql, columns if shape.star else None))  # noqa: B023
+        keyed = None if shape.keyed_sql is None else \
+            (lambda: run_oracle(oracle, shape.keyed_sql,  # noqa: B023
+                                [*columns, *shape.key_names] if shape.star else None))  # noqa: B023
         try:  # (called within this iteration)
-            right, why = compare(shape, answer.rows, limited, unlimited,
+            right, why = compare(shape, answer.rows, limited, unlimited, keyed=keyed,
                                  float_inputs=any(c in query.sql for c in float_columns(query.suite)))
         except Exception as exc:  # noqa: BLE001 - the oracle's full answer could not be had: not judged
             outcomes.append(Outcome(query.id, Verdict.UNJUDGED, f"oracle: {type(exc).__name__}: {exc}"[:300]))
