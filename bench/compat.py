@@ -42,7 +42,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
+import math
 import statistics
 import sys
 import tempfile
@@ -58,6 +58,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _broker_client import BrokerClient  # noqa: E402
 from _compat_report import PHASES, Phase, Run, SetResult, Timing, summary_lines  # noqa: E402
+from _proc import cpu_seconds  # noqa: E402
 
 from cuvee.testing.cluster import Endpoints, bench_cluster  # noqa: E402
 from cuvee.testing.compat.judge import Verdict, oracle_sql, shape_of  # noqa: E402
@@ -213,19 +214,9 @@ def _measure(http: httpx.Client, client: BrokerClient, roles: Endpoints, native:
 
 
 def _cpu_seconds(pids: tuple[int, ...]) -> float:
-    """User + system CPU seconds of ``pids`` so far (Linux ``/proc``; 10 ms ticks, so summed over the repeats;
-    0 where it cannot be read)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICKS
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    """CPU seconds ``pids`` spent so far, together (10 ms ticks, so summed over the repeats; a process that
+    cannot be read counts 0)."""
+    return sum(seconds for pid in pids if not math.isnan(seconds := cpu_seconds(pid)))
 
 
 def _table(suite: str, run: Run, result: SetResult) -> Table:

@@ -69,6 +69,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _events import CARDINALITIES, SCHEMA  # noqa: E402
+from _proc import cpu_seconds  # noqa: E402
 
 from cuvee.deploy.local import LocalClusterSpec, down, up  # noqa: E402
 from cuvee.stream import open_admin, open_producer  # noqa: E402
@@ -323,14 +324,6 @@ def proc_status(pid: int) -> dict[str, int]:
     except OSError:
         pass
     return out
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for_producer(producer: Any, results: Any, timeout: float) -> dict[str, float]:
