@@ -176,3 +176,18 @@ def write_table(store: ClusterStore, raw_name: str = "events", **config: Any) ->
 
 def write_view(store: ClusterStore, segments: dict[str, dict[str, SegmentState]], table: str = TABLE) -> None:
     store.put_external_view(ExternalView(table, segments))
+
+
+def spy_summed_plans(monkeypatch: Any) -> list[bool]:
+    """Per query from now on, whether the broker sent the summed distinct-count plan (``QueryPlan.disjoint``)."""
+    from cuvee.broker import handler
+
+    seen: list[bool] = []
+    real = handler.disjoint_plan
+
+    def spy(plan: Any, *args: Any) -> Any:
+        picked = real(plan, *args)
+        seen.append(picked is not plan)
+        return picked
+    monkeypatch.setattr(handler, "disjoint_plan", spy)
+    return seen

@@ -14,11 +14,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from cuvee.broker import handler
-from cuvee.query import QueryPlan
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.partitioned import by_partition, partitioned_table, push_segment
 from cuvee.testing.waiting import wait_until
+from tests.broker.helpers import spy_summed_plans
 
 VISITS_SCHEMA = {"schemaName": "visits", "dimensionFieldSpecs": [
     {"name": "userId", "dataType": "STRING"}, {"name": "page", "dataType": "STRING"}],
@@ -59,15 +58,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[InProcessCluster]:
 @pytest.fixture
 def chosen(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Per query, whether the broker sent the summed plan (``QueryPlan.disjoint``)."""
-    seen: list[bool] = []
-    real = handler.disjoint_plan
-
-    def spy(plan: QueryPlan, *args: Any) -> QueryPlan:
-        picked = real(plan, *args)
-        seen.append(picked is not plan)
-        return picked
-    monkeypatch.setattr(handler, "disjoint_plan", spy)
-    return seen
+    return spy_summed_plans(monkeypatch)
 
 
 def _rows(cluster: InProcessCluster, sql: str) -> list[list[Any]]:

@@ -16,13 +16,12 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cuvee.broker import handler
 from cuvee.pruning.stream_partitions import MixedPartitions
-from cuvee.query import QueryPlan
 from cuvee.segment.partitioning import PartitionSpec, partitions
 from cuvee.stream import open_producer
 from cuvee.testing.cluster import InProcessCluster
 from cuvee.testing.waiting import wait_until
+from tests.broker.helpers import spy_summed_plans
 
 SCHEMA = {"schemaName": "hits", "dimensionFieldSpecs": [{"name": "uid", "dataType": "LONG"},
                                                         {"name": "page", "dataType": "STRING"}],
@@ -66,15 +65,7 @@ def _settled(cluster: InProcessCluster) -> bool:
 @pytest.fixture
 def summed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Per query, whether the broker sent the summed distinct-count plan (``QueryPlan.disjoint``)."""
-    seen: list[bool] = []
-    real = handler.disjoint_plan
-
-    def spy(plan: QueryPlan, *args: Any) -> QueryPlan:
-        picked = real(plan, *args)
-        seen.append(picked is not plan)
-        return picked
-    monkeypatch.setattr(handler, "disjoint_plan", spy)
-    return seen
+    return spy_summed_plans(monkeypatch)
 
 
 def _oracle(rows: list[dict[str, Any]], sql: str) -> list[list[Any]]:
